@@ -1,0 +1,1 @@
+"""plugmq: a message-queue broker framework built from pluggy plugins."""

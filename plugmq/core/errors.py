@@ -1,0 +1,141 @@
+"""The one error hierarchy of plugmq.
+
+Every error plugmq raises on purpose derives from :class:`PlugmqError`, so a caller can catch
+everything the broker reports with one ``except``. Messages say what was wrong and how to fix it.
+
+::
+
+    PlugmqError
+     +-- ConfigError                 a broker config (file or mapping) is invalid
+     +-- PluginError                 a plugin cannot be loaded, is unknown, or breaks a rule
+     |    +-- PluginCardinalityError     too many / too few plugins of one family
+     +-- ValidationError             a value crossing the API boundary is invalid (nothing was written)
+     |    +-- InvalidNameError           topic or group name breaks the RocketMQ name rule
+     |    +-- MessageTooLargeError       body or batch above the configured limit
+     +-- StoreError                  the message store failed or refused a write
+     |    +-- StoreFullError             disk use above the critical watermark; writes refused
+     |    +-- CorruptRecordError         a stored record failed its magic / size / CRC check
+     +-- TopicError                  unknown topic, or a system topic used by a producer
+     +-- FilterError
+     |    +-- FilterSyntaxError          the expression does not compile (position + expectation)
+     |    +-- FilterEvaluationError      a compiled expression failed on one message's properties
+     +-- AllocationError             an allocation strategy rejected its input
+     +-- DelayError                  a delayed send cannot be honoured by the configured strategy
+     |    +-- DelayUnsupportedError      no delay plugin, or the strategy cannot express the delay
+     +-- TransactionError            a transactional send or decision is invalid
+     +-- ClientError                 a producer / consumer was used wrongly (closed, not started, ...)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AllocationError",
+    "ClientError",
+    "ConfigError",
+    "CorruptRecordError",
+    "DelayError",
+    "DelayUnsupportedError",
+    "FilterError",
+    "FilterEvaluationError",
+    "FilterSyntaxError",
+    "InvalidNameError",
+    "MessageTooLargeError",
+    "PlugmqError",
+    "PluginCardinalityError",
+    "PluginError",
+    "StoreError",
+    "StoreFullError",
+    "TopicError",
+    "TransactionError",
+    "ValidationError",
+]
+
+
+class PlugmqError(Exception):
+    """Root of every error plugmq raises on purpose."""
+
+
+class ConfigError(PlugmqError):
+    """A broker configuration is invalid; the message names the key path and the fix."""
+
+
+class PluginError(PlugmqError):
+    """A plugin is unknown, failed to load, or implements something the core does not know."""
+
+
+class PluginCardinalityError(PluginError):
+    """A plugin family has too many (or, for storage, no) plugins in one broker."""
+
+
+class ValidationError(PlugmqError, ValueError):
+    """A value crossing the public API is invalid. Nothing was written."""
+
+
+class InvalidNameError(ValidationError):
+    """A topic or group name breaks the rule ``[%|a-zA-Z0-9_-]{1,127}``."""
+
+
+class MessageTooLargeError(ValidationError):
+    """A message body (or a batch) is larger than the broker allows."""
+
+
+class StoreError(PlugmqError):
+    """The message store failed, or refused a write."""
+
+
+class StoreFullError(StoreError):
+    """Disk use is above the critical watermark; the store refuses writes until space is freed."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored record failed its magic, size or CRC check."""
+
+
+class TopicError(PlugmqError):
+    """A topic does not exist (and auto-creation is off) or may not be used this way."""
+
+
+class FilterError(PlugmqError):
+    """Base of the filter errors."""
+
+
+class FilterSyntaxError(FilterError):
+    """A filter expression does not compile.
+
+    ``position`` is the 0-based character offset of the offending token (or None when the
+    error is about the expression as a whole); ``expected`` describes what would have fit.
+    """
+
+    def __init__(self, message: str, *, expression: str = "", position: int | None = None,
+                 expected: str | None = None) -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.position = position
+        self.expected = expected
+
+
+class FilterEvaluationError(FilterError):
+    """A compiled filter failed on one message (e.g. a property that is not a number).
+
+    ``Filter.matches`` treats it as "no match"; ``Filter.evaluate`` raises it.
+    """
+
+
+class AllocationError(PlugmqError, ValueError):
+    """An allocation strategy rejected its input (the message matches RocketMQ's)."""
+
+
+class DelayError(PlugmqError):
+    """Base of the delay errors."""
+
+
+class DelayUnsupportedError(DelayError):
+    """The broker cannot honour this delay: no delay plugin, or the strategy cannot express it."""
+
+
+class TransactionError(PlugmqError):
+    """A transactional send or end-transaction request is invalid."""
+
+
+class ClientError(PlugmqError):
+    """A producer or consumer was used wrongly (closed, not started, bad listener result...)."""

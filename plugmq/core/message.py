@@ -1,0 +1,349 @@
+"""Value types that cross the API: messages, queues, store records, send and pull results.
+
+All are frozen attrs classes, validated when built, so bad input fails before anything is written.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import os
+import struct
+import threading
+import time
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+import attrs
+
+from plugmq.core.errors import MessageTooLargeError, ValidationError
+from plugmq.core.hashing import split_tags
+from plugmq.core.names import SYSTEM_PROPERTY_KEYS, Prop, validate_topic
+
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "AppendRequest",
+    "AppendResult",
+    "AppendStatus",
+    "ConsumeQueueEntry",
+    "Message",
+    "MessageQueue",
+    "PullResult",
+    "PullStatus",
+    "SendResult",
+    "SendStatus",
+    "StoredMessage",
+    "SysFlag",
+    "check_body_size",
+    "decode_msg_id",
+    "encode_msg_id",
+    "new_unique_id",
+]
+
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
+_FORBIDDEN_IN_PROPS = ("\x01", "\x02")  # separators of the serialized property string
+
+
+def _frozen_props(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(value or {}))
+
+
+def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split())
+    return tuple(value)
+
+
+def _check_text(where: str, text: str) -> None:
+    for bad in _FORBIDDEN_IN_PROPS:
+        if bad in text:
+            raise ValidationError(f"{where} contains the control character {bad!r}, which is reserved")
+
+
+def _validate_properties(_inst: object, _attr: object, props: Mapping[str, str]) -> None:
+    for key, value in props.items():
+        if not isinstance(key, str) or not key:
+            raise ValidationError(f"property names must be non-empty strings, got {key!r}")
+        if not isinstance(value, str):
+            raise ValidationError(
+                f"property {key!r} must be a string (RocketMQ properties are text), got {type(value).__name__}"
+            )
+        if key in SYSTEM_PROPERTY_KEYS:
+            raise ValidationError(
+                f"property {key!r} is a system property; set it through the Message fields instead"
+            )
+        _check_text(f"property {key!r}", key + value)
+
+
+def _validate_tags(_inst: object, _attr: object, tags: str | None) -> None:
+    if tags is None:
+        return
+    if not isinstance(tags, str):
+        raise ValidationError(f"tags must be a string or None, got {type(tags).__name__}")
+    if not split_tags(tags):
+        raise ValidationError(f"tags {tags!r} hold no tag; use None for an untagged message")
+    _check_text("tags", tags)
+
+
+def _validate_keys(_inst: object, _attr: object, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
+            raise ValidationError(f"message key {key!r} must be a non-empty string without spaces")
+        _check_text("keys", key)
+
+
+def _to_bytes(body: bytes | bytearray | memoryview) -> bytes:
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    return body
+
+
+@attrs.frozen
+class Message:
+    """What a producer sends.
+
+    ``tags`` is one tag (RocketMQ) or several joined by ``||`` (seed 000's multi-tag variant).
+    ``keys`` are business keys (a space-separated string or an iterable) indexed for queries.
+    A delay is either ``delay_level`` (1-based, RocketMQ's level list) or ``deliver_at_ms``.
+    """
+
+    topic: str = attrs.field(validator=lambda _i, _a, v: validate_topic(v))
+    body: bytes = attrs.field(converter=_to_bytes, validator=attrs.validators.instance_of(bytes))
+    tags: str | None = attrs.field(default=None, validator=_validate_tags)
+    keys: tuple[str, ...] = attrs.field(default=(), converter=_keys, validator=_validate_keys)
+    properties: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_props, validator=_validate_properties, hash=False
+    )
+    delay_level: int | None = attrs.field(default=None)
+    deliver_at_ms: int | None = attrs.field(default=None)
+
+    @delay_level.validator
+    def _check_level(self, _attr: object, level: int | None) -> None:
+        if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 1):
+            raise ValidationError(f"delay_level must be an int >= 1, got {level!r}")
+
+    @deliver_at_ms.validator
+    def _check_deliver_at(self, _attr: object, when: int | None) -> None:
+        if when is None:
+            return
+        if not isinstance(when, int) or isinstance(when, bool) or when < 0:
+            raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {when!r}")
+        if self.delay_level is not None:
+            raise ValidationError("give either delay_level or deliver_at_ms, not both")
+
+    @property
+    def is_delayed(self) -> bool:
+        return self.delay_level is not None or self.deliver_at_ms is not None
+
+
+@attrs.frozen(order=True)
+class MessageQueue:
+    """One queue of a topic on one broker. Orders by (topic, broker_name, queue_id) like RocketMQ."""
+
+    topic: str
+    broker_name: str
+    queue_id: int = attrs.field(validator=attrs.validators.ge(0))
+
+    def __str__(self) -> str:
+        # RocketMQ's MessageQueue.toString, also the consistent-hash key.
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+
+class SysFlag(enum.IntFlag):
+    """RocketMQ's MessageSysFlag bits."""
+
+    NONE = 0
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+
+
+@attrs.frozen
+class AppendRequest:
+    """What the broker hands the store: a message placed on one queue, with all its properties.
+
+    ``properties`` holds user and system properties (TAGS, KEYS, UNIQ_KEY, REAL_TOPIC, ...).
+    ``tags_code`` is the value for the consume queue's tag field (a tag hash, or a delay
+    strategy's deliver time).
+    """
+
+    topic: str = attrs.field(validator=lambda _i, _a, v: validate_topic(v))
+    queue_id: int = attrs.field(validator=attrs.validators.ge(0))
+    body: bytes = attrs.field(converter=_to_bytes, validator=attrs.validators.instance_of(bytes))
+    properties: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_props, hash=False)
+    tags_code: int = 0
+    born_timestamp_ms: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.properties.get(Prop.KEYS, "").split())
+
+
+class AppendStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+@attrs.frozen
+class AppendResult:
+    """Where a stored message landed."""
+
+    status: AppendStatus
+    msg_id: str
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    store_timestamp_ms: int
+
+
+@attrs.frozen
+class StoredMessage:
+    """A message as stored (RocketMQ's MessageExt): the request plus where and when it landed."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: Mapping[str, str] = attrs.field(converter=_frozen_props, hash=False)
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    born_host: str
+    store_host: str
+    reconsume_times: int = 0
+    sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        return encode_msg_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def unique_id(self) -> str | None:
+        return self.properties.get(Prop.UNIQ_KEY)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.properties.get(Prop.KEYS, "").split())
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTY_KEYS}
+
+    def tag_list(self) -> list[str]:
+        return split_tags(self.tags)
+
+
+@attrs.frozen
+class ConsumeQueueEntry:
+    """One 20-byte consume-queue entry, with its queue offset."""
+
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@attrs.frozen
+class SendResult:
+    """What ``send`` returns. ``msg_id`` finds the message in one read; ``unique_id`` is the client id."""
+
+    status: SendStatus
+    msg_id: str
+    unique_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@attrs.frozen
+class PullResult:
+    status: PullStatus
+    messages: tuple[StoredMessage, ...]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+def check_body_size(body: bytes, limit: int = DEFAULT_MAX_BODY_SIZE, *, topic: str = "") -> None:
+    """Raise MessageTooLargeError if ``body`` is longer than ``limit`` bytes."""
+    if len(body) > limit:
+        where = f" for topic {topic!r}" if topic else ""
+        raise MessageTooLargeError(
+            f"message body{where} is {len(body)} bytes; the limit is {limit} "
+            f"(raise broker.max_message_size or split the payload)"
+        )
+
+
+def _host_bytes(host: str) -> tuple[bytes, int]:
+    address, _, port = host.rpartition(":")
+    try:
+        return ipaddress.IPv4Address(address).packed, int(port)
+    except ValueError as exc:
+        raise ValidationError(f"store host {host!r} must be IPv4:port") from exc
+
+
+def encode_msg_id(store_host: str, commit_log_offset: int) -> str:
+    """RocketMQ's offset message id: store IPv4 (4 bytes) + port (4) + commit-log offset (8), hex."""
+    ip, port = _host_bytes(store_host)
+    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of :func:`encode_msg_id`: (store host, commit-log offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise ValidationError(f"message id {msg_id!r} is not hexadecimal") from exc
+    if len(raw) != 16:
+        raise ValidationError(f"message id {msg_id!r} must be 32 hex digits (16 bytes), got {len(raw)} bytes")
+    port, offset = struct.unpack(">iq", raw[4:])
+    return f"{ipaddress.IPv4Address(raw[:4])}:{port}", offset
+
+
+_uniq_lock = threading.Lock()
+_uniq_counter = 0
+_uniq_prefix = os.urandom(4).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
+
+
+def new_unique_id() -> str:
+    """A client-side unique message id (RocketMQ's UNIQ_KEY shape: 32 hex digits)."""
+    global _uniq_counter
+    with _uniq_lock:
+        _uniq_counter = (_uniq_counter + 1) & 0xFFFF_FFFF
+        counter = _uniq_counter
+    return f"{_uniq_prefix}{int(time.time()) & 0xFFFF_FFFF:08X}{counter:08X}"
+
