@@ -25,6 +25,7 @@ from plugmq.core.contracts import (
     TransactionContext,
     TransactionDecision,
     TransactionService,
+    WasDelivered,
 )
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS, DEFAULT_DELAY_LEVELS_MS, parse_delay_levels
 from plugmq.core.errors import *  # noqa: F403 - the hierarchy is the module's whole API
@@ -114,6 +115,7 @@ __all__ = [
     "TransactionContext",
     "TransactionDecision",
     "TransactionService",
+    "WasDelivered",
     "check_body_size",
     "decode_msg_id",
     "dlq_topic",

@@ -42,6 +42,7 @@ __all__ = [
     "TransactionContext",
     "TransactionDecision",
     "TransactionService",
+    "WasDelivered",
 ]
 
 
@@ -213,12 +214,23 @@ class DelayCapabilities:
     no_duplicates_after_restart: bool = True
 
 
+WasDelivered = Callable[[AppendRequest], bool]
+"""Whether a message with this request's unique id (``Prop.UNIQ_KEY``) is already on its real
+topic: lets a strategy settle a delivery that was in doubt when the process died."""
+
+
 @attrs.frozen
 class DelayContext(PluginContext):
-    """PluginContext plus the store (for strategies that keep messages in it) and the write-back."""
+    """PluginContext plus the store (for strategies that keep messages in it) and the write-back.
+
+    ``deliver`` writes a due message to its real topic/queue. ``was_delivered`` answers, after a
+    crash, whether a delivery whose completion was not recorded did reach the store, so a restart
+    neither loses nor duplicates it.
+    """
 
     store: MessageStore | None = None
     deliver: Deliver | None = None
+    was_delivered: WasDelivered | None = None
 
 
 @runtime_checkable
