@@ -1,0 +1,140 @@
+"""CONSISTENT_HASH: RocketMQ's AllocateMessageQueueConsistentHash over its ConsistentHashRouter."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from typing import Any, Callable, ClassVar, Sequence
+
+import attrs
+
+from plugmq.core import AllocationCapabilities, AllocationError, MessageQueue
+from plugmq.plugins.alloc._common import check_inputs, take_params
+
+HashFunction = Callable[[str], int]
+
+DEFAULT_VIRTUAL_NODES = 10
+# Queue keys are hashed once per strategy object; a long-lived consumer sees the same queues
+# every rebalance. The bound only keeps a pathological caller from growing it forever.
+_QUEUE_HASH_CACHE_LIMIT = 200_000
+
+
+def md5_hash(key: str) -> int:
+    """RocketMQ's default ``MD5Hash``: first 4 digest bytes, big-endian, as an unsigned 32-bit.
+
+    Java's ``getBytes()`` turns a lone surrogate into "?", which is what "replace" does here.
+    """
+    digest = hashlib.md5(key.encode("utf-8", "replace")).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _checked(hash_function: HashFunction, key: str) -> int:
+    h = hash_function(key)
+    if isinstance(h, bool) or not isinstance(h, int):
+        raise AllocationError(f"CONSISTENT_HASH hash_function must return an int, got {h!r} for {key!r}")
+    return h
+
+
+@attrs.frozen
+class Ring:
+    """The sorted ring: ``hashes[i]`` is owned by ``owners[i]``."""
+
+    hashes: list[int]
+    owners: list[str]
+
+    def route(self, key_hash: int) -> str | None:
+        """The owner of the first entry with hash >= ``key_hash``, wrapping to the smallest."""
+        if not self.hashes:
+            return None
+        i = bisect.bisect_left(self.hashes, key_hash)
+        return self.owners[i if i < len(self.hashes) else 0]
+
+
+def build_ring(consumer_ids: Sequence[str], virtual_nodes: int, hash_function: HashFunction) -> Ring:
+    """Virtual nodes ``f"{cid}-{r}"`` added in list order; on a hash collision the later entry wins.
+
+    Like RocketMQ's ``addNode``, a node's replica numbers continue from the entries it already
+    owns on the ring, so an id listed twice gets r = v..2v-1 the second time (fewer if one of
+    its entries was overwritten by a collision, since RocketMQ counts the ring, not the calls).
+    """
+    ring: dict[int, str] = {}
+    owned: dict[str, int] = {}
+    for cid in consumer_ids:
+        existing = owned.get(cid, 0)
+        for r in range(existing, existing + virtual_nodes):
+            h = _checked(hash_function, f"{cid}-{r}")
+            previous = ring.get(h)
+            if previous is not None:
+                owned[previous] -= 1
+            ring[h] = cid
+            owned[cid] = owned.get(cid, 0) + 1
+    hashes = sorted(ring)
+    return Ring(hashes, [ring[h] for h in hashes])
+
+
+@attrs.define(eq=False)
+class ConsistentHash:
+    """Consumers as nodes with virtual nodes on an MD5 ring; a queue goes to the next node clockwise.
+
+    The ring depends only on the consumer list, so it is cached for the last list seen: every
+    consumer of a process, and every rebalance until membership changes, reuses it.
+    """
+
+    name: ClassVar[str] = "CONSISTENT_HASH"
+    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities()
+
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    hash_function: HashFunction = md5_hash
+    _ring_cache: tuple[tuple[str, ...], Ring] | None = attrs.field(default=None, init=False, repr=False)
+    _queue_hashes: dict[MessageQueue, int] = attrs.field(factory=dict, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.virtual_nodes, bool) or not isinstance(self.virtual_nodes, int):
+            raise AllocationError(
+                f"CONSISTENT_HASH parameter virtual_nodes must be an int, got {self.virtual_nodes!r}"
+            )
+        if self.virtual_nodes < 0:
+            raise AllocationError(f"illegal virtualNodeCnt :{self.virtual_nodes}")
+        if not callable(self.hash_function):
+            raise AllocationError(
+                "CONSISTENT_HASH parameter hash_function must be a callable(str) -> int, "
+                f"got {self.hash_function!r}"
+            )
+
+    def _ring(self, consumer_ids: Sequence[str]) -> Ring:
+        key = tuple(consumer_ids)
+        cached = self._ring_cache  # one read: another thread may replace it meanwhile
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        ring = build_ring(key, self.virtual_nodes, self.hash_function)
+        self._ring_cache = (key, ring)
+        return ring
+
+    def _queue_hash(self, queue: MessageQueue) -> int:
+        h = self._queue_hashes.get(queue)
+        if h is None:
+            if len(self._queue_hashes) >= _QUEUE_HASH_CACHE_LIMIT:
+                self._queue_hashes.clear()
+            h = _checked(self.hash_function, str(queue))
+            self._queue_hashes[queue] = h
+        return h
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_id: str,
+        all_queues: Sequence[MessageQueue],
+        all_consumer_ids: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
+            return []
+        ring = self._ring(all_consumer_ids)
+        return [q for q in all_queues if ring.route(self._queue_hash(q)) == current_id]
+
+
+def make_consistent_hash(**params: Any) -> ConsistentHash:
+    p = take_params(
+        ConsistentHash.name, params, {"virtual_nodes": DEFAULT_VIRTUAL_NODES, "hash_function": None}
+    )
+    hash_function = p["hash_function"] if p["hash_function"] is not None else md5_hash
+    return ConsistentHash(virtual_nodes=p["virtual_nodes"], hash_function=hash_function)
