@@ -60,6 +60,16 @@ def plugmq_declare() -> PluginDeclaration:
     """
 
 
+@hookspec
+def plugmq_configure(context: PluginContext) -> None:
+    """Receive the broker's context (options of every plugin, clock, data dir) before any factory.
+
+    Called once by the broker on every registered plugin right after options were validated.
+    Plugins without a factory (observers) read their options here with
+    ``context.options_for(<name>)``. Not firstresult; return value ignored.
+    """
+
+
 # -------------------------------------------------------------------------------------------------
 # storage family (exactly one per broker)
 # -------------------------------------------------------------------------------------------------

@@ -102,6 +102,9 @@ class Hooks:
             found[plugin_name] = declaration
         return found
 
+    def configure(self, context: PluginContext) -> None:
+        self._hook.plugmq_configure(context=context)
+
     # factories ----------------------------------------------------------------------------
     def make_store(self, context: PluginContext) -> MessageStore | None:
         return self._hook.plugmq_make_store(context=context)

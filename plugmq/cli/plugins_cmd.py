@@ -1,0 +1,92 @@
+"""``plugmq plugins`` and ``plugmq check-config``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import click
+from rich.console import Console
+from rich.table import Table
+
+from plugmq.core.errors import PlugmqError
+from plugmq.core.pluginmanager import installed_plugins
+
+
+def _capabilities_text(value: object) -> str:
+    if value is None:
+        return "-"
+    if attrs.has(type(value)):
+        return ", ".join(f"{k}={v}" for k, v in attrs.asdict(value).items())
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_capabilities_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins (entry-point group plugmq.plugins): family, version, capabilities."""
+    rows = []
+    for plugin in installed_plugins():
+        decl = plugin.declaration
+        rows.append({
+            "name": plugin.name,
+            "families": sorted(f.value for f in decl.families) if decl else [],
+            "version": plugin.version,
+            "distribution": plugin.distribution,
+            "capabilities": _capabilities_text(decl.capabilities) if decl else "-",
+            "error": plugin.error,
+        })
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="plugmq plugins (entry points in group plugmq.plugins)")
+    for column in ("name", "family", "version", "distribution", "capabilities"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        caps = row["capabilities"] if not row["error"] else f"[red]not loadable: {row['error']}[/red]"
+        table.add_row(row["name"], ", ".join(row["families"]) or "?", row["version"], row["distribution"], caps)
+    Console().print(table)
+
+
+@click.command("check-config")
+@click.argument("config_file", type=click.Path(path_type=Path))
+def check_config(config_file: Path) -> None:
+    """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written)."""
+    from plugmq.core.config import load_config
+    from plugmq.core.pluginmanager import build_options, load_plugins
+
+    errors: list[str] = []
+    try:
+        config = load_config(config_file)
+    except PlugmqError as exc:
+        raise click.ClickException(str(exc)) from exc
+    declarations = {}
+    try:
+        loaded = load_plugins(config.plugins, config_path=f"{config.source}: broker.plugins")
+        declarations = loaded.declarations
+    except PlugmqError as exc:
+        errors.append(str(exc))
+    for name, declaration in declarations.items():
+        try:
+            build_options(declaration, config.plugin_options.get(name), config_path=f"{config.source}: plugins.{name}")
+        except PlugmqError as exc:
+            errors.append(str(exc))
+    if errors:
+        for error in errors:
+            click.echo(f"error: {error}", err=True)
+        raise SystemExit(1)
+    table = Table(title=f"broker {config.name!r} from {config.source}")
+    table.add_column("plugin")
+    table.add_column("families")
+    table.add_column("options", overflow="fold")
+    for name, declaration in declarations.items():
+        table.add_row(name, ", ".join(sorted(f.value for f in declaration.families)),
+                      json.dumps(config.plugin_options.get(name, {})) or "{}")
+    console = Console()
+    console.print(table)
+    console.print(f"data_dir={config.data_dir} default_queue_count={config.default_queue_count} "
+                  f"auto_create_topic={config.auto_create_topic} max_message_size={config.max_message_size}")
+    console.print("[green]config OK[/green]")

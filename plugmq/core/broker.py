@@ -1,0 +1,383 @@
+"""The broker: assembled from a plugin list, routing every call through the chosen families."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import attrs
+import structlog
+
+from plugmq.core.clock import Clock, SystemClock
+from plugmq.core.config import DEFAULT_PLUGINS, BrokerConfig, load_config
+from plugmq.core.contracts import (
+    AllocateStrategyFactory,
+    DelayContext,
+    DelayScheduler,
+    Family,
+    Filter,
+    FilterCompiler,
+    MessageStore,
+    PluginContext,
+    TransactionContext,
+    TransactionService,
+)
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
+from plugmq.core.errors import (
+    ClientError,
+    DelayUnsupportedError,
+    FilterSyntaxError,
+    PluginError,
+    TopicError,
+    ValidationError,
+)
+from plugmq.core.hashing import tags_code
+from plugmq.core.message import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    Message,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+    StoredMessage,
+    check_body_size,
+    new_unique_id,
+)
+from plugmq.core.names import Prop, is_system_topic, validate_topic
+from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
+from plugmq.core.topics import TopicTable
+
+__all__ = ["Broker"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_PULL_SCAN_FACTOR = 16  # entries scanned per wanted message before a filtered pull gives up
+
+
+class Broker:
+    """One broker: a store, optional delay and transaction services, filters and strategies.
+
+    Build it with :meth:`open` or :meth:`from_config`; use it as a context manager or call
+    :meth:`close`, which stops background services and flushes the store.
+    """
+
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None,
+                 plugin_objects: Mapping[str, object] | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self.clock: Clock = clock or SystemClock()
+        self.data_dir = Path(config.data_dir)
+        self._closed = False
+        self._lock = threading.Lock()
+        self.plugins: LoadedPlugins = load_plugins(
+            config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
+        )
+        options = {
+            name: build_options(decl, config.plugin_options.get(name), config_path=f"{config.source}: plugins.{name}")
+            for name, decl in self.plugins.declarations.items()
+        }
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        base = dict(broker_name=self.name, data_dir=self.data_dir, clock=self.clock,
+                    store_host=config.store_host, max_message_size=config.max_message_size, options=options)
+        hooks = self.plugins.hooks
+        hooks.configure(PluginContext(**base))
+        store = hooks.make_store(PluginContext(**base))
+        if store is None:
+            raise PluginError(f"storage plugin {self.plugins.with_family(Family.STORAGE)} returned no store")
+        self.store: MessageStore = store
+        try:
+            self.filters: dict[str, FilterCompiler] = hooks.filter_compilers()
+            self.strategies: dict[str, AllocateStrategyFactory] = hooks.allocate_strategies()
+            self.topics = TopicTable(self._broker_dir() / "topics.json", self.store.queues())
+            self.delay: DelayScheduler | None = None
+            if self.plugins.with_family(Family.DELAY):
+                self.delay = hooks.make_delay_scheduler(DelayContext(
+                    **base, store=self.store, deliver=self._deliver, was_delivered=self._was_delivered))
+            self.transactions: TransactionService | None = None
+            if self.plugins.with_family(Family.TRANSACTION):
+                self.transactions = hooks.make_transaction_service(
+                    TransactionContext(**base, store=self.store, deliver=self._deliver))
+            if self.delay is not None:
+                self.delay.start()
+            if self.transactions is not None:
+                self.transactions.start()
+        except BaseException:
+            self._close_services()
+            raise
+        log.info("broker started", broker=self.name, plugins=list(config.plugins), data_dir=str(self.data_dir))
+        hooks.broker_started(self.name)
+
+    # ------------------------------------------------------------------------------ assembly
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | Path = "./data",
+        *,
+        plugins: Sequence[str] | None = None,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        clock: Clock | None = None,
+        name: str = "broker-a",
+        plugin_objects: Mapping[str, object] | None = None,
+        **broker_settings: Any,
+    ) -> Broker:
+        """Assemble a broker in ``data_dir`` from plugin names (default set when None)."""
+        mapping: dict[str, Any] = {
+            "broker": {"name": name, "data_dir": str(data_dir),
+                       "plugins": list(plugins if plugins is not None else DEFAULT_PLUGINS), **broker_settings},
+            "plugins": dict(options or {}),
+        }
+        return cls(load_config(mapping), clock=clock, plugin_objects=plugin_objects)
+
+    @classmethod
+    def from_config(cls, source: str | Path | Mapping[str, Any], *, clock: Clock | None = None) -> Broker:
+        """Assemble a broker from a TOML file path or an equivalent mapping."""
+        return cls(load_config(source), clock=clock)
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _broker_dir(self) -> Path:
+        path = self.data_dir / "broker"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # ------------------------------------------------------------------------------ topics
+    def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
+        """Create (or grow) a topic; returns its queues."""
+        count = self.topics.ensure(topic, queue_count or self.config.default_queue_count)
+        return [MessageQueue(topic, self.name, i) for i in range(count)]
+
+    def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
+        """The queues of ``topic``; auto-creates it when allowed, else TopicError naming it."""
+        validate_topic(topic)
+        count = self.topics.get(topic)
+        if count is None:
+            if create if create is not None else self.config.auto_create_topic:
+                return self.create_topic(topic)
+            raise TopicError(
+                f"topic {topic!r} does not exist and auto_create_topic is off; "
+                f"create it with broker.create_topic({topic!r}, queue_count)"
+            )
+        return [MessageQueue(topic, self.name, i) for i in range(count)]
+
+    # ------------------------------------------------------------------------------ sending
+    def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
+                      extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
+                      born_host: str = "127.0.0.1:0") -> AppendRequest:
+        """Turn a producer's Message into the store's request (system properties filled in)."""
+        check_body_size(message.body, self.config.max_message_size, topic=message.topic)
+        props = dict(message.properties)
+        if message.tags is not None:
+            props[Prop.TAGS] = message.tags
+        if message.keys:
+            props[Prop.KEYS] = " ".join(message.keys)
+        props.setdefault(Prop.UNIQ_KEY, new_unique_id())
+        if extra_properties:
+            props.update(extra_properties)
+        return AppendRequest(
+            topic=message.topic, queue_id=queue_id, body=message.body, properties=props,
+            tags_code=tags_code(message.tags), born_timestamp_ms=self.clock.now_ms(), born_host=born_host,
+            reconsume_times=reconsume_times, sys_flag=sys_flag,
+        )
+
+    def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
+            reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None) -> SendResult:
+        """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin)."""
+        self._check_open()
+        if is_system_topic(message.topic) and not allow_system_topic:
+            raise TopicError(f"topic {message.topic!r} is a system topic; producers may not send to it")
+        queues = self.topic_queues(message.topic)
+        if not 0 <= queue_id < len(queues):
+            raise ValidationError(f"queue id {queue_id} is out of range for topic {message.topic!r} "
+                                  f"({len(queues)} queues)")
+        request = self.build_request(message, queue_id, reconsume_times=reconsume_times,
+                                     extra_properties=extra_properties)
+        if message.is_delayed:
+            result = self._schedule(message, request)
+        else:
+            result = self.store.append(request)
+            self._emit_stored(result)
+        return self._send_result(result, request, queues[queue_id])
+
+    def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
+        """Store several messages of one topic on one queue in one store batch."""
+        self._check_open()
+        if not messages:
+            raise ValidationError("a batch needs at least one message")
+        topic = messages[0].topic
+        total = 0
+        for i, message in enumerate(messages):
+            if message.topic != topic:
+                raise ValidationError(f"batch message {i} has topic {message.topic!r}; "
+                                      f"every message of a batch must have topic {topic!r}")
+            if message.is_delayed:
+                raise ValidationError(f"batch message {i} is delayed; delayed messages cannot be batched")
+            total += len(message.body)
+        if total > self.config.max_message_size:
+            raise ValidationError(f"batch bodies total {total} bytes; the limit is {self.config.max_message_size}")
+        if is_system_topic(topic):
+            raise TopicError(f"topic {topic!r} is a system topic; producers may not send to it")
+        queues = self.topic_queues(topic)
+        if not 0 <= queue_id < len(queues):
+            raise ValidationError(f"queue id {queue_id} is out of range for topic {topic!r}")
+        requests = [self.build_request(m, queue_id) for m in messages]
+        results = self.store.append_batch(requests)
+        for result in results:
+            self._emit_stored(result)
+        return [self._send_result(r, q, queues[queue_id]) for r, q in zip(results, requests)]
+
+    def _send_result(self, result: AppendResult, request: AppendRequest, queue: MessageQueue) -> SendResult:
+        status = SendStatus.SEND_OK if result.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
+        return SendResult(status=status, msg_id=result.msg_id, unique_id=request.properties[Prop.UNIQ_KEY],
+                          queue=queue, queue_offset=result.queue_offset)
+
+    def _schedule(self, message: Message, request: AppendRequest) -> AppendResult:
+        if self.delay is None:
+            serving = installed_of_family(Family.DELAY)
+            raise DelayUnsupportedError(
+                f"message to {message.topic!r} asks for a delay but broker {self.name!r} has no delay plugin; "
+                f"add one of {', '.join(serving) or 'delay_level, delay_wheel, delay_schedule'} to broker.plugins"
+            )
+        levels = self.delay.capabilities.levels_ms or DEFAULT_DELAY_LEVELS_MS
+        level = message.delay_level
+        if level is not None:
+            deliver_at = self.clock.now_ms() + levels[min(level, len(levels)) - 1]
+        else:
+            assert message.deliver_at_ms is not None
+            deliver_at = message.deliver_at_ms
+        extra = {Prop.DELAY_LEVEL: str(level)} if level is not None else {Prop.DELIVER_AT_MS: str(deliver_at)}
+        request = attrs.evolve(request, properties={**request.properties, **extra})
+        return self.delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level)
+
+    def _deliver(self, request: AppendRequest) -> AppendResult:
+        """Write-back used by the delay and transaction services: a normal message on its topic."""
+        self.topics.ensure(request.topic, request.queue_id + 1)
+        result = self.store.append(request)
+        self._emit_stored(result)
+        return result
+
+    def _was_delivered(self, request: AppendRequest) -> bool:
+        unique = request.properties.get(Prop.UNIQ_KEY)
+        if not unique:
+            return False
+        return any(m.unique_id == unique for m in self.store.query_by_key(request.topic, unique, max_results=8))
+
+    def _emit_stored(self, result: AppendResult) -> None:
+        if self.plugins.hooks.has_observers:
+            stored = self.store.read(result.commit_log_offset, result.size)
+            if stored is not None:
+                self.plugins.hooks.message_stored(self.name, stored)
+
+    def cancel_delayed(self, msg_id: str) -> bool:
+        """Cancel a not-yet-due delayed message by the msg_id its send returned."""
+        self._check_open()
+        if self.delay is None:
+            raise DelayUnsupportedError(f"broker {self.name!r} has no delay plugin; nothing to cancel")
+        if not self.delay.capabilities.cancel:
+            plugin = self.plugins.with_family(Family.DELAY)[0]
+            raise DelayUnsupportedError(
+                f"delay plugin {plugin!r} cannot cancel delayed messages; use delay_wheel or delay_schedule"
+            )
+        return self.delay.cancel(msg_id)
+
+    # ------------------------------------------------------------------------------ consuming
+    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
+        """Compile a subscription with this broker's filter plugins."""
+        compiler = self.filters.get(expression_type.upper())
+        if compiler is None:
+            raise FilterSyntaxError(
+                f"no filter plugin for expression type {expression_type!r} in broker {self.name!r}; "
+                f"available: {', '.join(sorted(self.filters)) or 'none (add filter_tag / filter_sql)'}",
+                expression=expression,
+            )
+        return compiler.compile(expression)
+
+    def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32,
+             subscription: Filter | None = None, *, consumer_group: str = "") -> PullResult:
+        """Read up to ``max_nums`` matching messages from ``offset`` of ``queue``.
+
+        The subscription's pre-check runs on consume-queue entries first, so entries it rejects
+        never cost a commit-log read; the exact check then runs on the message.
+        """
+        self._check_open()
+        if max_nums < 1:
+            raise ValidationError(f"max_nums must be >= 1, got {max_nums}")
+        store = self.store
+        low, high = store.min_offset(queue.topic, queue.queue_id), store.max_offset(queue.topic, queue.queue_id)
+        if offset < low or offset > high:
+            nxt = low if offset < low else high
+            return PullResult(PullStatus.OFFSET_ILLEGAL, (), nxt, low, high)
+        if offset == high:
+            return PullResult(PullStatus.NO_NEW_MSG, (), offset, low, high)
+        found: list[StoredMessage] = []
+        budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
+        next_offset = offset
+        while len(found) < max_nums and budget > 0 and next_offset < high:
+            entries = store.read_queue(queue.topic, queue.queue_id, next_offset, min(budget, 256))
+            if not entries:
+                break
+            for entry in entries:
+                next_offset = entry.queue_offset + 1
+                budget -= 1
+                if subscription is not None and not subscription.precheck(entry):
+                    continue
+                message = store.read(entry.commit_log_offset, entry.size)
+                if message is None:
+                    continue
+                if subscription is not None and not subscription.matches(message.properties, message.tags):
+                    continue
+                found.append(message)
+                if len(found) >= max_nums:
+                    break
+        if consumer_group and found and self.plugins.hooks.has_observers:
+            for message in found:
+                self.plugins.hooks.message_delivered(self.name, consumer_group, message)
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, tuple(found), next_offset, low, high)
+
+    # ------------------------------------------------------------------------------ queries
+    def query_by_id(self, msg_id: str) -> StoredMessage | None:
+        return self.store.query_by_id(msg_id)
+
+    def query_by_key(self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0,
+                     end_ms: int | None = None) -> list[StoredMessage]:
+        validate_topic(topic)
+        return self.store.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms)
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        return self.store.offset_for_timestamp(queue.topic, queue.queue_id, timestamp_ms)
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        return self.store.min_offset(queue.topic, queue.queue_id)
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        return self.store.max_offset(queue.topic, queue.queue_id)
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientError(f"broker {self.name!r} is closed")
+
+    def _close_services(self) -> None:
+        for service in (getattr(self, "transactions", None), getattr(self, "delay", None)):
+            if service is not None:
+                service.close()
+        self.store.close()
+
+    def close(self) -> None:
+        """Stop background services, persist their state, flush and close the store. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.plugins.hooks.broker_stopping(self.name)
+        self._close_services()
+        log.info("broker closed", broker=self.name)
+
