@@ -67,6 +67,8 @@ def plugmq_configure(context: PluginContext) -> None:
     Called once by the broker on every registered plugin right after options were validated.
     Plugins without a factory (observers) read their options here with
     ``context.options_for(<name>)``. Not firstresult; return value ignored.
+
+    :param context: broker name, data dir, clock and the validated options of every plugin.
     """
 
 
@@ -171,7 +173,8 @@ def plugmq_make_transaction_service(context: TransactionContext) -> TransactionS
 def plugmq_broker_started(broker_name: str) -> None:
     """The broker finished assembly and started its services.
 
-    Called once by ``Broker`` at the end of ``open``. Not firstresult; return value ignored.
+    Called once by the broker at the end of its assembly (``Broker.open`` / ``from_config``).
+    Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     """
@@ -179,9 +182,12 @@ def plugmq_broker_started(broker_name: str) -> None:
 
 @hookspec
 def plugmq_broker_stopping(broker_name: str) -> None:
-    """The broker is about to stop its services and flush (start of ``close``).
+    """The broker is about to stop its services and flush.
 
+    Called once by the broker at the start of ``close``, while the store is still open.
     Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
     """
 
 
@@ -192,15 +198,21 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
     Called by the broker after the store returned, in the storing thread; keep it cheap.
     Not firstresult; return value ignored.
 
+    :param broker_name: the broker's configured name.
     :param message: the stored message, with its queue offset and message id.
     """
 
 
 @hookspec
 def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
-    """A message was handed to a consumer of ``consumer_group`` (pull result or push listener).
+    """A message was handed to a consumer (pull result or push listener).
 
+    Called by the broker for each message a pull returns to a named consumer group.
     Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group the consumer belongs to.
+    :param message: the delivered message.
     """
 
 
@@ -208,10 +220,15 @@ def plugmq_message_delivered(broker_name: str, consumer_group: str, message: Sto
 def plugmq_message_retried(
     broker_name: str, consumer_group: str, message: StoredMessage, reconsume_times: int
 ) -> None:
-    """A consumer asked to reconsume ``message`` later; it goes to the group's retry topic.
+    """A consumer asked to reconsume a message later; it goes to the group's retry topic.
 
+    Called by the broker's consumer code when a listener returns RECONSUME_LATER (or raises),
+    after the retry copy was accepted. Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group whose listener failed.
+    :param message: the message as it was consumed.
     :param reconsume_times: how many times it will have been reconsumed after this retry.
-    Not firstresult; return value ignored.
     """
 
 
@@ -219,5 +236,10 @@ def plugmq_message_retried(
 def plugmq_message_dead_lettered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
     """A message exhausted its retries and was moved to ``%DLQ%<group>``.
 
+    Called by the broker's consumer code after the dead-letter copy was stored.
     Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group that gave up on the message.
+    :param message: the message as it was last consumed.
     """
