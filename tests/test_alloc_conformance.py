@@ -70,3 +70,53 @@ class TestConfigConformance(AllocationConformance):
             "CONFIG does no input checks: like RocketMQ's AllocateMessageQueueByConfig it returns its "
             "configured list to any caller"
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# The clauses catch broken strategies (so a passing subclass above means something).
+# ----------------------------------------------------------------------------------------------
+
+
+class _Broken:
+    name = "BROKEN"
+    instances = 0
+
+    def __init__(self, how: str) -> None:
+        _Broken.instances += 1
+        self.serial = _Broken.instances
+        self.how = how
+        self.capabilities = CAPABILITIES["AVG"]
+        self.calls = 0
+
+    def allocate(self, consumer_group, current_id, all_queues, all_consumer_ids):
+        self.calls += 1
+        if self.how == "everyone_gets_all":
+            return list(all_queues)
+        if self.how == "per_instance":
+            # Depends on which object answers: members disagree.
+            return list(all_queues) if current_id == all_consumer_ids[self.serial % len(all_consumer_ids)] else []
+        if self.how == "changes_over_time":
+            return list(all_queues) if self.calls % 2 and current_id == all_consumer_ids[0] else []
+        if self.how == "sorts_input":
+            all_queues.sort(reverse=True)
+            return list(all_queues) if current_id == all_consumer_ids[0] else []
+        if self.how == "feeds_outsiders":
+            return list(all_queues) if current_id not in all_consumer_ids[1:] else []
+        raise AssertionError(self.how)
+
+
+@pytest.mark.parametrize(
+    ("how", "clause"),
+    [
+        ("everyone_gets_all", "test_every_queue_assigned_exactly_once"),
+        ("everyone_gets_all", "test_more_consumers_than_queues"),
+        ("per_instance", "test_all_consumers_compute_the_same_assignment"),
+        ("changes_over_time", "test_deterministic_and_leaves_input_alone"),
+        ("sorts_input", "test_deterministic_and_leaves_input_alone"),
+        ("feeds_outsiders", "test_consumer_not_in_list_gets_nothing"),
+    ],
+)
+def test_clause_fails_for_a_broken_strategy(how: str, clause: str) -> None:
+    fixture = ("BROKEN", lambda: _Broken(how), CAPABILITIES["AVG"])
+    with pytest.raises(AssertionError):
+        getattr(AllocationConformance(), clause)(allocation_strategy_factory=fixture)
