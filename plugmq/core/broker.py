@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import attrs
 import structlog
@@ -47,9 +47,15 @@ from plugmq.core.message import (
     check_body_size,
     new_unique_id,
 )
-from plugmq.core.names import Prop, is_system_topic, validate_topic
+from plugmq.core.names import Prop, dlq_topic, is_system_topic, retry_topic, validate_group, validate_topic
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
+from plugmq.core.groups import GroupRegistry
+from plugmq.core.offsets import OffsetStore
 from plugmq.core.topics import TopicTable
+
+if TYPE_CHECKING:
+    from plugmq.core.consumer import PullConsumer, PushConsumer
+    from plugmq.core.producer import Producer
 
 __all__ = ["Broker"]
 
@@ -73,6 +79,9 @@ class Broker:
         self.data_dir = Path(config.data_dir)
         self._closed = False
         self._lock = threading.Lock()
+        self._arrivals = threading.Condition()
+        self._consumers: list[PushConsumer] = []
+        self._offset_stores: dict[str, OffsetStore] = {}
         self.plugins: LoadedPlugins = load_plugins(
             config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
         )
@@ -92,7 +101,8 @@ class Broker:
         try:
             self.filters: dict[str, FilterCompiler] = hooks.filter_compilers()
             self.strategies: dict[str, AllocateStrategyFactory] = hooks.allocate_strategies()
-            self.topics = TopicTable(self._broker_dir() / "topics.json", self.store.queues())
+            self.topics = TopicTable(self.broker_dir / "topics.json", self.store.queues())
+            self.groups = GroupRegistry(self.clock, config.heartbeat_timeout_s, self.topic_queues)
             self.delay: DelayScheduler | None = None
             if self.plugins.with_family(Family.DELAY):
                 self.delay = hooks.make_delay_scheduler(DelayContext(
@@ -143,7 +153,9 @@ class Broker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _broker_dir(self) -> Path:
+    @property
+    def broker_dir(self) -> Path:
+        """Where the broker keeps its own state (topics, consumer offsets)."""
         path = self.data_dir / "broker"
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -204,6 +216,7 @@ class Broker:
         else:
             result = self.store.append(request)
             self._emit_stored(result)
+            self.wake_consumers()
         return self._send_result(result, request, queues[queue_id])
 
     def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
@@ -231,6 +244,7 @@ class Broker:
         results = self.store.append_batch(requests)
         for result in results:
             self._emit_stored(result)
+        self.wake_consumers()
         return [self._send_result(r, q, queues[queue_id]) for r, q in zip(results, requests)]
 
     def _send_result(self, result: AppendResult, request: AppendRequest, queue: MessageQueue) -> SendResult:
@@ -261,13 +275,15 @@ class Broker:
         self.topics.ensure(request.topic, request.queue_id + 1)
         result = self.store.append(request)
         self._emit_stored(result)
+        self.wake_consumers()
         return result
 
     def _was_delivered(self, request: AppendRequest) -> bool:
         unique = request.properties.get(Prop.UNIQ_KEY)
         if not unique:
             return False
-        return any(m.unique_id == unique for m in self.store.query_by_key(request.topic, unique, max_results=8))
+        return any(m.unique_id == unique and m.reconsume_times == request.reconsume_times
+                   for m in self.store.query_by_key(request.topic, unique, max_results=64))
 
     def _emit_stored(self, result: AppendResult) -> None:
         if self.plugins.hooks.has_observers:
@@ -342,6 +358,95 @@ class Broker:
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), next_offset, low, high)
 
+    # ------------------------------------------------------------------------------ clients
+    def producer(self, group: str, **options: Any) -> Producer:
+        """A producer for ``group`` (sync, async, one-way and batch sends)."""
+        from plugmq.core.producer import Producer
+
+        self._check_open()
+        return Producer(self, group, **options)
+
+    def push_consumer(self, group: str, listener: Callable[[list[StoredMessage]], Any], **options: Any) -> PushConsumer:
+        """A push consumer of ``group``; call ``subscribe(...)`` then ``start()``."""
+        from plugmq.core.consumer import PushConsumer
+
+        self._check_open()
+        return PushConsumer(self, group, listener, **options)
+
+    def pull_consumer(self, group: str) -> PullConsumer:
+        from plugmq.core.consumer import PullConsumer
+
+        self._check_open()
+        return PullConsumer(self, group)
+
+    def offsets(self, group: str) -> OffsetStore:
+        """The broker-kept offsets of a clustering group (one atomically rewritten file)."""
+        validate_group(group)
+        with self._lock:
+            if group not in self._offset_stores:
+                self._offset_stores[group] = OffsetStore.for_group(self.broker_dir, group)
+            return self._offset_stores[group]
+
+    def register_consumer(self, consumer: PushConsumer) -> None:
+        with self._lock:
+            self._consumers.append(consumer)
+
+    def unregister_consumer(self, consumer: PushConsumer) -> None:
+        with self._lock:
+            if consumer in self._consumers:
+                self._consumers.remove(consumer)
+
+    def wake_consumers(self) -> None:
+        """Tell waiting push consumers that messages arrived (long polling)."""
+        if self._consumers:
+            with self._arrivals:
+                self._arrivals.notify_all()
+
+    def wait_for_messages(self, timeout: float) -> None:
+        with self._arrivals:
+            self._arrivals.wait(timeout)
+
+    def send_back(self, message: StoredMessage, group: str, max_reconsume_times: int) -> SendResult:
+        """A consumer gave up on ``message`` for now: retry it later, or dead-letter it.
+
+        RocketMQ's rule: with ``reconsume_times`` below the maximum the copy goes to
+        ``%RETRY%<group>`` with delay level ``3 + reconsume_times`` (10 s, 30 s, 1 min, ... 2 h)
+        and ``reconsume_times + 1``; otherwise to ``%DLQ%<group>``.
+        """
+        if message.reconsume_times >= max_reconsume_times:
+            return self.dead_letter(message, group)
+        topic = retry_topic(group)
+        self.topics.ensure(topic, 1)
+        copy = Message(topic, message.body, tags=message.tags, keys=message.keys,
+                       properties=message.user_properties, delay_level=3 + message.reconsume_times)
+        result = self.put(copy, 0, allow_system_topic=True, reconsume_times=message.reconsume_times + 1,
+                          extra_properties=self._lineage(message, message.reconsume_times + 1))
+        self.plugins.hooks.message_retried(self.name, group, message, message.reconsume_times + 1)
+        return result
+
+    def dead_letter(self, message: StoredMessage, group: str) -> SendResult:
+        """Move ``message`` to ``%DLQ%<group>`` (stored as a normal message there, never dropped)."""
+        topic = dlq_topic(group)
+        self.topics.ensure(topic, 1)
+        copy = Message(topic, message.body, tags=message.tags, keys=message.keys, properties=message.user_properties)
+        result = self.put(copy, 0, allow_system_topic=True, reconsume_times=message.reconsume_times,
+                          extra_properties=self._lineage(message, message.reconsume_times))
+        log.warning("message dead-lettered", group=group, topic=message.topic, msg_id=message.msg_id,
+                    reconsume_times=message.reconsume_times)
+        self.plugins.hooks.message_dead_lettered(self.name, group, message)
+        return result
+
+    @staticmethod
+    def _lineage(message: StoredMessage, reconsume_times: int) -> dict[str, str]:
+        lineage = {
+            Prop.RETRY_TOPIC: message.properties.get(Prop.RETRY_TOPIC, message.topic),
+            Prop.ORIGIN_MESSAGE_ID: message.properties.get(Prop.ORIGIN_MESSAGE_ID, message.msg_id),
+            Prop.RECONSUME_TIME: str(reconsume_times),
+        }
+        if message.unique_id:
+            lineage[Prop.UNIQ_KEY] = message.unique_id
+        return lineage
+
     # ------------------------------------------------------------------------------ queries
     def query_by_id(self, msg_id: str) -> StoredMessage | None:
         return self.store.query_by_id(msg_id)
@@ -378,6 +483,11 @@ class Broker:
                 return
             self._closed = True
         self.plugins.hooks.broker_stopping(self.name)
+        for consumer in list(self._consumers):
+            consumer.shutdown()
+        for offsets in self._offset_stores.values():
+            offsets.persist()
+        self.groups.close()
         self._close_services()
         log.info("broker closed", broker=self.name)
 

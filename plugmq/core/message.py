@@ -340,7 +340,7 @@ _uniq_prefix = os.urandom(4).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
 
 
 def new_unique_id() -> str:
-    """A client-side unique message id (RocketMQ's UNIQ_KEY shape: 32 hex digits)."""
+    """A client-side unique message id: 28 hex digits (random prefix + pid + seconds + counter)."""
     global _uniq_counter
     with _uniq_lock:
         _uniq_counter = (_uniq_counter + 1) & 0xFFFF_FFFF

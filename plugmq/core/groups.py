@@ -1,0 +1,149 @@
+"""Consumer-group membership on the broker: registration, heartbeats on the clock, rebalance.
+
+Every member recomputes its queues with the group's strategy over RocketMQ-sorted inputs. In one
+process the rebalance of a group runs under one lock in two phases — every member first releases
+(committing offsets) the queues it loses, then takes the ones it gains — so a queue is never
+consumed by two members at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import structlog
+
+from plugmq.core.clock import Clock, Timer
+from plugmq.core.message import MessageQueue
+from plugmq.core.rebalance_order import rocketmq_sorted
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["GroupMember", "GroupRegistry"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+
+class GroupMember(Protocol):
+    """What the registry needs of a clustering consumer."""
+
+    group: str
+    client_id: str
+
+    def topics_to_balance(self) -> list[str]: ...
+
+    def target_queues(self, topic: str, queues: list[MessageQueue], members: list[str]) -> list[MessageQueue]: ...
+
+    def release_queues(self, queues: set[MessageQueue]) -> None: ...
+
+    def take_queues(self, queues: set[MessageQueue]) -> None: ...
+
+    def owned_queues(self) -> set[MessageQueue]: ...
+
+
+@attrs.define
+class _Membership:
+    member: GroupMember
+    last_heartbeat: float
+
+
+class GroupRegistry:
+    """Members of every clustering group of one broker."""
+
+    def __init__(self, clock: Clock, heartbeat_timeout_s: float, queues_of: object) -> None:
+        self._clock = clock
+        self._timeout = heartbeat_timeout_s
+        self._queues_of = queues_of  # callable(topic) -> list[MessageQueue]
+        self._lock = threading.RLock()
+        self._groups: dict[str, dict[str, _Membership]] = {}
+        self._expiry: Timer | None = None
+        self.rebalances = 0
+
+    def register(self, member: GroupMember) -> None:
+        with self._lock:
+            group = self._groups.setdefault(member.group, {})
+            group[member.client_id] = _Membership(member, self._clock.now())
+            log.info("consumer joined", group=member.group, client=member.client_id, members=len(group))
+            self._arm_expiry()
+            self.rebalance(member.group)
+
+    def unregister(self, member: GroupMember) -> None:
+        with self._lock:
+            group = self._groups.get(member.group, {})
+            if group.pop(member.client_id, None) is None:
+                return
+            member.release_queues(member.owned_queues())
+            log.info("consumer left", group=member.group, client=member.client_id, members=len(group))
+            self.rebalance(member.group)
+
+    def heartbeat(self, group: str, client_id: str) -> bool:
+        """Record a heartbeat; False if the member was already dropped (it must register again)."""
+        with self._lock:
+            membership = self._groups.get(group, {}).get(client_id)
+            if membership is None:
+                return False
+            membership.last_heartbeat = self._clock.now()
+            return True
+
+    def members(self, group: str) -> list[str]:
+        with self._lock:
+            return list(self._groups.get(group, {}))
+
+    def expire(self) -> list[str]:
+        """Drop members whose last heartbeat is older than the timeout; rebalance their groups."""
+        dropped = []
+        with self._lock:
+            now = self._clock.now()
+            for group_name, group in self._groups.items():
+                stale = [cid for cid, m in group.items() if now - m.last_heartbeat > self._timeout]
+                for cid in stale:
+                    membership = group.pop(cid)
+                    membership.member.release_queues(membership.member.owned_queues())
+                    log.warning("consumer missed heartbeats; dropped", group=group_name, client=cid,
+                                silent_s=round(now - membership.last_heartbeat, 3))
+                    dropped.append(cid)
+                if stale:
+                    self.rebalance(group_name)
+        return dropped
+
+    def _arm_expiry(self) -> None:
+        if self._expiry is None or self._expiry.fired or self._expiry.cancelled:
+            self._expiry = self._clock.call_later(self._timeout / 4, self._expiry_tick)
+
+    def _expiry_tick(self) -> None:
+        self.expire()
+        with self._lock:
+            self._expiry = None
+            if any(self._groups.values()):
+                self._arm_expiry()
+
+    def rebalance(self, group: str) -> None:
+        """Recompute every member's queues; release everything lost before anything is taken."""
+        with self._lock:
+            members = [m.member for m in self._groups.get(group, {}).values()]
+            if not members:
+                return
+            self.rebalances += 1
+            ids = [m.client_id for m in members]
+            plans: dict[str, set[MessageQueue]] = {}
+            for member in members:
+                target: set[MessageQueue] = set()
+                for topic in member.topics_to_balance():
+                    queues, sorted_ids = rocketmq_sorted(self._queues_of(topic), ids)  # type: ignore[operator]
+                    target.update(member.target_queues(topic, queues, sorted_ids))
+                plans[member.client_id] = target
+            for member in members:
+                lost = member.owned_queues() - plans[member.client_id]
+                if lost:
+                    member.release_queues(lost)
+            for member in members:
+                gained = plans[member.client_id] - member.owned_queues()
+                if gained:
+                    member.take_queues(gained)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._expiry is not None:
+                self._expiry.cancel()

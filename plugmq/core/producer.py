@@ -1,0 +1,107 @@
+"""Producers: ``broker.producer(group)`` — sync, async, one-way and batch sends, queue selection."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import structlog
+
+from plugmq.core.errors import ClientError, ValidationError
+from plugmq.core.message import Message, MessageQueue, SendResult
+from plugmq.core.names import validate_group
+
+if TYPE_CHECKING:
+    from plugmq.core.broker import Broker
+
+__all__ = ["Producer", "QueueSelector"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+"""RocketMQ's MessageQueueSelector: (topic's queues, message, arg) -> the queue to use."""
+
+
+class Producer:
+    """Sends messages for one producer group. Thread-safe; ``close()`` waits for async sends."""
+
+    def __init__(self, broker: Broker, group: str, *, async_threads: int = 2) -> None:
+        self.broker = broker
+        self.group = validate_group(group)
+        self._counter = itertools.count()
+        self._executor = ThreadPoolExecutor(max_workers=async_threads, thread_name_prefix=f"plugmq-send-{group}")
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientError(f"producer of group {self.group!r} is closed")
+
+    def _choose(self, message: Message, selector: QueueSelector | None, arg: Any) -> MessageQueue:
+        queues = self.broker.topic_queues(message.topic)
+        if selector is None:
+            return queues[next(self._counter) % len(queues)]
+        chosen = selector(queues, message, arg)
+        if chosen not in queues:
+            raise ValidationError(f"queue selector returned {chosen}, which is not a queue of topic {message.topic!r}")
+        return chosen
+
+    def send(self, message: Message, *, selector: QueueSelector | None = None, arg: Any = None) -> SendResult:
+        """Store ``message`` and return where it went. Round robin over the topic's queues unless
+        a ``selector`` picks the queue (ordered messages: e.g. ``order_id % len(queues)``)."""
+        self._check_open()
+        queue = self._choose(message, selector, arg)
+        return self.broker.put(message, queue.queue_id)
+
+    def send_async(self, message: Message, callback: Callable[[SendResult | None, BaseException | None], None]
+                   | None = None, *, selector: QueueSelector | None = None, arg: Any = None) -> Future[SendResult]:
+        """Send on the producer's thread pool; the future holds the SendResult or the error.
+
+        ``callback(result, error)`` runs when the send finished (exactly one of them is None).
+        """
+        self._check_open()
+        future = self._executor.submit(self.send, message, selector=selector, arg=arg)
+        if callback is not None:
+            def done(f: Future[SendResult]) -> None:
+                error = f.exception()
+                callback(None if error else f.result(), error)
+
+            future.add_done_callback(done)
+        return future
+
+    def send_oneway(self, message: Message, *, selector: QueueSelector | None = None, arg: Any = None) -> None:
+        """Fire and forget: errors are logged, never raised (RocketMQ's sendOneway)."""
+        self._check_open()
+
+        def send() -> None:
+            try:
+                self.send(message, selector=selector, arg=arg)
+            except Exception as exc:
+                log.warning("one-way send failed", topic=message.topic, group=self.group, error=str(exc))
+
+        self._executor.submit(send)
+
+    def send_batch(self, messages: Sequence[Message], *, selector: QueueSelector | None = None,
+                   arg: Any = None) -> list[SendResult]:
+        """Send messages of one topic together to one queue (total body <= the broker's limit,
+        no delayed messages); each rule broken is a ValidationError before anything is stored."""
+        self._check_open()
+        if not messages:
+            raise ValidationError("send_batch needs at least one message")
+        queue = self._choose(messages[0], selector, arg)
+        return self.broker.put_batch(list(messages), queue.queue_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
