@@ -6,7 +6,8 @@ they get the lock. With sync flush, N concurrent writers thus pay for one fsync,
 offsets are assigned in one place, in queue order. No extra thread: a lone writer commits its
 own batch at once.
 
-store_rocks keeps a byte-identical copy of this module: plugins may not import each other.
+store_lmdb and store_rocks each keep an identical copy of this module: plugins may not
+import each other.
 """
 
 from __future__ import annotations
