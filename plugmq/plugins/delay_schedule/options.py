@@ -1,0 +1,85 @@
+"""Options of the ``delay_schedule`` plugin (the ``[plugins.delay_schedule]`` table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from plugmq.core import ConfigError, validate_topic
+
+__all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "TWO_YEARS_MS", "DelayScheduleOptions"]
+
+#: QMQ's design limit ("最大支持两年", seed 001): about two years of schedule segments.
+TWO_YEARS_MS = 2 * 365 * 86_400_000
+DEFAULT_DEAD_LETTER_TOPIC = "%DLQ%DELAY_SCHEDULE"
+
+
+def _int_between(low: int, high: int) -> Any:
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"plugins.delay_schedule.{attr.name} must be an integer, got {value!r}")
+        if not low <= value <= high:
+            raise ConfigError(
+                f"plugins.delay_schedule.{attr.name} = {value} is outside {low}..{high}; pick a value in that range"
+            )
+
+    return check
+
+
+def _bool(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"plugins.delay_schedule.{attr.name} must be true or false, got {value!r}")
+
+
+def _power_of_two(_inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if value & (value - 1):
+        raise ConfigError(
+            f"plugins.delay_schedule.{attr.name} = {value} must be a power of two (the wheel masks tick numbers)"
+        )
+
+
+def _topic(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    try:
+        validate_topic(value)
+    except Exception as exc:
+        raise ConfigError(f"plugins.delay_schedule.{attr.name}: {exc}") from exc
+
+
+@attrs.frozen
+class DelayScheduleOptions:
+    """QMQ-style delay server options.
+
+    ``bucket_minutes``: deliver-time span of one schedule-log segment (QMQ ships 60; the seed
+    describes 1). Changing it on a data dir that holds segments is refused at open.
+    ``tick_ms``: the hashed wheel's tick, i.e. the resolution (QMQ: 500 ms); a message is
+    delivered at the first tick boundary at or after its deliver time.
+    ``load_ahead_ms``: a segment's messages enter the wheel this long before its bucket starts.
+    ``max_delay_ms``: longest accepted delay (QMQ's design limit is two years); longer ones are
+    refused, or clamped when ``clamp_to_max_delay``.
+    ``fsync``: fsync the message log on every ``schedule()``, schedule segments before the iterator
+    checkpoint moves, and the dispatch log around every delivery batch. False keeps everything in
+    the page cache: a ``kill -9`` loses nothing, a power cut may.
+    ``dead_letter_older_than_ms``: at start-up, messages overdue by more than this go to
+    ``dead_letter_topic`` (real topic/queue kept in REAL_TOPIC / REAL_QID) instead of their topic;
+    0 turns it off.
+    """
+
+    bucket_minutes: int = attrs.field(default=60, validator=_int_between(1, 60))
+    tick_ms: int = attrs.field(default=500, validator=_int_between(1, 60_000))
+    load_ahead_ms: int = attrs.field(default=60_000, validator=_int_between(0, 86_400_000))
+    wheel_slots: int = attrs.field(default=4096, validator=[_int_between(16, 1 << 20), _power_of_two])
+    max_delay_ms: int = attrs.field(default=TWO_YEARS_MS, validator=_int_between(1, 100 * 365 * 86_400_000))
+    clamp_to_max_delay: bool = attrs.field(default=False, validator=_bool)
+    message_log_segment_bytes: int = attrs.field(default=64 << 20, validator=_int_between(64 << 10, 1 << 30))
+    fsync: bool = attrs.field(default=True, validator=_bool)
+    iterate_batch: int = attrs.field(default=10_000, validator=_int_between(1, 10_000_000))
+    dispatch_batch: int = attrs.field(default=1_000, validator=_int_between(1, 1_000_000))
+    retry_delay_ms: int = attrs.field(default=1_000, validator=_int_between(1, 3_600_000))
+    dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_between(0, 100 * 365 * 86_400_000))
+    dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)
+    open_files: int = attrs.field(default=64, validator=_int_between(4, 4096))
+
+    @property
+    def bucket_ms(self) -> int:
+        return self.bucket_minutes * 60_000

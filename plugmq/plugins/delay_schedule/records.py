@@ -1,0 +1,211 @@
+"""Binary record formats: the request payload, message-log records and schedule-log records.
+
+Layouts follow QMQ's (seed 001) with what recovery here needs on top:
+
+message log record (``ML_HEAD``, then the request payload)::
+
+    4 magic | 4 total length | 4 crc32 of everything after this field | 1 attributes
+    | 8 store timestamp | 8 own message-log offset | 8 sequence | 8 deliver-at ms | 4 delay level
+    | payload
+
+The record carries its own offset so a message id (which encodes that offset) can be checked
+by one read: a stale or forged id never decodes as somebody else's record.
+
+schedule log record (``SCH_HEAD``, payload, ``SCH_TAIL``)::
+
+    4 magic | 4 total length | 4 crc32 (up to the trailer) | 8 store timestamp | 8 schedule time
+    | 8 sequence | 8 source message-log offset | 4 index within the segment | 4 delay level
+    | payload | 4 total length | 4 magic
+
+The trailer lets recovery read a segment's last record without scanning the file: the last
+record gives the segment's message count (index + 1) and the newest source offset, which is how
+a replay of the message log skips records a segment already holds.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+from plugmq.core import AppendRequest
+
+__all__ = [
+    "ML_HEAD",
+    "ML_MAGIC",
+    "SCH_HEAD",
+    "SCH_MAGIC",
+    "SCH_TAIL",
+    "MessageLogRecord",
+    "ScheduleRecord",
+    "decode_message_log_record",
+    "decode_request",
+    "decode_schedule_record",
+    "encode_message_log_record",
+    "encode_request",
+    "encode_schedule_record",
+]
+
+ML_MAGIC = 0x514D4C31  # "QML1"
+SCH_MAGIC = 0x51534331  # "QSC1"
+ATTR_MESSAGE = 0
+
+ML_HEAD = struct.Struct(">IIIBqqqqi")
+SCH_HEAD = struct.Struct(">IIIqqqqIi")
+SCH_TAIL = struct.Struct(">II")
+_REQ_FIXED = struct.Struct(">iqqiiq")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+# A record longer than this is garbage (a torn length field), not a message.
+MAX_RECORD = 64 << 20
+
+
+def encode_request(request: AppendRequest) -> bytes:
+    """Every field of the request, so the write-back is exactly what the producer sent."""
+    topic = request.topic.encode()
+    host = request.born_host.encode()
+    parts = [
+        _REQ_FIXED.pack(
+            request.queue_id,
+            request.tags_code,
+            request.born_timestamp_ms,
+            request.reconsume_times,
+            request.sys_flag,
+            request.prepared_transaction_offset,
+        ),
+        _U16.pack(len(topic)),
+        topic,
+        _U16.pack(len(host)),
+        host,
+        _U32.pack(len(request.properties)),
+    ]
+    for key, value in request.properties.items():
+        k, v = key.encode(), value.encode()
+        parts += [_U32.pack(len(k)), k, _U32.pack(len(v)), v]
+    parts += [_U32.pack(len(request.body)), request.body]
+    return b"".join(parts)
+
+
+def decode_request(buf: bytes | memoryview) -> AppendRequest:
+    view = memoryview(buf)
+    queue_id, tags_code, born_ts, reconsume, sys_flag, prep = _REQ_FIXED.unpack_from(view, 0)
+    pos = _REQ_FIXED.size
+
+    def text(width: struct.Struct) -> str:
+        nonlocal pos
+        (n,) = width.unpack_from(view, pos)
+        pos += width.size
+        value = bytes(view[pos : pos + n]).decode()
+        pos += n
+        return value
+
+    topic = text(_U16)
+    host = text(_U16)
+    (count,) = _U32.unpack_from(view, pos)
+    pos += 4
+    props = {}
+    for _ in range(count):
+        key = text(_U32)
+        props[key] = text(_U32)
+    (n,) = _U32.unpack_from(view, pos)
+    pos += 4
+    body = bytes(view[pos : pos + n])
+    return AppendRequest(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        properties=props,
+        tags_code=tags_code,
+        born_timestamp_ms=born_ts,
+        born_host=host,
+        reconsume_times=reconsume,
+        sys_flag=sys_flag,
+        prepared_transaction_offset=prep,
+    )
+
+
+class MessageLogRecord(NamedTuple):
+    offset: int
+    size: int
+    seq: int
+    deliver_at_ms: int
+    delay_level: int
+    store_ts_ms: int
+    payload: bytes
+
+
+def encode_message_log_record(
+    *, offset: int, seq: int, deliver_at_ms: int, delay_level: int, store_ts_ms: int, payload: bytes
+) -> bytes:
+    size = ML_HEAD.size + len(payload)
+    head = ML_HEAD.pack(ML_MAGIC, size, 0, ATTR_MESSAGE, store_ts_ms, offset, seq, deliver_at_ms, delay_level)
+    crc = zlib.crc32(payload, zlib.crc32(head[12:]))
+    return head[:8] + _U32.pack(crc) + head[12:] + payload
+
+
+def decode_message_log_record(buf: bytes | memoryview, pos: int) -> MessageLogRecord | None:
+    """The record at ``pos`` of ``buf`` (a segment read from position 0 of ``buf``'s view), or
+    None when it is incomplete or fails its magic / length / crc check."""
+    if len(buf) - pos < ML_HEAD.size:
+        return None
+    magic, size, crc, attr, store_ts, offset, seq, deliver_at, level = ML_HEAD.unpack_from(buf, pos)
+    if magic != ML_MAGIC or attr != ATTR_MESSAGE or not ML_HEAD.size <= size <= MAX_RECORD:
+        return None
+    if len(buf) - pos < size:
+        return None
+    if zlib.crc32(memoryview(buf)[pos + 12 : pos + size]) != crc:
+        return None
+    payload = bytes(memoryview(buf)[pos + ML_HEAD.size : pos + size])
+    return MessageLogRecord(offset, size, seq, deliver_at, level, store_ts, payload)
+
+
+class ScheduleRecord(NamedTuple):
+    position: int  # within its segment
+    size: int
+    seq: int
+    schedule_time_ms: int
+    source: int
+    index: int
+    delay_level: int
+    store_ts_ms: int
+    payload: bytes | None  # None when only the header was asked for
+
+
+def encode_schedule_record(record: MessageLogRecord, *, index: int, store_ts_ms: int) -> bytes:
+    size = SCH_HEAD.size + len(record.payload) + SCH_TAIL.size
+    head = SCH_HEAD.pack(
+        SCH_MAGIC,
+        size,
+        0,
+        store_ts_ms,
+        record.deliver_at_ms,
+        record.seq,
+        record.offset,
+        index,
+        record.delay_level,
+    )
+    crc = zlib.crc32(record.payload, zlib.crc32(head[12:]))
+    return head[:8] + _U32.pack(crc) + head[12:] + record.payload + SCH_TAIL.pack(size, SCH_MAGIC)
+
+
+def decode_schedule_record(
+    buf: bytes | memoryview, pos: int, *, with_payload: bool = True, base: int = 0
+) -> ScheduleRecord | None:
+    """The schedule record at ``pos`` of ``buf`` (``base`` = segment position of ``buf[0]``), or
+    None when incomplete or corrupt."""
+    if len(buf) - pos < SCH_HEAD.size:
+        return None
+    magic, size, crc, store_ts, when, seq, source, index, level = SCH_HEAD.unpack_from(buf, pos)
+    if magic != SCH_MAGIC or not SCH_HEAD.size + SCH_TAIL.size <= size <= MAX_RECORD:
+        return None
+    if len(buf) - pos < size:
+        return None
+    view = memoryview(buf)
+    tail_size, tail_magic = SCH_TAIL.unpack_from(buf, pos + size - SCH_TAIL.size)
+    if tail_size != size or tail_magic != SCH_MAGIC:
+        return None
+    if zlib.crc32(view[pos + 12 : pos + size - SCH_TAIL.size]) != crc:
+        return None
+    payload = bytes(view[pos + SCH_HEAD.size : pos + size - SCH_TAIL.size]) if with_payload else None
+    return ScheduleRecord(base + pos, size, seq, when, source, index, level, store_ts, payload)

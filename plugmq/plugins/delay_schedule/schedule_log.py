@@ -1,0 +1,245 @@
+"""The schedule log: one segment of full records per deliver-time bucket (QMQ ``ScheduleLog``).
+
+A segment holds every message whose deliver time falls in ``[start, start + bucket)``, in the
+order the iterator moved them (message-log order). Each segment has a dispatch log (see
+``dispatch_log``) next to it. Opening reads only the first and last record of each segment
+(the trailer makes the last one findable), not the whole file: QMQ notes a full validation is
+normally unnecessary because the file size is where the checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import attrs
+import structlog
+
+from plugmq.core import StoreError
+from plugmq.plugins.delay_schedule.dispatch_log import (
+    DispatchState,
+    encode_dispatch,
+    read_dispatch_log,
+)
+from plugmq.plugins.delay_schedule.files import FdCache, fsync_dir
+from plugmq.plugins.delay_schedule.records import (
+    SCH_HEAD,
+    SCH_TAIL,
+    MessageLogRecord,
+    ScheduleRecord,
+    decode_schedule_record,
+    encode_schedule_record,
+)
+
+__all__ = ["ScheduleLog", "Segment"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_SEG = ".seg"
+_DISPATCH = ".dispatch"
+_SCAN_CHUNK = 4 << 20
+
+
+@attrs.define(eq=False)
+class Segment:
+    """One bucket's segment as known in memory (its records stay on disk)."""
+
+    start: int
+    count: int = 0
+    size: int = 0
+    first_source: int = -1
+    last_source: int = -1
+    loaded: bool = False
+    dispatch: DispatchState = attrs.field(factory=DispatchState)
+
+    @property
+    def unsettled(self) -> int:
+        return self.count - self.dispatch.settled_count
+
+    def holds_source(self, source: int) -> bool:
+        """Whether the record moved from message-log offset ``source`` is in this segment
+        (given that it went to this bucket): records arrive in message-log order."""
+        return self.count > 0 and self.first_source <= source <= self.last_source
+
+
+class ScheduleLog:
+    """Segments by bucket start (epoch ms, a multiple of ``bucket_ms``). Not thread-safe: the
+    scheduler calls it under its lock."""
+
+    def __init__(self, directory: Path, *, bucket_ms: int, fsync: bool, open_files: int) -> None:
+        self._dir = directory
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self.bucket_ms = bucket_ms
+        self._fsync = fsync
+        self._files = FdCache(open_files, fsync=fsync)
+        self.segments: dict[int, Segment] = {}
+
+    def bucket_of(self, when_ms: int) -> int:
+        return when_ms - when_ms % self.bucket_ms
+
+    # ---------------------------------------------------------------- open
+
+    def open(self) -> None:
+        for path in sorted(self._dir.glob(f"*{_SEG}")):
+            if not path.stem.isdigit():
+                continue
+            segment = self._open_segment(int(path.stem), path)
+            if segment is not None:
+                self.segments[segment.start] = segment
+        for path in self._dir.glob(f"*{_DISPATCH}"):
+            start = int(path.stem) if path.stem.isdigit() else None
+            segment = self.segments.get(start) if start is not None else None
+            if segment is None:
+                # The segment went first when it was retired; its log is left over.
+                path.unlink()
+                continue
+            segment.dispatch = read_dispatch_log(path)
+        for path in self._dir.glob("*.tmp"):
+            path.unlink()
+
+    def _open_segment(self, start: int, path: Path) -> Segment | None:
+        size = path.stat().st_size
+        segment = Segment(start)
+        first = self._record_at(path, 0, size) if size else None
+        last = None
+        if first is not None and size >= SCH_TAIL.size:
+            tail_size, _ = SCH_TAIL.unpack(self._files.read(path, size - SCH_TAIL.size, SCH_TAIL.size))
+            last = self._record_at(path, size - tail_size, size) if tail_size <= size else None
+        if first is not None and last is not None and last.position + last.size == size:
+            segment.count, segment.size = last.index + 1, size
+            segment.first_source, segment.last_source = first.source, last.source
+            return segment
+        # A torn tail (or worse): keep the valid prefix.
+        records = self._scan(path, size)
+        valid = records[-1].position + records[-1].size if records else 0
+        log.warning("schedule segment tail cut", path=str(path), valid=valid, size=size)
+        if not records:
+            self._files.forget(path)
+            path.unlink()
+            return None
+        os.truncate(path, valid)
+        segment.count, segment.size = len(records), valid
+        segment.first_source, segment.last_source = records[0].source, records[-1].source
+        return segment
+
+    def _record_at(self, path: Path, position: int, size: int) -> ScheduleRecord | None:
+        if position < 0 or position + SCH_HEAD.size > size:
+            return None
+        head = self._files.read(path, position, SCH_HEAD.size)
+        (length,) = struct.unpack_from(">I", head, 4)
+        if position + length > size:
+            return None
+        data = self._files.read(path, position, length)
+        return decode_schedule_record(data, 0, with_payload=False, base=position)
+
+    def _scan(self, path: Path, size: int) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = []
+        position = 0
+        while position < size:
+            data = self._files.read(path, position, min(_SCAN_CHUNK, size - position))
+            pos = 0
+            while True:
+                record = decode_schedule_record(data, pos, with_payload=False, base=position)
+                if record is None or record.index != len(records):
+                    break
+                records.append(record)
+                pos += record.size
+            if pos == 0:
+                record = self._record_at(path, position, size)
+                if record is None or record.index != len(records):
+                    break
+                records.append(record)
+                pos = record.size
+            position += pos
+        return records
+
+    # ---------------------------------------------------------------- records
+
+    def path(self, start: int) -> Path:
+        return self._dir / f"{start:016d}{_SEG}"
+
+    def dispatch_path(self, start: int) -> Path:
+        return self._dir / f"{start:016d}{_DISPATCH}"
+
+    def append(self, record: MessageLogRecord, *, store_ts_ms: int) -> tuple[Segment, int, bool]:
+        """Append ``record`` to its bucket's segment: (segment, position in it, newly created)."""
+        start = self.bucket_of(record.deliver_at_ms)
+        segment = self.segments.get(start)
+        created = segment is None
+        if segment is None:
+            segment = self.segments[start] = Segment(start)
+        data = encode_schedule_record(record, index=segment.count, store_ts_ms=store_ts_ms)
+        position = segment.size
+        self._files.write(self.path(start), position, data)
+        if created and self._fsync:
+            fsync_dir(self._dir)
+        segment.size += len(data)
+        segment.count += 1
+        if segment.first_source < 0:
+            segment.first_source = record.offset
+        segment.last_source = record.offset
+        return segment, position, created
+
+    def index(self, segment: Segment) -> list[ScheduleRecord]:
+        """Every record header of ``segment`` (payloads are read at delivery)."""
+        path = self.path(segment.start)
+        records = self._scan(path, segment.size)
+        if len(records) != segment.count:
+            raise StoreError(
+                f"delay_schedule: schedule segment {path} holds {len(records)} readable records where "
+                f"{segment.count} were written; the file is damaged (restore it from a replica)"
+            )
+        return records
+
+    def read(self, segment: Segment, position: int) -> ScheduleRecord:
+        path = self.path(segment.start)
+        record = self._record_at(path, position, segment.size)
+        if record is None:
+            raise StoreError(f"delay_schedule: no valid schedule record at {path}:{position}")
+        data = self._files.read(path, position, record.size)
+        full = decode_schedule_record(data, 0, base=position)
+        assert full is not None  # validated just above
+        return full
+
+    # ---------------------------------------------------------------- dispatch logs
+
+    def mark(self, segment: Segment, kind: int, seqs: list[int], *, sync: bool) -> None:
+        """Append ``kind`` records for ``seqs`` to the segment's dispatch log."""
+        if not seqs:
+            return
+        path = self.dispatch_path(segment.start)
+        created = segment.dispatch.size == 0
+        data = encode_dispatch(kind, seqs)
+        self._files.write(path, segment.dispatch.size, data)
+        segment.dispatch.size += len(data)
+        for seq in seqs:
+            segment.dispatch.apply(kind, seq)
+        if sync and self._fsync:
+            self._files.sync({path})
+            if created:
+                fsync_dir(self._dir)
+
+    # ---------------------------------------------------------------- durability and retention
+
+    def sync(self, starts: set[int] | None = None) -> None:
+        if not self._fsync:
+            return
+        self._files.sync(None if starts is None else {self.path(s) for s in starts})
+
+    def sync_dispatch(self, starts: set[int]) -> None:
+        if self._fsync:
+            self._files.sync({self.dispatch_path(s) for s in starts})
+
+    def delete(self, start: int) -> None:
+        """Retire a segment. The segment goes before its dispatch log: a crash in between leaves
+        an orphan log (removed at open), never a segment whose deliveries are forgotten."""
+        self.segments.pop(start, None)
+        for path in (self.path(start), self.dispatch_path(start)):
+            self._files.forget(path)
+            path.unlink(missing_ok=True)
+            if self._fsync:
+                fsync_dir(self._dir)
+
+    def close(self) -> None:
+        self._files.close()
