@@ -1,0 +1,52 @@
+"""delay_wheel: arbitrary-second delays on a two-level (hour / second) timing wheel (seed 000).
+
+Files, under ``<data dir>/delay_wheel/``:
+
+- ``hours/<hour>.log``  delay log of one deliver-time hour (hour = epoch seconds // 3600):
+  full AppendRequest records, appended in arrival order;
+- ``hours/<hour>.idx``  delay index, 32-byte entries ``{offset, size, localIndex, globalIndex,
+  preGlobalIndex, second}``;
+- ``hours/<hour>.head`` the 3600 heads (last globalIndex and count of each second, 16 bytes each),
+  so a second's messages are found by walking preGlobalIndex backwards: insert and load are
+  O(1), nothing is sorted, and memory does not grow with the backlog;
+- ``hours/<hour>.cancel`` globalIndexes cancelled in that hour;
+- ``wheel.ckpt``        tick + localIndex (+ the one delivery in flight, see checkpoint.py).
+
+Files exist only for hours that hold messages; the nearest two are mmap'ed, the rest are written
+with positional writes and cost no memory. An hour's files are deleted once the tick has passed
+it (every entry delivered or cancelled).
+
+Message id (what ``schedule`` returns and ``cancel`` takes): ``encode_msg_id(store_host,
+hour * 2**32 + globalIndex)``.
+
+Dead letters: with ``dead_letter_older_than_ms`` > 0, a message found overdue at ``start()`` by
+more than that goes to ``dead_letter_topic`` (default ``%DLQ%DELAY``, queue 0, REAL_TOPIC and
+REAL_QID set to where it was going) instead of its own topic; it counts as ``dead_lettered``.
+"""
+
+from __future__ import annotations
+
+from plugmq.core import DelayContext, Family, PluginDeclaration, hookimpl
+from plugmq.plugins.delay_wheel.options import DelayWheelOptions
+from plugmq.plugins.delay_wheel.scheduler import WheelDelayScheduler, capabilities_for
+
+__all__ = ["DelayWheelOptions", "WheelDelayScheduler", "plugmq_declare", "plugmq_make_delay_scheduler"]
+
+NAME = "delay_wheel"
+
+
+@hookimpl
+def plugmq_declare() -> PluginDeclaration:
+    return PluginDeclaration(
+        name=NAME,
+        families={Family.DELAY},
+        description="Arbitrary-second delay: hourly delay logs + chained delay index, two-level timing wheel",
+        options=DelayWheelOptions,
+        capabilities=capabilities_for(DelayWheelOptions()),
+    )
+
+
+@hookimpl
+def plugmq_make_delay_scheduler(context: DelayContext) -> WheelDelayScheduler:
+    options = context.options_for(NAME) or DelayWheelOptions()
+    return WheelDelayScheduler(context, options)

@@ -1,0 +1,229 @@
+"""The files of one deliver-time hour: delay log, delay index, the 3600 second heads, cancels.
+
+Append order is log record, index entry, head of the second, header: a crash can leave at most
+the last entry written but not counted in the header, and opening the hour adopts such a tail
+entry (or rebuilds every head from the index when the head file is lost) — so loading an hour is
+O(1) plus the crashed tail, never a sort of its index.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import structlog
+
+from plugmq.core import CorruptRecordError
+from plugmq.plugins.delay_wheel.codec import (
+    HEAD,
+    HEAD_FILE_SIZE,
+    HEAD_SIZE,
+    HEADER_SIZE,
+    INDEX_ENTRY_SIZE,
+    NO_ENTRY,
+    SECONDS_PER_HOUR,
+    HourHeader,
+    IndexEntry,
+    StoredDelay,
+    decode_index_entry,
+    decode_record,
+    encode_index_entry,
+)
+from plugmq.plugins.delay_wheel.region import Region
+
+__all__ = ["HOUR_FILE_SUFFIXES", "HourFiles", "hour_file_stem"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_LOG_PREALLOC = 1 << 20
+_INDEX_PREALLOC = 1 << 16
+_CANCEL = struct.Struct("<I")
+HOUR_FILE_SUFFIXES = (".log", ".idx", ".head", ".cancel")
+
+
+def hour_file_stem(hour: int) -> str:
+    return f"{hour:010d}"
+
+
+class HourFiles:
+    """Delay log + delay index + heads (+ cancel log) of one hour, mapped or not."""
+
+    def __init__(self, directory: Path, hour: int, *, fsync: bool) -> None:
+        self.hour = hour
+        self._fsync = fsync
+        stem = directory / hour_file_stem(hour)
+        self._paths = [stem.with_suffix(s) for s in HOUR_FILE_SUFFIXES]
+        self.log = Region(self._paths[0], fsync=fsync)
+        self.idx = Region(self._paths[1], fsync=fsync)
+        self.heads = Region(self._paths[2], fsync=fsync)
+        self._cancel_path = self._paths[3]
+        self._cancelled: set[int] | None = None
+        self._cancel_fd = -1
+        header = None
+        if self.heads.file_size() >= HEAD_FILE_SIZE:
+            header = HourHeader.decode(self.heads.read(0, HEADER_SIZE))
+        if header is None or header.hour != hour:
+            # New hour, or a lost/garbled head file: the index is the truth, rebuild from entry 0.
+            self.heads.write(0, b"\0" * HEAD_FILE_SIZE)
+            header = HourHeader(hour, 0, 0)
+            self.heads.write(0, header.encode())
+        self.header = header
+        self._adopt_tail()
+
+    # ------------------------------------------------------------------ recovery
+
+    def _adopt_tail(self) -> None:
+        gi, log_end = self.header.count, self.header.log_end
+        while True:
+            raw = self.idx.read(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE)
+            if len(raw) < INDEX_ENTRY_SIZE:
+                break
+            entry = decode_index_entry(raw)
+            if entry is None or entry.global_index != gi:
+                break
+            try:
+                decode_record(self.log.read(entry.offset, entry.size))
+            except CorruptRecordError:
+                break
+            last, count = self.head(entry.second)
+            applied = last == gi and count == entry.local_index + 1
+            if not applied and not (last == entry.pre_global_index and count == entry.local_index):
+                break
+            self._set_head(entry.second, gi, entry.local_index + 1)
+            gi, log_end = gi + 1, entry.offset + entry.size
+        if gi != self.header.count:
+            log.info("delay hour tail adopted", hour=self.hour, entries=gi - self.header.count)
+            self.header = HourHeader(self.hour, gi, log_end)
+            self.heads.write(0, self.header.encode())
+
+    # ------------------------------------------------------------------ heads
+
+    def head(self, second: int) -> tuple[int, int]:
+        """(last globalIndex of the second or NO_ENTRY, entries in the second)."""
+        last_plus_one, count, _ = self.heads.unpack(HEAD, HEADER_SIZE + second * HEAD_SIZE)
+        return last_plus_one - 1, count
+
+    def _set_head(self, second: int, last: int, count: int) -> None:
+        self.heads.write(HEADER_SIZE + second * HEAD_SIZE, HEAD.pack(last + 1, count, 0))
+
+    def nonempty_seconds(self) -> list[int]:
+        raw = self.heads.read(HEADER_SIZE, SECONDS_PER_HOUR * HEAD_SIZE)
+        return [s for s, (last_plus_one, _c, _r) in enumerate(HEAD.iter_unpack(raw)) if last_plus_one]
+
+    def count_before(self, second: int, local: int) -> int:
+        """Entries whose (second, localIndex) comes before (second, local)."""
+        raw = self.heads.read(HEADER_SIZE, SECONDS_PER_HOUR * HEAD_SIZE)
+        counts = [c for _l, c, _r in HEAD.iter_unpack(raw)]
+        return sum(counts[:second]) + min(local, counts[second])
+
+    # ------------------------------------------------------------------ append / read
+
+    @property
+    def count(self) -> int:
+        return self.header.count
+
+    def append(self, record: bytes, second: int) -> IndexEntry:
+        last, count = self.head(second)
+        gi, offset = self.header.count, self.header.log_end
+        self.log.write(offset, record)
+        entry = IndexEntry(offset, len(record), count, gi, last, second)
+        self.idx.write(gi * INDEX_ENTRY_SIZE, encode_index_entry(entry))
+        self._set_head(second, gi, count + 1)
+        self.header = HourHeader(self.hour, gi + 1, offset + len(record))
+        self.heads.write(0, self.header.encode())
+        if self._fsync:
+            self.log.sync()
+            self.idx.sync()
+            self.heads.sync()
+        return entry
+
+    def entry(self, gi: int) -> IndexEntry:
+        if not 0 <= gi < self.header.count:
+            raise CorruptRecordError(f"hour {self.hour} has no delay index entry {gi} (count {self.header.count})")
+        entry = decode_index_entry(self.idx.read(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE))
+        if entry is None or entry.global_index != gi:
+            raise CorruptRecordError(f"delay index entry {gi} of hour {self.hour} failed its CRC check")
+        return entry
+
+    def chain(self, second: int) -> list[IndexEntry]:
+        """The second's entries in localIndex order, found by walking preGlobalIndex backwards."""
+        gi, count = self.head(second)
+        entries: list[IndexEntry] = []
+        while gi != NO_ENTRY:
+            entry = self.entry(gi)
+            if entry.second != second or entry.local_index != count - 1 - len(entries):
+                raise CorruptRecordError(
+                    f"delay index chain of hour {self.hour} second {second} is broken at entry {gi}"
+                )
+            entries.append(entry)
+            gi = entry.pre_global_index
+        if len(entries) != count:
+            raise CorruptRecordError(f"hour {self.hour} second {second}: head says {count} entries, chain has {len(entries)}")
+        entries.reverse()
+        return entries
+
+    def record(self, entry: IndexEntry) -> StoredDelay:
+        return decode_record(self.log.read(entry.offset, entry.size))
+
+    # ------------------------------------------------------------------ cancel log
+
+    def cancelled(self) -> set[int]:
+        if self._cancelled is None:
+            try:
+                raw = self._cancel_path.read_bytes()
+            except FileNotFoundError:
+                raw = b""
+            usable = len(raw) - len(raw) % _CANCEL.size
+            self._cancelled = {gi for (gi,) in _CANCEL.iter_unpack(raw[:usable])}
+        return self._cancelled
+
+    def cancelled_count(self) -> int:
+        if self._cancelled is not None:
+            return len(self._cancelled)
+        try:
+            return self._cancel_path.stat().st_size // _CANCEL.size
+        except FileNotFoundError:
+            return 0
+
+    def add_cancel(self, gi: int) -> None:
+        done = self.cancelled()
+        if self._cancel_fd < 0:
+            self._cancel_fd = os.open(self._cancel_path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(self._cancel_fd, _CANCEL.pack(gi), len(done) * _CANCEL.size)
+        if self._fsync:
+            os.fdatasync(self._cancel_fd)
+        done.add(gi)
+
+    # ------------------------------------------------------------------ mapping / lifetime
+
+    @property
+    def mapped(self) -> bool:
+        return self.heads.mapped
+
+    def map(self) -> None:
+        self.heads.map(HEAD_FILE_SIZE)
+        self.idx.map(max(_INDEX_PREALLOC, self.header.count * INDEX_ENTRY_SIZE * 2))
+        self.log.map(max(_LOG_PREALLOC, self.header.log_end * 2))
+        self.cancelled()
+
+    def unmap(self) -> None:
+        self.log.unmap(self.header.log_end)
+        self.idx.unmap(self.header.count * INDEX_ENTRY_SIZE)
+        self.heads.unmap(None)
+        self._cancelled = None
+
+    def close(self, *, sync: bool = True) -> None:
+        self.log.close(self.header.log_end, sync=sync)
+        self.idx.close(self.header.count * INDEX_ENTRY_SIZE, sync=sync)
+        self.heads.close(None, sync=sync)
+        if self._cancel_fd >= 0:
+            if sync:
+                os.fdatasync(self._cancel_fd)
+            os.close(self._cancel_fd)
+            self._cancel_fd = -1
+
+    def delete(self) -> None:
+        self.close(sync=False)
+        for path in self._paths:
+            path.unlink(missing_ok=True)
