@@ -1,0 +1,415 @@
+"""Compile a checked tree into nested closures: all dispatch happens once, here.
+
+Each condition becomes ``fn(properties) -> True | False | None``. Value operands carry a static
+tag for the Java class they produce, which is known at compile time because message properties
+are always strings and numbers only come from literals:
+
+====  ===========================================================
+P     a property: its string, or None when missing
+X     a condition used as a value: Boolean or None
+I/L/D an Integer / Long / Double literal (or a negated one)
+S/B   a String / Boolean literal
+N     always None (NULL; a negated string, boolean or property)
+Z     None after evaluating a condition that may fail (``-(a > 1)``)
+====  ===========================================================
+
+so each comparison picks its conversion (:func:`javanum.make_compare`) when compiled and the
+per-message work is a dictionary lookup, a conversion and a compare. AND/OR chains short-circuit
+left to right, which decides whether an evaluation error surfaces (as in RocketMQ).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from plugmq.core.errors import FilterEvaluationError
+from plugmq.plugins.filter_sql.javanum import (
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    java_double_compare,
+    java_double_value_of,
+    java_integer_value_of,
+    java_long_value_of,
+    make_compare,
+)
+from plugmq.plugins.filter_sql.nodes import (
+    Between,
+    BooleanCast,
+    Compare,
+    Constant,
+    In,
+    IsNull,
+    JType,
+    Logic,
+    Negate,
+    Node,
+    Not,
+    Property,
+    StringMatch,
+)
+
+__all__ = ["Condition", "compile_condition"]
+
+Props = Mapping[str, str]
+Condition = Callable[[Props], "bool | None"]
+Getter = Callable[[Props], Any]
+
+_TAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B", JType.NULL: "N"}
+# The class of a non-None runtime value, per static tag.
+_RUNTIME = {"P": "S", "X": "B", "I": "I", "L": "L", "D": "D", "S": "S", "B": "B"}
+_CONSTANT_TAGS = frozenset("ILDSB")
+
+_ORDER_TESTS: dict[str, Callable[[int], bool]] = {
+    ">": lambda c: c > 0,
+    ">=": lambda c: c >= 0,
+    "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0,
+}
+
+
+@attrs.frozen
+class _Value:
+    get: Getter
+    tag: str
+    const: Any = None  # the value, when tag is a constant tag
+    name: str | None = None  # the property name, when tag is P
+
+
+def compile_condition(node: Node) -> Condition:
+    """The closure for a condition node (the parser guarantees ``node.is_boolean`` or a cast)."""
+    kind = type(node)
+    if kind is Constant:
+        value = node.value  # type: ignore[attr-defined]
+        return lambda _p: value
+    if kind is BooleanCast:
+        return _boolean_cast(node.operand.name)  # type: ignore[attr-defined]
+    if kind is Not:
+        return _not(compile_condition(node.operand))  # type: ignore[attr-defined]
+    if kind is Logic:
+        parts = [compile_condition(o) for o in node.operands]  # type: ignore[attr-defined]
+        return _and(parts) if node.op == "AND" else _or(parts)  # type: ignore[attr-defined]
+    if kind is Compare:
+        left, right = _value(node.left), _value(node.right)  # type: ignore[attr-defined]
+        op = node.op  # type: ignore[attr-defined]
+        if op == "=":
+            return _equal(left, right)
+        if op == "<>":
+            return _not_equal(left, right)
+        return _ordering(op, left, right)
+    if kind is IsNull:
+        return _is_null(_value(node.operand), node.negated)  # type: ignore[attr-defined]
+    if kind is Between:
+        value, low, high = node.value, node.low, node.high  # type: ignore[attr-defined]
+        if node.negated:  # type: ignore[attr-defined]
+            return _or([compile_condition(Compare(node.pos, "<", value, low)),
+                        compile_condition(Compare(node.pos, ">", value, high))])
+        return _and([compile_condition(Compare(node.pos, ">=", value, low)),
+                     compile_condition(Compare(node.pos, "<=", value, high))])
+    if kind is In:
+        return _in(node.operand.name, frozenset(node.values), node.negated)  # type: ignore[attr-defined]
+    if kind is StringMatch:
+        return _string_match(node.op, _value(node.operand), node.search, node.negated)  # type: ignore[attr-defined]
+    raise TypeError(f"not a condition node: {node!r}")  # the parser never builds one
+
+
+# ---------------------------------------------------------------------------------------- values
+
+
+def _wrap(value: int, jtype: str) -> int:
+    """Java's two's-complement negation overflow (only reachable through double negation)."""
+    if jtype == "I" and not INT_MIN <= value <= INT_MAX:
+        return (value - INT_MIN) % 2**32 + INT_MIN
+    if jtype == "L" and not LONG_MIN <= value <= LONG_MAX:
+        return (value - LONG_MIN) % 2**64 + LONG_MIN
+    return value
+
+
+def _value(node: Node) -> _Value:
+    if isinstance(node, Constant):
+        value = node.value
+        return _Value(lambda _p: value, _TAG[node.jtype], value)
+    if isinstance(node, Property):
+        name = node.name
+        return _Value(lambda p: p.get(name), "P", name=name)
+    if isinstance(node, Negate):
+        inner = _value(node.operand)
+        if inner.tag in ("I", "L", "D"):
+            negated = -inner.const if inner.tag == "D" else _wrap(-inner.const, inner.tag)
+            return _Value(lambda _p: negated, inner.tag, negated)
+        if inner.tag in ("X", "Z"):
+            evaluate = inner.get
+
+            def negate_condition(p: Props) -> None:
+                evaluate(p)  # a failing condition still fails; its Boolean result is not a number
+                return None
+
+            return _Value(negate_condition, "Z")
+        return _Value(lambda _p: None, "N")  # strings (every property value), booleans, NULL
+    return _Value(compile_condition(node), "X")
+
+
+def _runtime_compare(left: _Value, right: _Value) -> Callable[[Any, Any], int]:
+    lt, rt = _RUNTIME.get(left.tag), _RUNTIME.get(right.tag)
+    if lt is None or rt is None:
+        return lambda _a, _b: 0  # unreachable: an N/Z side is always None before comparing
+    return make_compare(lt, rt)
+
+
+# ----------------------------------------------------------------------------------- conditions
+
+
+def _boolean_cast(name: str) -> Condition:
+    # Property values are strings, never Booleans: present means FALSE (even "true").
+    def cast(p: Props) -> bool | None:
+        return None if p.get(name) is None else False
+
+    return cast
+
+
+def _not(inner: Condition) -> Condition:
+    def negation(p: Props) -> bool | None:
+        value = inner(p)
+        return None if value is None else not value
+
+    return negation
+
+
+def _and(parts: list[Condition]) -> Condition:
+    if len(parts) == 2:
+        first, second = parts
+
+        def and2(p: Props) -> bool | None:
+            a = first(p)
+            if a is False:
+                return False
+            b = second(p)
+            if b is False:
+                return False
+            return None if a is None or b is None else True
+
+        return and2
+    if len(parts) == 3:
+        first, second, third = parts
+
+        def and3(p: Props) -> bool | None:
+            a = first(p)
+            if a is False:
+                return False
+            b = second(p)
+            if b is False:
+                return False
+            c = third(p)
+            if c is False:
+                return False
+            return None if a is None or b is None or c is None else True
+
+        return and3
+    steps = tuple(parts)
+
+    def and_n(p: Props) -> bool | None:
+        unknown = False
+        for step in steps:
+            value = step(p)
+            if value is False:
+                return False
+            if value is None:
+                unknown = True
+        return None if unknown else True
+
+    return and_n
+
+
+def _or(parts: list[Condition]) -> Condition:
+    if len(parts) == 2:
+        first, second = parts
+
+        def or2(p: Props) -> bool | None:
+            a = first(p)
+            if a is True:
+                return True
+            b = second(p)
+            if b is True:
+                return True
+            return None if a is None or b is None else False
+
+        return or2
+    steps = tuple(parts)
+
+    def or_n(p: Props) -> bool | None:
+        unknown = False
+        for step in steps:
+            value = step(p)
+            if value is True:
+                return True
+            if value is None:
+                unknown = True
+        return None if unknown else False
+
+    return or_n
+
+
+def _equal(left: _Value, right: _Value) -> Condition:
+    """RocketMQ's ``=``: left missing & right present -> NULL; left present & right missing ->
+    FALSE; both missing -> TRUE; else compareTo == 0 after conversion."""
+    if left.tag == "P" and right.tag in _CONSTANT_TAGS:
+        name, const = left.name, right.const
+        if right.tag == "S":
+            def prop_eq_string(p: Props) -> bool | None:
+                v = p.get(name)
+                return None if v is None else v == const
+
+            return prop_eq_string
+        convert = _CONVERTERS[right.tag]
+        if right.tag in ("I", "L"):
+            def prop_eq_int(p: Props) -> bool | None:
+                v = p.get(name)
+                return None if v is None else convert(v) == const
+
+            return prop_eq_int
+        compare = make_compare("S", right.tag)
+
+        def prop_eq_const(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else compare(v, const) == 0
+
+        return prop_eq_const
+    if left.tag in _CONSTANT_TAGS and right.tag == "P":
+        name, const = right.name, left.const
+        compare = make_compare(left.tag, "S")
+
+        def const_eq_prop(p: Props) -> bool | None:
+            v = p.get(name)
+            return False if v is None else compare(const, v) == 0
+
+        return const_eq_prop
+    get_left, get_right = left.get, right.get
+    compare = _runtime_compare(left, right)
+
+    def equal(p: Props) -> bool | None:
+        lv = get_left(p)
+        rv = get_right(p)
+        if lv is None:
+            return True if rv is None else None
+        if rv is None:
+            return False
+        return compare(lv, rv) == 0
+
+    return equal
+
+
+def _not_equal(left: _Value, right: _Value) -> Condition:
+    if left.tag == "P" and right.tag == "S":
+        name, const = left.name, right.const
+
+        def prop_ne_string(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else v != const
+
+        return prop_ne_string
+    return _not(_equal(left, right))
+
+
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "I": java_integer_value_of,
+    "L": java_long_value_of,
+    "D": java_double_value_of,
+}
+
+
+def _strings_as_doubles(a: str, b: str) -> int:
+    try:
+        return java_double_compare(java_double_value_of(a), java_double_value_of(b))
+    except FilterEvaluationError as exc:
+        raise FilterEvaluationError(
+            f"strings are ordered only when both parse as doubles: {a!r} vs {b!r} ({exc})"
+        ) from None
+
+
+def _ordering(op: str, left: _Value, right: _Value) -> Condition:
+    """``> >= < <=``: NULL if either side is missing; two strings compare as doubles."""
+    test = _ORDER_TESTS[op]
+    if left.tag == "P" and right.tag in ("I", "L"):
+        name, const, convert = left.name, right.const, _CONVERTERS[right.tag]
+        compare_int: Callable[[int, int], bool] = {
+            ">": int.__gt__, ">=": int.__ge__, "<": int.__lt__, "<=": int.__le__,
+        }[op]
+
+        def prop_vs_int(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else compare_int(convert(v), const)
+
+        return prop_vs_int
+    if left.tag == "P" and right.tag == "D":
+        name, const = left.name, right.const
+
+        def prop_vs_double(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else test(java_double_compare(java_double_value_of(v), const))
+
+        return prop_vs_double
+    get_left, get_right = left.get, right.get
+    both_strings = left.tag == "P" and right.tag == "P"
+    compare = _strings_as_doubles if both_strings else _runtime_compare(left, right)
+
+    def ordering(p: Props) -> bool | None:
+        lv = get_left(p)
+        if lv is None:
+            return None
+        rv = get_right(p)
+        if rv is None:
+            return None
+        return test(compare(lv, rv))
+
+    return ordering
+
+
+def _is_null(operand: _Value, negated: bool) -> Condition:
+    if operand.tag == "P":
+        name = operand.name
+        if negated:
+            return lambda p: p.get(name) is not None
+        return lambda p: p.get(name) is None
+    get = operand.get
+    if negated:
+        return lambda p: get(p) is not None
+    return lambda p: get(p) is None
+
+
+def _in(name: str, values: frozenset[str], negated: bool) -> Condition:
+    if negated:
+        def not_in(p: Props) -> bool | None:
+            v = p.get(name)
+            return None if v is None else v not in values
+
+        return not_in
+
+    def in_list(p: Props) -> bool | None:
+        v = p.get(name)
+        return None if v is None else v in values
+
+    return in_list
+
+
+def _string_match(op: str, operand: _Value, search: str, negated: bool) -> Condition:
+    """Missing or non-string operand, or an empty search string: FALSE for the NOT forms too.
+    An empty search is FALSE without evaluating the operand (RocketMQ checks it first)."""
+    if not search:
+        return lambda _p: False
+    test: Callable[[str], bool] = {
+        "CONTAINS": lambda s: search in s,
+        "STARTSWITH": lambda s: s.startswith(search),
+        "ENDSWITH": lambda s: s.endswith(search),
+    }[op]
+    get = operand.get
+
+    def string_match(p: Props) -> bool:
+        v = get(p)
+        if not isinstance(v, str):
+            return False
+        return test(v) != negated
+
+    return string_match

@@ -1,0 +1,45 @@
+"""filter_tag: tag subscriptions (expression type ``TAG``) with a broker-side hash pre-check.
+
+The pre-check reads only the consume-queue tag code (one entry at a time, or a whole block of
+raw 20-byte entries with numpy: :func:`precheck_block`, ``TagFilter.precheck_many``); the exact
+check compares tag strings on the client.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from plugmq.core import Family, FilterCompiler, PluginDeclaration, hookimpl
+from plugmq.plugins.filter_tag.tagfilter import EXPRESSION_TYPE, TagFilter, TagFilterCompiler, precheck_block
+from plugmq.plugins.filter_tag.vectorised import CQ_ENTRY_DTYPE, decode_block, encode_block, match_codes
+
+__all__ = [
+    "COMPILER",
+    "CQ_ENTRY_DTYPE",
+    "TagFilter",
+    "TagFilterCompiler",
+    "decode_block",
+    "encode_block",
+    "match_codes",
+    "plugmq_declare",
+    "plugmq_filter_compilers",
+    "precheck_block",
+]
+
+COMPILER = TagFilterCompiler()
+
+
+@hookimpl
+def plugmq_declare() -> PluginDeclaration:
+    return PluginDeclaration(
+        name="filter_tag",
+        families={Family.FILTER},
+        description="Tag subscriptions (TAGA || TAGB, *): hash pre-check on the broker, exact check on the client",
+        options=None,
+        capabilities=COMPILER.capabilities,
+    )
+
+
+@hookimpl
+def plugmq_filter_compilers() -> Mapping[str, FilterCompiler]:
+    return {EXPRESSION_TYPE: COMPILER}
