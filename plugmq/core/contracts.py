@@ -312,9 +312,14 @@ class FilterCompiler(Protocol):
 
 @attrs.frozen
 class AllocationCapabilities:
-    """``may_leave_queues_unassigned``: the union over consumers need not cover every queue."""
+    """``may_leave_queues_unassigned``: the union over consumers need not cover every queue.
+
+    ``example_params``: keyword parameters that make a working strategy for the conformance
+    suite when the strategy needs configuration (e.g. MACHINE_ROOM's ``rooms``).
+    """
 
     may_leave_queues_unassigned: bool = False
+    example_params: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @runtime_checkable
