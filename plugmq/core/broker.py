@@ -28,6 +28,7 @@ from plugmq.core.errors import (
     ClientError,
     DelayUnsupportedError,
     FilterSyntaxError,
+    MessageTooLargeError,
     PluginError,
     TopicError,
     ValidationError,
@@ -234,7 +235,8 @@ class Broker:
                 raise ValidationError(f"batch message {i} is delayed; delayed messages cannot be batched")
             total += len(message.body)
         if total > self.config.max_message_size:
-            raise ValidationError(f"batch bodies total {total} bytes; the limit is {self.config.max_message_size}")
+            raise MessageTooLargeError(f"batch bodies total {total} bytes; the limit is {self.config.max_message_size} "
+                                       "(send the batch in smaller parts)")
         if is_system_topic(topic):
             raise TopicError(f"topic {topic!r} is a system topic; producers may not send to it")
         queues = self.topic_queues(topic)
