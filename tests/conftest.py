@@ -10,3 +10,12 @@ from plugmq.core.clock import ManualClock
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog():  # noqa: ANN202
+    """CLI invocations configure structlog globally; later tests must see the library defaults."""
+    yield
+    import structlog
+
+    structlog.reset_defaults()

@@ -35,7 +35,7 @@ def _count(broker_name: str, event: str, message: StoredMessage) -> None:
         total = counter[(event, message.topic)]
     every = _options.get(broker_name, AuditOptions()).log_every
     if every and total % every == 0:
-        log.info("audit", event=event, broker=broker_name, topic=message.topic,
+        log.info("audit", kind=event, broker=broker_name, topic=message.topic,
                  queue=message.queue_id, offset=message.queue_offset, total=total)
 
 
