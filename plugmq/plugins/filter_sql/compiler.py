@@ -263,8 +263,9 @@ def _equal(left: _Value, right: _Value) -> Condition:
                 return None if v is None else v == const
 
             return prop_eq_string
-        convert = _CONVERTERS[right.tag]
         if right.tag in ("I", "L"):
+            convert = _CONVERTERS[right.tag]
+
             def prop_eq_int(p: Props) -> bool | None:
                 v = p.get(name)
                 return None if v is None else convert(v) == const
