@@ -118,6 +118,48 @@ def run_demo(data_dir: Path, console: Console) -> Broker:
                 clock.advance(10)
                 console.print(f"after its due time queue 1 grew by {broker.max_offset(queues[1]) - mark} (0: never delivered)")
 
+        def messaging() -> None:
+            from plugmq.core.consumer import ConsumeFrom, ConsumeStatus, OrderlyStatus
+
+            topic = "DemoShipments"
+            broker.create_topic(topic, 4)
+            ordered: dict[str, list[str]] = {}
+
+            def ordered_listener(messages: list) -> OrderlyStatus:
+                for m in messages:
+                    ordered.setdefault(m.properties["order"], []).append(m.body.decode())
+                return OrderlyStatus.SUCCESS
+
+            orderly = broker.push_consumer("demo-orderly", ordered_listener, orderly=True, background=False,
+                                           consume_from=ConsumeFrom.FIRST_OFFSET).subscribe(topic).start()
+            with broker.producer("demo-producer") as producer:
+                for step in ("created", "paid", "packed", "shipped"):
+                    for order in ("A", "B", "C"):
+                        producer.send(Message(topic, step.encode(), properties={"order": order}),
+                                      selector=lambda qs, m, arg: qs[ord(arg) % len(qs)], arg=order)
+            orderly.consume_available()
+            console.print(f"ordered (selector by order id, orderly listener): {ordered}")
+            if broker.delay is None:
+                console.print("[yellow]retry needs a delay plugin: skipped[/yellow]")
+                return
+            attempts: list[str] = []
+
+            def flaky(messages: list) -> ConsumeStatus:
+                for m in messages:
+                    attempts.append(f"{m.body.decode()}#{m.reconsume_times}@+{clock.now() - start:.0f}s")
+                    if m.reconsume_times < 2:
+                        return ConsumeStatus.RECONSUME_LATER
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            retrying = broker.push_consumer("demo-retry", flaky, background=False,
+                                            consume_from=ConsumeFrom.LAST_OFFSET).subscribe(topic).start()
+            start = clock.now()
+            broker.put(Message(topic, b"flaky-order"), 0)
+            for _ in range(60):
+                retrying.consume_available()
+                clock.advance(1)
+            console.print(f"retried (fails twice; back-off delay levels 3 and 4 = 10 s then 30 s): {attempts}")
+
         def transactions() -> None:
             console.print("transaction service present: "
                           f"{type(broker.transactions).__name__ if broker.transactions else None}")
@@ -126,6 +168,7 @@ def run_demo(data_dir: Path, console: Console) -> Broker:
         _step(console, "filters", Family.FILTER, broker, filters)
         _step(console, "allocation", Family.ALLOCATION, broker, allocation)
         _step(console, "delay", Family.DELAY, broker, delay)
+        _step(console, "messaging: ordered and retried", Family.ALLOCATION, broker, messaging)
         _step(console, "transactions", Family.TRANSACTION, broker, transactions)
     console.rule("[bold green]demo finished")
     return broker
