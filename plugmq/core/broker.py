@@ -83,6 +83,7 @@ class Broker:
         self._arrivals = threading.Condition()
         self._consumers: list[PushConsumer] = []
         self._offset_stores: dict[str, OffsetStore] = {}
+        self._queue_cache: dict[str, tuple[MessageQueue, ...]] = {}
         self.plugins: LoadedPlugins = load_plugins(
             config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
         )
@@ -165,20 +166,27 @@ class Broker:
     def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
         """Create (or grow) a topic; returns its queues."""
         count = self.topics.ensure(topic, queue_count or self.config.default_queue_count)
-        return [MessageQueue(topic, self.name, i) for i in range(count)]
+        return list(self._queues_for(topic, count))
+
+    def _queues_for(self, topic: str, count: int) -> tuple[MessageQueue, ...]:
+        cached = self._queue_cache.get(topic)
+        if cached is None or len(cached) != count:
+            cached = tuple(MessageQueue(topic, self.name, i) for i in range(count))
+            self._queue_cache[topic] = cached
+        return cached
 
     def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
         """The queues of ``topic``; auto-creates it when allowed, else TopicError naming it."""
-        validate_topic(topic)
         count = self.topics.get(topic)
         if count is None:
+            validate_topic(topic)
             if create if create is not None else self.config.auto_create_topic:
                 return self.create_topic(topic)
             raise TopicError(
                 f"topic {topic!r} does not exist and auto_create_topic is off; "
                 f"create it with broker.create_topic({topic!r}, queue_count)"
             )
-        return [MessageQueue(topic, self.name, i) for i in range(count)]
+        return list(self._queues_for(topic, count))
 
     # ------------------------------------------------------------------------------ sending
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,

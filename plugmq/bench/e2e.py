@@ -1,0 +1,102 @@
+"""``plugmq bench e2e``: produce -> consume throughput and end-to-end latency through the broker.
+
+Per store: 1 producer thread sends 1 KiB messages to 4 queues while a push consumer with 2 consume
+threads (background pulling on the system clock) receives them. End-to-end latency is receive time
+minus the born timestamp. In the same run, the raw store append rate (store.append in a loop, same
+message size, same flush mode) is the baseline the broker's rate is divided by.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from plugmq.core.broker import Broker
+from plugmq.core.components import open_store
+from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
+from plugmq.core.errors import PluginError
+from plugmq.core.message import AppendRequest, Message, StoredMessage
+
+__all__ = ["command", "run_e2e"]
+
+
+def _raw_append_rate(store_plugin: str, flush: str, messages: int, size: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="plugmq-bench-raw-") as tmp:
+        store = open_store(store_plugin, Path(tmp), options={"flush": flush})
+        body = b"x" * size
+        try:
+            start = time.perf_counter()
+            for i in range(messages):
+                store.append(AppendRequest(topic="Bench", queue_id=i % 4, body=body))
+            return messages / (time.perf_counter() - start)
+        finally:
+            store.close()
+
+
+def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str, float]:
+    """One end-to-end run; returns rates (msg/s) and latency percentiles (ms)."""
+    received = threading.Event()
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def listener(batch: list[StoredMessage]) -> ConsumeStatus:
+        now_ms = time.time() * 1000
+        with lock:
+            latencies.extend(now_ms - m.born_timestamp_ms for m in batch)
+            if len(latencies) >= messages:
+                received.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with tempfile.TemporaryDirectory(prefix="plugmq-bench-e2e-") as tmp:
+        with Broker.open(tmp, plugins=[store_plugin, "alloc"], options={store_plugin: {"flush": flush}}) as broker:
+            broker.create_topic("Bench", 4)
+            consumer = broker.push_consumer("bench-consumers", listener, consume_threads=2, max_reconsume_times=0,
+                                            consume_from=ConsumeFrom.FIRST_OFFSET, pull_batch_size=32)
+            consumer.subscribe("Bench").start()
+            body = b"x" * size
+            start = time.perf_counter()
+            with broker.producer("bench-producer") as producer:
+                for _ in range(messages):
+                    producer.send(Message("Bench", body))
+            produced = time.perf_counter()
+            if not received.wait(timeout=max(60.0, messages / 500)):
+                raise click.ClickException(f"{store_plugin}: only {len(latencies)} of {messages} messages consumed")
+            consumed = time.perf_counter()
+            consumer.shutdown()
+    lat = np.array(latencies)
+    return {
+        "produce_rate": messages / (produced - start),
+        "e2e_rate": messages / (consumed - start),
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+    }
+
+
+@click.command("e2e")
+@click.option("--stores", default="store_mmap,store_lmdb,store_rocks", show_default=True)
+@click.option("--messages", default=20_000, show_default=True)
+@click.option("--size", default=1024, show_default=True, help="Body size in bytes.")
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True)
+def command(stores: str, messages: int, size: int, flush: str) -> None:
+    """Produce -> consume throughput and end-to-end latency, as a ratio to the raw store append rate."""
+    console = Console()
+    table = Table(title=f"e2e: {messages} x {size} B, 4 queues, 1 producer, 2 consume threads, flush={flush}")
+    for column in ("store", "raw append msg/s", "produce msg/s", "e2e msg/s", "e2e / raw", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    for store in [s.strip() for s in stores.split(",") if s.strip()]:
+        try:
+            raw = _raw_append_rate(store, flush, messages, size)
+            result = run_e2e(store, flush, messages, size)
+        except PluginError as exc:
+            console.print(f"[yellow]{store}: skipped ({exc})[/yellow]")
+            continue
+        table.add_row(store, f"{raw:,.0f}", f"{result['produce_rate']:,.0f}", f"{result['e2e_rate']:,.0f}",
+                      f"{result['e2e_rate'] / raw:.2f}x", f"{result['p50_ms']:.1f}", f"{result['p99_ms']:.1f}")
+    console.print(table)
