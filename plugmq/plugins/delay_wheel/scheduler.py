@@ -402,6 +402,9 @@ class WheelDelayScheduler:
     # ================================================================== cancel / state
 
     def cancel(self, msg_id: str) -> bool:
+        """True if the message is not due yet and will not be delivered (again True for a repeated
+        cancel while it is still not due); False once its second has been dispatched, or for an id
+        this wheel does not know. A malformed id raises ValidationError."""
         with self._lock:
             host, hour, gi = decode_wheel_msg_id(msg_id)
             if host != self._store_host or self._closed:
