@@ -99,3 +99,14 @@ def test_options_for_a_plugin_without_options() -> None:
                                check_cardinality=False).declarations["e"]
     with pytest.raises(ConfigError, match="plugin 'e' takes no options, got x"):
         build_options(declaration, {"x": 1}, config_path="c")
+
+
+def test_plugin_that_fails_to_import_is_named() -> None:
+    from importlib.metadata import EntryPoint
+
+    from plugmq.core.pluginmanager import _load_entry_point
+
+    broken = EntryPoint(name="broken", value="plugmq_no_such_module_xyz", group="plugmq.plugins")
+    with pytest.raises(PluginError, match=r"plugin 'broken' \(entry point 'plugmq_no_such_module_xyz' .*failed to import: "
+                                          r"ModuleNotFoundError"):
+        _load_entry_point("broken", broken)

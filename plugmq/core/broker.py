@@ -255,7 +255,7 @@ class Broker:
         for result in results:
             self._emit_stored(result)
         self.wake_consumers()
-        return [self._send_result(r, q, queues[queue_id]) for r, q in zip(results, requests)]
+        return [self._send_result(r, q, queues[queue_id]) for r, q in zip(results, requests, strict=True)]
 
     def _send_result(self, result: AppendResult, request: AppendRequest, queue: MessageQueue) -> SendResult:
         status = SendStatus.SEND_OK if result.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
