@@ -27,8 +27,9 @@ class RocksOptions:
     The WAL is replayed with point-in-time recovery, so a torn WAL tail drops whole batches only.
 
     ``file_reserved_hours``: retention; older messages go at the next ``clean_expired``.
-    ``verify_tail_records`` / ``verify_tail_bytes``: how much of the log's tail is CRC-checked at
-    open; a damaged record there and everything after it are cut (RocketMQ's torn-tail rule).
+    ``verify_tail_records`` / ``verify_tail_bytes``: at open, up to that many of each queue's
+    newest records lying in the last ``verify_tail_bytes`` of the log are read and CRC-checked; a
+    damaged or unreadable record there and everything after it are cut (RocketMQ's torn-tail rule).
     """
 
     flush: str = attrs.field(default="async", validator=v.in_(("sync", "async")))

@@ -426,33 +426,48 @@ class RocksStore:
             self._next_offset, self._last_ts = codec.STORE_STATE.unpack(state)
         for key, value in self._cf["queues"].items():
             self._queues[bytes(key)] = list(codec.QUEUE_STATE.unpack(value))
-        tail: list[tuple[int, bytes]] = []
-        budget = self._options.verify_tail_bytes
         it = self._cf["msg"].iter(ReadOptions())
         it.seek_to_last()
         if it.valid():
             self._next_offset = max(self._next_offset, codec.OFFSET.unpack(it.key())[0] + len(it.value()))
-        while it.valid() and len(tail) < self._options.verify_tail_records and budget > 0:
-            raw = it.value()
-            tail.append((codec.OFFSET.unpack(it.key())[0], raw))
-            budget -= len(raw)
-            it.prev()
         del it
-        first_bad = None
-        for offset, raw in reversed(tail):
-            try:
-                message = codec.decode_record(raw)
-                if message.commit_log_offset != offset:
-                    raise CorruptRecordError("record stored under the wrong offset")
-                self._last_ts = max(self._last_ts, message.store_timestamp_ms)
-            except CorruptRecordError as exc:
-                first_bad = offset
-                self._log.error("damaged record in the log tail; cutting the log there",
-                                commit_log_offset=offset, reason=str(exc))
-                break
+        first_bad = self._verify_tail()
         if first_bad is not None:
             self._truncate(first_bad)
         self._log.info("store_rocks opened", next_offset=self._next_offset, queues=len(self._queues))
+
+    def _verify_tail(self) -> int | None:
+        """CRC-check the newest records of every queue; the smallest damaged offset, if any.
+
+        Driven by the consume queues and point reads rather than by iterating the log: a damaged
+        SST block ends an iterator early, so iteration would miss exactly what it looks for.
+        """
+        window = max(0, self._next_offset - self._options.verify_tail_bytes)
+        first_bad: int | None = None
+        for qkey, (low, high) in list(self._queues.items()):
+            checked = 0
+            queue_offset = high - 1
+            while queue_offset >= low and checked < self._options.verify_tail_records:
+                entry = self._get("cq", codec.cq_key(qkey, queue_offset))
+                if entry is None:
+                    break
+                offset = codec.CQ_ENTRY.unpack(entry)[0]
+                if offset < window:
+                    break
+                checked += 1
+                queue_offset -= 1
+                raw = self._get("msg", codec.OFFSET.pack(offset))
+                try:
+                    if raw is None:
+                        raise CorruptRecordError("record missing or unreadable")
+                    message = codec.decode_record(raw)
+                    if message.commit_log_offset != offset:
+                        raise CorruptRecordError("record stored under the wrong offset")
+                    self._last_ts = max(self._last_ts, message.store_timestamp_ms)
+                except CorruptRecordError as exc:
+                    self._log.error("damaged record in the log tail", commit_log_offset=offset, reason=str(exc))
+                    first_bad = offset if first_bad is None else min(first_bad, offset)
+        return first_bad
 
     def _truncate(self, cut: int) -> None:
         """Remove every record at or after ``cut``, with its consume-queue and index entries."""
@@ -511,10 +526,10 @@ class RocksStore:
                 self.flush()
             finally:
                 self._closed = True
-                # Column-family objects keep RocksDB alive; drop them before closing the DB.
+                # Column-family objects keep RocksDB alive; drop them before the DB itself.
                 self._cf.clear()
                 self._handle.clear()
-                self._db.close()
+                self._db.close()  # rocksdict flushes the memtables to SST files on the way out
                 del self._db
                 os.close(self._lock_fd)
         self._log.info("store_rocks closed")

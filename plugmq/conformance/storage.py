@@ -1,0 +1,675 @@
+"""Conformance clauses of the storage family, for any MessageStore plugin.
+
+Subclass :class:`StoreConformance` and provide one fixture, ``store_plugin``, returning a
+:class:`StoreUnderTest`: the plugin's entry-point name and the options to open it with. The suite
+opens, closes and reopens stores itself (``plugmq.core.components.open_store``) under pytest's
+``tmp_path`` on a ManualClock; the kill clause runs a real child process and SIGKILLs it.
+Capabilities come from the plugin's declaration; a clause whose capability is not declared is a
+skip that says so. The corrupted-tail clause needs the store's own ``corrupt_tail`` hook (only
+the store knows its file format) and is a skip without one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from plugmq.conformance import _storage_child as child
+from plugmq.core import (
+    DEFAULT_MAX_BODY_SIZE,
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    InvalidNameError,
+    ManualClock,
+    MessageStore,
+    MessageTooLargeError,
+    Prop,
+    StoreCapabilities,
+    StoredMessage,
+    StoreError,
+    ValidationError,
+    encode_msg_id,
+)
+from plugmq.core.components import open_store, plugin_declaration
+from plugmq.core.contracts import Family
+
+__all__ = ["StoreConformance", "StoreUnderTest", "assert_stored"]
+
+STORE_HOST = "10.1.2.3:10911"
+TOPIC = "ConformanceTopic"
+
+
+@attrs.frozen
+class StoreUnderTest:
+    """What the suite needs to open the store under test.
+
+    ``options``: the plugin's option table (what ``[plugins.<name>]`` would hold), e.g. sync or
+    async flush and small segment sizes. ``corrupt_tail(data_dir)``: damages the newest record(s)
+    of a closed store under ``data_dir`` in the store's own file format; None skips that clause.
+    ``acks_survive_kill``: an append that returned survives a SIGKILL of the writing process
+    with these options (True for sync flush, and for async stores that write through the OS page
+    cache; False e.g. for a store buffering in user space). When False the kill clause still
+    checks that nothing corrupt is returned and the store reopens.
+    """
+
+    plugin: str
+    options: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
+    corrupt_tail: Callable[[Path], None] | None = None
+    acks_survive_kill: bool = True
+
+
+@functools.lru_cache(maxsize=None)
+def _capabilities(plugin: str) -> StoreCapabilities:
+    declaration = plugin_declaration(plugin)
+    assert Family.STORAGE in declaration.families, f"{plugin} does not declare the storage family"
+    caps = declaration.capabilities
+    assert isinstance(caps, StoreCapabilities), (
+        f"{plugin} must declare StoreCapabilities as its capabilities, got {type(caps).__name__}"
+    )
+    return caps
+
+
+def require(sut: StoreUnderTest, capability: str) -> None:
+    if not getattr(_capabilities(sut.plugin), capability):
+        pytest.skip(f"{sut.plugin} does not declare {capability}")
+
+
+def request(topic: str = TOPIC, queue_id: int = 0, body: bytes = b"body", *, keys: str | None = None,
+            uniq: str | None = None, tags: str | None = None, **fields: Any) -> AppendRequest:
+    props: dict[str, str] = {"user": "value", "unicode": "\u00e9\u4e2d"}
+    if keys:
+        props[Prop.KEYS] = keys
+    if uniq:
+        props[Prop.UNIQ_KEY] = uniq
+    if tags:
+        props[Prop.TAGS] = tags
+    return AppendRequest(topic=topic, queue_id=queue_id, body=body, properties=props, **fields)
+
+
+def assert_stored(got: StoredMessage | None, req: AppendRequest, res: AppendResult, store_host: str = STORE_HOST) -> None:
+    """``got`` is exactly the message ``req`` stored as ``res`` said."""
+    assert got is not None, f"message at commit-log offset {res.commit_log_offset} not found"
+    assert (got.topic, got.queue_id, got.queue_offset) == (req.topic, req.queue_id, res.queue_offset)
+    assert got.body == req.body, f"body differs at commit-log offset {res.commit_log_offset}"
+    assert dict(got.properties) == dict(req.properties)
+    assert got.commit_log_offset == res.commit_log_offset and got.size == res.size
+    assert got.store_timestamp_ms == res.store_timestamp_ms
+    assert (got.tags_code, got.born_timestamp_ms, got.born_host) == (req.tags_code, req.born_timestamp_ms, req.born_host)
+    assert (got.reconsume_times, got.sys_flag, got.prepared_transaction_offset) == (
+        req.reconsume_times, req.sys_flag, req.prepared_transaction_offset)
+    assert got.store_host == store_host and got.msg_id == res.msg_id
+
+
+class Opener:
+    """Opens stores of one plugin in one directory; closes whatever is still open at teardown."""
+
+    def __init__(self, sut: StoreUnderTest, data_dir: Path, clock: ManualClock) -> None:
+        self.sut = sut
+        self.data_dir = data_dir
+        self.clock = clock
+        self.opened: list[MessageStore] = []
+
+    def __call__(self) -> MessageStore:
+        store = open_store(self.sut.plugin, self.data_dir, clock=self.clock, options=dict(self.sut.options),
+                           store_host=STORE_HOST)
+        self.opened.append(store)
+        return store
+
+    def reopen(self, store: MessageStore) -> MessageStore:
+        store.close()
+        return self()
+
+    def close_all(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+class StoreConformance:
+    """The storage contract. Needs the fixture ``store_plugin`` -> :class:`StoreUnderTest`."""
+
+    @pytest.fixture
+    def clock(self) -> ManualClock:
+        return ManualClock()
+
+    @pytest.fixture
+    def opener(self, store_plugin: StoreUnderTest, tmp_path: Path, clock: ManualClock) -> Iterator[Opener]:
+        opener = Opener(store_plugin, tmp_path / "data", clock)
+        yield opener
+        opener.close_all()
+
+    # -- declaration --------------------------------------------------------------------------
+
+    def test_declares_storage_and_satisfies_protocol(self, store_plugin: StoreUnderTest, opener: Opener) -> None:
+        caps = _capabilities(store_plugin.plugin)
+        store = opener()
+        assert isinstance(store, MessageStore), f"{store_plugin.plugin}'s store lacks MessageStore methods"
+        assert store.capabilities == caps, "the store's capabilities differ from the plugin's declaration"
+
+    # -- round trips --------------------------------------------------------------------------
+
+    def test_single_append_round_trip(self, opener: Opener, clock: ManualClock) -> None:
+        store = opener()
+        req = request(keys="order-1 order-2", uniq="UNIQ0001", tags="TagA", tags_code=-123456789,
+                      born_timestamp_ms=1_600_000_000_123, born_host="192.168.0.7:5555", reconsume_times=3,
+                      sys_flag=0x2, prepared_transaction_offset=77)
+        res = store.append(req)
+        assert res.status is AppendStatus.PUT_OK
+        assert res.queue_offset == 0 and res.size > 0
+        assert res.store_timestamp_ms == clock.now_ms()
+        assert res.msg_id == encode_msg_id(STORE_HOST, res.commit_log_offset)
+        assert_stored(store.read(res.commit_log_offset), req, res)
+        assert_stored(store.read(res.commit_log_offset, res.size), req, res)
+
+    def test_batch_append_round_trip(self, opener: Opener) -> None:
+        store = opener()
+        reqs = [request(queue_id=i % 3, body=f"batch-{i}".encode(), keys=f"b{i}") for i in range(10)]
+        results = store.append_batch(reqs)
+        assert len(results) == len(reqs)
+        per_queue: dict[int, list[int]] = {}
+        for req, res in zip(reqs, results):
+            assert res.status is AppendStatus.PUT_OK
+            per_queue.setdefault(req.queue_id, []).append(res.queue_offset)
+            assert_stored(store.read(res.commit_log_offset), req, res)
+        for queue_id, offsets in per_queue.items():
+            assert offsets == list(range(len(offsets))), f"queue {queue_id}: batch offsets {offsets} not consecutive"
+        assert store.append_batch([]) == []
+
+    def test_empty_and_max_size_bodies(self, opener: Opener) -> None:
+        store = opener()
+        for body in (b"", os.urandom(DEFAULT_MAX_BODY_SIZE), b"after"):
+            req = request(body=body)
+            res = store.append(req)
+            assert_stored(store.read(res.commit_log_offset), req, res)
+        store = opener.reopen(store)
+        entries = store.read_queue(TOPIC, 0, 0, 10)
+        assert [len(store.read(e.commit_log_offset).body) for e in entries] == [0, DEFAULT_MAX_BODY_SIZE, 5]
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def test_queue_offsets_dense_and_monotonic(self, opener: Opener) -> None:
+        store = opener()
+        rng = random.Random(7)
+        expected: dict[tuple[str, int], int] = {}
+        last_clo = -1
+        for i in range(60):
+            topic = rng.choice([TOPIC, "OtherTopic"])
+            queue_id = rng.randrange(4)
+            res = store.append(request(topic, queue_id, f"m{i}".encode()))
+            assert res.queue_offset == expected.get((topic, queue_id), 0), f"queue {topic}/{queue_id} skipped an offset"
+            expected[(topic, queue_id)] = res.queue_offset + 1
+            assert res.commit_log_offset > last_clo, "commit-log offsets must grow with every append"
+            last_clo = res.commit_log_offset
+        for (topic, queue_id), count in expected.items():
+            assert store.max_offset(topic, queue_id) == count
+            assert [e.queue_offset for e in store.read_queue(topic, queue_id, 0, 1000)] == list(range(count))
+
+    def test_min_max_offsets_and_queues(self, opener: Opener) -> None:
+        store = opener()
+        assert (store.min_offset(TOPIC, 0), store.max_offset(TOPIC, 0)) == (0, 0)
+        assert store.max_offset("NeverWritten", 5) == 0
+        for i in range(5):
+            store.append(request(queue_id=2, body=bytes([i])))
+        store.append(request("OtherTopic", 0))
+        assert (store.min_offset(TOPIC, 2), store.max_offset(TOPIC, 2)) == (0, 5)
+        assert store.max_offset(TOPIC, 0) == 0 and store.max_offset(TOPIC, 3) == 0
+        assert dict(store.queues()) == {TOPIC: 3, "OtherTopic": 1}
+
+    def test_read_queue_paging(self, opener: Opener) -> None:
+        store = opener()
+        reqs = [request(body=f"p{i}".encode(), tags_code=i * 11) for i in range(25)]
+        results = [store.append(r) for r in reqs]
+        seen = []
+        offset = 0
+        while True:
+            page = store.read_queue(TOPIC, 0, offset, 7)
+            if not page:
+                break
+            assert len(page) <= 7
+            seen += page
+            offset = page[-1].queue_offset + 1
+        assert [e.queue_offset for e in seen] == list(range(25))
+        for entry, req, res in zip(seen, reqs, results):
+            assert (entry.commit_log_offset, entry.size, entry.tags_code) == (res.commit_log_offset, res.size, req.tags_code)
+        assert [e.queue_offset for e in store.read_queue(TOPIC, 0, 20, 100)] == [20, 21, 22, 23, 24]
+        assert store.read_queue(TOPIC, 0, 25, 10) == [] and store.read_queue(TOPIC, 0, 90, 10) == []
+        assert store.read_queue(TOPIC, 0, 0, 0) == []
+        assert store.read_queue(TOPIC, 1, 0, 10) == [] and store.read_queue("Nothing", 0, 0, 10) == []
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def test_query_by_id_and_unknown_ids(self, opener: Opener) -> None:
+        store = opener()
+        pairs = [(r, store.append(r)) for r in (request(body=f"id{i}".encode()) for i in range(5))]
+        for req, res in pairs:
+            assert_stored(store.query_by_id(res.msg_id), req, res)
+        last = pairs[-1][1]
+        assert store.query_by_id(encode_msg_id(STORE_HOST, last.commit_log_offset + last.size + 10_000)) is None
+        assert store.read(last.commit_log_offset + last.size + 10_000) is None
+        assert store.read(1 << 60) is None
+
+    def test_query_by_key_and_time_range(self, opener: Opener, clock: ManualClock) -> None:
+        require(opener.sut, "query_by_key")
+        store = opener()
+        stamps = []
+        written: list[tuple[AppendRequest, AppendResult]] = []
+        for i in range(6):
+            req = request(queue_id=i % 2, body=f"k{i}".encode(), keys=f"shared own{i}", uniq=f"UNIQ{i:04d}")
+            written.append((req, store.append(req)))
+            stamps.append(clock.now_ms())
+            clock.advance(10)
+        store.append(request("OtherTopic", keys="shared"))
+        found = store.query_by_key(TOPIC, "shared")
+        assert sorted(m.commit_log_offset for m in found) == [res.commit_log_offset for _, res in written]
+        by_offset = {res.commit_log_offset: (req, res) for req, res in written}
+        for message in found:
+            assert_stored(message, *by_offset[message.commit_log_offset])
+        own3 = store.query_by_key(TOPIC, "own3")
+        assert [m.body for m in own3] == [b"k3"]
+        assert [m.body for m in store.query_by_key(TOPIC, "UNIQ0004")] == [b"k4"], "unique ids are keys too"
+        ranged = store.query_by_key(TOPIC, "shared", begin_ms=stamps[1], end_ms=stamps[3])
+        assert sorted(m.body for m in ranged) == [b"k1", b"k2", b"k3"]
+        limited = store.query_by_key(TOPIC, "shared", max_results=2)
+        assert len(limited) == 2 and {m.body for m in limited} <= {f"k{i}".encode() for i in range(6)}
+        assert store.query_by_key(TOPIC, "absent") == []
+        assert store.query_by_key("NoSuchTopic", "shared") == []
+
+    def test_offset_for_timestamp(self, opener: Opener, clock: ManualClock) -> None:
+        require(opener.sut, "query_by_time")
+        store = opener()
+        start = clock.now_ms()
+        for i in range(10):
+            store.append(request(queue_id=1, body=bytes([i])))
+            clock.advance(1)  # one message per second
+        assert store.offset_for_timestamp(TOPIC, 1, start - 5000) == 0
+        assert store.offset_for_timestamp(TOPIC, 1, start) == 0
+        assert store.offset_for_timestamp(TOPIC, 1, start + 1) == 1
+        assert store.offset_for_timestamp(TOPIC, 1, start + 4000) == 4
+        assert store.offset_for_timestamp(TOPIC, 1, start + 4500) == 5
+        assert store.offset_for_timestamp(TOPIC, 1, start + 60_000) == 10, "past the end: the max offset"
+        assert store.offset_for_timestamp(TOPIC, 0, start) == 0, "an empty queue: its max offset, 0"
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def test_close_and_reopen_keep_everything(self, opener: Opener, clock: ManualClock) -> None:
+        store = opener()
+        written = []
+        for i in range(20):
+            req = request(queue_id=i % 3, body=os.urandom(i * 37), keys=f"re{i}")
+            written.append((req, store.append(req)))
+            clock.advance(1)
+        batch = [request(queue_id=1, body=f"batch{i}".encode()) for i in range(4)]
+        written += zip(batch, store.append_batch(batch))
+        store.flush()
+        maxima = {q: store.max_offset(TOPIC, q) for q in range(3)}
+        store = opener.reopen(store)
+        store.close()  # close is idempotent
+        store.close()
+        store = opener()
+        assert {q: store.max_offset(TOPIC, q) for q in range(3)} == maxima
+        for req, res in written:
+            assert_stored(store.read(res.commit_log_offset), req, res)
+        if _capabilities(opener.sut.plugin).query_by_key:
+            assert [m.body for m in store.query_by_key(TOPIC, "re5")] == [written[5][0].body]
+        req = request(queue_id=1, body=b"after reopen")
+        res = store.append(req)
+        assert res.queue_offset == maxima[1]
+        assert res.commit_log_offset > max(r.commit_log_offset for _, r in written)
+        assert_stored(store.read(res.commit_log_offset), req, res)
+
+    def test_restart_after_kill_mid_write(self, opener: Opener, tmp_path: Path) -> None:
+        require(opener.sut, "crash_recovery")
+        sut = opener.sut
+        options_file = tmp_path / "options.pickle"
+        options_file.write_bytes(pickle.dumps(dict(sut.options)))
+        acked: dict[int, tuple[int, int, int]] = {}
+        for round_no in range(2):
+            acked.update(_run_and_kill(sut, opener.data_dir, options_file, first=round_no * 100_000, acks=150))
+            store = opener()
+            _check_after_kill(store, acked if sut.acks_survive_kill else {})
+            store.close()
+
+    def test_corrupted_tail_never_returned(self, opener: Opener) -> None:
+        sut = opener.sut
+        if sut.corrupt_tail is None:
+            pytest.skip(f"{sut.plugin}: no corrupt_tail hook given (only the store knows its file format)")
+        store = opener()
+        written = []
+        for i in range(30):
+            req = request(queue_id=i % 2, body=f"tail-{i}-".encode() * (i + 1), keys=f"t{i}")
+            written.append((req, store.append(req)))
+        store.close()
+        sut.corrupt_tail(opener.data_dir)
+        store = opener()
+        by_offset = {res.commit_log_offset: (req, res) for req, res in written}
+        missing = 0
+        for req, res in written:
+            got = store.read(res.commit_log_offset)
+            if got is None:
+                missing += 1
+            else:
+                assert_stored(got, req, res)
+            by_id = store.query_by_id(res.msg_id)
+            assert by_id is None or by_id.body == req.body
+        assert missing, "the hook damaged the tail, yet every record still reads back: damage went unnoticed"
+        for queue_id in (0, 1):
+            low, high = store.min_offset(TOPIC, queue_id), store.max_offset(TOPIC, queue_id)
+            entries = store.read_queue(TOPIC, queue_id, low, 1000)
+            assert [e.queue_offset for e in entries] == list(range(low, high))
+            for entry in entries:
+                got = store.read(entry.commit_log_offset)
+                assert got is not None, f"queue entry {entry.queue_offset} points at a damaged record (not cut)"
+                assert_stored(got, *by_offset[entry.commit_log_offset])
+        req = request(queue_id=0, body=b"after the cut")
+        before = store.max_offset(TOPIC, 0)
+        res = store.append(req)
+        assert res.queue_offset == before
+        assert_stored(store.read(res.commit_log_offset), req, res)
+
+    # -- refusals -----------------------------------------------------------------------------
+
+    def test_oversize_record_refused_and_store_usable(self, opener: Opener) -> None:
+        store = opener()
+        first = store.append(request(body=b"before"))
+        too_big = b"x" * (DEFAULT_MAX_BODY_SIZE + 1)
+        with pytest.raises((StoreError, MessageTooLargeError)):
+            store.append(request(body=too_big))
+        with pytest.raises((StoreError, MessageTooLargeError)):
+            store.append_batch([request(body=b"ok-1"), request(queue_id=1, body=too_big), request(body=b"ok-2")])
+        assert store.max_offset(TOPIC, 0) == 1 and store.max_offset(TOPIC, 1) == 0, "a refused write left something"
+        req = request(body=b"after")
+        res = store.append(req)
+        assert res.queue_offset == 1 and res.commit_log_offset > first.commit_log_offset
+        assert_stored(store.read(res.commit_log_offset), req, res)
+        store = opener.reopen(store)
+        assert [e.commit_log_offset for e in store.read_queue(TOPIC, 0, 0, 10)] == [
+            first.commit_log_offset, res.commit_log_offset]
+        assert store.max_offset(TOPIC, 1) == 0
+
+    def test_badly_named_topic_rejected(self, opener: Opener, tmp_path: Path) -> None:
+        store = opener()
+        with pytest.raises(InvalidNameError):
+            AppendRequest(topic="bad topic/..", queue_id=0, body=b"x")
+        # A request that slipped past validation must still not reach the disk (names become files).
+        sneaky = request(body=b"x")
+        object.__setattr__(sneaky, "topic", "../../escaped")
+        with pytest.raises((ValidationError, StoreError)):
+            store.append(sneaky)
+        with pytest.raises((ValidationError, StoreError)):
+            store.append_batch([request(body=b"fine"), sneaky])
+        assert store.max_offset(TOPIC, 0) == 0, "the good half of a refused batch was written"
+        assert "../../escaped" not in store.queues()
+        assert not any(p.name == "escaped" for p in tmp_path.rglob("escaped*"))
+        res = store.append(request(body=b"still fine"))
+        assert res.queue_offset == 0
+
+    # -- concurrency --------------------------------------------------------------------------
+
+    def test_concurrent_writers_lose_and_interleave_nothing(self, opener: Opener) -> None:
+        require(opener.sut, "concurrent_writers")
+        store = opener()
+        threads, rounds = 4, 25
+        results: dict[int, list[tuple[AppendRequest, AppendResult]]] = {t: [] for t in range(threads)}
+        batches: list[list[AppendResult]] = []
+        errors: list[BaseException] = []
+        start = threading.Barrier(threads)
+
+        def writer(t: int) -> None:
+            try:
+                start.wait()
+                for i in range(rounds):
+                    queue_id = (t + i) % 2
+                    if i % 3 == 0:
+                        reqs = [request(queue_id=queue_id, body=f"t{t}-{i}-{k}".encode()) for k in range(3)]
+                        got = store.append_batch(reqs)
+                        batches.append(got)
+                        results[t] += zip(reqs, got)
+                    else:
+                        req = request(queue_id=queue_id, body=f"t{t}-{i}".encode())
+                        results[t].append((req, store.append(req)))
+            except BaseException as exc:  # surfaced below: a thread's failure must fail the test
+                errors.append(exc)
+
+        workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors, errors
+        everything = [pair for t in range(threads) for pair in results[t]]
+        assert len({res.commit_log_offset for _, res in everything}) == len(everything), "two messages, one offset"
+        for queue_id in (0, 1):
+            mine = sorted(res.queue_offset for req, res in everything if req.queue_id == queue_id)
+            assert mine == list(range(len(mine))), f"queue {queue_id}: offsets lost or doubled"
+            assert store.max_offset(TOPIC, queue_id) == len(mine)
+            by_offset = {res.commit_log_offset: (req, res) for req, res in everything if req.queue_id == queue_id}
+            for entry in store.read_queue(TOPIC, queue_id, 0, 10_000):
+                assert_stored(store.read(entry.commit_log_offset), *by_offset[entry.commit_log_offset])
+        for got in batches:
+            assert [r.queue_offset for r in got] == list(range(got[0].queue_offset, got[0].queue_offset + 3)), (
+                "another writer's message landed inside a batch"
+            )
+        for t in range(threads):
+            own = [res.commit_log_offset for _, res in results[t]]
+            assert own == sorted(own), "one writer's messages must keep their order"
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def test_retention_keeps_fresh_and_stays_consistent(self, opener: Opener, clock: ManualClock) -> None:
+        require(opener.sut, "retention")
+        store = opener()
+        written = {}
+        for i in range(40):
+            req = request(queue_id=i % 2, body=f"r{i}".encode() * 50)
+            res = store.append(req)
+            written[res.commit_log_offset] = (req, res)
+        assert store.clean_expired(clock.now_ms()) == 0, "nothing is old yet, nothing may go"
+        assert all(store.read(off) is not None for off in written)
+        clock.advance(10 * 365 * 86400)
+        removed = store.clean_expired(clock.now_ms())
+        assert removed >= 0
+        for queue_id in (0, 1):
+            low, high = store.min_offset(TOPIC, queue_id), store.max_offset(TOPIC, queue_id)
+            assert 0 <= low <= high == 20
+            entries = store.read_queue(TOPIC, queue_id, low, 100)
+            assert [e.queue_offset for e in entries] == list(range(low, high))
+            for entry in entries:
+                assert_stored(store.read(entry.commit_log_offset), *written[entry.commit_log_offset])
+            assert all(e.queue_offset >= low for e in store.read_queue(TOPIC, queue_id, 0, 100))
+        res = store.append(request(queue_id=0, body=b"fresh"))
+        assert res.queue_offset == 20
+        store = opener.reopen(store)
+        assert store.max_offset(TOPIC, 0) == 21 and store.read(res.commit_log_offset).body == b"fresh"
+
+    # -- model-based --------------------------------------------------------------------------
+
+    def test_stateful_against_reference_model(self, store_plugin: StoreUnderTest, tmp_path: Path) -> None:
+        machine = _state_machine(store_plugin, tmp_path)
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=12, stateful_step_count=25, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ))
+
+
+# ---------------------------------------------------------------------------------------------
+# the kill clause's parent side
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_and_kill(sut: StoreUnderTest, data_dir: Path, options_file: Path, *, first: int,
+                  acks: int) -> dict[int, tuple[int, int, int]]:
+    """Start the writer, SIGKILL it after ``acks`` acknowledgements; return index -> (qid, qoff, clo)."""
+    log_path = options_file.with_name(f"writer-{first}.log")
+    with open(log_path, "wb") as log_file:  # a file, not a pipe: a chatty child must never block
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "plugmq.conformance._storage_child", sut.plugin, str(data_dir),
+             str(options_file), str(first)],
+            stdout=subprocess.PIPE, stderr=log_file,
+        )
+    assert proc.stdout is not None
+    received = b""
+    try:
+        while received.count(b"\n") < acks:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                proc.wait()
+                stderr = log_path.read_text(errors="replace")
+                raise AssertionError(f"the writer process exited early (code {proc.returncode}):\n{stderr[-3000:]}")
+            received += chunk
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate()
+    received += rest
+    assert proc.returncode == -signal.SIGKILL
+    acked = {}
+    for line in received.split(b"\n")[:-1]:  # a last line without newline was cut by the kill
+        index, qoff, clo, qid = map(int, line.split())
+        acked[index] = (qid, qoff, clo)
+    return acked
+
+
+def _check_after_kill(store: MessageStore, acked: Mapping[int, tuple[int, int, int]]) -> None:
+    for index, (qid, qoff, clo) in acked.items():
+        got = store.read(clo)
+        assert got is not None, f"acknowledged message {index} (commit-log offset {clo}) lost after the kill"
+        assert (got.topic, got.queue_id, got.queue_offset) == (child.TOPIC, qid, qoff)
+        assert child.index_of(got.body) == index, f"acknowledged message {index} came back altered"
+    indexes_seen = set()
+    for qid in range(child.QUEUES):
+        low, high = store.min_offset(child.TOPIC, qid), store.max_offset(child.TOPIC, qid)
+        entries = store.read_queue(child.TOPIC, qid, low, 1_000_000)
+        assert [e.queue_offset for e in entries] == list(range(low, high)), f"queue {qid} has holes after the kill"
+        for entry in entries:
+            got = store.read(entry.commit_log_offset)
+            assert got is not None, f"queue {qid} entry {entry.queue_offset} points at no record after the kill"
+            index = child.index_of(got.body)
+            assert index is not None, f"a damaged record came back at commit-log offset {entry.commit_log_offset}"
+            assert got.queue_offset == entry.queue_offset and got.queue_id == qid
+            indexes_seen.add(index)
+    assert set(acked) <= indexes_seen, "acknowledged messages missing from their consume queues"
+    before = store.max_offset("AfterCrash", 0)  # another topic: the writer's queues stay its own
+    res = store.append(AppendRequest("AfterCrash", 0, b"after the crash"))
+    assert res.queue_offset == before
+    assert store.read(res.commit_log_offset).body == b"after the crash"
+
+
+# ---------------------------------------------------------------------------------------------
+# the model-based clause
+# ---------------------------------------------------------------------------------------------
+
+_KEYS = ["alpha", "beta", "gamma"]
+_messages = st.builds(
+    lambda topic, qid, body, key: (topic, qid, body, key),
+    st.sampled_from([TOPIC, "ModelB"]), st.integers(0, 2), st.binary(max_size=300), st.sampled_from([None, *_KEYS]),
+)
+
+
+def _state_machine(sut: StoreUnderTest, root: Path) -> type[RuleBasedStateMachine]:
+    caps = _capabilities(sut.plugin)
+
+    class StoreModel(RuleBasedStateMachine):
+        """Appends, batches, reads, queries and reopens, checked against plain Python lists."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.dir = Path(tempfile.mkdtemp(dir=root))
+            self.clock = ManualClock()
+            self.opener = Opener(sut, self.dir, self.clock)
+            self.store = self.opener()
+            self.queues: dict[tuple[str, int], list[tuple[AppendRequest, AppendResult]]] = {}
+
+        def _record(self, req: AppendRequest, res: AppendResult) -> None:
+            mine = self.queues.setdefault((req.topic, req.queue_id), [])
+            assert res.queue_offset == len(mine)
+            mine.append((req, res))
+
+        @staticmethod
+        def _request(spec: tuple[str, int, bytes, str | None]) -> AppendRequest:
+            topic, qid, body, key = spec
+            return request(topic, qid, body, keys=key)
+
+        @rule(spec=_messages)
+        def append(self, spec: tuple[str, int, bytes, str | None]) -> None:
+            req = self._request(spec)
+            self._record(req, self.store.append(req))
+
+        @rule(specs=st.lists(_messages, min_size=1, max_size=6))
+        def append_batch(self, specs: list[tuple[str, int, bytes, str | None]]) -> None:
+            reqs = [self._request(s) for s in specs]
+            for req, res in zip(reqs, self.store.append_batch(reqs), strict=True):
+                self._record(req, res)
+
+        @rule(ms=st.integers(0, 3000))
+        def advance_clock(self, ms: int) -> None:
+            self.clock.advance(ms / 1000)
+
+        @rule()
+        def reopen(self) -> None:
+            self.store = self.opener.reopen(self.store)
+
+        @rule(data=st.data())
+        def read_one(self, data: st.DataObject) -> None:
+            if not self.queues:
+                return
+            queue = data.draw(st.sampled_from(sorted(self.queues)))
+            req, res = data.draw(st.sampled_from(self.queues[queue]))
+            assert_stored(self.store.read(res.commit_log_offset), req, res)
+            assert_stored(self.store.query_by_id(res.msg_id), req, res)
+
+        @rule(topic=st.sampled_from([TOPIC, "ModelB"]), qid=st.integers(0, 2), offset=st.integers(0, 40),
+              count=st.integers(1, 12))
+        def read_queue(self, topic: str, qid: int, offset: int, count: int) -> None:
+            model = self.queues.get((topic, qid), [])[offset:offset + count]
+            got = self.store.read_queue(topic, qid, offset, count)
+            assert [(e.queue_offset, e.commit_log_offset, e.size) for e in got] == [
+                (res.queue_offset, res.commit_log_offset, res.size) for _, res in model]
+
+        @rule(topic=st.sampled_from([TOPIC, "ModelB"]), key=st.sampled_from(_KEYS))
+        def query_key(self, topic: str, key: str) -> None:
+            if not caps.query_by_key:
+                return
+            expected = {res.commit_log_offset for (t, _), pairs in self.queues.items() if t == topic
+                        for req, res in pairs if key in req.keys}
+            got = self.store.query_by_key(topic, key, max_results=10_000)
+            assert {m.commit_log_offset for m in got} == expected
+
+        @rule(data=st.data())
+        def time_search(self, data: st.DataObject) -> None:
+            if not caps.query_by_time or not self.queues:
+                return
+            topic, qid = data.draw(st.sampled_from(sorted(self.queues)))
+            pairs = self.queues[(topic, qid)]
+            stamps = [res.store_timestamp_ms for _, res in pairs]
+            probe = data.draw(st.integers(stamps[0] - 10, stamps[-1] + 10))
+            expected = next((i for i, s in enumerate(stamps) if s >= probe), len(stamps))
+            assert self.store.offset_for_timestamp(topic, qid, probe) == expected
+
+        @invariant()
+        def offsets_match_model(self) -> None:
+            for (topic, qid), pairs in self.queues.items():
+                assert self.store.max_offset(topic, qid) == len(pairs)
+                assert self.store.min_offset(topic, qid) == 0
+
+        def teardown(self) -> None:
+            self.opener.close_all()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    return StoreModel
