@@ -1,0 +1,50 @@
+"""delay_level: RocketMQ 4.x fixed delay levels (seed 003), with restarts that duplicate nothing.
+
+A level request is stored *in the broker's store* with its topic rewritten to
+``SCHEDULE_TOPIC_XXXX``, queue id = level - 1, the real topic/queue in REAL_TOPIC / REAL_QID and
+the deliver timestamp (ms) in the consume queue's tag field. One timer per level reads its queue
+head in order and writes due messages back to their real topic (delay properties removed, tag
+field recomputed from TAGS). Levels: ``levels`` option (RocketMQ's default 18, 1s .. 2h); a level
+above the last is clamped (``clamp_over_max``, RocketMQ's rule) or refused.
+
+Beyond RocketMQ: per-level offsets (``<data dir>/delay_level/offsets.json``) are persisted
+atomically after every delivery batch and at close, not every 10 s; at start-up the entries a
+killed process may have written back after its last persist are checked against the store with
+``was_delivered``, so nothing is delivered twice. What came due while down is delivered at
+``start()``, oldest first across levels, and counted in ``metrics()`` (``overdue_at_start``,
+``late_at_start_ms_max``). With ``dead_letter_older_than_ms`` > 0, overdue messages older than
+that go to ``dead_letter_topic`` (default ``%DLQ%DELAY_LEVEL``, queue 0, REAL_TOPIC / REAL_QID
+naming where they were going) instead.
+
+Refused: arbitrary delays (a deliver-at time) and cancel — levels cannot express either; use
+delay_wheel or delay_schedule.
+"""
+
+from __future__ import annotations
+
+from plugmq.core import DelayContext, Family, PluginDeclaration, hookimpl
+from plugmq.plugins.delay_level.options import DelayLevelOptions
+from plugmq.plugins.delay_level.scheduler import NAME, LevelDelayScheduler, capabilities_for
+
+__all__ = ["DelayLevelOptions", "LevelDelayScheduler", "plugmq_declare", "plugmq_make_delay_scheduler"]
+
+
+@hookimpl
+def plugmq_declare() -> PluginDeclaration:
+    return PluginDeclaration(
+        name=NAME,
+        families={Family.DELAY},
+        description="RocketMQ fixed delay levels: SCHEDULE_TOPIC_XXXX queue per level, one timer per level",
+        options=DelayLevelOptions,
+        capabilities=capabilities_for(DelayLevelOptions()),
+    )
+
+
+@hookimpl
+def plugmq_make_delay_scheduler(context: DelayContext) -> LevelDelayScheduler:
+    options = context.options_for(NAME)
+    if options is None:
+        options = DelayLevelOptions()
+    elif not isinstance(options, DelayLevelOptions):
+        options = DelayLevelOptions(**dict(options))
+    return LevelDelayScheduler(context, options)

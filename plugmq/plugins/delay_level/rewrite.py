@@ -1,0 +1,58 @@
+"""The two rewrites of a level message (RocketMQ's transformDelayLevelMessage / messageTimeup).
+
+On the way in the message moves to ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``, with its real
+topic and queue kept in REAL_TOPIC / REAL_QID and the deliver timestamp (ms) in the consume
+queue's tag field. On the way out the real topic/queue come back, the delay properties go, and
+the tag field is recomputed from the TAGS property (as RocketMQ does), so consumers see a normal
+message.
+"""
+
+from __future__ import annotations
+
+from plugmq.core import SCHEDULE_TOPIC, AppendRequest, Prop, StoredMessage, tags_code
+
+__all__ = ["DELAY_PROPERTIES", "dead_letter_copy", "restore", "to_schedule"]
+
+DELAY_PROPERTIES = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS, Prop.REAL_TOPIC, Prop.REAL_QUEUE_ID)
+
+
+def to_schedule(request: AppendRequest, level: int, deliver_at_ms: int) -> AppendRequest:
+    props = dict(request.properties)
+    props[Prop.REAL_TOPIC] = request.topic
+    props[Prop.REAL_QUEUE_ID] = str(request.queue_id)
+    props[Prop.DELAY_LEVEL] = str(level)  # the clamped level, as RocketMQ rewrites it
+    props.pop(Prop.DELIVER_AT_MS, None)
+    return AppendRequest(
+        topic=SCHEDULE_TOPIC, queue_id=level - 1, body=request.body, properties=props,
+        tags_code=deliver_at_ms, born_timestamp_ms=request.born_timestamp_ms, born_host=request.born_host,
+        reconsume_times=request.reconsume_times, sys_flag=request.sys_flag,
+        prepared_transaction_offset=request.prepared_transaction_offset,
+    )
+
+
+def restore(message: StoredMessage) -> AppendRequest | None:
+    """The normal message a scheduled one becomes when due; None if it lacks its real topic."""
+    props = dict(message.properties)
+    real_topic = props.get(Prop.REAL_TOPIC)
+    real_queue = props.get(Prop.REAL_QUEUE_ID, "")
+    if not real_topic or not real_queue.isdigit():
+        return None
+    for key in DELAY_PROPERTIES:
+        props.pop(key, None)
+    return AppendRequest(
+        topic=real_topic, queue_id=int(real_queue), body=message.body, properties=props,
+        tags_code=tags_code(props.get(Prop.TAGS)), born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host, reconsume_times=message.reconsume_times, sys_flag=message.sys_flag,
+        prepared_transaction_offset=message.prepared_transaction_offset,
+    )
+
+
+def dead_letter_copy(request: AppendRequest, topic: str) -> AppendRequest:
+    """``request`` bound for the dead-letter topic, remembering where it was going."""
+    props = {**request.properties, Prop.REAL_TOPIC: request.topic, Prop.REAL_QUEUE_ID: str(request.queue_id)}
+    return AppendRequest(
+        topic=topic, queue_id=0, body=request.body, properties=props, tags_code=request.tags_code,
+        born_timestamp_ms=request.born_timestamp_ms, born_host=request.born_host,
+        reconsume_times=request.reconsume_times, sys_flag=request.sys_flag,
+        prepared_transaction_offset=request.prepared_transaction_offset,
+    )

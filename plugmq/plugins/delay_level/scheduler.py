@@ -1,0 +1,353 @@
+"""The level scheduler: one consume queue of ``SCHEDULE_TOPIC_XXXX`` and one timer per level.
+
+Within a level every message has the same delay, so queue order is deliver-time order and only
+the head needs checking (seed 003). A level's timer is armed for its head's deliver time (rounded
+up to ``tick_ms``); when it fires, every due entry of that level is written back (at most
+``dispatch_batch`` per wake-up), the level's offset is persisted, and the timer is re-armed for
+the new head. An empty level has no timer: ``schedule`` arms one when it appends.
+
+Locks: ``_append`` orders appends (so a level's tail time never goes backwards), ``_dispatch``
+serialises delivery and offset changes, ``_arm`` guards the armed-timer table. No lock is held
+while calling into the clock, because ManualClock runs timer callbacks under its own lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from typing import Callable, Mapping
+
+import structlog
+
+from plugmq.core import (
+    SCHEDULE_TOPIC,
+    AppendRequest,
+    AppendResult,
+    ConsumeQueueEntry,
+    DelayCapabilities,
+    DelayContext,
+    DelayError,
+    DelayUnsupportedError,
+    Timer,
+)
+from plugmq.plugins.delay_level.lateness import Lateness
+from plugmq.plugins.delay_level.offsets import OffsetTable
+from plugmq.plugins.delay_level.options import DelayLevelOptions
+from plugmq.plugins.delay_level.rewrite import dead_letter_copy, restore, to_schedule
+
+__all__ = ["NAME", "LevelDelayScheduler", "capabilities_for"]
+
+NAME = "delay_level"
+log = structlog.stdlib.get_logger(__name__)
+
+_READ_CHUNK = 64
+
+
+def capabilities_for(options: DelayLevelOptions) -> DelayCapabilities:
+    levels = options.levels_ms
+    return DelayCapabilities(
+        cancel=False, arbitrary_delay=False, levels_ms=levels, max_delay_ms=max(levels),
+        clamps=options.clamp_over_max, resolution_ms=options.tick_ms, no_duplicates_after_restart=True,
+    )
+
+
+def _deadline(ms: int) -> float:
+    """Seconds whose ``int(x * 1000)`` is not below ``ms`` (plain ``ms / 1000`` can round down)."""
+    when = ms / 1000.0
+    while int(when * 1000) < ms:
+        when = math.nextafter(when, math.inf)
+    return when
+
+
+def _describe(levels: tuple[int, ...]) -> str:
+    def one(ms: int) -> str:
+        for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+            if ms % size == 0:
+                return f"{ms // size}{unit}"
+        return f"{ms}ms"
+
+    return " ".join(one(ms) for ms in levels)
+
+
+class LevelDelayScheduler:
+    """RocketMQ's ScheduleMessageService over the broker's own store."""
+
+    def __init__(self, context: DelayContext, options: DelayLevelOptions) -> None:
+        if context.store is None or context.deliver is None:
+            raise DelayError(
+                "delay_level keeps delayed messages in the broker's store (SCHEDULE_TOPIC_XXXX); it needs a "
+                "DelayContext with store and deliver (the broker passes both; outside a broker use "
+                "plugmq.core.components.open_delay_scheduler(..., store=..., deliver=...))"
+            )
+        self._store = context.store
+        self._deliver: Callable[[AppendRequest], AppendResult] = context.deliver
+        self._was_delivered = context.was_delivered
+        self._clock = context.clock
+        self._options = options
+        self._levels = options.levels_ms
+        self.capabilities = capabilities_for(options)
+        self._offsets = OffsetTable(context.plugin_dir(NAME) / "offsets.json", fsync=options.fsync_offsets)
+        self._append = threading.Lock()
+        self._dispatch = threading.RLock()
+        self._arm_lock = threading.Lock()
+        self._armed: dict[int, tuple[int, Timer | None]] = {}  # queue id -> (wake ms, timer)
+        self._started = False
+        self._closed = False
+        self._tail: dict[int, int] = {}
+        for qid in self._queue_ids():
+            end = self._store.max_offset(SCHEDULE_TOPIC, qid)
+            last = self._store.read_queue(SCHEDULE_TOPIC, qid, end - 1, 1) if end else []
+            if last:
+                self._tail[qid] = last[0].tags_code
+        self._lateness = Lateness()
+        self._counts = dict.fromkeys(
+            ("scheduled", "clamped", "delivered", "dead_lettered", "overdue_at_start", "in_doubt_settled",
+             "in_doubt_unchecked_levels", "missing", "lost_to_retention", "deliver_errors"), 0)
+        self._late_at_start_max = 0
+
+    # ------------------------------------------------------------------------------ accepting
+    def schedule(self, request: AppendRequest, *, deliver_at_ms: int, delay_level: int | None) -> AppendResult:
+        if self._closed:
+            raise DelayError("delay_level scheduler is closed; it accepts no more delayed messages")
+        top = len(self._levels)
+        if delay_level is None:
+            raise DelayUnsupportedError(
+                f"delay_level serves only the fixed delay levels 1..{top} ({_describe(self._levels)}); a deliver-at "
+                f"time or arbitrary delay (message to {request.topic!r}, due at {deliver_at_ms} ms) cannot be "
+                f"expressed by levels, even one that happens to equal a level: send a delay_level instead, or use "
+                f"delay_wheel or delay_schedule, which take arbitrary delays"
+            )
+        level = delay_level
+        if level < 1:
+            raise DelayUnsupportedError(f"delay level {level} is not a level; levels are 1..{top}")
+        if level > top:
+            if not self._options.clamp_over_max:
+                raise DelayUnsupportedError(
+                    f"delay level {level} is above the highest configured level {top} "
+                    f"({_describe(self._levels[-1:])}) and plugins.delay_level.clamp_over_max is off; use a level "
+                    f"1..{top}, turn clamp_over_max on, or use delay_wheel / delay_schedule for longer delays"
+                )
+            level = top
+            self._counts["clamped"] += 1
+        qid = level - 1
+        with self._append:
+            # Equal delays keep a level in deliver-time order; concurrent callers may still hand
+            # in times a hair out of order, which would only make the later one wait (never early).
+            at = max(deliver_at_ms, self._tail.get(qid, 0))
+            result = self._store.append(to_schedule(request, level, at))
+            self._tail[qid] = at
+            self._counts["scheduled"] += 1
+        self._arm(qid, at)
+        return result
+
+    def cancel(self, msg_id: str) -> bool:
+        raise DelayUnsupportedError(
+            f"delay_level cannot cancel delayed message {msg_id}: a level is a queue read in order and "
+            f"RocketMQ's levels have no cancel; use delay_wheel or delay_schedule"
+        )
+
+    # ------------------------------------------------------------------------------ timers
+    def _queue_ids(self) -> range:
+        # Queues beyond the configured levels (the level list was shortened) are still served.
+        return range(max(len(self._levels), self._store.queues().get(SCHEDULE_TOPIC, 0)))
+
+    def _arm(self, qid: int, at_ms: int) -> None:
+        tick = self._options.tick_ms
+        wake = -(-at_ms // tick) * tick
+        with self._arm_lock:
+            if self._closed or not self._started:
+                return
+            current = self._armed.get(qid)
+            if current is not None and current[0] <= wake:
+                return
+            self._armed[qid] = (wake, None)
+        timer = self._clock.call_at(_deadline(wake), lambda: self._on_timer(qid, wake))
+        with self._arm_lock:
+            if self._closed:
+                timer.cancel()
+            elif self._armed.get(qid, (None,))[0] == wake:
+                self._armed[qid] = (wake, timer)
+
+    def _on_timer(self, qid: int, wake: int) -> None:
+        with self._arm_lock:
+            if self._armed.get(qid, (None,))[0] == wake:
+                del self._armed[qid]
+        self._run_level(qid)
+
+    def _run_level(self, qid: int) -> None:
+        rearm: int | None = None
+        with self._dispatch:
+            if self._closed:
+                return
+            now = self._clock.now_ms()
+            start = offset = self._skip_removed(qid, self._offsets.get(qid))
+            batch = self._options.dispatch_batch
+            failed = False
+            while not failed and rearm is None and offset - start < batch:
+                entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, min(_READ_CHUNK, batch - (offset - start)))
+                if not entries:
+                    break
+                for entry in entries:
+                    if entry.tags_code > now:
+                        rearm = entry.tags_code
+                        break
+                    try:
+                        self._deliver_entry(entry, now, dead_letter=False)
+                    except Exception:
+                        self._counts["deliver_errors"] += 1
+                        log.exception("delay_level write-back failed; retrying later", level=qid + 1,
+                                      offset=entry.queue_offset, retry_ms=self._options.retry_after_error_ms)
+                        failed = True
+                        rearm = now + self._options.retry_after_error_ms
+                        break
+                    offset = entry.queue_offset + 1
+            if offset != self._offsets.get(qid):
+                self._offsets.set(qid, offset)
+                self._persist()
+            if rearm is None and offset - start >= batch:
+                rearm = now  # a full batch: come back at once, after other due timers had their turn
+        if rearm is not None:
+            self._arm(qid, rearm)
+
+    def _skip_removed(self, qid: int, offset: int) -> int:
+        low = self._store.min_offset(SCHEDULE_TOPIC, qid)
+        if low > offset:
+            self._counts["lost_to_retention"] += low - offset
+            log.error("store retention removed undelivered delayed messages", level=qid + 1,
+                      lost=low - offset, hint="keep store retention above the longest delay level")
+            self._offsets.set(qid, low)
+            return low
+        return offset
+
+    def _deliver_entry(self, entry: ConsumeQueueEntry, now: int, *, dead_letter: bool) -> None:
+        message = self._store.read(entry.commit_log_offset, entry.size)
+        request = restore(message) if message is not None else None
+        if request is None:
+            self._counts["missing"] += 1
+            log.error("scheduled message unreadable or without its real topic; skipped",
+                      commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
+            return
+        if dead_letter:
+            self._deliver(dead_letter_copy(request, self._options.dead_letter_topic))
+            self._counts["dead_lettered"] += 1
+            return
+        self._deliver(request)
+        self._counts["delivered"] += 1
+        self._lateness.record(now - entry.tags_code)
+
+    def _persist(self) -> None:
+        if self._options.flush_store_before_persist:
+            self._store.flush()
+        self._offsets.persist()
+
+    # ------------------------------------------------------------------------------ start-up
+    def start(self) -> None:
+        with self._dispatch:
+            with self._arm_lock:
+                if self._started or self._closed:
+                    return
+                self._started = True
+            now = self._clock.now_ms()
+            for qid in self._queue_ids():
+                self._settle_in_doubt(qid)
+            self._deliver_overdue(now)
+            heads = {}
+            for qid in self._queue_ids():
+                head = self._store.read_queue(SCHEDULE_TOPIC, qid, self._offsets.get(qid), 1)
+                if head:
+                    heads[qid] = head[0].tags_code
+        for qid, at in heads.items():
+            self._arm(qid, at)
+        log.info("delay_level started", pending=self.pending(), overdue=self._counts["overdue_at_start"],
+                 in_doubt_settled=self._counts["in_doubt_settled"])
+
+    def _settle_in_doubt(self, qid: int) -> None:
+        """Entries after the persisted offset that a killed process had already written back.
+
+        Deliveries within a level happen in order and the offset is persisted after each batch,
+        so the in-doubt entries are a prefix of at most one batch: walk it while the store says
+        the write-back happened.
+        """
+        offset = self._skip_removed(qid, self._offsets.get(qid))
+        if self._was_delivered is None:
+            self._counts["in_doubt_unchecked_levels"] += 1
+            return
+        settled = 0
+        for entry in self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch):
+            message = self._store.read(entry.commit_log_offset, entry.size)
+            request = restore(message) if message is not None else None
+            if request is not None and not (
+                self._was_delivered(request)
+                or (self._options.dead_letter_older_than_ms
+                    and self._was_delivered(dead_letter_copy(request, self._options.dead_letter_topic)))
+            ):
+                break
+            settled += 1
+        if settled:
+            self._offsets.set(qid, offset + settled)
+            self._persist()
+            self._counts["in_doubt_settled"] += settled
+            log.warning("delay_level settled deliveries made before a crash", level=qid + 1, count=settled)
+
+    def _deliver_overdue(self, now: int) -> None:
+        """Everything that came due while down, oldest first across levels (a k-way merge)."""
+        limit = self._options.dead_letter_older_than_ms
+        buffers: dict[int, list[ConsumeQueueEntry]] = {}
+        heap: list[tuple[int, int, int]] = []
+
+        def refill(qid: int) -> None:
+            if not buffers.get(qid):
+                buffers[qid] = self._store.read_queue(SCHEDULE_TOPIC, qid, self._offsets.get(qid), _READ_CHUNK)[::-1]
+            if buffers[qid] and buffers[qid][-1].tags_code <= now:
+                entry = buffers[qid][-1]
+                heapq.heappush(heap, (entry.tags_code, qid, entry.queue_offset))
+
+        for qid in self._queue_ids():
+            refill(qid)
+        since_persist = 0
+        while heap:
+            at, qid, _ = heapq.heappop(heap)
+            entry = buffers[qid].pop()
+            try:
+                self._deliver_entry(entry, now, dead_letter=bool(limit) and now - at > limit)
+            except Exception:
+                self._counts["deliver_errors"] += 1
+                log.exception("delay_level write-back failed at start-up; the level timers retry", level=qid + 1)
+                break
+            self._offsets.set(qid, entry.queue_offset + 1)
+            self._counts["overdue_at_start"] += 1
+            self._late_at_start_max = max(self._late_at_start_max, now - at)
+            since_persist += 1
+            if since_persist >= self._options.dispatch_batch:
+                self._persist()
+                since_persist = 0
+            refill(qid)
+        if since_persist:
+            self._persist()
+
+    # ------------------------------------------------------------------------------ state
+    def pending(self) -> int:
+        return sum(max(0, self._store.max_offset(SCHEDULE_TOPIC, q) - self._offsets.get(q)) for q in self._queue_ids())
+
+    def metrics(self) -> Mapping[str, float]:
+        figures: dict[str, float] = {k: float(v) for k, v in self._counts.items()}
+        figures.update(self._lateness.figures())
+        figures["late_at_start_ms_max"] = float(self._late_at_start_max)
+        figures["pending"] = float(self.pending())
+        figures["offset_persists"] = float(self._offsets.persists)
+        figures["armed_timers"] = float(len(self._armed))
+        return figures
+
+    def close(self) -> None:
+        with self._arm_lock:
+            if self._closed:
+                return
+            self._closed = True
+            timers = [timer for _, timer in self._armed.values() if timer is not None]
+            self._armed.clear()
+        for timer in timers:
+            timer.cancel()
+        with self._dispatch:
+            self._persist()
+        log.info("delay_level closed", pending=self.pending())
