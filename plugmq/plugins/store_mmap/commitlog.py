@@ -1,0 +1,315 @@
+"""The commit log: every record of every topic, appended to fixed-size mapped segment files.
+
+Segments are named by their 20-digit start offset. The next segment is created ahead of time by
+a background thread (:class:`SegmentAllocator`), so a roll-over rarely waits for file creation.
+All writes happen under the store's put lock; reads go through reference-counted segments and
+only see records below ``wrote`` (the position the put lock publishes after a record is complete).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import structlog
+
+from plugmq.core import StoreError
+from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
+from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, END_FILE_MIN_BLANK, Decoded, decode
+
+__all__ = ["CommitLog", "SegmentAllocator"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_NAME = re.compile(r"\d{20}")
+
+
+class SegmentAllocator:
+    """Creates the next commit-log segment on a background thread (RocketMQ's AllocateMappedFileService)."""
+
+    def __init__(self, directory: Path, size: int, *, warm: bool, enabled: bool) -> None:
+        self._dir = directory
+        self._size = size
+        self._warm = warm
+        self._enabled = enabled
+        self._cond = threading.Condition()
+        self._wanted: int | None = None
+        self._busy: int | None = None
+        self._ready: dict[int, MappedFile] = {}
+        self._stopped = False
+        self.waits = 0  # roll-overs that had to create the file themselves
+        self._thread: threading.Thread | None = None
+        if enabled:
+            self._thread = threading.Thread(target=self._run, name="store_mmap-allocate", daemon=True)
+            self._thread.start()
+
+    def _create(self, start: int) -> MappedFile:
+        return MappedFile.create(self._dir / offset_name(start), start, self._size, warm=self._warm, sync_dir=True)
+
+    def request(self, start: int) -> None:
+        if not self._enabled:
+            return
+        with self._cond:
+            if start in self._ready or self._busy == start or self._stopped:
+                return
+            self._wanted = start
+            self._cond.notify_all()
+
+    def take(self, start: int) -> MappedFile:
+        """The segment starting at ``start``: the pre-allocated one, or created now."""
+        with self._cond:
+            while self._busy == start:
+                self._cond.wait()
+            made = self._ready.pop(start, None)
+            if self._wanted == start:
+                self._wanted = None
+        if made is not None:
+            return made
+        self.waits += 1
+        return self._create(start)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._wanted is None and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                start, self._wanted = self._wanted, None
+                self._busy = start
+            made: MappedFile | None = None
+            try:
+                if not (self._dir / offset_name(start)).exists():
+                    made = self._create(start)
+            except OSError:
+                log.exception("pre-allocating a commit-log segment failed", start=start)
+            with self._cond:
+                if made is not None:
+                    for old in [k for k in self._ready if k != start]:
+                        self._ready.pop(old).destroy()
+                    self._ready[start] = made
+                self._busy = None
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the thread; a pre-allocated file stays on disk (recovery removes empty tails)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        with self._cond:
+            for made in self._ready.values():
+                made.close()
+            self._ready.clear()
+
+
+class CommitLog:
+    """Segments plus the write and flush positions (global byte offsets)."""
+
+    def __init__(self, directory: Path, segment_size: int, *, warm: bool = False, preallocate: bool = True) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.segment_size = segment_size
+        self._segments: tuple[MappedFile, ...] = ()
+        self._starts: tuple[int, ...] = ()
+        self.cur: MappedFile | None = None
+        self.wrote = 0  # where the next record goes; everything below is complete
+        self.flushed = 0  # everything below is durable
+        self.flush_lock = threading.Lock()
+        self.flush_count = 0
+        self.allocator = SegmentAllocator(directory, segment_size, warm=warm, enabled=preallocate)
+
+    # -- segments -----------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> tuple[MappedFile, ...]:
+        return self._segments
+
+    def load(self) -> None:
+        """Map the existing segment files and check that they are contiguous."""
+        for leftover in self.dir.glob("*.tmp"):
+            leftover.unlink()
+        names = sorted(p.name for p in self.dir.iterdir() if _NAME.fullmatch(p.name))
+        segments: list[MappedFile] = []
+        for name in names:
+            seg = MappedFile.open(self.dir / name, int(name))
+            if segments and segments[-1].end != seg.start:
+                prev = segments[-1]
+                for s in segments + [seg]:
+                    s.close()
+                raise StoreError(
+                    f"commit log {self.dir} has a gap: {prev.path.name} ends at {prev.end} but the next file "
+                    f"starts at {seg.start}; a segment file is missing or has the wrong size"
+                )
+            segments.append(seg)
+        self._set_segments(segments)
+        if segments:
+            self.wrote = self.flushed = segments[0].start
+
+    def _set_segments(self, segments: list[MappedFile]) -> None:
+        # Readers take a snapshot without locks, so the tuples are replaced, never mutated.
+        self._segments = tuple(segments)
+        self._starts = tuple(s.start for s in segments)
+
+    def segment_for(self, offset: int) -> MappedFile | None:
+        segments, starts = self._segments, self._starts
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or i >= len(segments):
+            return None
+        seg = segments[i]
+        return seg if offset < seg.end else None
+
+    @property
+    def min_offset(self) -> int:
+        segments = self._segments
+        return segments[0].start if segments else self.wrote
+
+    def open_for_write(self, position: int) -> None:
+        """Set the write position (after recovery) and make sure a segment holds it."""
+        self.wrote = self.flushed = position
+        seg = self.segment_for(position)
+        if seg is None:
+            seg = self.allocator.take(position)
+            self._set_segments(list(self._segments) + [seg])
+        self.cur = seg
+        self.allocator.request(seg.end)
+
+    def reserve(self, total: int) -> tuple[MappedFile, int]:
+        """Under the put lock: the segment and in-file position for a record of ``total`` bytes,
+        rolling to a new segment (after writing the blank filler) when it does not fit."""
+        cur = self.cur
+        assert cur is not None
+        pos = self.wrote - cur.start
+        if pos + total + END_FILE_MIN_BLANK > cur.size:
+            BLANK.pack_into(cur.mm, pos, cur.size - pos, BLANK_MAGIC)
+            cur = self.allocator.take(cur.end)
+            self._set_segments(list(self._segments) + [cur])
+            self.cur = cur
+            self.wrote = cur.start
+            self.allocator.request(cur.end)
+            pos = 0
+        return cur, pos
+
+    @property
+    def max_record(self) -> int:
+        return self.segment_size - END_FILE_MIN_BLANK
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, offset: int) -> Decoded | None:
+        seg = self.segment_for(offset)
+        if seg is None or not seg.acquire():
+            return None
+        try:
+            limit = min(seg.size - END_FILE_MIN_BLANK, self.wrote - seg.start)
+            pos = offset - seg.start
+            if pos >= limit:
+                return None
+            return decode(seg.mm, pos, limit - pos, offset)
+        finally:
+            seg.release()
+
+    def store_timestamp(self, offset: int) -> int | None:
+        """The store timestamp of the record at ``offset`` (checked), for time searches."""
+        rec = self.read(offset)
+        return None if rec is None else rec.store_ts
+
+    def walk(self, begin: int, visit: Callable[[Decoded], None] | None = None, limit: int | None = None) -> int:
+        """Validate records from ``begin`` (a record boundary) on, calling ``visit`` for each valid
+        one; return the offset of the first invalid or missing record (the end of the log), or
+        the first boundary at or past ``limit``."""
+        seg = self.segment_for(begin)
+        if seg is None:
+            return begin
+        pos = begin - seg.start
+        while True:
+            if limit is not None and seg.start + pos >= limit:
+                return seg.start + pos
+            if pos + BLANK.size <= seg.size:
+                total, magic = BLANK.unpack_from(seg.mm, pos)
+                if magic == BLANK_MAGIC and total == seg.size - pos:
+                    nxt = self.segment_for(seg.end)
+                    if nxt is None:
+                        return seg.end
+                    seg, pos = nxt, 0
+                    continue
+            rec = decode(seg.mm, pos, seg.size - END_FILE_MIN_BLANK - pos, seg.start + pos)
+            if rec is None:
+                return seg.start + pos
+            if visit is not None:
+                visit(rec)
+            pos += rec.total
+
+    def truncate(self, end: int) -> int:
+        """Cut the log at ``end``: zero the rest of its segment, delete later segments.
+        Returns how many bytes held data past ``end`` (0 for a clean tail)."""
+        keep: list[MappedFile] = []
+        removed = False
+        cut = 0
+        for seg in self._segments:
+            if seg.start > end:
+                if not seg.is_zero(0):
+                    cut += seg.size
+                seg.destroy()
+                removed = True
+                continue
+            if seg.start <= end < seg.end:
+                zeroed = seg.zero(end - seg.start)
+                if zeroed:
+                    cut += zeroed
+                    seg.flush()
+            keep.append(seg)
+        self._set_segments(keep)
+        if removed:
+            fsync_dir(self.dir)
+        if cut:
+            log.warning("commit log tail cut", at=end, bytes_with_data=cut)
+        return cut
+
+    def detach_first(self, seg: MappedFile) -> None:
+        """Retention: take the oldest segment out of the log; the caller destroys it (readers
+        holding a reference keep their mapping until they release it)."""
+        segments = list(self._segments)
+        if not segments or segments[0] is not seg or seg is self.cur:
+            raise StoreError(f"only the oldest, inactive commit-log segment can be removed, not {seg.path.name}")
+        self._set_segments(segments[1:])
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def flush(self, deadline: float | None = None) -> bool:
+        """Make everything below ``wrote`` durable. With a ``deadline`` (time.monotonic), give up
+        (False) if another flush holds the lock past it."""
+        if deadline is None:
+            self.flush_lock.acquire()
+        else:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.flush_lock.acquire(timeout=remaining):
+                return False
+        try:
+            target = self.wrote
+            if target > self.flushed:
+                for seg in self._segments:
+                    if seg.end <= self.flushed or seg.start >= target:
+                        continue
+                    if seg.acquire():
+                        try:
+                            seg.flush()
+                        finally:
+                            seg.release()
+                self.flushed = target
+                self.flush_count += 1
+            return True
+        finally:
+            self.flush_lock.release()
+
+    def close(self) -> None:
+        self.allocator.close()
+        for seg in self._segments:
+            seg.close()
+        self._set_segments([])
+        self.cur = None

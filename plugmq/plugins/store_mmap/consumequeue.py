@@ -1,0 +1,298 @@
+"""Consume queues: per (topic, queue id) a log of fixed 20-byte entries
+``commit_log_offset:int64 | size:int32 | tag_hash:int64`` (big-endian), in files of
+``entries_per_file`` entries under ``consumequeue/<topic>/<queue id>/<20-digit byte offset>``.
+
+Entry ``n`` lives at byte ``n * 20`` of the queue, so the queue offset is the entry index and a
+dispatched entry can be (re)written in place: rebuilding from the commit log is idempotent.
+An entry with size 0 was never written. The last file of a queue is never removed by retention,
+so the queue's max offset survives even when every message has expired.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import structlog
+
+from plugmq.core import ConsumeQueueEntry, InvalidNameError, validate_topic
+from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
+
+__all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "ConsumeQueues"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size
+_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_NAME = re.compile(r"\d{20}")
+
+
+class ConsumeQueue:
+    """One queue's entry files. Writes happen under the store's put lock; reads need no lock."""
+
+    __slots__ = (
+        "topic", "queue_id", "dir", "per_file", "file_bytes", "_files", "min_offset", "max_offset",
+        "flushed_upto", "_cur", "_cur_base",
+    )
+
+    def __init__(self, root: Path, topic: str, queue_id: int, per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = root / topic / str(queue_id)
+        self.per_file = per_file
+        self.file_bytes = per_file * ENTRY_SIZE
+        self._files: tuple[MappedFile, ...] = ()
+        self.min_offset = 0
+        self.max_offset = 0  # one past the highest written entry
+        self.flushed_upto = 0
+        self._cur: MappedFile | None = None
+        self._cur_base = 0
+
+    # -- files --------------------------------------------------------------------------------
+
+    @property
+    def files(self) -> tuple[MappedFile, ...]:
+        return self._files
+
+    def _base(self, f: MappedFile) -> int:
+        return f.start // ENTRY_SIZE
+
+    def load(self) -> bool:
+        """Map the existing files; False if they are inconsistent (the caller rebuilds)."""
+        names = sorted(p.name for p in self.dir.iterdir() if _NAME.fullmatch(p.name))
+        for leftover in self.dir.glob("*.tmp"):
+            leftover.unlink()
+        files: list[MappedFile] = []
+        ok = True
+        for name in names:
+            f = MappedFile.open(self.dir / name, int(name))
+            files.append(f)
+            if f.size != self.file_bytes or f.start % self.file_bytes:
+                ok = False
+            elif len(files) > 1 and files[-2].end != f.start:
+                ok = False
+        if not ok:
+            for f in files:
+                f.close()
+            log.warning("consume queue files inconsistent; will rebuild", topic=self.topic, queue=self.queue_id)
+            return False
+        self._files = tuple(files)
+        return True
+
+    def _file_for(self, qoff: int) -> MappedFile | None:
+        files = self._files
+        if not files:
+            return None
+        i = qoff // self.per_file - self._base(files[0]) // self.per_file
+        if 0 <= i < len(files):
+            return files[i]
+        return None
+
+    def _create_until(self, qoff: int) -> MappedFile:
+        """Create files so that one holds ``qoff`` (contiguous with the existing ones)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        want = qoff // self.per_file * self.file_bytes
+        files = list(self._files)
+        if not files:
+            files.append(MappedFile.create(self.dir / offset_name(want), want, self.file_bytes))
+        while files[-1].end <= want:
+            start = files[-1].end
+            files.append(MappedFile.create(self.dir / offset_name(start), start, self.file_bytes))
+        while files[0].start > want:
+            start = files[0].start - self.file_bytes
+            files.insert(0, MappedFile.create(self.dir / offset_name(start), start, self.file_bytes))
+        self._files = tuple(files)
+        found = self._file_for(qoff)
+        assert found is not None
+        return found
+
+    # -- writing (under the put lock) ---------------------------------------------------------
+
+    def put(self, qoff: int, phys: int, size: int, tags: int) -> None:
+        cur = self._cur
+        rel = qoff - self._cur_base
+        if cur is None or rel < 0 or rel >= self.per_file:
+            cur = self._file_for(qoff) or self._create_until(qoff)
+            self._cur = cur
+            self._cur_base = self._base(cur)
+            rel = qoff - self._cur_base
+        ENTRY.pack_into(cur.mm, rel * ENTRY_SIZE, phys, size, tags)
+        if qoff >= self.max_offset:
+            self.max_offset = qoff + 1
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
+        lo = max(offset, self.min_offset)
+        hi = min(self.max_offset, lo + max(0, max_entries))
+        out: list[ConsumeQueueEntry] = []
+        while lo < hi:
+            f = self._file_for(lo)
+            if f is None or not f.acquire():
+                break
+            try:
+                rel = lo - self._base(f)
+                count = min(hi - lo, self.per_file - rel)
+                chunk = f.mm[rel * ENTRY_SIZE : (rel + count) * ENTRY_SIZE]
+            finally:
+                f.release()
+            for i, (phys, size, tags) in enumerate(ENTRY.iter_unpack(chunk), lo):
+                out.append(ConsumeQueueEntry(i, phys, size, tags))
+            lo += count
+        return out
+
+    def entry(self, qoff: int) -> tuple[int, int, int] | None:
+        if not self.min_offset <= qoff < self.max_offset:
+            return None
+        f = self._file_for(qoff)
+        if f is None or not f.acquire():
+            return None
+        try:
+            return ENTRY.unpack_from(f.mm, (qoff - self._base(f)) * ENTRY_SIZE)  # type: ignore[return-value]
+        finally:
+            f.release()
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def cut(self, end_phys: int) -> None:
+        """Drop entries pointing at or past ``end_phys`` (they are re-dispatched or gone) and set
+        ``max_offset`` after the last remaining entry. The last file is kept even if emptied."""
+        files = list(self._files)
+        self.max_offset = 0
+        while files:
+            f = files[-1]
+            arr = np.frombuffer(f.mm, dtype=_DTYPE)
+            written = arr["size"] > 0
+            keep = np.flatnonzero(written & (arr["phys"] < end_phys))
+            last_keep = int(keep[-1]) if keep.size else -1
+            if np.any(written[last_keep + 1 :]):
+                del arr, written
+                f.zero((last_keep + 1) * ENTRY_SIZE)
+            else:
+                del arr, written
+            if last_keep >= 0 or len(files) == 1:
+                self.max_offset = self._base(f) + last_keep + 1 if last_keep >= 0 else self._base(f)
+                break
+            files.pop().destroy()
+        self._files = tuple(files)
+        self._cur = None
+        self.flushed_upto = 0
+
+    def fix_min_offset(self, commit_log_min: int) -> None:
+        """The first entry whose message is still in the commit log (retention moves it)."""
+        for f in self._files:
+            base = self._base(f)
+            if base >= self.max_offset:
+                break
+            arr = np.frombuffer(f.mm, dtype=_DTYPE, count=min(self.per_file, self.max_offset - base))
+            hit = np.flatnonzero((arr["size"] > 0) & (arr["phys"] >= commit_log_min))
+            del arr
+            if hit.size:
+                self.min_offset = base + int(hit[0])
+                return
+        self.min_offset = self.max_offset
+
+    def drop_expired(self, commit_log_min: int) -> int:
+        """Retention: remove files (never the last) whose entries all point below ``commit_log_min``."""
+        removed = 0
+        files = list(self._files)
+        while len(files) > 1:
+            f = files[0]
+            last_phys = ENTRY.unpack_from(f.mm, self.file_bytes - ENTRY_SIZE)[0]
+            if last_phys >= commit_log_min:
+                break
+            files.pop(0)
+            self._files = tuple(files)
+            f.destroy()
+            removed += 1
+        self._cur = None
+        self.fix_min_offset(commit_log_min)
+        return removed
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def flush(self, everything: bool = False) -> bool:
+        top = self.max_offset
+        if not everything and top <= self.flushed_upto:
+            return False
+        for f in self._files:
+            base = self._base(f)
+            if not everything and (base + self.per_file <= self.flushed_upto or base >= top):
+                continue
+            if f.acquire():
+                try:
+                    f.flush()
+                finally:
+                    f.release()
+        self.flushed_upto = top
+        return True
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files = ()
+        self._cur = None
+
+
+class ConsumeQueues:
+    """All consume queues of the store, keyed by (topic, queue id)."""
+
+    def __init__(self, root: Path, per_file: int) -> None:
+        self.root = root
+        self.per_file = per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self) -> bool:
+        """Map every queue on disk; False if some queue had to be dropped (rebuild needed) or the
+        directory is missing."""
+        if not self.root.is_dir():
+            self.root.mkdir(parents=True)
+            return False
+        complete = True
+        for topic_dir in sorted(self.root.iterdir()):
+            try:
+                topic = validate_topic(topic_dir.name)
+            except InvalidNameError:
+                log.warning("ignoring a directory that is not a topic", path=str(topic_dir))
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if not qdir.name.isdigit():
+                    log.warning("ignoring a directory that is not a queue id", path=str(qdir))
+                    continue
+                cq = ConsumeQueue(self.root, topic, int(qdir.name), self.per_file)
+                if cq.load():
+                    self.queues[(topic, cq.queue_id)] = cq
+                else:
+                    shutil.rmtree(qdir)
+                    complete = False
+        return complete
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A new queue; the name is validated here because it becomes a directory."""
+        validate_topic(topic)
+        if not isinstance(queue_id, int) or queue_id < 0:
+            raise InvalidNameError(f"queue id must be an int >= 0, got {queue_id!r}")
+        cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.root, topic, queue_id, self.per_file)
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self.queues.values()))
+
+    def topics(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for topic, qid in list(self.queues):
+            out[topic] = max(out.get(topic, 0), qid + 1)
+        return out
+
+    def close(self) -> None:
+        for cq in self:
+            cq.close()
+        self.queues.clear()

@@ -1,0 +1,129 @@
+"""Retention and disk watermarks (RocketMQ's CleanCommitLogService, simplified).
+
+A commit-log segment's last write is the store time of the first record of the next segment
+(the roll-over happens in the same locked step), or of its own last record when the next one is
+still empty. Segments are removed oldest first, never the one being written. Consume-queue and
+index files that only point at removed segments go too, and queue min offsets move up.
+Times come from the store's Clock (store timestamps and ``now_ms``); the hour of day is local time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from plugmq.core import StoreFullError
+from plugmq.plugins.store_mmap.mapped_file import MappedFile
+from plugmq.plugins.store_mmap.options import MmapStoreOptions, parse_delete_when
+
+if TYPE_CHECKING:
+    from plugmq.plugins.store_mmap.store import MmapMessageStore
+
+__all__ = ["Retention"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+
+class Retention:
+    def __init__(self, store: MmapMessageStore, opts: MmapStoreOptions) -> None:
+        self._store = store
+        self._hours = parse_delete_when(opts.delete_when)
+        self._reserved_ms = int(opts.file_reserved_hours * 3_600_000)
+        self._max_used = opts.disk_max_used_ratio
+        self._force = opts.disk_force_clean_ratio
+        self._critical = opts.disk_critical_ratio
+        self._interval = opts.disk_check_interval_ms / 1000.0
+        self._next_check = 0.0
+        self._last_write: dict[int, int] = {}
+        self.disk_ratio = 0.0
+        self.full = False
+        self.deleted = 0
+        self.refresh(force=True)
+
+    # -- disk watermarks ----------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> None:
+        # Disk use is sampled at most every disk_check_interval_ms (real time): statvfs on every
+        # append would cost more than the append.
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + self._interval
+        usage = shutil.disk_usage(self._store.dir)
+        # Like df: used / (used + available to unprivileged writers); 100 % is where writes fail.
+        room = usage.used + usage.free
+        self.disk_ratio = usage.used / room if room else 0.0
+        full = self.disk_ratio > self._critical
+        if full != self.full:
+            log.warning("disk watermark crossed", disk_used=round(self.disk_ratio, 4), refusing_writes=full)
+        self.full = full
+
+    def check_disk(self) -> None:
+        """Raise StoreFullError while disk use is above the critical watermark."""
+        if time.monotonic() >= self._next_check:
+            self.refresh()
+        if self.full:
+            raise StoreFullError(
+                f"disk holding {self._store.dir} is {self.disk_ratio:.1%} used, above "
+                f"store_mmap.disk_critical_ratio {self._critical:.0%}; writes are refused until retention "
+                f"(clean_expired) frees space or the watermark is raised"
+            )
+
+    # -- cleaning -----------------------------------------------------------------------------
+
+    def _last_write_of(self, segments: tuple[MappedFile, ...], i: int) -> int | None:
+        seg = segments[i]
+        known = self._last_write.get(seg.start)
+        if known is not None:
+            return known
+        cl = self._store.commit_log
+        when = cl.store_timestamp(segments[i + 1].start) if i + 1 < len(segments) else None
+        if when is None:
+            stamps: list[int] = []
+            cl.walk(seg.start, lambda rec: stamps.append(rec.store_ts), limit=seg.end)
+            when = stamps[-1] if stamps else None
+        if when is not None:
+            self._last_write[seg.start] = when
+        return when
+
+    def clean(self, now_ms: int) -> int:
+        """Delete what the policy allows at ``now_ms``; return how many files went."""
+        self.refresh(force=True)
+        at_hour = time.localtime(now_ms / 1000).tm_hour in self._hours
+        pressure = self.disk_ratio > self._max_used
+        force = self.disk_ratio > self._force
+        if not (at_hour or pressure or force):
+            return 0
+        store = self._store
+        cl = store.commit_log
+        victims: list[MappedFile] = []
+        with store.put_lock:
+            segments = cl.segments
+            for i, seg in enumerate(segments[:-1]):
+                if seg is cl.cur:
+                    break
+                last = self._last_write_of(segments, i)
+                expired = last is not None and now_ms - last >= self._reserved_ms
+                if not expired and not (force and not victims):
+                    break
+                victims.append(seg)
+            for seg in victims:
+                cl.detach_first(seg)
+            commit_log_min = cl.min_offset
+            removed = len(victims)
+            for cq in store.consume_queues:
+                removed += cq.drop_expired(commit_log_min)
+        for seg in victims:
+            self._last_write.pop(seg.start, None)
+            seg.destroy()
+        removed += store.index.drop_expired(commit_log_min)
+        if removed:
+            log.info(
+                "retention removed files", segments=len(victims), files=removed, commit_log_min=commit_log_min,
+                at_hour=at_hour, disk_used=round(self.disk_ratio, 4),
+            )  # fmt: skip
+        self.deleted += removed
+        return removed

@@ -1,0 +1,537 @@
+"""MmapMessageStore: RocketMQ's DefaultMessageStore on mmap'ed files.
+
+Layout under the plugin directory::
+
+    lock            flock'ed while open: one process per store
+    abort           exists while open; found at open = the last run crashed
+    checkpoint      how far commit log / consume queues / index are durable
+    commitlog/      segments named by their 20-digit start offset
+    consumequeue/<topic>/<queue id>/   20-byte entries
+    index/          key index files named by the offset of their first entry
+
+The append path: serialise outside the lock (properties, CRCs, the record Struct), then under
+the put lock take the queue offset, reserve room (rolling the segment if needed), write the
+record with one ``pack_into``, seal its record CRC, publish the new end, write the consume-queue
+entry and note its keys for the index. Sync flush then waits for a group commit.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import threading
+import zlib
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import structlog
+
+from plugmq.core import (
+    DEFAULT_MAX_BODY_SIZE,
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    Clock,
+    ConsumeQueueEntry,
+    Prop,
+    StoreCapabilities,
+    StoredMessage,
+    StoreError,
+    ValidationError,
+    check_body_size,
+    decode_msg_id,
+    encode_msg_id,
+)
+from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
+from plugmq.plugins.store_mmap.commitlog import CommitLog
+from plugmq.plugins.store_mmap.consumequeue import ConsumeQueues
+from plugmq.plugins.store_mmap.flush import FlushService, GroupCommit
+from plugmq.plugins.store_mmap.indexfile import IndexService
+from plugmq.plugins.store_mmap.mapped_file import fsync_dir
+from plugmq.plugins.store_mmap.options import MmapStoreOptions
+from plugmq.plugins.store_mmap.record import (
+    BORN_HOST_PROPERTY,
+    END_FILE_MIN_BLANK,
+    FLAG_BORN_HOST_IN_PROPS,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    QUEUE_AND_PHYS,
+    QUEUE_AND_PHYS_AT,
+    RCRC,
+    RECORD_CRC_AT,
+    RECORD_CRC_FROM,
+    STORE_TS,
+    STORE_TS_AT,
+    Decoded,
+    build_tail,
+    host_bytes,
+    record_struct,
+    serialize_properties,
+    topic_part,
+)
+from plugmq.plugins.store_mmap.recovery import recover
+from plugmq.plugins.store_mmap.retention import Retention
+
+__all__ = ["CAPABILITIES", "MmapMessageStore"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+CAPABILITIES = StoreCapabilities(
+    sync_flush=True,
+    async_flush=True,
+    query_by_key=True,
+    query_by_time=True,
+    crash_recovery=True,
+    retention=True,
+    concurrent_writers=True,
+)
+
+_QP, _QP_AT = QUEUE_AND_PHYS, QUEUE_AND_PHYS_AT
+_TS, _TS_AT = STORE_TS, STORE_TS_AT
+PUT_OK = AppendStatus.PUT_OK
+FLUSH_DISK_TIMEOUT = AppendStatus.FLUSH_DISK_TIMEOUT
+_NO_HOST = bytes(8)
+_KEYS = Prop.KEYS
+_UNIQ = Prop.UNIQ_KEY
+
+
+class MmapMessageStore:
+    """The default store. Thread-safe; one instance per directory (enforced with a file lock)."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        directory: Path,
+        options: MmapStoreOptions | None = None,
+        *,
+        clock: Clock,
+        store_host: str = "127.0.0.1:10911",
+        max_message_size: int = DEFAULT_MAX_BODY_SIZE,
+    ) -> None:
+        self.options = opts = options or MmapStoreOptions()
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._max_body = max_message_size
+        store_b = host_bytes(store_host)
+        if store_b is None:
+            raise StoreError(f"store host {store_host!r} must be IPv4:port (it is part of every message id)")
+        self._store_host = store_host
+        self._store_host_b = store_b
+        self._id_prefix = encode_msg_id(store_host, 0)[:16]
+        self._closed = True
+        self._lock_fd = self._take_dir_lock()
+        try:
+            self._open(opts)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _take_dir_lock(self) -> int:
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StoreError(
+                    f"store directory {self.dir} is already open (in this or another process); close that store first"
+                ) from exc
+            raise
+        return fd
+
+    def _open(self, opts: MmapStoreOptions) -> None:
+        abort = self.dir / "abort"
+        crashed = abort.exists()
+        abort.write_text(str(os.getpid()))
+        fsync_dir(self.dir)
+
+        self._put_lock = threading.Lock()
+        self._derived_lock = threading.Lock()
+        self._pending: list[tuple[str, str | None, str | None, int, int]] = []
+        self._topic_parts: dict[str, bytes] = {}
+        self._bare_tails: dict[str, tuple[bytes, int]] = {}
+        self._index_batch = opts.index_batch
+        self._now_ms = self._clock.now_ms
+        self._messages = 0
+        self._bytes = 0
+        self._index_unique = opts.index_unique_id
+        self._sync = opts.flush == "sync"
+
+        self._cl = CommitLog(
+            self.dir / "commitlog",
+            opts.commit_log_segment_size,
+            warm=opts.warm_segments,
+            preallocate=opts.preallocate_next_segment,
+        )
+        self._cqs = ConsumeQueues(self.dir / "consumequeue", opts.consume_queue_entries_per_file)
+        self._index = IndexService(self.dir / "index", opts.index_slot_count, opts.index_max_entries)
+        self._checkpoint = Checkpoint(self.dir / "checkpoint")
+        try:
+            self.recovery = recover(
+                self._cl,
+                self._cqs,
+                self._index,
+                self._checkpoint.read(),
+                crashed=crashed,
+                check_segments=opts.recover_check_segments,
+                index_unique_id=opts.index_unique_id,
+                dispatch_cq=self._redispatch_cq,
+            )
+            self._cl.open_for_write(self.recovery.end)
+            self._max_record = self._cl.max_record
+        except BaseException:
+            self._release_files()
+            raise
+        self._last_ts = self.recovery.last_store_ts
+        self._retention = Retention(self, opts)
+        self._closed = False
+        self._write_checkpoint(self._cl.wrote, self._last_ts)
+
+        self._group = GroupCommit(self._cl, opts.sync_flush_timeout_ms) if self._sync else None
+        self._flusher = FlushService(
+            self._cl,
+            flush_commit_log=not self._sync,
+            interval_ms=opts.flush_interval_ms,
+            least_pages=opts.flush_least_pages,
+            thorough_interval_ms=opts.flush_thorough_interval_ms,
+            derived_interval_ms=opts.derived_flush_interval_ms,
+            flush_derived=self._flush_derived,
+            housekeeping=self._housekeeping,
+        )
+        self._flusher.start()
+
+    def _redispatch_cq(self, rec: Decoded) -> None:
+        cq = self._cqs.get(rec.topic, rec.queue_id) or self._cqs.create(rec.topic, rec.queue_id)
+        cq.put(rec.queue_offset, rec.phys, rec.total, rec.tags_code)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def _encode(self, req: AppendRequest) -> tuple[bytes, int]:
+        """Serialise a record outside the put lock: everything but queue offset, physical offset,
+        store time and record CRC. One ``Struct.pack`` also range-checks every integer field.
+        Returns the record bytes and the CRC of its tail (topic + properties)."""
+        body = req.body
+        body_len = len(body)
+        if body_len > self._max_body:
+            check_body_size(body, self._max_body, topic=req.topic)
+        topic = req.topic
+        props = req.properties
+        born = host_bytes(req.born_host)
+        flag = 0
+        if born is None:
+            props = {**props, BORN_HOST_PROPERTY: str(req.born_host)}
+            born = _NO_HOST
+            flag = FLAG_BORN_HOST_IN_PROPS
+        if props:
+            prefix = self._topic_parts.get(topic)
+            if prefix is None:
+                prefix = self._topic_parts[topic] = topic_part(topic)
+            tail = build_tail(prefix, serialize_properties(props))
+            tail_crc = zlib.crc32(tail)
+        else:
+            cached = self._bare_tails.get(topic)
+            if cached is None:
+                bare = build_tail(topic_part(topic), b"")
+                cached = self._bare_tails[topic] = (bare, zlib.crc32(bare))
+            tail, tail_crc = cached
+        total = HEADER_SIZE + body_len + len(tail)
+        if total > self._max_record:
+            raise StoreError(
+                f"a record of {total} bytes (body {body_len}, topic and properties {len(tail)}, header "
+                f"{HEADER_SIZE}) does not fit a commit-log segment of {self._cl.segment_size} bytes "
+                f"(at most {self._max_record} per record); raise commit_log_segment_size or send less"
+            )
+        try:
+            record = record_struct(body_len, len(tail)).pack(
+                total, MESSAGE_MAGIC, 0, zlib.crc32(body), req.queue_id, flag, 0, 0, req.sys_flag,
+                req.born_timestamp_ms, born, 0, self._store_host_b, req.reconsume_times,
+                req.prepared_transaction_offset, req.tags_code, body_len, body, tail,
+            )  # fmt: skip
+        except struct.error as exc:
+            raise ValidationError(
+                f"append request field out of range ({exc}): queue_id, sys_flag and reconsume_times must "
+                f"fit int32; born_timestamp_ms, prepared_transaction_offset and tags_code int64"
+            ) from exc
+        return record, tail_crc
+
+    def _put(self, req: AppendRequest, record: bytes, tail_crc: int) -> tuple[int, int, int, int]:
+        """Under the put lock: place one record and write its consume-queue entry."""
+        topic = req.topic
+        qid = req.queue_id
+        cq = self._cqs.queues.get((topic, qid))
+        if cq is None:
+            cq = self._cqs.create(topic, qid)
+        qoff = cq.max_offset
+        total = len(record)
+        cl = self._cl
+        seg = cl.cur
+        pos = cl.wrote - seg.start
+        if pos + total + END_FILE_MIN_BLANK > seg.size:
+            seg, pos = cl.reserve(total)
+        phys = seg.start + pos
+        ts = self._now_ms()
+        if ts < self._last_ts:  # store times stay monotonic so time searches stay correct
+            ts = self._last_ts
+        self._last_ts = ts
+        mm = seg.mm
+        mm[pos : pos + total] = record
+        _QP.pack_into(mm, pos + _QP_AT, qoff, phys)
+        _TS.pack_into(mm, pos + _TS_AT, ts)
+        RCRC.pack_into(mm, pos + RECORD_CRC_AT, zlib.crc32(mm[pos + RECORD_CRC_FROM : pos + HEADER_SIZE], tail_crc))
+        cl.wrote = phys + total
+        tags = req.tags_code
+        cq.put(qoff, phys, total, tags)
+        props = req.properties
+        if props:
+            keys = props.get(_KEYS)
+            uniq = props.get(_UNIQ) if self._index_unique else None
+            if keys or uniq:
+                self._pending.append((topic, keys, uniq, phys, ts))
+        self._messages += 1
+        self._bytes += total
+        return qoff, phys, total, ts
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.dir} is closed")
+        self._retention.check_disk()
+
+    def append(self, request: AppendRequest) -> AppendResult:
+        record, tail_crc = self._encode(request)
+        self._check_writable()
+        with self._put_lock:
+            qoff, phys, total, ts = self._put(request, record, tail_crc)
+        status = PUT_OK
+        group = self._group
+        if group is not None and not group.wait(phys + total):
+            status = FLUSH_DISK_TIMEOUT
+        if len(self._pending) >= self._index_batch:
+            self._drain_index()
+        return AppendResult(status, f"{self._id_prefix}{phys:016X}", qoff, phys, total, ts)
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        encode = self._encode
+        encoded = [encode(r) for r in requests]  # every request is checked before any is written
+        if not encoded:
+            return []
+        self._check_writable()
+        put = self._put
+        with self._put_lock:
+            placed = [put(r, rec, crc) for r, (rec, crc) in zip(requests, encoded)]
+        status = PUT_OK
+        group = self._group
+        if group is not None:
+            _, phys, total, _ = placed[-1]
+            if not group.wait(phys + total):
+                status = FLUSH_DISK_TIMEOUT
+        if len(self._pending) >= self._index_batch:
+            self._drain_index()
+        prefix = self._id_prefix
+        return [AppendResult(status, f"{prefix}{phys:016X}", qoff, phys, total, ts) for qoff, phys, total, ts in placed]
+
+    # -- index dispatch -----------------------------------------------------------------------
+
+    def _drain_index(self) -> int:
+        """Index every noted key; returns the commit-log offset the index now covers."""
+        with self._index.lock:
+            with self._put_lock:
+                batch = self._pending
+                self._pending = []
+                upto = self._cl.wrote
+            self._index.add(batch)
+            self._index.indexed_upto = upto
+        return upto
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        if self._closed or commit_log_offset < 0:
+            return None
+        rec = self._cl.read(commit_log_offset)
+        if rec is None or (size is not None and size != rec.total):
+            return None
+        return rec.to_stored(rec.total)
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
+        cq = self._cqs.queues.get((topic, queue_id))
+        if cq is None or self._closed:
+            return []
+        return cq.read(offset, max_entries)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.queues.get((topic, queue_id))
+        return 0 if cq is None else cq.min_offset
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.queues.get((topic, queue_id))
+        return 0 if cq is None else cq.max_offset
+
+    def queues(self) -> Mapping[str, int]:
+        return self._cqs.topics()
+
+    def query_by_id(self, msg_id: str) -> StoredMessage | None:
+        try:
+            host, offset = decode_msg_id(msg_id)
+        except ValidationError:
+            return None
+        if host != self._store_host:
+            return None
+        return self.read(offset)
+
+    def query_by_key(
+        self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0, end_ms: int | None = None
+    ) -> list[StoredMessage]:
+        if self._closed or max_results <= 0:
+            return []
+        end = (1 << 63) - 1 if end_ms is None else end_ms
+        self._drain_index()
+        found: dict[int, StoredMessage] = {}
+        for phys in self._index.lookup(f"{topic}#{key}", begin_ms, end):
+            if phys in found:
+                continue
+            rec = self._cl.read(phys)
+            # Slots and hashes collide: only the message itself can say whether it matches.
+            if rec is None or rec.topic != topic or not begin_ms <= rec.store_ts <= end:
+                continue
+            msg = rec.to_stored(rec.total)
+            if key in msg.keys or msg.unique_id == key:
+                found[phys] = msg
+                if len(found) >= max_results:
+                    break
+        return [found[p] for p in sorted(found)]
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self._cqs.queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = cq.entry(mid)
+            ts = None if entry is None else self._cl.store_timestamp(entry[0])
+            if ts is None or ts < timestamp_ms:  # an unreadable (expired) record counts as older
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def _write_checkpoint(self, derived_upto: int, ts: int) -> None:
+        self._checkpoint.write(
+            CheckpointData(
+                commit_log_offset=self._cl.flushed,
+                commit_log_ts=ts,
+                consume_queue_offset=derived_upto,
+                consume_queue_ts=ts,
+                index_offset=min(derived_upto, self._index.indexed_upto),
+                index_ts=ts,
+            )
+        )
+
+    def _flush_derived(self, everything: bool = False) -> None:
+        """Index pending keys, flush consume queues and index, then record how far they are durable."""
+        with self._derived_lock:
+            if self._closed and not everything:
+                return
+            upto = self._drain_index()
+            ts = self._last_ts
+            for cq in self._cqs:
+                cq.flush(everything)
+            self._index.flush(everything)
+            self._write_checkpoint(upto, ts)
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        self._cl.flush()
+        self._flush_derived()
+
+    def _housekeeping(self) -> None:
+        self._retention.refresh()
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def clean_expired(self, now_ms: int) -> int:
+        if self._closed:
+            return 0
+        return self._retention.clean(now_ms)
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def stats(self) -> Mapping[str, float]:
+        cl = self._cl
+        return {
+            "messages_appended": self._messages,
+            "bytes_appended": self._bytes,
+            "commit_log_min_offset": cl.min_offset,
+            "commit_log_max_offset": cl.wrote,
+            "commit_log_flushed_offset": cl.flushed,
+            "flushes": cl.flush_count,
+            "group_commit_flushes": self._group.leader_flushes if self._group else 0,
+            "flush_disk_timeouts": self._group.timeouts if self._group else 0,
+            "segments": len(cl.segments),
+            "segment_allocation_waits": cl.allocator.waits,
+            "consume_queues": len(self._cqs.queues),
+            "index_files": len(self._index.files),
+            "index_pending": len(self._pending),
+            "disk_used_ratio": self._retention.disk_ratio,
+            "files_deleted": self._retention.deleted,
+            "recovered_redispatched": self.recovery.redispatched,
+        }
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._flusher.stop()
+        try:
+            self._cl.flush()
+            self._flush_derived(everything=True)
+        finally:
+            self._closed = True
+            self._release_files()
+            try:
+                (self.dir / "abort").unlink()
+                fsync_dir(self.dir)
+            except FileNotFoundError:
+                pass
+            os.close(self._lock_fd)
+            log.info("store_mmap closed", dir=str(self.dir), end=self._cl.wrote)
+
+    def _release_files(self) -> None:
+        self._cl.close()
+        self._cqs.close()
+        self._index.close()
+        self._checkpoint.close()
+
+    # -- internals used by retention ----------------------------------------------------------
+
+    @property
+    def commit_log(self) -> CommitLog:
+        return self._cl
+
+    @property
+    def consume_queues(self) -> ConsumeQueues:
+        return self._cqs
+
+    @property
+    def index(self) -> IndexService:
+        return self._index
+
+    @property
+    def put_lock(self) -> threading.Lock:
+        return self._put_lock
+
+    def __repr__(self) -> str:
+        return f"MmapMessageStore({str(self.dir)!r}, end={self._cl.wrote})"
+
+    def __enter__(self) -> MmapMessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
