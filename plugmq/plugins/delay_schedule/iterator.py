@@ -108,17 +108,19 @@ class LogIterator:
 
     def _rebuild_refs(self) -> None:
         segments = self._ml.segments()
-        for base, end in segments[:-1]:
-            if end > self.offset:
-                break
-            buckets = self._ml.read_buckets(base)
-            if buckets is None:
-                buckets = self._scan_buckets(base, end)
-                self._ml.write_buckets(base, buckets)
-            self.refs[base] = buckets
-            self.sealed.add(base)
+        last = segments[-1][0]
         for base, end in segments:
-            if base < self.offset < end:
+            if base >= self.offset:
+                break
+            if end <= self.offset and base != last:
+                buckets = self._ml.read_buckets(base)
+                if buckets is None:
+                    buckets = self._scan_buckets(base, end)
+                    self._ml.write_buckets(base, buckets)
+                self.refs[base] = buckets
+                self.sealed.add(base)
+            else:
+                # Partly (or, for the active segment, wholly) moved: the rest is added as moved.
                 self.refs[base] = self._scan_buckets(base, self.offset)
 
     def _scan_buckets(self, base: int, limit: int) -> set[int]:

@@ -291,7 +291,7 @@ class ScheduleDelayScheduler:
         if not self._started:
             return
         if segment.loaded:
-            self._wheel.add(WheelEntry(record.deliver_at_ms, record.seq, segment.start, position))
+            self._wheel.add(WheelEntry(record.deliver_at_ms, record.seq, segment, position))
         elif segment.start <= self._clock.now_ms() + self._opt.load_ahead_ms:
             self._load(segment)
         elif created:
@@ -321,7 +321,7 @@ class ScheduleDelayScheduler:
                 self._metrics.in_doubt_redelivered += 1
             if self._starting and record.schedule_time_ms <= now:
                 self._metrics.overdue_at_start += 1
-            self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment.start, record.position))
+            self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment, record.position))
         if found_delivered:
             self._schedule.mark(segment, DELIVERED, found_delivered, sync=True)
             self._metrics.in_doubt_found_delivered += len(found_delivered)
@@ -407,8 +407,8 @@ class ScheduleDelayScheduler:
                 if entry.deliver_at_ms > now:
                     not_yet.append(entry)  # same tick as "now", but later within it
                     continue
-                segment = self._schedule.segments.get(entry.segment)
-                if segment is not None and not segment.dispatch.is_settled(entry.seq):
+                segment = entry.segment
+                if self._schedule.segments.get(segment.start) is segment and not segment.dispatch.is_settled(entry.seq):
                     ready.append(entry)
             if ready:
                 self._deliver_batch(ready, now, dead_letter_before=dead_letter_before, at_start=at_start)
@@ -419,16 +419,15 @@ class ScheduleDelayScheduler:
     def _deliver_batch(
         self, entries: list[WheelEntry], now: int, *, dead_letter_before: int | None, at_start: bool
     ) -> None:
-        segments = self._schedule.segments
-        by_segment: dict[int, list[int]] = defaultdict(list)
+        by_segment: dict[Segment, list[int]] = defaultdict(list)
         for entry in entries:
             by_segment[entry.segment].append(entry.seq)
-        for start, seqs in by_segment.items():
-            self._schedule.mark(segments[start], INTENT, seqs, sync=False)
-        self._schedule.sync_dispatch(set(by_segment))
-        delivered: dict[int, list[int]] = defaultdict(list)
+        for segment, seqs in by_segment.items():
+            self._schedule.mark(segment, INTENT, seqs, sync=False)
+        self._schedule.sync_dispatch({segment.start for segment in by_segment})
+        delivered: dict[Segment, list[int]] = defaultdict(list)
         for i, entry in enumerate(entries):
-            segment = segments[entry.segment]
+            segment = entry.segment
             request = _strip(decode_request(self._schedule.read(segment, entry.position).payload or b""))
             dead = dead_letter_before is not None and entry.deliver_at_ms < dead_letter_before
             if dead:
@@ -444,7 +443,7 @@ class ScheduleDelayScheduler:
                 self._retry = entries[i:] + self._wheel.pop_due(self._wheel.tick_of(now))
                 self._paused_until_ms = now + self._opt.retry_delay_ms
                 break
-            delivered[entry.segment].append(entry.seq)
+            delivered[segment].append(entry.seq)
             late = now - entry.deliver_at_ms
             self._metrics.delivered += 1
             self._metrics.late_ms_sum += late
@@ -453,10 +452,10 @@ class ScheduleDelayScheduler:
                 self._metrics.start_late_ms_max = max(self._metrics.start_late_ms_max, late)
             if dead:
                 self._metrics.dead_lettered += 1
-        for start, seqs in delivered.items():
+        for segment, seqs in delivered.items():
             # Not fsynced: a lost D leaves its intent, which recovery settles by asking the broker.
-            self._schedule.mark(segments[start], DELIVERED, seqs, sync=False)
-            self._done_candidates.add(start)
+            self._schedule.mark(segment, DELIVERED, seqs, sync=False)
+            self._done_candidates.add(segment.start)
 
     def _to_dead_letter(self, request: AppendRequest) -> AppendRequest:
         props = dict(request.properties)

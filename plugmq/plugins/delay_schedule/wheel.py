@@ -15,17 +15,23 @@ from the schedule segment when it fires.
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from plugmq.plugins.delay_schedule.schedule_log import Segment
 
 __all__ = ["HashedWheel", "WheelEntry"]
 
 
 class WheelEntry(NamedTuple):
-    """Sorts by deliver time, then sequence (insertion order for ties)."""
+    """Sorts by deliver time, then sequence (insertion order for ties; sequences are unique).
+
+    ``segment`` is the segment object, not its bucket start: a retired bucket can be re-created
+    by a late message, and an entry of the old segment must not be read from the new one."""
 
     deliver_at_ms: int
     seq: int
-    segment: int  # bucket start of the schedule segment
+    segment: "Segment"
     position: int  # of the record in that segment
 
 
