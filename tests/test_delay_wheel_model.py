@@ -9,7 +9,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayScheduler, ManualClock, Prop
+from plugmq.core import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    DelayScheduler,
+    ManualClock,
+    Prop,
+)
 from plugmq.core.components import open_delay_scheduler
 
 HOUR = 3600

@@ -61,15 +61,16 @@ class WheelCheckpoint:
                 best = (seq, CheckpointState(tick, local, Phase(phase), hour, gi))
         if best is not None:
             self._seq, self.state = best
+        self.durable_tick: int | None = None if self.state is None else self.state.tick
 
-    def write(self, state: CheckpointState, *, sync: bool = False) -> None:
+    def write(self, tick: int, local: int, phase: Phase = Phase.POSITION, hour: int = 0,
+              global_index: int = 0, *, sync: bool = False) -> None:
         self._seq += 1
-        body = _LAYOUT.pack(_MAGIC, 1, int(state.phase), self._seq, state.tick, state.local,
-                            state.global_index, state.hour, 0)
+        body = _LAYOUT.pack(_MAGIC, 1, phase, self._seq, tick, local, global_index, hour, 0)
         os.pwrite(self._fd, body + struct.pack("<I", zlib.crc32(body)), (self._seq % 2) * _SLOT)
         if self._fsync or sync:
             os.fdatasync(self._fd)
-        self.state = state
+        self.durable_tick = tick
 
     def close(self) -> None:
         if self._fd >= 0:

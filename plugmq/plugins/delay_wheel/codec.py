@@ -2,7 +2,7 @@
 
 Delay log record: ``magic u32 | payload length u32 | crc32(payload) u32 | payload`` where the
 payload is the full AppendRequest plus its deliver time (so a write-back rebuilds the request
-field for field).
+field for field): fixed fields, then ``[topic, born_host, properties]`` as UTF-8 JSON, then the body.
 
 Delay index entry (seed 000's ``{offset, size, localIndex, globalIndex, preGlobalIndex}``),
 32 bytes: ``offset u64 | size u32 | localIndex u32 | globalIndex u32 | preGlobalIndex i32 |
@@ -16,18 +16,25 @@ log_end | crc``.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from typing import NamedTuple
 
 import attrs
 
-from plugmq.core import AppendRequest, CorruptRecordError, ValidationError, decode_msg_id, encode_msg_id
+from plugmq.core import (
+    AppendRequest,
+    CorruptRecordError,
+    Prop,
+    decode_msg_id,
+    encode_msg_id,
+)
 
 __all__ = [
     "HEADER_SIZE",
-    "HEAD_SIZE",
     "HEAD_FILE_SIZE",
+    "HEAD_SIZE",
     "INDEX_ENTRY_SIZE",
     "NO_ENTRY",
     "RECORD_HEADER_SIZE",
@@ -35,12 +42,11 @@ __all__ = [
     "HourHeader",
     "IndexEntry",
     "StoredDelay",
+    "WheelMsgIds",
     "decode_index_entry",
     "decode_record",
-    "decode_wheel_msg_id",
     "encode_index_entry",
     "encode_record",
-    "encode_wheel_msg_id",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -49,7 +55,8 @@ NO_ENTRY = -1
 RECORD_MAGIC = 0xD31A_7E01
 _RECORD_HEADER = struct.Struct("<III")
 RECORD_HEADER_SIZE = _RECORD_HEADER.size
-_FIXED = struct.Struct("<qqiiqqiiq")  # deliver_at, scheduled_at, level, queue, tags_code, born, reconsume, sys_flag, ptx
+# deliver_at, scheduled_at, level, queue, tags_code, born, reconsume, sys_flag, ptx, text length
+_FIXED = struct.Struct("<qqiiqqiiqI")
 
 _INDEX = struct.Struct("<QIIIiHHI")
 INDEX_ENTRY_SIZE = _INDEX.size  # 32
@@ -64,9 +71,13 @@ HEADER_SIZE = 64
 HEAD_FILE_SIZE = HEADER_SIZE + SECONDS_PER_HOUR * HEAD_SIZE
 
 
+_DELAY_PROPS = frozenset({Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS})
+
+
 @attrs.frozen
 class StoredDelay:
-    """A delay-log record decoded: the request and when it is due."""
+    """A delay-log record decoded: the request as it is written back (delay properties cleared;
+    the log keeps them) and when it is due."""
 
     request: AppendRequest
     deliver_at_ms: int
@@ -74,37 +85,20 @@ class StoredDelay:
     delay_level: int | None
 
 
-def _pack_str(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return struct.pack("<I", len(raw)) + raw
-
-
 def encode_record(request: AppendRequest, deliver_at_ms: int, scheduled_at_ms: int, delay_level: int | None) -> bytes:
-    parts = [
+    # Text fields as one JSON array: any string survives, and the C decoder keeps dispatch cheap.
+    text = json.dumps([request.topic, request.born_host, dict(request.properties)],
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    payload = b"".join((
         _FIXED.pack(
             deliver_at_ms, scheduled_at_ms, -1 if delay_level is None else delay_level, request.queue_id,
             request.tags_code, request.born_timestamp_ms, request.reconsume_times, request.sys_flag,
-            request.prepared_transaction_offset,
+            request.prepared_transaction_offset, len(text),
         ),
-        _pack_str(request.topic),
-        _pack_str(request.born_host),
-        struct.pack("<I", len(request.properties)),
-    ]
-    for key, value in request.properties.items():
-        parts.append(_pack_str(key))
-        parts.append(_pack_str(value))
-    parts.append(struct.pack("<I", len(request.body)))
-    parts.append(request.body)
-    payload = b"".join(parts)
+        text,
+        request.body,
+    ))
     return _RECORD_HEADER.pack(RECORD_MAGIC, len(payload), zlib.crc32(payload)) + payload
-
-
-def record_length(header: bytes) -> int:
-    """Payload length from a record header, after checking its magic."""
-    magic, length, _crc = _RECORD_HEADER.unpack(header)
-    if magic != RECORD_MAGIC:
-        raise CorruptRecordError(f"delay log record has magic {magic:#x}, expected {RECORD_MAGIC:#x}")
-    return length
 
 
 def decode_record(raw: bytes | memoryview) -> StoredDelay:
@@ -115,32 +109,16 @@ def decode_record(raw: bytes | memoryview) -> StoredDelay:
     payload = bytes(raw[RECORD_HEADER_SIZE:RECORD_HEADER_SIZE + length])
     if magic != RECORD_MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
         raise CorruptRecordError("delay log record failed its magic/length/CRC check")
-    (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx) = _FIXED.unpack_from(payload, 0)
-    pos = _FIXED.size
-
-    def text() -> str:
-        nonlocal pos
-        (n,) = struct.unpack_from("<I", payload, pos)
-        pos += 4
-        value = payload[pos:pos + n].decode("utf-8")
-        pos += n
-        return value
-
-    topic = text()
-    born_host = text()
-    (nprops,) = struct.unpack_from("<I", payload, pos)
-    pos += 4
-    props = {}
-    for _ in range(nprops):
-        key = text()
-        props[key] = text()
-    (nbody,) = struct.unpack_from("<I", payload, pos)
-    pos += 4
-    body = payload[pos:pos + nbody]
+    (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx,
+     text_len) = _FIXED.unpack_from(payload, 0)
+    start = _FIXED.size
+    topic, born_host, props = json.loads(payload[start:start + text_len])
+    for key in _DELAY_PROPS.intersection(props):  # a record is read only to be written back: cleared
+        del props[key]
     request = AppendRequest(
-        topic=topic, queue_id=queue_id, body=body, properties=props, tags_code=tags_code,
-        born_timestamp_ms=born, born_host=born_host, reconsume_times=reconsume, sys_flag=sys_flag,
-        prepared_transaction_offset=ptx,
+        topic=topic, queue_id=queue_id, body=payload[start + text_len:], properties=props,
+        tags_code=tags_code, born_timestamp_ms=born, born_host=born_host, reconsume_times=reconsume,
+        sys_flag=sys_flag, prepared_transaction_offset=ptx,
     )
     return StoredDelay(request, deliver_at, scheduled_at, None if level < 0 else level)
 
@@ -192,16 +170,20 @@ class HourHeader:
         return cls(hour, count, log_end)
 
 
-def encode_wheel_msg_id(store_host: str, hour: int, global_index: int) -> str:
+class WheelMsgIds:
     """The id ``schedule`` returns and ``cancel`` takes: RocketMQ's offset-id shape (store host +
     8 bytes) with the 8 bytes = ``hour * 2**32 + globalIndex`` (hour = epoch seconds // 3600 of
-    the deliver time), which finds the message's index entry in one read."""
-    return encode_msg_id(store_host, (hour << 32) | global_index)
+    the deliver second), which finds the message's index entry in one read."""
 
+    def __init__(self, store_host: str) -> None:
+        self._prefix = encode_msg_id(store_host, 0)[:16]  # parsed once, not per message
 
-def decode_wheel_msg_id(msg_id: str) -> tuple[str, int, int]:
-    """(store host, hour, globalIndex). ValidationError if the id is not an offset id at all."""
-    host, value = decode_msg_id(msg_id)
-    if value < 0:
-        raise ValidationError(f"message id {msg_id!r} does not come from delay_wheel (negative offset)")
-    return host, value >> 32, value & 0xFFFF_FFFF
+    def encode(self, hour: int, global_index: int) -> str:
+        return f"{self._prefix}{(hour << 32) | global_index:016X}"
+
+    def decode(self, msg_id: str) -> tuple[int, int] | None:
+        """(hour, globalIndex), or None for another broker's id. ValidationError if malformed."""
+        _host, value = decode_msg_id(msg_id)
+        if msg_id[:16].upper() != self._prefix or value < 0:
+            return None
+        return value >> 32, value & 0xFFFF_FFFF

@@ -52,8 +52,8 @@ class HourFiles:
     def __init__(self, directory: Path, hour: int, *, fsync: bool) -> None:
         self.hour = hour
         self._fsync = fsync
-        stem = directory / hour_file_stem(hour)
-        self._paths = [stem.with_suffix(s) for s in HOUR_FILE_SUFFIXES]
+        stem = f"{directory}/{hour_file_stem(hour)}"  # plain strings: opened per far append
+        self._paths = [stem + suffix for suffix in HOUR_FILE_SUFFIXES]
         self.log = Region(self._paths[0], fsync=fsync)
         self.idx = Region(self._paths[1], fsync=fsync)
         self.heads = Region(self._paths[2], fsync=fsync)
@@ -171,7 +171,8 @@ class HourFiles:
     def cancelled(self) -> set[int]:
         if self._cancelled is None:
             try:
-                raw = self._cancel_path.read_bytes()
+                with open(self._cancel_path, "rb") as f:
+                    raw = f.read()
             except FileNotFoundError:
                 raw = b""
             usable = len(raw) - len(raw) % _CANCEL.size
@@ -182,7 +183,7 @@ class HourFiles:
         if self._cancelled is not None:
             return len(self._cancelled)
         try:
-            return self._cancel_path.stat().st_size // _CANCEL.size
+            return os.stat(self._cancel_path).st_size // _CANCEL.size
         except FileNotFoundError:
             return 0
 
@@ -226,4 +227,7 @@ class HourFiles:
     def delete(self) -> None:
         self.close(sync=False)
         for path in self._paths:
-            path.unlink(missing_ok=True)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -11,7 +11,11 @@ import bisect
 from collections import OrderedDict
 from pathlib import Path
 
-from plugmq.plugins.delay_wheel.hourfiles import HOUR_FILE_SUFFIXES, HourFiles, hour_file_stem
+from plugmq.plugins.delay_wheel.hourfiles import (
+    HOUR_FILE_SUFFIXES,
+    HourFiles,
+    hour_file_stem,
+)
 
 __all__ = ["HourDirectory"]
 

@@ -13,7 +13,7 @@ __all__ = ["LatenessHistogram"]
 
 # Upper edges in ms: 0, 1, 2, 5, 10, 20, 50 ... up to a week; the last bucket is open.
 _EDGES: tuple[int, ...] = (0,) + tuple(
-    m * 10**e for e in range(0, 9) for m in (1, 2, 5) if m * 10**e <= 7 * 86_400_000
+    m * 10**e for e in range(9) for m in (1, 2, 5) if m * 10**e <= 7 * 86_400_000
 )
 
 
@@ -27,8 +27,7 @@ class LatenessHistogram:
         late_ms = max(0, late_ms)
         self._counts[bisect.bisect_left(_EDGES, late_ms)] += 1
         self.count += 1
-        if late_ms > self.max_ms:
-            self.max_ms = late_ms
+        self.max_ms = max(self.max_ms, late_ms)
 
     def quantile(self, q: float) -> int:
         if self.count == 0:

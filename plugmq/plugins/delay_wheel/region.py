@@ -10,7 +10,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from pathlib import Path
 
 __all__ = ["Region"]
 
@@ -22,7 +21,7 @@ def _round_up(size: int) -> int:
 
 
 class Region:
-    def __init__(self, path: Path, *, fsync: bool) -> None:
+    def __init__(self, path: str, *, fsync: bool) -> None:
         self.path = path
         self._fsync = fsync
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

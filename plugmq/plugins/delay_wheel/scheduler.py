@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import attrs
 import structlog
@@ -29,14 +29,17 @@ from plugmq.core import (
     Prop,
     Timer,
 )
-from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
+from plugmq.plugins.delay_wheel.checkpoint import (
+    CheckpointState,
+    Phase,
+    WheelCheckpoint,
+)
 from plugmq.plugins.delay_wheel.codec import (
     SECONDS_PER_HOUR,
     IndexEntry,
     StoredDelay,
-    decode_wheel_msg_id,
+    WheelMsgIds,
     encode_record,
-    encode_wheel_msg_id,
 )
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
@@ -47,7 +50,6 @@ __all__ = ["WheelDelayScheduler", "capabilities_for"]
 
 log = structlog.stdlib.get_logger(__name__)
 
-_DELAY_PROPS = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)
 _WINDOW_HOURS = 2
 
 
@@ -56,11 +58,6 @@ def capabilities_for(options: DelayWheelOptions, *, no_duplicates: bool = True) 
         cancel=True, arbitrary_delay=True, levels_ms=None, max_delay_ms=options.max_delay_ms,
         clamps=options.clamp_over_max, resolution_ms=1000, no_duplicates_after_restart=no_duplicates,
     )
-
-
-def _cleared(request: AppendRequest) -> AppendRequest:
-    props = {k: v for k, v in request.properties.items() if k not in _DELAY_PROPS}
-    return attrs.evolve(request, properties=props)
 
 
 class WheelDelayScheduler:
@@ -73,7 +70,7 @@ class WheelDelayScheduler:
         self._clock = context.clock
         self._deliver = context.deliver
         self._was_delivered = context.was_delivered
-        self._store_host = context.store_host
+        self._ids = WheelMsgIds(context.store_host)
         self.capabilities = capabilities_for(options, no_duplicates=context.was_delivered is not None)
         root = Path(context.plugin_dir("delay_wheel"))
         self._lock = threading.RLock()
@@ -141,8 +138,7 @@ class WheelDelayScheduler:
             bound.warning("in-doubt delivery refers to a missing delay entry; nothing to settle")
             return
         stored = files.record(files.entry(state.global_index))
-        request = (self._dead_letter(stored.request) if state.phase == Phase.INTENT_DEAD_LETTER
-                   else _cleared(stored.request))
+        request = self._dead_letter(stored.request) if state.phase == Phase.INTENT_DEAD_LETTER else stored.request
         delivered = bool(self._was_delivered(request)) if self._was_delivered is not None else False
         if delivered:
             self._local = state.local + 1
@@ -151,7 +147,7 @@ class WheelDelayScheduler:
         else:
             self._counters["in_doubt_redelivered"] += 1
         bound.info("in-doubt delivery settled", already_delivered=delivered)
-        self._ckpt.write(CheckpointState(self._tick, self._local), sync=True)
+        self._ckpt.write(self._tick, self._local, sync=True)
 
     # ================================================================== window (mapped hours)
 
@@ -163,9 +159,9 @@ class WheelDelayScheduler:
             return
         # The tick that proves them done must be durable before the files go (an unsettled
         # in-doubt checkpoint already holds this tick and must not be overwritten).
-        durable = self._ckpt.state
-        if durable is None or durable.tick < self._tick:
-            self._ckpt.write(CheckpointState(self._tick, self._local), sync=True)
+        durable = self._ckpt.durable_tick
+        if durable is None or durable < self._tick:
+            self._ckpt.write(self._tick, self._local, sync=True)
         for hour in passed:
             left = self._remaining.pop(hour, 0)
             if left:
@@ -235,7 +231,7 @@ class WheelDelayScheduler:
             self._counters["scheduled"] += 1
             self._place(slot, hour, entry)
             return AppendResult(
-                status=AppendStatus.PUT_OK, msg_id=encode_wheel_msg_id(self._store_host, hour, entry.global_index),
+                status=AppendStatus.PUT_OK, msg_id=self._ids.encode(hour, entry.global_index),
                 queue_offset=entry.global_index, commit_log_offset=entry.offset, size=entry.size,
                 store_timestamp_ms=now_ms,
             )
@@ -327,13 +323,13 @@ class WheelDelayScheduler:
                 self._due_set.add(slot)
                 heapq.heappush(self._due, slot)
                 self._retry_at = self._clock.now() + self._opts.retry_after_error_ms / 1000
-                self._ckpt.write(CheckpointState(self._tick, self._local))
+                self._ckpt.write(self._tick, self._local)
                 return
             self._tick, self._local = slot + 1, 0
         if target + 1 > self._tick:
             self._tick, self._local = target + 1, 0
             self._advance_hours()
-        self._ckpt.write(CheckpointState(self._tick, self._local))
+        self._ckpt.write(self._tick, self._local)
 
     def _dispatch_second(self, slot: int) -> bool:
         hour, second = divmod(slot, SECONDS_PER_HOUR)
@@ -345,10 +341,9 @@ class WheelDelayScheduler:
         cancelled = files.cancelled()
         while self._local < len(entries):
             entry = entries[self._local]
-            if entry.global_index not in cancelled:
-                if not self._deliver_one(slot, files, entry, files.record(entry)):
-                    self._preloaded[slot] = entries
-                    return False
+            if entry.global_index not in cancelled and not self._deliver_one(slot, files, entry, files.record(entry)):
+                self._preloaded[slot] = entries
+                return False
             self._local += 1
         return True
 
@@ -359,17 +354,17 @@ class WheelDelayScheduler:
             raise DelayError(f"delay_wheel would deliver {late_ms} ms early at slot {slot}; clock went backwards?")
         limit = self._opts.dead_letter_older_than_ms
         to_dlq = self._starting and limit > 0 and late_ms > limit
-        request = self._dead_letter(stored.request) if to_dlq else _cleared(stored.request)
+        request = self._dead_letter(stored.request) if to_dlq else stored.request
         phase = Phase.INTENT_DEAD_LETTER if to_dlq else Phase.INTENT
-        self._ckpt.write(CheckpointState(slot, self._local, phase, files.hour, entry.global_index))
+        self._ckpt.write(slot, self._local, phase, files.hour, entry.global_index)
         try:
             self._deliver(request)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever the store raised, the message stays and is retried
             self._counters["deliver_errors"] += 1
             self._log.exception("delayed message write-back failed; the wheel retries it",
                                 topic=request.topic, slot=slot, retry_after_ms=self._opts.retry_after_error_ms)
             return False
-        self._ckpt.write(CheckpointState(slot, self._local + 1))
+        self._ckpt.write(slot, self._local + 1)
         self._hist.record(late_ms)
         self._counters["dead_lettered" if to_dlq else "delivered"] += 1
         self._account_delivered(files.hour)
@@ -380,18 +375,16 @@ class WheelDelayScheduler:
         self._remaining[hour] = self._remaining.get(hour, 0) - 1
 
     def _dead_letter(self, request: AppendRequest) -> AppendRequest:
-        props = {k: v for k, v in request.properties.items() if k not in _DELAY_PROPS}
+        props = dict(request.properties)
         props[Prop.REAL_TOPIC] = request.topic
         props[Prop.REAL_QUEUE_ID] = str(request.queue_id)
         return attrs.evolve(request, topic=self._opts.dead_letter_topic, queue_id=0, properties=props)
 
     def _preload(self) -> None:
-        """Walk the index chains of the next ``preload_seconds`` non-empty seconds ahead of time."""
+        """Walk the index chains of the non-empty seconds of the next ``preload_seconds`` ahead."""
         horizon = self._clock.now_ms() // 1000 + self._opts.preload_seconds
-        for slot in heapq.nsmallest(self._opts.preload_seconds + 1, self._due):
-            if slot > horizon:
-                break
-            if slot in self._preloaded:
+        for slot in range(max(self._tick, horizon - self._opts.preload_seconds), horizon + 1):
+            if slot not in self._due_set or slot in self._preloaded:
                 continue
             files = self._dir.get(slot // SECONDS_PER_HOUR)
             assert files is not None
@@ -406,9 +399,10 @@ class WheelDelayScheduler:
         cancel while it is still not due); False once its second has been dispatched, or for an id
         this wheel does not know. A malformed id raises ValidationError."""
         with self._lock:
-            host, hour, gi = decode_wheel_msg_id(msg_id)
-            if host != self._store_host or self._closed:
+            known = self._ids.decode(msg_id)
+            if known is None or self._closed:
                 return False
+            hour, gi = known
             files = self._dir.get(hour)
             if files is None or gi >= files.count:
                 return False
@@ -457,7 +451,7 @@ class WheelDelayScheduler:
                 self._timer.cancel()
                 self._timer = None
             if self._in_doubt is None:
-                self._ckpt.write(CheckpointState(self._tick, self._local), sync=True)
+                self._ckpt.write(self._tick, self._local, sync=True)
             self._dir.close()
             self._ckpt.close()
             self._preloaded.clear()
