@@ -16,6 +16,7 @@ import each other.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import zlib
@@ -46,15 +47,16 @@ def _text(value: str) -> bytes:
     return value.encode("utf-8", "surrogatepass")
 
 
+_cached_text = functools.lru_cache(maxsize=1024)(_text)  # hosts and topics repeat endlessly
+
+
 def encode_properties(props: Mapping[str, str]) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     for key, value in props.items():
-        kb, vb = _text(key), _text(value)
+        kb, vb = key.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass")
         if len(kb) > 0xFFFF:
             raise StoreError(f"property name {key[:40]!r}... is {len(kb)} bytes; the store allows 65535")
-        parts.append(_PROP.pack(len(kb), len(vb)))
-        parts.append(kb)
-        parts.append(vb)
+        parts += (_PROP.pack(len(kb), len(vb)), kb, vb)
     return b"".join(parts)
 
 
@@ -97,10 +99,10 @@ def prepare(request: AppendRequest, store_host: str, max_body: int) -> Prepared:
             f"message body for topic {request.topic!r} is {len(request.body)} bytes; this store takes at most "
             f"{max_body} (the broker's max_message_size); split the payload"
         )
-    topic = _text(request.topic)
+    topic = _cached_text(request.topic)
     if not 0 < len(topic) <= 255:
         raise StoreError(f"topic {request.topic!r} must be 1 to 255 bytes")
-    born, store = _text(request.born_host), _text(store_host)
+    born, store = _cached_text(request.born_host), _cached_text(store_host)
     if len(born) > 0xFFFF or len(store) > 0xFFFF:
         raise StoreError("born/store host longer than 65535 bytes")
     props = encode_properties(request.properties)
@@ -211,11 +213,13 @@ def decode_record(raw: bytes | memoryview) -> StoredMessage:
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_prefix(topic: str) -> bytes:
     raw = _text(topic)
     return bytes((len(raw),)) + raw
 
 
+@functools.lru_cache(maxsize=65536)
 def queue_prefix(topic: str, queue_id: int) -> bytes:
     """Key prefix of one queue: its consume-queue entries and its state share it."""
     return topic_prefix(topic) + queue_id.to_bytes(4, "big")

@@ -1,0 +1,391 @@
+"""``plugmq bench store``: append and consume-queue speed of each store, against raw limits.
+
+For each store (store_mmap, store_lmdb, store_rocks by default) and body size (128 B, 1 KiB):
+
+* async flush: single appends (one ``append`` per message, one thread) and batches
+  (``append_batch`` of ``--batch`` messages);
+* sync flush: single appends from 1 writer thread and from 8 (group commit), and batches;
+* consume-queue reads: ``read_queue`` pages of 32 entries over everything the async run wrote.
+
+Raw limits, measured in the same run on the same disk: a plain-Python mmap append loop (a
+length + CRC32 header and the body copied into an mmap'ed file; one record per call, and
+``--batch`` records joined per call), ``os.write`` + ``os.fsync`` per message, and a scan of
+20-byte consume-queue entries from an mmap (32 per call). Ratios are store rate / raw rate.
+Requests carry TAGS and a unique key, as the broker sends them.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import attrs
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from plugmq.core import AppendRequest, MessageStore, Prop, new_unique_id, tags_code
+
+__all__ = ["command"]
+
+DEFAULT_STORES = ("store_mmap", "store_lmdb", "store_rocks")
+SIZES = (128, 1024)
+TOPIC = "BenchTopic"
+QUEUES = 4
+CQ_PAGE = 32
+SYNC_THREADS = (1, 8)
+_RAW_HEADER = struct.Struct(">iI")  # total size, body CRC32: the least a log record carries
+_CQ_ENTRY = struct.Struct(">qiq")
+
+#: What each flush mode means for the built-in stores (the durability behind the figures).
+DURABILITY = {
+    ("store_mmap", "async"): "page cache; background flush every 500 ms",
+    ("store_mmap", "sync"): "group commit: msync/fsync before the append returns",
+    ("store_lmdb", "async"): "env sync=False; env.sync() every 500 ms",
+    ("store_lmdb", "sync"): "env sync=True, metasync=True (fsync per commit)",
+    ("store_rocks", "async"): "WriteOptions.sync=False, WAL on; flush_wal(sync) every 500 ms",
+    ("store_rocks", "sync"): "WriteOptions.sync=True (WAL fsync per write batch)",
+}
+#: Targets of the issue, for store_mmap: (case, minimum ratio to its raw baseline).
+TARGETS = {("store_mmap", "single async"): 0.30, ("store_mmap", "batch async"): 0.40,
+           ("store_mmap", "single sync x8"): 5.0}
+
+
+@attrs.frozen
+class Row:
+    store: str
+    case: str
+    size: int
+    durability: str
+    batch: int
+    threads: int
+    messages: int
+    seconds: float
+    baseline: str
+    baseline_rate: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def ratio(self) -> float:
+        return self.rate / self.baseline_rate if self.baseline_rate else float("nan")
+
+    @property
+    def target(self) -> float | None:
+        return TARGETS.get((self.store, self.case))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out.update(rate=self.rate, ratio=self.ratio, target=self.target,
+                   met=None if self.target is None else self.ratio >= self.target)
+        return out
+
+
+def _bodies(size: int, count: int = 256) -> list[bytes]:
+    return [os.urandom(size) for _ in range(count)]
+
+
+def _requests(size: int, count: int = 1000) -> list[AppendRequest]:
+    bodies = _bodies(size, 64)
+    return [
+        AppendRequest(TOPIC, i % QUEUES, bodies[i % len(bodies)], tags_code=tags_code("TagA"),
+                      properties={Prop.TAGS: "TagA", Prop.UNIQ_KEY: new_unique_id()})
+        for i in range(count)
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# raw limits
+# ------------------------------------------------------------------------------------------------
+
+
+def _mapped(path: Path, size: int) -> tuple[Any, mmap.mmap]:
+    f = open(path, "w+b")  # noqa: SIM115 - closed by the caller with the map
+    f.truncate(size)
+    return f, mmap.mmap(f.fileno(), size)
+
+
+def raw_mmap_single(workdir: Path, bodies: Sequence[bytes], n: int) -> float:
+    """Seconds for ``n`` calls each appending one record to an mmap'ed file."""
+    f, mm = _mapped(workdir / "raw-single", n * (_RAW_HEADER.size + len(bodies[0])) + 4096)
+    pos = 0
+
+    def append(body: bytes) -> int:
+        nonlocal pos
+        record = _RAW_HEADER.pack(_RAW_HEADER.size + len(body), zlib.crc32(body)) + body
+        end = pos + len(record)
+        mm[pos:end] = record
+        pos = end
+        return pos
+
+    count = len(bodies)
+    start = time.perf_counter()
+    for i in range(n):
+        append(bodies[i % count])
+    elapsed = time.perf_counter() - start
+    mm.close()
+    f.close()
+    return elapsed
+
+
+def raw_mmap_batched(workdir: Path, bodies: Sequence[bytes], n: int, batch: int) -> float:
+    """Seconds for appending ``n`` records, ``batch`` joined per call, to an mmap'ed file."""
+    f, mm = _mapped(workdir / "raw-batch", n * (_RAW_HEADER.size + len(bodies[0])) + 4096)
+    pos = 0
+
+    def append_many(items: Sequence[bytes]) -> int:
+        nonlocal pos
+        block = b"".join(_RAW_HEADER.pack(_RAW_HEADER.size + len(b), zlib.crc32(b)) + b for b in items)
+        end = pos + len(block)
+        mm[pos:end] = block
+        pos = end
+        return pos
+
+    groups = [[bodies[(i + k) % len(bodies)] for k in range(min(batch, n - i))] for i in range(0, n, batch)]
+    start = time.perf_counter()
+    for group in groups:
+        append_many(group)
+    elapsed = time.perf_counter() - start
+    mm.close()
+    f.close()
+    return elapsed
+
+
+def raw_write_fsync(workdir: Path, bodies: Sequence[bytes], n: int) -> float:
+    """Seconds for ``n`` records each written with os.write and made durable with os.fsync."""
+    fd = os.open(workdir / "raw-fsync", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    count = len(bodies)
+    start = time.perf_counter()
+    for i in range(n):
+        body = bodies[i % count]
+        os.write(fd, _RAW_HEADER.pack(_RAW_HEADER.size + len(body), zlib.crc32(body)) + body)
+        os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return elapsed
+
+
+def raw_cq_scan(workdir: Path, n: int) -> float:
+    """Seconds to read ``n`` 20-byte consume-queue entries from an mmap, 32 per call."""
+    f, mm = _mapped(workdir / "raw-cq", n * _CQ_ENTRY.size + 4096)
+    for i in range(n):
+        _CQ_ENTRY.pack_into(mm, i * _CQ_ENTRY.size, i * 200, 200, 12345)
+
+    def page(first: int, count: int) -> list[tuple[int, int, int]]:
+        return [_CQ_ENTRY.unpack_from(mm, (first + k) * _CQ_ENTRY.size) for k in range(count)]
+
+    start = time.perf_counter()
+    offset = 0
+    while offset < n:
+        offset += len(page(offset, min(CQ_PAGE, n - offset)))
+    elapsed = time.perf_counter() - start
+    mm.close()
+    f.close()
+    return elapsed
+
+
+# ------------------------------------------------------------------------------------------------
+# stores
+# ------------------------------------------------------------------------------------------------
+
+
+def _timed_appends(store: MessageStore, requests: Sequence[AppendRequest], n: int, batch: int, threads: int) -> float:
+    per_thread = n // threads
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads + 1)
+
+    def work(t: int) -> None:
+        try:
+            barrier.wait()
+            count = len(requests)
+            base = t * per_thread
+            if batch == 1:
+                append = store.append
+                for i in range(base, base + per_thread):
+                    append(requests[i % count])
+            else:
+                for i in range(base, base + per_thread, batch):
+                    store.append_batch([requests[(i + k) % count] for k in range(min(batch, base + per_thread - i))])
+        except BaseException as exc:  # reported after the run: a failed writer must not pass as fast
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise click.ClickException(f"a writer failed: {type(errors[0]).__name__}: {errors[0]}")
+    return elapsed
+
+
+def _timed_reads(store: MessageStore) -> tuple[int, float]:
+    total = 0
+    start = time.perf_counter()
+    for queue_id in range(QUEUES):
+        offset = store.min_offset(TOPIC, queue_id)
+        while True:
+            page = store.read_queue(TOPIC, queue_id, offset, CQ_PAGE)
+            if not page:
+                break
+            total += len(page)
+            offset = page[-1].queue_offset + 1
+    return total, time.perf_counter() - start
+
+
+def _open(plugin: str, workdir: Path, flush: str) -> MessageStore:
+    from plugmq.core.components import open_store
+
+    path = Path(tempfile.mkdtemp(prefix=f"{plugin}-{flush}-", dir=workdir))
+    return open_store(plugin, path, options={"flush": flush})
+
+
+def usable_stores(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    from plugmq.core.components import plugin_declaration
+
+    usable, skipped = [], {}
+    for name in names:
+        try:
+            plugin_declaration(name)
+        except Exception as exc:  # reported in the output, the others still run
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            usable.append(name)
+    return usable, skipped
+
+
+@attrs.define
+class Bench:
+    workdir: Path
+    messages: int
+    batch: int
+    progress: Callable[[str], None]
+    rows: list[Row] = attrs.field(factory=list)
+    raw: dict[tuple[str, int], float] = attrs.field(factory=dict)
+
+    def baselines(self, size: int) -> None:
+        n = self.messages
+        bodies = _bodies(size)
+        self.progress(f"raw limits, {size} B")
+        self.raw[("mmap single", size)] = n / raw_mmap_single(self.workdir, bodies, n)
+        self.raw[("mmap batched", size)] = n / raw_mmap_batched(self.workdir, bodies, n, self.batch)
+        self.raw[("write+fsync", size)] = n / raw_write_fsync(self.workdir, bodies, n)
+        self.raw[("cq scan", size)] = n / raw_cq_scan(self.workdir, n)
+
+    def store(self, plugin: str, size: int) -> None:
+        requests = _requests(size)
+        n = self.messages
+        cases = [("single async", "async", 1, 1, "mmap single"), ("batch async", "async", self.batch, 1, "mmap batched")]
+        cases += [(f"single sync x{t}", "sync", 1, t, "write+fsync") for t in SYNC_THREADS]
+        cases += [("batch sync", "sync", self.batch, 1, "write+fsync")]
+        for case, flush, batch, threads, baseline in cases:
+            self.progress(f"{plugin} {case}, {size} B")
+            store = _open(plugin, self.workdir, flush)
+            try:
+                count = n - n % threads
+                seconds = _timed_appends(store, requests, count, batch, threads)
+                self._add(plugin, case, size, flush, batch, threads, count, seconds, baseline)
+                if case == "batch async":
+                    self.progress(f"{plugin} consume-queue reads, {size} B")
+                    entries, read_seconds = _timed_reads(store)
+                    self._add(plugin, "cq read", size, flush, CQ_PAGE, 1, entries, read_seconds, "cq scan")
+            finally:
+                store.close()
+
+    def _add(self, plugin: str, case: str, size: int, flush: str, batch: int, threads: int, messages: int,
+             seconds: float, baseline: str) -> None:
+        self.rows.append(Row(plugin, case, size, f"{flush}: {DURABILITY.get((plugin, flush), 'flush=' + flush)}",
+                             batch, threads, messages, seconds, baseline, self.raw[(baseline, size)]))
+
+
+def _table(rows: Sequence[Row], raw: dict[tuple[str, int], float], batch: int) -> Table:
+    table = Table(title="plugmq bench store (rates in messages/s; ratio = store / raw limit of the same run)")
+    for column, justify in (("store", "left"), ("case", "left"), ("body", "right"), ("durability", "left"),
+                            ("batch", "right"), ("threads", "right"), ("msgs", "right"), ("rate", "right"),
+                            ("vs raw", "left"), ("ratio", "right"), ("target", "right")):
+        table.add_column(column, justify=justify, overflow="fold")
+    for (name, size), rate in sorted(raw.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        per_call = batch if name == "mmap batched" else CQ_PAGE if name == "cq scan" else 1
+        flags = "fsync per message" if name == "write+fsync" else "none (page cache)"
+        table.add_row("raw", name, str(size), flags, str(per_call), "1", "", f"{rate:,.0f}", "", "1.00", "",
+                      style="dim")
+    for row in rows:
+        target = ""
+        if row.target is not None:
+            target = f"{'OK' if row.ratio >= row.target else 'MISS'} >= {row.target:.2f}"
+        table.add_row(row.store, row.case, str(row.size), row.durability, str(row.batch), str(row.threads),
+                      f"{row.messages:,}", f"{row.rate:,.0f}", row.baseline, f"{row.ratio:.2f}", target)
+    return table
+
+
+@click.command("store")
+@click.option("--messages", default=20_000, show_default=True, type=click.IntRange(100),
+              help="Messages per case (and per raw baseline).")
+@click.option("--stores", default=",".join(DEFAULT_STORES), show_default=True,
+              help="Comma-separated storage plugins to measure.")
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(1),
+              help="Messages per append_batch call (and per call of the raw batched loop).")
+@click.option("--sizes", default=",".join(map(str, SIZES)), show_default=True, help="Comma-separated body sizes.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the stores and raw files go (default: a temporary directory, removed after).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
+def command(messages: int, stores: str, batch: int, sizes: str, workdir: Path | None, as_json: bool) -> None:
+    """Append and consume-queue speed of each store, as ratios to raw mmap / fsync limits."""
+    names = [s.strip() for s in stores.split(",") if s.strip()]
+    body_sizes = [int(s) for s in sizes.split(",") if s.strip()]
+    usable, skipped = usable_stores(names)
+    console = Console(stderr=as_json)
+    if not console.is_terminal and not as_json:
+        console = Console(width=180)
+    own_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="plugmq-bench-store-")) if own_dir else workdir
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with Progress(console=console, transient=True) as progress:
+            total = len(body_sizes) * (1 + 6 * len(usable))
+            task = progress.add_task("store bench", total=total)
+
+            def step(label: str) -> None:
+                progress.update(task, advance=1, description=label)
+
+            bench = Bench(root, messages, batch, step)
+            for size in body_sizes:
+                bench.baselines(size)
+                for plugin in usable:
+                    bench.store(plugin, size)
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps({
+            "rows": [r.as_dict() for r in bench.rows],
+            "raw": [{"baseline": k[0], "size": k[1], "rate": v} for k, v in bench.raw.items()],
+            "skipped": skipped, "batch": batch, "messages": messages,
+        }, indent=2))
+        return
+    console.print(_table(bench.rows, bench.raw, batch))
+    for name, reason in skipped.items():
+        console.print(f"skipped {name}: {reason}", style="yellow")
+    console.print(
+        f"raw mmap: {_RAW_HEADER.size}-byte header (size, CRC32) + body copied into an mmap'ed file, one record "
+        f"per call or {batch} joined per call; write+fsync: os.write + os.fsync per message; cq scan: 20-byte "
+        f"entries unpacked from an mmap, {CQ_PAGE} per call. Store requests carry TAGS and a unique key "
+        f"({QUEUES} queues). Targets (store_mmap): single >= 0.30x raw single, batch >= 0.40x raw batched, "
+        "sync x8 >= 5x write+fsync.",
+        style="dim",
+    )
