@@ -347,6 +347,8 @@ AllocateStrategyFactory = Callable[..., AllocateStrategy]
 
 
 class TransactionDecision(enum.Enum):
+    """The outcome of a local transaction (RocketMQ's LocalTransactionState)."""
+
     COMMIT = "COMMIT_MESSAGE"
     ROLLBACK = "ROLLBACK_MESSAGE"
     UNKNOWN = "UNKNOW"
@@ -354,36 +356,87 @@ class TransactionDecision(enum.Enum):
 
 @attrs.frozen
 class TransactionCapabilities:
+    """What a transaction service does, and the check-back schedule it keeps.
+
+    ``check_immunity``: the per-message check-immunity time (``Prop.CHECK_IMMUNITY_SECONDS``)
+    replaces ``transaction_timeout`` for that message's first check, without counting checks.
+    ``delayed_transactions``: a delayed message may be sent in a transaction (else refused).
+    ``persistent_check_count``: checks already made survive a restart (``check_max`` holds
+    across crashes). ``transaction_timeout_ms`` / ``check_interval_ms`` / ``check_max``: first
+    check this long after the half was stored, then one per interval, at most ``check_max``
+    checks; the message goes to the discard topic at the next due time after the last check.
+    ``schedule_resolution_ms``: how late (virtual time) a check or discard may come.
+    """
+
     check_immunity: bool = True
     delayed_transactions: bool = False
+    persistent_check_count: bool = True
+    transaction_timeout_ms: int = 6_000
+    check_interval_ms: int = 30_000
+    check_max: int = 15
+    schedule_resolution_ms: int = 0
 
 
 @attrs.frozen
 class TransactionContext(PluginContext):
-    """PluginContext plus the store (half/op topics live in it) and the write-back."""
+    """PluginContext plus the store (half messages may live in it) and the write-back.
+
+    ``deliver`` makes a committed message visible on its real topic/queue (and moves a
+    discarded one to the discard topic); every effect of a decision goes through it.
+    """
 
     store: MessageStore | None = None
     deliver: Deliver | None = None
 
 
 TransactionChecker = Callable[[StoredMessage], TransactionDecision]
+"""A producer group's check listener: given the half message (with its real topic and queue, the
+transaction id as ``msg_id``), the state of its local transaction now."""
 
 
 @runtime_checkable
 class TransactionService(Protocol):
-    """Half messages, decisions (an op log) and the check-back service."""
+    """Half messages, decisions (an op log) and the check-back service.
+
+    A decision is durable before it takes effect, takes effect at most once (a second commit or
+    rollback of the same transaction changes nothing, also across a crash between recording and
+    delivering) and a settled transaction is never checked again, also after a restart.
+    """
 
     capabilities: TransactionCapabilities
 
     def prepare(self, request: AppendRequest, producer_group: str) -> AppendResult:
-        """Store a half message, invisible to consumers."""
+        """Store a half message for ``request`` (its real topic/queue), invisible to consumers.
+
+        The returned ``msg_id`` is the transaction id that ``end`` takes. Raises TransactionError
+        for a request the service cannot hold (e.g. a delayed one without that capability).
+        """
 
     def end(self, msg_id: str, decision: TransactionDecision, *, from_check: bool = False) -> bool:
-        """Record and apply a decision; False if the transaction was already settled."""
+        """Record and apply a decision; False if the transaction was already settled.
 
-    def register_checker(self, producer_group: str, checker: TransactionChecker | None) -> None:
-        """Set (or with None, remove) the live check listener of a producer group."""
+        UNKNOWN records nothing (the check-back will ask) and returns whether it is still open.
+        Raises TransactionError for an id that names no half message.
+        """
 
-    def start(self) -> None: ...
+    def register_checker(self, producer_group: str, checker: TransactionChecker) -> None:
+        """Add a live check listener of a producer group (any live one may be asked).
 
-    def close(self) -> None: ...
+        Checks of a group with no live listener wait without being counted; registering one
+        makes the waiting checks due.
+        """
+
+    def unregister_checker(self, producer_group: str, checker: TransactionChecker) -> None:
+        """Remove a listener added with ``register_checker`` (its producer shut down)."""
+
+    def pending(self) -> int:
+        """How many transactions have no decision yet."""
+
+    def metrics(self) -> Mapping[str, float]:
+        """Counters (prepared, committed, rolled_back, checks, discarded, ...)."""
+
+    def start(self) -> None:
+        """Recover (finish recorded decisions, reload open transactions) and start checking."""
+
+    def close(self) -> None:
+        """Stop checking and persist state. Idempotent."""
