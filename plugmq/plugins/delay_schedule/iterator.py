@@ -30,7 +30,7 @@ __all__ = ["Checkpoint", "CheckpointStore", "LogIterator"]
 
 log = structlog.stdlib.get_logger(__name__)
 
-OnAppended = Callable[[Segment, int, MessageLogRecord, bool], None]
+OnAppended = Callable[[Segment, int, int, MessageLogRecord, bool], None]
 
 
 @attrs.frozen
@@ -157,7 +157,7 @@ class LogIterator:
             if segment is None or segment.last_source < record.offset:
                 segment, position, created = self._schedule.append(record, store_ts_ms=now)
                 touched.add(start)
-                self._on_appended(segment, position, record, created)
+                self._on_appended(segment, position, segment.size - position, record, created)
             base = bases[bisect.bisect_right(bases, record.offset) - 1]
             self.refs.setdefault(base, set()).add(start)
         self.offset = next_offset

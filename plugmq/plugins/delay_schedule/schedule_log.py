@@ -192,15 +192,13 @@ class ScheduleLog:
             )
         return records
 
-    def read(self, segment: Segment, position: int) -> ScheduleRecord:
+    def read(self, segment: Segment, position: int, size: int) -> ScheduleRecord:
+        """The full record of ``size`` bytes at ``position`` (both from the index)."""
         path = self.path(segment.start)
-        record = self._record_at(path, position, segment.size)
-        if record is None:
-            raise StoreError(f"delay_schedule: no valid schedule record at {path}:{position}")
-        data = self._files.read(path, position, record.size)
-        full = decode_schedule_record(data, 0, base=position)
-        assert full is not None  # validated just above
-        return full
+        record = decode_schedule_record(self._files.read(path, position, size), 0, base=position)
+        if record is None or record.size != size:
+            raise StoreError(f"delay_schedule: no valid schedule record of {size} bytes at {path}:{position}")
+        return record
 
     # ---------------------------------------------------------------- dispatch logs
 
@@ -215,10 +213,10 @@ class ScheduleLog:
         segment.dispatch.size += len(data)
         for seq in seqs:
             segment.dispatch.apply(kind, seq)
+        if self._fsync and created:
+            fsync_dir(self._dir)
         if sync and self._fsync:
             self._files.sync({path})
-            if created:
-                fsync_dir(self._dir)
 
     # ---------------------------------------------------------------- durability and retention
 

@@ -175,8 +175,7 @@ class ScheduleDelayScheduler:
             store_ts_ms=now,
             payload=encode_request(request),
         )
-        self._metrics.scheduled += 1
-        self._kick()
+        self._kick(accepted=1)
         return AppendResult(
             status=AppendStatus.PUT_OK,
             msg_id=encode_msg_id(self._ctx.store_host, record.offset),
@@ -266,8 +265,9 @@ class ScheduleDelayScheduler:
 
     # ================================================================ iterator
 
-    def _kick(self) -> None:
+    def _kick(self, accepted: int = 0) -> None:
         with self._kick_lock:
+            self._metrics.scheduled += accepted
             if self._kick_pending:
                 return
             self._kick_pending = True
@@ -287,11 +287,11 @@ class ScheduleDelayScheduler:
         if more:
             self._kick()
 
-    def _on_appended(self, segment: Segment, position: int, record: MessageLogRecord, created: bool) -> None:
+    def _on_appended(self, segment: Segment, position: int, size: int, record: MessageLogRecord, created: bool) -> None:
         if not self._started:
             return
         if segment.loaded:
-            self._wheel.add(WheelEntry(record.deliver_at_ms, record.seq, segment, position))
+            self._wheel.add(WheelEntry(record.deliver_at_ms, record.seq, segment, position, size))
         elif segment.start <= self._clock.now_ms() + self._opt.load_ahead_ms:
             self._load(segment)
         elif created:
@@ -314,14 +314,14 @@ class ScheduleDelayScheduler:
         for record in self._schedule.index(segment):
             if segment.dispatch.is_settled(record.seq):
                 continue
-            if record.seq in in_doubt and self._reached_topic(segment, record.position):
+            if record.seq in in_doubt and self._reached_topic(segment, record.position, record.size):
                 found_delivered.append(record.seq)
                 continue
             if record.seq in in_doubt:
                 self._metrics.in_doubt_redelivered += 1
             if self._starting and record.schedule_time_ms <= now:
                 self._metrics.overdue_at_start += 1
-            self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment, record.position))
+            self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment, record.position, record.size))
         if found_delivered:
             self._schedule.mark(segment, DELIVERED, found_delivered, sync=True)
             self._metrics.in_doubt_found_delivered += len(found_delivered)
@@ -330,10 +330,10 @@ class ScheduleDelayScheduler:
         segment.loaded = True
         self._metrics.segments_loaded += 1
 
-    def _reached_topic(self, segment: Segment, position: int) -> bool:
+    def _reached_topic(self, segment: Segment, position: int, size: int) -> bool:
         if self._was_delivered is None:
             return False  # nothing to ask: deliver again (at least once)
-        request = _strip(decode_request(self._schedule.read(segment, position).payload or b""))
+        request = _strip(decode_request(self._schedule.read(segment, position, size).payload or b""))
         if self._was_delivered(request):
             return True
         return bool(self._opt.dead_letter_older_than_ms) and self._was_delivered(self._to_dead_letter(request))
@@ -428,7 +428,7 @@ class ScheduleDelayScheduler:
         delivered: dict[Segment, list[int]] = defaultdict(list)
         for i, entry in enumerate(entries):
             segment = entry.segment
-            request = _strip(decode_request(self._schedule.read(segment, entry.position).payload or b""))
+            request = _strip(decode_request(self._schedule.read(segment, entry.position, entry.size).payload or b""))
             dead = dead_letter_before is not None and entry.deliver_at_ms < dead_letter_before
             if dead:
                 request = self._to_dead_letter(request)

@@ -33,6 +33,7 @@ class WheelEntry(NamedTuple):
     seq: int
     segment: "Segment"
     position: int  # of the record in that segment
+    size: int  # of the record, so delivery reads it with one pread
 
 
 class HashedWheel:
