@@ -155,12 +155,17 @@ def plugmq_make_transaction_service(context: TransactionContext) -> TransactionS
     """Build the half-message store and check-back service.
 
     Called once by the broker after the store (and delay scheduler) exist. With no transaction
-    plugin the broker refuses transactional sends with a clear error.
+    plugin the broker refuses transactional sends with a clear error. The service keeps half
+    messages invisible to consumers, records every decision durably before it takes effect,
+    applies it at most once (also across a crash between recording and delivering), checks
+    undecided ones back on ``context.clock`` with the producer group's live checker (the
+    schedule it declares in :class:`~plugmq.core.contracts.TransactionCapabilities`) and moves
+    those never decided to ``TRANS_DISCARD_TOPIC`` with a warning.
 
     :param context: as for storage, plus ``store`` and ``deliver`` (makes a committed message
-        visible on its real topic).
+        visible on its real topic; a discarded one goes through it to the discard topic).
     :return: a :class:`~plugmq.core.contracts.TransactionService`; the broker calls ``start()``
-        when assembly is done. firstresult.
+        when assembly is done (recovery happens there). firstresult.
     """
 
 
