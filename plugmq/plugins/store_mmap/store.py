@@ -43,6 +43,7 @@ from plugmq.core import (
     check_body_size,
     decode_msg_id,
     encode_msg_id,
+    validate_topic,
 )
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
@@ -152,8 +153,7 @@ class MmapMessageStore:
         self._put_lock = threading.Lock()
         self._derived_lock = threading.Lock()
         self._pending: list[tuple[str, str | None, str | None, int, int]] = []
-        self._topic_parts: dict[str, bytes] = {}
-        self._bare_tails: dict[str, tuple[bytes, int]] = {}
+        self._topics: dict[str, tuple[bytes, bytes, int]] = {}  # topic -> (prefix, bare tail, its CRC)
         self._index_batch = opts.index_batch
         self._now_ms = self._clock.now_ms
         self._messages = 0
@@ -219,6 +219,11 @@ class MmapMessageStore:
         if body_len > self._max_body:
             check_body_size(body, self._max_body, topic=req.topic)
         topic = req.topic
+        known = self._topics.get(topic)
+        if known is None:
+            known = self._learn_topic(topic)
+        if req.queue_id < 0:
+            raise ValidationError(f"queue id must be >= 0, got {req.queue_id}")
         props = req.properties
         born = host_bytes(req.born_host)
         flag = 0
@@ -227,17 +232,10 @@ class MmapMessageStore:
             born = _NO_HOST
             flag = FLAG_BORN_HOST_IN_PROPS
         if props:
-            prefix = self._topic_parts.get(topic)
-            if prefix is None:
-                prefix = self._topic_parts[topic] = topic_part(topic)
-            tail = build_tail(prefix, serialize_properties(props))
+            tail = build_tail(known[0], serialize_properties(props))
             tail_crc = zlib.crc32(tail)
         else:
-            cached = self._bare_tails.get(topic)
-            if cached is None:
-                bare = build_tail(topic_part(topic), b"")
-                cached = self._bare_tails[topic] = (bare, zlib.crc32(bare))
-            tail, tail_crc = cached
+            tail, tail_crc = known[1], known[2]
         total = HEADER_SIZE + body_len + len(tail)
         if total > self._max_record:
             raise StoreError(
@@ -257,6 +255,15 @@ class MmapMessageStore:
                 f"fit int32; born_timestamp_ms, prepared_transaction_offset and tags_code int64"
             ) from exc
         return record, tail_crc
+
+    def _learn_topic(self, topic: str) -> tuple[bytes, bytes, int]:
+        # Topic names become directory names: check them here, before anything is written,
+        # even though AppendRequest validated them (a request can be altered after validation).
+        validate_topic(topic)
+        prefix = topic_part(topic)
+        bare = build_tail(prefix, b"")
+        known = self._topics[topic] = (prefix, bare, zlib.crc32(bare))
+        return known
 
     def _put(self, req: AppendRequest, record: bytes, tail_crc: int) -> tuple[int, int, int, int]:
         """Under the put lock: place one record and write its consume-queue entry."""
