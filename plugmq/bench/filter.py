@@ -143,15 +143,21 @@ def _sql_messages(count: int, rng: random.Random) -> list[dict[str, str]]:
     return messages
 
 
-def _rate(run: Callable[[], Any], items: int, repeat: int) -> tuple[float, Any]:
-    """Best items/s over ``repeat`` runs of ``run`` (which handles ``items`` items), and its result."""
-    best, result = 0.0, None
+def _rates(runs: Sequence[Callable[[], Any]], items: int, repeat: int) -> list[tuple[float, Any]]:
+    """Best items/s of each run over ``repeat`` rounds, and its last result.
+
+    Rounds interleave the implementations, so a burst of load on a shared machine hurts the
+    baseline and the contender alike and the ratio stays meaningful.
+    """
+    best = [0.0] * len(runs)
+    results: list[Any] = [None] * len(runs)
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = run()
-        elapsed = time.perf_counter() - start
-        best = max(best, items / elapsed if elapsed > 0 else float("inf"))
-    return best, result
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
+            results[i] = run()
+            elapsed = time.perf_counter() - start
+            best[i] = max(best[i], items / elapsed if elapsed > 0 else float("inf"))
+    return list(zip(best, results))
 
 
 def _bench_sql(evaluations: int, repeat: int, rng: random.Random) -> list[tuple[str, float, str]]:
@@ -176,9 +182,7 @@ def _bench_sql(evaluations: int, repeat: int, rng: random.Random) -> list[tuple[
         for props in batch:
             interpret(tree, props)
 
-    base, _ = _rate(baseline, len(batch), repeat)
-    fast, _ = _rate(compiled, len(batch), repeat)
-    fast_matches, _ = _rate(compiled_matches, len(batch), repeat)
+    (base, _), (fast, _), (fast_matches, _) = _rates([baseline, compiled, compiled_matches], len(batch), repeat)
     return [
         ("tree-walking interpreter (baseline)", base, "1.0x"),
         ("compiled closures: evaluate()", fast, f"{fast / base:.1f}x"),
@@ -210,8 +214,7 @@ def _bench_tags(entries: int, repeat: int, rng: random.Random) -> tuple[list[tup
     def vectorised() -> int:
         return int(flt.precheck_block(raw).sum())
 
-    base, base_passed = _rate(per_entry, entries, repeat)
-    fast, passed = _rate(vectorised, entries, repeat)
+    (base, base_passed), (fast, passed) = _rates([per_entry, vectorised], entries, repeat)
     if base_passed != passed:
         raise click.ClickException(f"vectorised pre-check passed {passed} entries, the loop {base_passed}")
     note = (f"{entries:,} entries, {exact:,} tagged TagA ({exact / entries:.2%}); pre-check passed {passed:,} "
@@ -277,7 +280,7 @@ def multi_tag_false_positive_rate(
 @click.option("--evaluations", default=200_000, show_default=True, help="SQL92 evaluations per timed run.")
 @click.option("--entries", default=1_000_000, show_default=True, help="Consume-queue entries in the tag scan.")
 @click.option("--fp-messages", default=5_000, show_default=True, help="Messages per false-positive measurement.")
-@click.option("--repeat", default=3, show_default=True, help="Timed runs per figure (the best is reported).")
+@click.option("--repeat", default=5, show_default=True, help="Timed rounds per figure (the best is reported).")
 @click.option("--seed", default=7, show_default=True)
 def command(evaluations: int, entries: int, fp_messages: int, repeat: int, seed: int) -> None:
     """Filter speed (ratios to baselines measured in this run) and tag pre-check false positives."""

@@ -341,7 +341,11 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
 
         def prop_vs_int(p: Props) -> bool | None:
             v = p.get(name)
-            return None if v is None else compare_int(convert(v), const)
+            if v is None:
+                return None
+            # inline fast path: up to 9 ASCII digits always parse and fit an Integer
+            number = int(v) if len(v) < 10 and v.isdigit() and v.isascii() else convert(v)
+            return compare_int(number, const)
 
         return prop_vs_int
     if left.tag == "P" and right.tag == "D":

@@ -48,6 +48,26 @@ class SqlFilter:
         self._uses_tags = _references(tree, Prop.TAGS)
         self.required_properties = required_properties(tree)
         self._required_masks = tuple(sorted({name_bits(n) for n in self.required_properties}))
+        if not self._uses_tags:
+            self._bind_fast_paths()
+
+    def _bind_fast_paths(self) -> None:
+        # Per-message entry points as plain closures: no tags merge, no attribute lookups.
+        condition, expression = self._condition, self.expression
+
+        def evaluate(properties: Mapping[str, str], tags: str | None = None) -> bool | None:
+            return condition(properties)
+
+        def matches(properties: Mapping[str, str], tags: str | None = None) -> bool:
+            try:
+                return condition(properties) is True
+            except FilterEvaluationError as exc:
+                log.debug("filter evaluation failed: no match", expression=expression, error=str(exc))
+                return False
+
+        evaluate.__doc__, matches.__doc__ = SqlFilter.evaluate.__doc__, SqlFilter.matches.__doc__
+        self.evaluate = evaluate  # type: ignore[method-assign]
+        self.matches = matches  # type: ignore[method-assign]
 
     def describe(self) -> str:
         """The parsed form, fully parenthesised where precedence decided something."""
@@ -65,11 +85,13 @@ class SqlFilter:
         return {**properties, Prop.TAGS: tags}
 
     def evaluate(self, properties: Mapping[str, str], tags: str | None = None) -> bool | None:
+        """True, False or None (unknown); raises FilterEvaluationError when a conversion fails."""
         if self._uses_tags:
             properties = self._with_tags(properties, tags)
         return self._condition(properties)
 
     def matches(self, properties: Mapping[str, str], tags: str | None = None) -> bool:
+        """True only when evaluate is True (unknown and evaluation errors are no match)."""
         if self._uses_tags:
             properties = self._with_tags(properties, tags)
         try:
