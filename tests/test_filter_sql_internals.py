@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plugmq.bench.filter import interpret
+from plugmq.conformance.filters import default_message_strategy, sql92_expressions
 from plugmq.core import FilterEvaluationError, FilterSyntaxError
 from plugmq.plugins.filter_sql import COMPILER, property_bloom
 from plugmq.plugins.filter_sql.bloom import name_bits
@@ -207,3 +209,25 @@ def test_precheck_bloom_rejects_only_when_a_required_property_is_surely_absent()
     assert tags_filter.precheck_bloom(property_bloom({}, "A")) is True
     assert tags_filter.precheck_bloom(property_bloom({})) is False
     assert flt.property_bloom is property_bloom
+
+
+# ------------------------------------------------- compiled closures vs a plain tree walk
+
+
+@given(
+    expression=sql92_expressions(),
+    messages=st.lists(default_message_strategy(), max_size=6),
+)
+@settings(max_examples=200, deadline=None)
+def test_compiled_closures_agree_with_the_tree_walking_interpreter(expression: str, messages: list) -> None:
+    # The compiler's fast paths (property vs literal, n-ary AND/OR, ...) must give exactly what
+    # the generic walk over the same tree gives, errors included.
+    flt = COMPILER.compile(expression)
+    for properties, _tags in messages:
+        outcomes = []
+        for evaluate in (flt.evaluate, lambda p: interpret(flt.tree, p)):
+            try:
+                outcomes.append(evaluate(properties))
+            except FilterEvaluationError:
+                outcomes.append("error")
+        assert outcomes[0] is outcomes[1] or outcomes[0] == outcomes[1] == "error", (expression, properties, outcomes)
