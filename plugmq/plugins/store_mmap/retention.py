@@ -99,6 +99,7 @@ class Retention:
             return 0
         store = self._store
         cl = store.commit_log
+        store.drain_index()  # keys still queued would otherwise land in the index after the cut
         victims: list[MappedFile] = []
         with store.put_lock:
             segments = cl.segments

@@ -317,7 +317,7 @@ class MmapMessageStore:
         if group is not None and not group.wait(phys + total):
             status = FLUSH_DISK_TIMEOUT
         if len(self._pending) >= self._index_batch:
-            self._drain_index()
+            self.drain_index()
         return AppendResult(status, f"{self._id_prefix}{phys:016X}", qoff, phys, total, ts)
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
@@ -336,13 +336,13 @@ class MmapMessageStore:
             if not group.wait(phys + total):
                 status = FLUSH_DISK_TIMEOUT
         if len(self._pending) >= self._index_batch:
-            self._drain_index()
+            self.drain_index()
         prefix = self._id_prefix
         return [AppendResult(status, f"{prefix}{phys:016X}", qoff, phys, total, ts) for qoff, phys, total, ts in placed]
 
     # -- index dispatch -----------------------------------------------------------------------
 
-    def _drain_index(self) -> int:
+    def drain_index(self) -> int:
         """Index every noted key; returns the commit-log offset the index now covers."""
         with self._index.lock:
             with self._put_lock:
@@ -395,7 +395,7 @@ class MmapMessageStore:
         if self._closed or max_results <= 0:
             return []
         end = (1 << 63) - 1 if end_ms is None else end_ms
-        self._drain_index()
+        self.drain_index()
         found: dict[int, StoredMessage] = {}
         for phys in self._index.lookup(f"{topic}#{key}", begin_ms, end):
             if phys in found:
@@ -445,7 +445,7 @@ class MmapMessageStore:
         with self._derived_lock:
             if self._closed and not everything:
                 return
-            upto = self._drain_index()
+            upto = self.drain_index()
             ts = self._last_ts
             for cq in self._cqs:
                 cq.flush(everything)
