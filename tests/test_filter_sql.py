@@ -10,7 +10,12 @@ from __future__ import annotations
 import pytest
 
 from plugmq.core import Filter, FilterCompiler, FilterEvaluationError, FilterSyntaxError
-from plugmq.plugins.filter_sql import COMPILER, SqlFilter, plugmq_declare, plugmq_filter_compilers
+from plugmq.plugins.filter_sql import (
+    COMPILER,
+    SqlFilter,
+    plugmq_declare,
+    plugmq_filter_compilers,
+)
 
 ERR = "error"
 

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plugmq.bench.filter import multi_tag_false_positive_rate, tag_vocabulary
-from plugmq.core import ConsumeQueueEntry, Filter, FilterSyntaxError, java_string_hash, tags_code
+from plugmq.core import (
+    ConsumeQueueEntry,
+    Filter,
+    FilterSyntaxError,
+    java_string_hash,
+    tags_code,
+)
 from plugmq.plugins.filter_tag import (
     COMPILER,
     CQ_ENTRY_DTYPE,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import struct
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 import click
@@ -21,7 +22,11 @@ from rich.table import Table
 
 from plugmq.core import java_string_hash, tags_code
 from plugmq.plugins.filter_sql import COMPILER as SQL_COMPILER
-from plugmq.plugins.filter_sql.javanum import java_double_compare, java_double_value_of, make_compare
+from plugmq.plugins.filter_sql.javanum import (
+    java_double_compare,
+    java_double_value_of,
+    make_compare,
+)
 from plugmq.plugins.filter_sql.nodes import (
     Between,
     BooleanCast,

@@ -16,7 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from plugmq.core import ConsumeQueueEntry, Filter, FilterEvaluationError, FilterSyntaxError, tags_code
+from plugmq.core import (
+    ConsumeQueueEntry,
+    Filter,
+    FilterEvaluationError,
+    FilterSyntaxError,
+    tags_code,
+)
 
 __all__ = ["command", "render_syntax_error"]
 

@@ -23,7 +23,8 @@ valid expressions are skipped with the reason.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest

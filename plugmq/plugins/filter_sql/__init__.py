@@ -9,11 +9,15 @@ syntax error (RocketMQ silently ignores it).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from plugmq.core import Family, FilterCompiler, PluginDeclaration, hookimpl
 from plugmq.plugins.filter_sql.bloom import property_bloom
-from plugmq.plugins.filter_sql.sqlfilter import EXPRESSION_TYPE, SqlFilter, SqlFilterCompiler
+from plugmq.plugins.filter_sql.sqlfilter import (
+    EXPRESSION_TYPE,
+    SqlFilter,
+    SqlFilterCompiler,
+)
 
 __all__ = ["COMPILER", "SqlFilter", "SqlFilterCompiler", "plugmq_declare", "plugmq_filter_compilers", "property_bloom"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from plugmq.core.names import Prop
 from plugmq.plugins.filter_sql.nodes import (

@@ -20,7 +20,8 @@ left to right, which decides whether an evaluation error surfaces (as in RocketM
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -145,7 +146,6 @@ def _value(node: Node) -> _Value:
 
             def negate_condition(p: Props) -> None:
                 evaluate(p)  # a failing condition still fails; its Boolean result is not a number
-                return None
 
             return _Value(negate_condition, "Z")
         return _Value(lambda _p: None, "N")  # strings (every property value), booleans, NULL

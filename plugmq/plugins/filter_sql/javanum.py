@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from plugmq.core.errors import FilterEvaluationError
 
@@ -147,8 +148,8 @@ def java_double_compare(a: float, b: float) -> int:
         return -1
     if a > b:
         return 1
-    a_nan = a != a
-    b_nan = b != b
+    a_nan = math.isnan(a)
+    b_nan = math.isnan(b)
     if a_nan or b_nan:
         return 0 if a_nan and b_nan else (1 if a_nan else -1)
     if a == 0.0:

@@ -19,7 +19,7 @@ So NOT binds tighter than every comparison (``NOT a = 'x'`` is ``(NOT a) = 'x'``
 from __future__ import annotations
 
 from plugmq.core.errors import FilterSyntaxError
-from plugmq.plugins.filter_sql.javanum import LONG_MAX, INT_MAX, java_double_value_of
+from plugmq.plugins.filter_sql.javanum import INT_MAX, LONG_MAX, java_double_value_of
 from plugmq.plugins.filter_sql.lexer import Kind, Token, TokenStream, string_value
 from plugmq.plugins.filter_sql.nodes import (
     Between,

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import structlog
 
-from plugmq.core import ConsumeQueueEntry, FilterCapabilities, FilterEvaluationError, FilterSyntaxError, Prop
-from plugmq.plugins.filter_sql.bloom import name_bits, property_bloom, required_properties
+from plugmq.core import (
+    ConsumeQueueEntry,
+    FilterCapabilities,
+    FilterEvaluationError,
+    FilterSyntaxError,
+    Prop,
+)
+from plugmq.plugins.filter_sql.bloom import (
+    name_bits,
+    property_bloom,
+    required_properties,
+)
 from plugmq.plugins.filter_sql.compiler import compile_condition
 from plugmq.plugins.filter_sql.nodes import Node, Property
 from plugmq.plugins.filter_sql.parser import parse

@@ -7,11 +7,21 @@ check compares tag strings on the client.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from plugmq.core import Family, FilterCompiler, PluginDeclaration, hookimpl
-from plugmq.plugins.filter_tag.tagfilter import EXPRESSION_TYPE, TagFilter, TagFilterCompiler, precheck_block
-from plugmq.plugins.filter_tag.vectorised import CQ_ENTRY_DTYPE, decode_block, encode_block, match_codes
+from plugmq.plugins.filter_tag.tagfilter import (
+    EXPRESSION_TYPE,
+    TagFilter,
+    TagFilterCompiler,
+    precheck_block,
+)
+from plugmq.plugins.filter_tag.vectorised import (
+    CQ_ENTRY_DTYPE,
+    decode_block,
+    encode_block,
+    match_codes,
+)
 
 __all__ = [
     "COMPILER",

@@ -8,7 +8,7 @@ for several. Hashes collide ("Aa" and "BB" share one), so the client re-checks t
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

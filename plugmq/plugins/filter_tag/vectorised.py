@@ -8,7 +8,7 @@ over all of them at once.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
