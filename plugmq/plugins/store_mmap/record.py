@@ -36,7 +36,7 @@ import struct
 import zlib
 from typing import Mapping
 
-from plugmq.core import StoredMessage, StoreError
+from plugmq.core import StoredMessage, StoreError, ValidationError
 
 __all__ = [
     "BLANK",
@@ -125,7 +125,13 @@ def serialize_properties(props: Mapping[str, str]) -> bytes:
     """RocketMQ's messageProperties2String."""
     if not props:
         return b""
-    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode("utf-8", "surrogatepass")
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+    if text.count("\x01") != len(props) or text.count("\x02") != len(props):
+        bad = next(k for k, v in props.items() if "\x01" in k + v or "\x02" in k + v)
+        raise ValidationError(
+            f"property {bad!r} contains \\x01 or \\x02, the separators of the stored property string"
+        )
+    return text.encode("utf-8", "surrogatepass")
 
 
 def parse_properties(raw: bytes) -> dict[str, str]:

@@ -186,6 +186,10 @@ class MmapMessageStore:
         except BaseException:
             self._release_files()
             raise
+        if crashed:
+            # Records recovered from the page cache of the dead process are not known durable.
+            for seg in self._cl.segments:
+                seg.flush()
         self._last_ts = self.recovery.last_store_ts
         self._retention = Retention(self, opts)
         self._closed = False
@@ -267,6 +271,8 @@ class MmapMessageStore:
 
     def _put(self, req: AppendRequest, record: bytes, tail_crc: int) -> tuple[int, int, int, int]:
         """Under the put lock: place one record and write its consume-queue entry."""
+        if self._closed:
+            raise StoreError(f"store {self.dir} is closed")
         topic = req.topic
         qid = req.queue_id
         cq = self._cqs.queues.get((topic, qid))
@@ -358,10 +364,8 @@ class MmapMessageStore:
     def read(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         if self._closed or commit_log_offset < 0:
             return None
-        rec = self._cl.read(commit_log_offset)
-        if rec is None or (size is not None and size != rec.total):
-            return None
-        return rec.to_stored(rec.total)
+        rec = self._cl.read(commit_log_offset)  # the size hint is not needed: records carry theirs
+        return None if rec is None else rec.to_stored(rec.total)
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
         cq = self._cqs.queues.get((topic, queue_id))
@@ -494,13 +498,14 @@ class MmapMessageStore:
     def close(self) -> None:
         if self._closed:
             return
+        self._closed = True  # new appends are refused from here on
         self._flusher.stop()
         try:
             self._cl.flush()
             self._flush_derived(everything=True)
         finally:
-            self._closed = True
-            self._release_files()
+            with self._put_lock:  # an append that got past the check finishes before the unmap
+                self._release_files()
             try:
                 (self.dir / "abort").unlink()
                 fsync_dir(self.dir)
