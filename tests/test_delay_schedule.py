@@ -249,6 +249,22 @@ def test_segments_load_ahead_of_their_bucket(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------- cancel
 
 
+def test_msg_id_is_the_message_log_offset_id(h: Harness) -> None:
+    request = AppendRequest(topic="T", queue_id=0, body=b"x", properties={Prop.UNIQ_KEY: "x"})
+    for _ in range(3):
+        result = h.scheduler.schedule(request, deliver_at_ms=now_ms(h) + 10_000, delay_level=None)
+        assert result.msg_id == encode_msg_id(HOST, result.commit_log_offset)
+    assert result.queue_offset == 2 and result.status is AppendStatus.PUT_OK
+
+
+def test_past_deliver_time_is_delivered_on_the_next_clock_turn(h: Harness) -> None:
+    h.clock.advance(0.2)  # off the tick grid
+    h.put("past", now_ms(h) - 5_000)
+    h.clock.advance(0)
+    assert h.delivered[0][:2] == (now_ms(h), "past")
+    assert h.scheduler.metrics()["late_ms_max"] == 5_000
+
+
 def test_cancel(h: Harness) -> None:
     base = now_ms(h)
     ids = {u: h.put(u, base + 10_000 * (i + 1)) for i, u in enumerate("abcde")}

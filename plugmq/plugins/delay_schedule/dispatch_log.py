@@ -68,9 +68,10 @@ def encode_dispatch(kind: int, seqs: Iterable[int]) -> bytes:
     return b"".join(_RECORD.pack(kind, zlib.crc32(_CRC_PART.pack(kind, s)), s) for s in seqs)
 
 
-def read_dispatch_log(path: Path) -> DispatchState:
+def read_dispatch_log(path: Path | str) -> DispatchState:
     """Read a dispatch log, cutting a torn or corrupt tail (it can only be the last write)."""
     state = DispatchState()
+    path = Path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -48,10 +48,10 @@ class FdCache:
     def __init__(self, capacity: int, *, fsync: bool) -> None:
         self._capacity = capacity
         self._fsync = fsync
-        self._fds: OrderedDict[Path, int] = OrderedDict()
-        self._dirty: set[Path] = set()
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._dirty: set[str] = set()
 
-    def get(self, path: Path) -> int:
+    def get(self, path: str) -> int:
         fd = self._fds.get(path)
         if fd is not None:
             self._fds.move_to_end(path)
@@ -63,17 +63,17 @@ class FdCache:
             self._close(old, old_fd)
         return fd
 
-    def write(self, path: Path, position: int, data: bytes) -> None:
+    def write(self, path: str, position: int, data: bytes) -> None:
         fd = self.get(path)
         written = os.pwrite(fd, data, position)
         if written != len(data):
             raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
         self._dirty.add(path)
 
-    def read(self, path: Path, position: int, size: int) -> bytes:
+    def read(self, path: str, position: int, size: int) -> bytes:
         return os.pread(self.get(path), size, position)
 
-    def sync(self, paths: set[Path] | None = None) -> None:
+    def sync(self, paths: set[str] | None = None) -> None:
         """fsync the dirty ones among ``paths`` (all dirty ones when None)."""
         targets = self._dirty if paths is None else self._dirty & paths
         for path in list(targets):
@@ -82,7 +82,7 @@ class FdCache:
                 os.fsync(fd)
             self._dirty.discard(path)
 
-    def forget(self, path: Path) -> None:
+    def forget(self, path: str) -> None:
         """Close ``path`` without syncing (it is about to be deleted)."""
         fd = self._fds.pop(path, None)
         self._dirty.discard(path)
@@ -94,7 +94,7 @@ class FdCache:
             path, fd = self._fds.popitem(last=False)
             self._close(path, fd)
 
-    def _close(self, path: Path, fd: int) -> None:
+    def _close(self, path: str, fd: int) -> None:
         if path in self._dirty:
             if self._fsync:
                 os.fsync(fd)

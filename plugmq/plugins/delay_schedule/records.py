@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import NamedTuple
+from typing import Collection, NamedTuple
 
 from plugmq.core import AppendRequest
 
@@ -87,7 +87,8 @@ def encode_request(request: AppendRequest) -> bytes:
     return b"".join(parts)
 
 
-def decode_request(buf: bytes | memoryview) -> AppendRequest:
+def decode_request(buf: bytes | memoryview, *, drop: Collection[str] = ()) -> AppendRequest:
+    """The request ``encode_request`` wrote, without the properties named in ``drop``."""
     view = memoryview(buf)
     queue_id, tags_code, born_ts, reconsume, sys_flag, prep = _REQ_FIXED.unpack_from(view, 0)
     pos = _REQ_FIXED.size
@@ -107,7 +108,9 @@ def decode_request(buf: bytes | memoryview) -> AppendRequest:
     props = {}
     for _ in range(count):
         key = text(_U32)
-        props[key] = text(_U32)
+        value = text(_U32)
+        if key not in drop:
+            props[key] = value
     (n,) = _U32.unpack_from(view, pos)
     pos += 4
     body = bytes(view[pos : pos + n])

@@ -79,11 +79,9 @@ def _seconds(ms: int) -> float:
     return seconds
 
 
-def _strip(request: AppendRequest) -> AppendRequest:
-    if not any(p in request.properties for p in _DELAY_PROPS):
-        return request
-    props = {k: v for k, v in request.properties.items() if k not in _DELAY_PROPS}
-    return attrs.evolve(request, properties=props)
+def _due_request(payload: bytes | None) -> AppendRequest:
+    """The stored request as it is written back: delay properties removed."""
+    return decode_request(payload or b"", drop=_DELAY_PROPS)
 
 
 @attrs.define
@@ -118,6 +116,8 @@ class ScheduleDelayScheduler:
         self._deliver = context.deliver
         self._was_delivered = context.was_delivered
         self.capabilities = capabilities_for(options)
+        # encode_msg_id parses the host on every call; the host part never changes.
+        self._msg_id_prefix = encode_msg_id(context.store_host, 0)[:16]
         root = context.plugin_dir(PLUGIN_NAME)
         self._log = log.bind(broker=context.broker_name, dir=str(root))
         self._lock = threading.RLock()
@@ -178,7 +178,7 @@ class ScheduleDelayScheduler:
         self._kick(accepted=1)
         return AppendResult(
             status=AppendStatus.PUT_OK,
-            msg_id=encode_msg_id(self._ctx.store_host, record.offset),
+            msg_id=f"{self._msg_id_prefix}{record.offset:016X}",
             queue_offset=record.seq,
             commit_log_offset=record.offset,
             size=record.size,
@@ -333,7 +333,7 @@ class ScheduleDelayScheduler:
     def _reached_topic(self, segment: Segment, position: int, size: int) -> bool:
         if self._was_delivered is None:
             return False  # nothing to ask: deliver again (at least once)
-        request = _strip(decode_request(self._schedule.read(segment, position, size).payload or b""))
+        request = _due_request(self._schedule.read(segment, position, size).payload)
         if self._was_delivered(request):
             return True
         return bool(self._opt.dead_letter_older_than_ms) and self._was_delivered(self._to_dead_letter(request))
@@ -428,7 +428,7 @@ class ScheduleDelayScheduler:
         delivered: dict[Segment, list[int]] = defaultdict(list)
         for i, entry in enumerate(entries):
             segment = entry.segment
-            request = _strip(decode_request(self._schedule.read(segment, entry.position, entry.size).payload or b""))
+            request = _due_request(self._schedule.read(segment, entry.position, entry.size).payload)
             dead = dead_letter_before is not None and entry.deliver_at_ms < dead_letter_before
             if dead:
                 request = self._to_dead_letter(request)
