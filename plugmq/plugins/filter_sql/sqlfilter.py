@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import structlog
-
 from plugmq.core import (
     ConsumeQueueEntry,
     FilterCapabilities,
@@ -23,8 +21,6 @@ from plugmq.plugins.filter_sql.nodes import Node, Property
 from plugmq.plugins.filter_sql.parser import parse
 
 __all__ = ["EXPRESSION_TYPE", "SqlFilter", "SqlFilterCompiler"]
-
-log = structlog.stdlib.get_logger(__name__)
 
 EXPRESSION_TYPE = "SQL92"
 
@@ -63,7 +59,7 @@ class SqlFilter:
 
     def _bind_fast_paths(self) -> None:
         # Per-message entry points as plain closures: no tags merge, no attribute lookups.
-        condition, expression = self._condition, self.expression
+        condition = self._condition
 
         def evaluate(properties: Mapping[str, str], tags: str | None = None) -> bool | None:
             return condition(properties)
@@ -71,9 +67,8 @@ class SqlFilter:
         def matches(properties: Mapping[str, str], tags: str | None = None) -> bool:
             try:
                 return condition(properties) is True
-            except FilterEvaluationError as exc:
-                log.debug("filter evaluation failed: no match", expression=expression, error=str(exc))
-                return False
+            except FilterEvaluationError:
+                return False  # a normal outcome per message (RocketMQ: no match); not worth a log line
 
         evaluate.__doc__, matches.__doc__ = SqlFilter.evaluate.__doc__, SqlFilter.matches.__doc__
         self.evaluate = evaluate  # type: ignore[method-assign]
@@ -106,8 +101,7 @@ class SqlFilter:
             properties = self._with_tags(properties, tags)
         try:
             return self._condition(properties) is True
-        except FilterEvaluationError as exc:
-            log.debug("filter evaluation failed: no match", expression=self.expression, error=str(exc))
+        except FilterEvaluationError:
             return False
 
     def precheck(self, entry: ConsumeQueueEntry) -> bool:
