@@ -1,0 +1,20 @@
+"""Helpers shared by the transaction conformance clauses and their child process."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from plugmq.core import StoredMessage, TransactionDecision
+from plugmq.core.broker import Broker
+from plugmq.core.transactions import TransactionProducer
+
+__all__ = ["body_for", "open_producer"]
+
+
+def body_for(label: str) -> bytes:
+    return f"txn-conformance:{label}".encode()
+
+
+def open_producer(broker: Broker, group: str, local: Callable[[Any, Any], TransactionDecision],
+                  checker: Callable[[StoredMessage], TransactionDecision]) -> TransactionProducer:
+    return TransactionProducer(broker, group, local, checker)

@@ -1,0 +1,31 @@
+"""The transaction conformance suite applied to the txn plugin on each store that imports."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from plugmq.conformance.transactions import TransactionConformance
+
+
+def _stores() -> list[str]:
+    usable = []
+    for store in ("store_lmdb", "store_mmap"):
+        try:
+            importlib.import_module(f"plugmq.plugins.{store}")
+        except ImportError:
+            continue
+        usable.append(store)
+    return usable
+
+
+@pytest.fixture(params=_stores())
+def txn_plugins(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    return (request.param, "txn", "alloc")
+
+
+class TestTxnConformance(TransactionConformance):
+    # store_mmap's default 1 GiB segments cost seconds per reopen; the clauses need a few KiB.
+    PLUGIN_OPTIONS = {"store_mmap": {"commit_log_segment_size": 8 << 20, "consume_queue_entries_per_file": 1000,
+                                     "index_slot_count": 1024, "index_max_entries": 4096}}
