@@ -53,8 +53,14 @@ class MachineRoomNearby:
         if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
             return []
         queues_by_room: dict[str, list[MessageQueue]] = {}
+        # One resolver call per broker, not per queue: a big topic has thousands of queues on
+        # a few dozen brokers. The first failing queue is still the one named, as in RocketMQ.
+        broker_rooms: dict[str, str] = {}
         for queue in all_queues:
-            queues_by_room.setdefault(self._room(queue.broker_name, f"mq {queue}"), []).append(queue)
+            room = broker_rooms.get(queue.broker_name)
+            if room is None:
+                room = broker_rooms[queue.broker_name] = self._room(queue.broker_name, f"mq {queue}")
+            queues_by_room.setdefault(room, []).append(queue)
         consumers_by_room: dict[str, list[str]] = {}
         for cid in all_consumer_ids:
             consumers_by_room.setdefault(self._room(cid, f"consumer id {cid}"), []).append(cid)
