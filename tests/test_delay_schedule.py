@@ -459,3 +459,53 @@ def test_message_log_segments_go_once_all_their_buckets_are_done(tmp_path: Path)
     assert h.scheduler.pending() == 0
     assert h.files("schedule_log", "*") == []
     h.scheduler.close()
+
+
+# ------------------------------------------------------------------------------- real clock, threads
+
+
+def test_concurrent_producers_on_the_system_clock(tmp_path: Path) -> None:
+    """Producer threads and the clock's timer thread share the scheduler; waits on an event,
+    never on a sleep, and asserts no timing beyond "not before the deliver time"."""
+    import threading
+    import time
+
+    from plugmq.core import SystemClock
+
+    clock = SystemClock()
+    lock = threading.Lock()
+    done = threading.Event()
+    seen: list[tuple[int, str]] = []
+    due: dict[str, int] = {}
+    total = 4 * 150
+
+    def deliver(request: AppendRequest) -> AppendResult:
+        with lock:
+            seen.append((time.time_ns() // 1_000_000, request.properties[Prop.UNIQ_KEY]))
+            if len(seen) == total:
+                done.set()
+        return AppendResult(AppendStatus.PUT_OK, "00" * 16, 0, 0, 1, 0)
+
+    context = DelayContext(broker_name="b", data_dir=tmp_path, clock=clock, deliver=deliver)
+    scheduler = ScheduleDelayScheduler(context, DelayScheduleOptions(fsync=False, tick_ms=20))
+    scheduler.start()
+
+    def produce(worker: int) -> None:
+        rng = random.Random(worker)
+        for i in range(150):
+            uid = f"w{worker}-{i}"
+            when = clock.now_ms() + rng.randrange(0, 300)
+            with lock:
+                due[uid] = when
+            request = AppendRequest(topic="T", queue_id=worker, body=b"x", properties={Prop.UNIQ_KEY: uid})
+            scheduler.schedule(request, deliver_at_ms=when, delay_level=None)
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert done.wait(60), f"only {len(seen)} of {total} delivered"
+    scheduler.close()
+    assert sorted(uid for _, uid in seen) == sorted(due)
+    assert all(at >= due[uid] for at, uid in seen)
