@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayContext, ManualClock, Prop
+from plugmq.core import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    DelayContext,
+    ManualClock,
+    Prop,
+)
 from plugmq.plugins.delay_schedule import DelayScheduleOptions, ScheduleDelayScheduler
 
 T0 = 1_700_000_000.0

@@ -12,9 +12,19 @@ the defaults; a scheduler built with other options carries its own ``capabilitie
 
 from __future__ import annotations
 
-from plugmq.core import DelayContext, DelayScheduler, Family, PluginDeclaration, hookimpl
+from plugmq.core import (
+    DelayContext,
+    DelayScheduler,
+    Family,
+    PluginDeclaration,
+    hookimpl,
+)
 from plugmq.plugins.delay_schedule.options import DelayScheduleOptions
-from plugmq.plugins.delay_schedule.scheduler import PLUGIN_NAME, ScheduleDelayScheduler, capabilities_for
+from plugmq.plugins.delay_schedule.scheduler import (
+    PLUGIN_NAME,
+    ScheduleDelayScheduler,
+    capabilities_for,
+)
 
 __all__ = ["DelayScheduleOptions", "ScheduleDelayScheduler", "plugmq_declare", "plugmq_make_delay_scheduler"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import attrs
 import structlog

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import attrs
 import structlog

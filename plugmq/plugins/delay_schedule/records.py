@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Collection, NamedTuple
+from collections.abc import Collection
+from typing import NamedTuple
 
 from plugmq.core import AppendRequest
 

@@ -23,7 +23,7 @@ import heapq
 import math
 import threading
 from collections import defaultdict
-from typing import Mapping
+from collections.abc import Mapping
 
 import attrs
 import structlog
@@ -47,7 +47,11 @@ from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
 from plugmq.plugins.delay_schedule.message_log import MessageLog
 from plugmq.plugins.delay_schedule.options import DelayScheduleOptions
-from plugmq.plugins.delay_schedule.records import MessageLogRecord, decode_request, encode_request
+from plugmq.plugins.delay_schedule.records import (
+    MessageLogRecord,
+    decode_request,
+    encode_request,
+)
 from plugmq.plugins.delay_schedule.schedule_log import ScheduleLog, Segment
 from plugmq.plugins.delay_schedule.wheel import HashedWheel, WheelEntry
 
@@ -147,10 +151,15 @@ class ScheduleDelayScheduler:
         self._started = False
         self._starting = False
         self._closed = False
-        with self._lock:
-            self._schedule.open()
-            self._iterator.recover()
-            self._iterator.run_all()
+        try:
+            with self._lock:
+                self._schedule.open()
+                self._iterator.recover()
+                self._iterator.run_all()
+        except BaseException:
+            self._schedule.close()
+            self._ml.close()
+            raise
         self._log.info("delay_schedule recovered", pending=self.pending(), segments=len(self._schedule.segments))
 
     # ================================================================ API
@@ -257,10 +266,12 @@ class ScheduleDelayScheduler:
                 if timer is not None:
                     timer.cancel()
             self._wheel_timer = self._load_timer = None
-            self._iterator.run_all()
-            self._closed = True
-            self._schedule.close()
-            self._ml.close()
+            try:
+                self._iterator.run_all()  # so a restart has nothing to replay
+            finally:
+                self._closed = True
+                self._schedule.close()
+                self._ml.close()
             self._log.info("delay_schedule closed", pending=self.pending())
 
     # ================================================================ iterator
@@ -434,7 +445,7 @@ class ScheduleDelayScheduler:
                 request = self._to_dead_letter(request)
             try:
                 self._deliver(request)
-            except Exception:
+            except Exception:  # noqa: BLE001 - any write-back failure is retried, as QMQ does
                 self._metrics.deliver_failures += 1
                 self._log.exception(
                     "delivery failed; retrying", topic=request.topic, seq=entry.seq, retry_in_ms=self._opt.retry_delay_ms

@@ -31,7 +31,7 @@ class WheelEntry(NamedTuple):
 
     deliver_at_ms: int
     seq: int
-    segment: "Segment"
+    segment: Segment
     position: int  # of the record in that segment
     size: int  # of the record, so delivery reads it with one pread
 
