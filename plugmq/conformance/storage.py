@@ -503,7 +503,7 @@ class StoreConformance:
     def test_stateful_against_reference_model(self, store_plugin: StoreUnderTest, tmp_path: Path) -> None:
         machine = _state_machine(store_plugin, tmp_path)
         run_state_machine_as_test(machine, settings=settings(
-            max_examples=10, stateful_step_count=20, deadline=None,
+            max_examples=8, stateful_step_count=20, deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ))
 
