@@ -49,6 +49,10 @@ class MessageLog:
         self._lock = threading.Lock()
         self._bases: list[int] = sorted(int(p.stem) for p in directory.glob(f"*{_SUFFIX}") if p.stem.isdigit())
         self._sizes: dict[int, int] = {b: self._path(b).stat().st_size for b in self._bases}
+        for path in [*directory.glob(f"*{_BUCKETS}"), *directory.glob("*.tmp")]:
+            # A sidecar whose segment is gone: the deletion died between the two unlinks.
+            if path.suffix == ".tmp" or not path.stem.isdigit() or int(path.stem) not in self._sizes:
+                path.unlink()
         self._fds: dict[int, int] = {}
         self.next_seq = 0
         self._closed = False
