@@ -11,7 +11,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from plugmq.conformance.storage import StoreConformance, StoreUnderTest
+from plugmq.conformance.storage import StoreConformance, StoreUnderTest, flip_newest_body
 
 try:
     import plugmq.plugins.store_mmap  # noqa: F401
@@ -103,11 +103,13 @@ class TestRocksAsync(StoreConformance):
 class TestMmapSync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        return StoreUnderTest("store_mmap", {"flush": "sync", **_MMAP_SMALL})
+        options = {"flush": "sync", **_MMAP_SMALL}
+        return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
 @pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
 class TestMmapAsync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        return StoreUnderTest("store_mmap", {"flush": "async", **_MMAP_SMALL})
+        options = {"flush": "async", **_MMAP_SMALL}
+        return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))

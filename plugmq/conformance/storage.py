@@ -51,7 +51,7 @@ from plugmq.core import (
 from plugmq.core.components import open_store, plugin_declaration
 from plugmq.core.contracts import Family
 
-__all__ = ["StoreConformance", "StoreUnderTest", "assert_stored"]
+__all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]
 
 STORE_HOST = "10.1.2.3:10911"
 TOPIC = "ConformanceTopic"
@@ -74,6 +74,41 @@ class StoreUnderTest:
     options: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
     corrupt_tail: Callable[[Path], None] | None = None
     acks_survive_kill: bool = True
+
+
+def flip_newest_body(plugin: str, options: Mapping[str, Any] | None = None) -> Callable[[Path], None]:
+    """A ``corrupt_tail`` hook for stores that keep message bodies verbatim in their files.
+
+    It opens the store, finds the newest message (largest commit-log offset at the queues'
+    heads), closes it, then flips one byte inside every copy of that body in every file under
+    ``data_dir``. Knows no file format; fails loudly if the body is not found (compressed or
+    encrypted stores need their own hook).
+    """
+
+    def corrupt(data_dir: Path) -> None:
+        store = open_store(plugin, data_dir, options=dict(options or {}), store_host=STORE_HOST)
+        try:
+            heads = [entry for topic, count in store.queues().items() for qid in range(count)
+                     for entry in store.read_queue(topic, qid, max(store.max_offset(topic, qid) - 1, 0), 1)]
+            newest = store.read(max(heads, key=lambda e: e.commit_log_offset).commit_log_offset)
+        finally:
+            store.close()
+        assert newest is not None and len(newest.body) >= 16, "the newest message needs a body of 16+ bytes"
+        hits = 0
+        for path in sorted(p for p in data_dir.rglob("*") if p.is_file()):
+            data = bytearray(path.read_bytes())
+            found = 0
+            pos = data.find(newest.body)
+            while pos >= 0:
+                data[pos + len(newest.body) // 2] ^= 0x5A
+                found += 1
+                pos = data.find(newest.body, pos + 1)
+            if found:
+                path.write_bytes(bytes(data))
+                hits += found
+        assert hits, f"the newest body was not found verbatim under {data_dir}; give {plugin} its own hook"
+
+    return corrupt
 
 
 @functools.lru_cache(maxsize=None)
