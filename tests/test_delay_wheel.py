@@ -455,3 +455,35 @@ def test_msg_id_and_result_fields(tmp_path: Path, clock: ManualClock, sink: Sink
     assert second.queue_offset == result.queue_offset + 1 and second.msg_id != result.msg_id
     assert attrs.has(type(result))
     wheel.close()
+
+
+@pytest.mark.parametrize("damage", ["log-record", "index-entry"])
+def test_one_corrupt_record_costs_that_record_only(tmp_path: Path, clock: ManualClock, sink: Sink, damage: str) -> None:
+    wheel = open_wheel(tmp_path, clock, sink)
+    for i in range(6):
+        put(wheel, clock, f"c{i}", 3 * HOUR * 1000)  # one second, one chain
+    put(wheel, clock, "other", 3 * HOUR * 1000 + 1000)
+    wheel.close()
+    hours = tmp_path / "delay_wheel" / "hours"
+    if damage == "log-record":
+        (log_file,) = hours.glob("*.log")
+        data = bytearray(log_file.read_bytes())
+        second_record = len(data) * 2 // 7  # inside c1 or c2's record
+        data[second_record] ^= 0xFF
+        log_file.write_bytes(bytes(data))
+    else:
+        (idx_file,) = hours.glob("*.idx")
+        data = bytearray(idx_file.read_bytes())
+        data[3 * 32 + 4] ^= 0xFF  # entry of c3: the chain from c5 back breaks there
+        idx_file.write_bytes(bytes(data))
+    wheel = open_wheel(tmp_path, clock, sink)
+    wheel.start()
+    clock.advance(3 * HOUR + 2)
+    delivered = sink.uids()
+    assert wheel.metrics()["corrupt_skipped"] >= 1 and wheel.pending() == 0
+    assert "other" in delivered and len(delivered) == 6
+    survivors = [u for u in delivered if u != "other"]
+    assert survivors == sorted(survivors)  # still in insertion order
+    if damage == "index-entry":
+        assert "c3" not in delivered
+    wheel.close()

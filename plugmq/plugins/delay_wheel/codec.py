@@ -112,7 +112,7 @@ def decode_record(raw: bytes | memoryview) -> StoredDelay:
     (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx,
      text_len) = _FIXED.unpack_from(payload, 0)
     start = _FIXED.size
-    topic, born_host, props = json.loads(payload[start:start + text_len])
+    topic, born_host, props = json.loads(payload[start:start + text_len].decode("utf-8"))
     for key in _DELAY_PROPS.intersection(props):  # a record is read only to be written back: cleared
         del props[key]
     request = AppendRequest(

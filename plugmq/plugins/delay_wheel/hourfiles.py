@@ -163,6 +163,16 @@ class HourFiles:
         entries.reverse()
         return entries
 
+    def scan_second(self, second: int) -> list[IndexEntry]:
+        """The second's readable entries found by reading the whole index: the slow way round a
+        broken chain, so one bad entry costs that entry and not the rest of its second."""
+        found = []
+        for gi in range(self.header.count):
+            entry = decode_index_entry(self.idx.read(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE))
+            if entry is not None and entry.global_index == gi and entry.second == second:
+                found.append(entry)
+        return sorted(found, key=lambda e: e.local_index)
+
     def record(self, entry: IndexEntry) -> StoredDelay:
         return decode_record(self.log.read(entry.offset, entry.size))
 

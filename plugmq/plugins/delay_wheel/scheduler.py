@@ -22,6 +22,7 @@ from plugmq.core import (
     AppendRequest,
     AppendResult,
     AppendStatus,
+    CorruptRecordError,
     DelayCapabilities,
     DelayContext,
     DelayError,
@@ -99,7 +100,7 @@ class WheelDelayScheduler:
         self._hist = LatenessHistogram()
         self._counters = dict.fromkeys(
             ("scheduled", "delivered", "cancelled", "dead_lettered", "clamped", "overdue_at_start",
-             "in_doubt_found_delivered", "in_doubt_redelivered", "deliver_errors", "timers_armed",
+             "in_doubt_found_delivered", "in_doubt_redelivered", "deliver_errors", "corrupt_skipped", "timers_armed",
              "hours_mapped", "hours_unmapped", "hours_deleted", "index_entries_preloaded"), 0)
 
         self._remaining: dict[int, int] = {}
@@ -337,15 +338,43 @@ class WheelDelayScheduler:
         assert files is not None and files.mapped, f"hour {hour} is due but not in the mapped window"
         entries = self._preloaded.pop(slot, None)
         if entries is None:
-            entries = files.chain(second)
+            entries = self._entries_of(files, second)
         cancelled = files.cancelled()
-        while self._local < len(entries):
-            entry = entries[self._local]
-            if entry.global_index not in cancelled and not self._deliver_one(slot, files, entry, files.record(entry)):
-                self._preloaded[slot] = entries
-                return False
-            self._local += 1
+        for entry in entries:
+            if entry.local_index < self._local:
+                continue
+            self._skip_lost(hour, entry.local_index)
+            if entry.global_index not in cancelled:
+                try:
+                    stored = files.record(entry)
+                except CorruptRecordError:
+                    self._counters["corrupt_skipped"] += 1
+                    self._log.error("delay log record is corrupt; skipped", hour=hour, second=second,
+                                    global_index=entry.global_index)
+                    stored = None
+                    self._account_delivered(hour)  # gone for good; a restart counts it done too
+                if stored is not None and not self._deliver_one(slot, files, entry, stored):
+                    self._preloaded[slot] = entries
+                    return False
+            self._local = entry.local_index + 1
+        self._skip_lost(hour, files.head(second)[1])
         return True
+
+    def _skip_lost(self, hour: int, upto: int) -> None:
+        """Step over localIndexes whose index entries failed their CRC: nothing left to deliver."""
+        if upto > self._local:
+            self._counters["corrupt_skipped"] += upto - self._local
+            for _ in range(upto - self._local):
+                self._account_delivered(hour)
+            self._local = upto
+
+    def _entries_of(self, files: HourFiles, second: int) -> list[IndexEntry]:
+        try:
+            return files.chain(second)
+        except CorruptRecordError as exc:
+            self._log.error("delay index chain is broken; rebuilding the second from the index",
+                            hour=files.hour, second=second, error=str(exc))
+            return files.scan_second(second)
 
     def _deliver_one(self, slot: int, files: HourFiles, entry: IndexEntry, stored: StoredDelay) -> bool:
         now_ms = self._clock.now_ms()
@@ -388,7 +417,7 @@ class WheelDelayScheduler:
                 continue
             files = self._dir.get(slot // SECONDS_PER_HOUR)
             assert files is not None
-            entries = files.chain(slot % SECONDS_PER_HOUR)
+            entries = self._entries_of(files, slot % SECONDS_PER_HOUR)
             self._preloaded[slot] = entries
             self._counters["index_entries_preloaded"] += len(entries)
 
