@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.bench.filter import interpret
@@ -74,7 +74,7 @@ def test_double_value_of_refuses_what_java_refuses(text: str) -> None:
 
 
 @given(st.floats(allow_nan=False))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_double_value_of_round_trips_python_repr(value: float) -> None:
     text = repr(value).replace("inf", "Infinity")
     assert java_double_value_of(text) == value
@@ -218,7 +218,7 @@ def test_precheck_bloom_rejects_only_when_a_required_property_is_surely_absent()
     expression=sql92_expressions(),
     messages=st.lists(default_message_strategy(), max_size=6),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_compiled_closures_agree_with_the_tree_walking_interpreter(expression: str, messages: list) -> None:
     # The compiler's fast paths (property vs literal, n-ary AND/OR, ...) must give exactly what
     # the generic walk over the same tree gives, errors included.

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.bench.filter import multi_tag_false_positive_rate, tag_vocabulary
@@ -130,7 +130,7 @@ def test_negative_hash_codes_widen_with_their_sign() -> None:
     messages=st.lists(st.lists(st.sampled_from(["TagA", "TagB", "Aa", "BB", "x", "q"]), min_size=1, max_size=3),
                       max_size=20),
 )
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_precheck_many_agrees_with_precheck(
     subscription: list[str], codes: list[int], messages: list[list[str]]
 ) -> None:
