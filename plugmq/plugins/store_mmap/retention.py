@@ -36,7 +36,7 @@ class Retention:
         self._force = opts.disk_force_clean_ratio
         self._critical = opts.disk_critical_ratio
         self._interval = opts.disk_check_interval_ms / 1000.0
-        self._next_check = 0.0
+        self.next_check = 0.0
         self._last_write: dict[int, int] = {}
         self.disk_ratio = 0.0
         self.full = False
@@ -49,9 +49,9 @@ class Retention:
         # Disk use is sampled at most every disk_check_interval_ms (real time): statvfs on every
         # append would cost more than the append.
         now = time.monotonic()
-        if not force and now < self._next_check:
+        if not force and now < self.next_check:
             return
-        self._next_check = now + self._interval
+        self.next_check = now + self._interval
         usage = shutil.disk_usage(self._store.dir)
         # Like df: used / (used + available to unprivileged writers); 100 % is where writes fail.
         room = usage.used + usage.free
@@ -63,7 +63,7 @@ class Retention:
 
     def check_disk(self) -> None:
         """Raise StoreFullError while disk use is above the critical watermark."""
-        if time.monotonic() >= self._next_check:
+        if time.monotonic() >= self.next_check:
             self.refresh()
         if self.full:
             raise StoreFullError(

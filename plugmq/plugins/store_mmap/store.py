@@ -22,6 +22,7 @@ import fcntl
 import os
 import struct
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -47,6 +48,8 @@ from plugmq.core import (
 )
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
+from plugmq.plugins.store_mmap.consumequeue import ENTRY as CQ_ENTRY
+from plugmq.plugins.store_mmap.consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueues
 from plugmq.plugins.store_mmap.flush import FlushService, GroupCommit
 from plugmq.plugins.store_mmap.indexfile import IndexService
@@ -90,6 +93,10 @@ CAPABILITIES = StoreCapabilities(
 )
 
 _QP, _QP_AT = QUEUE_AND_PHYS, QUEUE_AND_PHYS_AT
+_RCRC, _RCRC_AT, _RCRC_FROM = RCRC, RECORD_CRC_AT, RECORD_CRC_FROM
+_CQE, _CQE_SIZE = CQ_ENTRY, CQ_ENTRY_SIZE
+_crc32 = zlib.crc32
+_monotonic = time.monotonic
 _TS, _TS_AT = STORE_TS, STORE_TS_AT
 PUT_OK = AppendStatus.PUT_OK
 FLUSH_DISK_TIMEOUT = AppendStatus.FLUSH_DISK_TIMEOUT
@@ -270,7 +277,10 @@ class MmapMessageStore:
         return known
 
     def _put(self, req: AppendRequest, record: bytes, tail_crc: int) -> tuple[int, int, int, int]:
-        """Under the put lock: place one record and write its consume-queue entry."""
+        """Under the put lock: place one record and write its consume-queue entry.
+
+        This is the hot path; helpers of the consume queue and commit log are inlined on purpose.
+        """
         if self._closed:
             raise StoreError(f"store {self.dir} is closed")
         topic = req.topic
@@ -294,10 +304,17 @@ class MmapMessageStore:
         mm[pos : pos + total] = record
         _QP.pack_into(mm, pos + _QP_AT, qoff, phys)
         _TS.pack_into(mm, pos + _TS_AT, ts)
-        RCRC.pack_into(mm, pos + RECORD_CRC_AT, zlib.crc32(mm[pos + RECORD_CRC_FROM : pos + HEADER_SIZE], tail_crc))
+        _RCRC.pack_into(mm, pos + _RCRC_AT, _crc32(mm[pos + _RCRC_FROM : pos + HEADER_SIZE], tail_crc))
         cl.wrote = phys + total
         tags = req.tags_code
-        cq.put(qoff, phys, total, tags)
+        # ConsumeQueue.put, inlined
+        cur = cq._cur
+        rel = qoff - cq._cur_base
+        if cur is None or rel < 0 or rel >= cq.per_file:
+            cq.put(qoff, phys, total, tags)
+        else:
+            _CQE.pack_into(cur.mm, rel * _CQE_SIZE, phys, total, tags)
+            cq.max_offset = qoff + 1
         props = req.properties
         if props:
             keys = props.get(_KEYS)
@@ -315,7 +332,9 @@ class MmapMessageStore:
 
     def append(self, request: AppendRequest) -> AppendResult:
         record, tail_crc = self._encode(request)
-        self._check_writable()
+        retention = self._retention
+        if retention.full or _monotonic() >= retention.next_check:
+            self._check_writable()
         with self._put_lock:
             qoff, phys, total, ts = self._put(request, record, tail_crc)
         status = PUT_OK
