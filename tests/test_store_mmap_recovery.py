@@ -18,7 +18,8 @@ import pytest
 
 from plugmq.core import AppendRequest, ManualClock, Prop, SystemClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
-from plugmq.plugins.store_mmap.record import HEADER_SIZE
+from plugmq.conformance.storage import Opener, StoreConformance, StoreUnderTest
+from plugmq.plugins.store_mmap.record import HEADER_SIZE, MESSAGE_MAGIC, decode
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
@@ -272,6 +273,36 @@ def test_torn_checkpoint_means_full_check_and_rebuild(tmp_path: Path) -> None:
         check_consistent(store)
     finally:
         store.close()
+
+
+# -- the conformance suite's corrupted-tail clause, with store_mmap's own damage hook ----------
+
+
+def corrupt_mmap_tail(data_dir: Path) -> None:
+    """Flip a body byte of the newest record of a closed store_mmap store under ``data_dir``
+    (walking the commit log in its own format to find that record)."""
+    newest: tuple[Path, int, int] | None = None
+    for seg in sorted((data_dir / "store_mmap" / "commitlog").iterdir()):
+        raw = seg.read_bytes()
+        pos = 0
+        while pos + 8 <= len(raw):
+            total, magic = struct.unpack_from(">iI", raw, pos)
+            if magic != MESSAGE_MAGIC or decode(raw, pos, len(raw) - 8 - pos, int(seg.name) + pos) is None:
+                break
+            newest = (seg, pos, total)
+            pos += total
+    assert newest is not None, "no record to damage"
+    path, pos, total = newest
+    flip(path, pos + total - 3)  # inside the properties, covered by the record CRC
+
+
+def test_conformance_corrupted_tail_clause(tmp_path: Path) -> None:
+    sut = StoreUnderTest("store_mmap", {"flush": "sync", **SMALL}, corrupt_tail=corrupt_mmap_tail)
+    opener = Opener(sut, tmp_path / "data", ManualClock())
+    try:
+        StoreConformance().test_corrupted_tail_never_returned(opener)
+    finally:
+        opener.close_all()
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "child":
