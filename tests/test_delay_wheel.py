@@ -487,3 +487,31 @@ def test_one_corrupt_record_costs_that_record_only(tmp_path: Path, clock: Manual
     if damage == "index-entry":
         assert "c3" not in delivered
     wheel.close()
+
+
+def test_fsync_option_round_trip(tmp_path: Path, clock: ManualClock, sink: Sink) -> None:
+    wheel = open_wheel(tmp_path, clock, sink, fsync=True)
+    wheel.start()
+    ids = [put(wheel, clock, f"f{i}", (i * 1_901_000) % (30 * HOUR * 1000) + 1000)[0] for i in range(40)]
+    assert wheel.cancel(ids[7]) is True
+    clock.advance(HOUR)
+    wheel.close()
+    wheel = open_wheel(tmp_path, clock, sink, fsync=True)
+    wheel.start()
+    clock.advance(30 * HOUR)
+    assert sorted(sink.uids()) == sorted(f"f{i}" for i in range(40) if i != 7)
+    wheel.close()
+
+
+def test_lateness_histogram_quantiles_are_bucket_edges_within_a_quarter() -> None:
+    from plugmq.plugins.delay_wheel.lateness import LatenessHistogram
+
+    hist = LatenessHistogram()
+    assert hist.quantile(0.99) == 0
+    for ms in range(1, 10_001):
+        hist.record(ms)
+    assert hist.max_ms == 10_000
+    assert 5_000 <= hist.quantile(0.5) <= 5_000 * 1.26
+    assert 9_900 <= hist.quantile(0.99) <= 10_000
+    hist.record(-5)  # a clock step backwards is counted as on time, never as negative
+    assert hist.count == 10_001 and hist.quantile(0.0) == 0
