@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import struct
@@ -33,7 +34,7 @@ from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, MESSAGE_MAGIC, 
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
-SMALL = dict(commit_log_segment_size=SEG, consume_queue_entries_per_file=16, index_slot_count=64, index_max_entries=40)
+SMALL = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 16, "index_slot_count": 64, "index_max_entries": 40}
 
 
 def make(path: Path, clock: ManualClock | None = None, **opts: object) -> MmapMessageStore:
@@ -330,7 +331,7 @@ def test_append_batch_is_contiguous_and_in_order(store: MmapMessageStore) -> Non
     results = store.append_batch([req(qid=i % 2, body=bytes([i])) for i in range(9)])
     assert [r.status for r in results] == [AppendStatus.PUT_OK] * 9
     assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2, 2, 3, 3, 4]
-    for a, b in zip(results, results[1:]):
+    for a, b in itertools.pairwise(results):
         assert b.commit_log_offset == a.commit_log_offset + a.size
     stats = store.stats()
     assert stats["messages_appended"] == 9 and stats["bytes_appended"] == sum(r.size for r in results)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -19,8 +19,8 @@ from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 
 HOST = "10.0.0.7:10911"
-SMALL = dict(commit_log_segment_size=256 * 1024, consume_queue_entries_per_file=64, index_slot_count=64,
-             index_max_entries=100)
+SMALL = {"commit_log_segment_size": 256 * 1024, "consume_queue_entries_per_file": 64, "index_slot_count": 64,
+             "index_max_entries": 100}
 
 
 def make(path: Path, **opts: object) -> MmapMessageStore:

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.conformance.storage import Opener, StoreConformance, StoreUnderTest
 from plugmq.core import AppendRequest, ManualClock, Prop, SystemClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
-from plugmq.conformance.storage import Opener, StoreConformance, StoreUnderTest
 from plugmq.plugins.store_mmap.record import HEADER_SIZE, MESSAGE_MAGIC, decode
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
-SMALL = dict(commit_log_segment_size=SEG, consume_queue_entries_per_file=64, index_slot_count=97,
-             index_max_entries=300)
+SMALL = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 64, "index_slot_count": 97,
+             "index_max_entries": 300}
 TOPIC = "Kill"
 QUEUES = 3
 

@@ -12,7 +12,7 @@ from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
-NEVER = dict(disk_max_used_ratio=1.0, disk_force_clean_ratio=1.0, disk_critical_ratio=1.0)
+NEVER = {"disk_max_used_ratio": 1.0, "disk_force_clean_ratio": 1.0, "disk_critical_ratio": 1.0}
 SMALL = dict(commit_log_segment_size=SEG, consume_queue_entries_per_file=8, index_slot_count=31,
              index_max_entries=20, file_reserved_hours=1, delete_when="04", **NEVER)
 

@@ -3,7 +3,7 @@ on mmap'ed segment files. See ``store.py`` for the layout and ``record.py`` for 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from plugmq.core import Family, MessageStore, PluginContext, PluginDeclaration, hookimpl
 from plugmq.plugins.store_mmap.options import MmapStoreOptions

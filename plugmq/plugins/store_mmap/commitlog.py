@@ -12,14 +12,20 @@ import bisect
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import structlog
 
 from plugmq.core import StoreError
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
-from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, END_FILE_MIN_BLANK, Decoded, decode
+from plugmq.plugins.store_mmap.record import (
+    BLANK,
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK,
+    Decoded,
+    decode,
+)
 
 __all__ = ["CommitLog", "SegmentAllocator"]
 

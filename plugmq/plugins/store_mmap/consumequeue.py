@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import shutil
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import structlog
@@ -36,8 +36,17 @@ class ConsumeQueue:
     """One queue's entry files. Writes happen under the store's put lock; reads need no lock."""
 
     __slots__ = (
-        "topic", "queue_id", "dir", "per_file", "file_bytes", "_files", "min_offset", "max_offset",
-        "flushed_upto", "_cur", "_cur_base",
+        "_cur",
+        "_cur_base",
+        "_files",
+        "dir",
+        "file_bytes",
+        "flushed_upto",
+        "max_offset",
+        "min_offset",
+        "per_file",
+        "queue_id",
+        "topic",
     )
 
     def __init__(self, root: Path, topic: str, queue_id: int, per_file: int) -> None:
@@ -72,9 +81,7 @@ class ConsumeQueue:
         for name in names:
             f = MappedFile.open(self.dir / name, int(name))
             files.append(f)
-            if f.size != self.file_bytes or f.start % self.file_bytes:
-                ok = False
-            elif len(files) > 1 and files[-2].end != f.start:
+            if f.size != self.file_bytes or f.start % self.file_bytes or (len(files) > 1 and files[-2].end != f.start):
                 ok = False
         if not ok:
             for f in files:

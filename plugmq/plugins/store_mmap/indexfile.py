@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 import struct
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import structlog
@@ -54,8 +54,7 @@ class IndexFile:
         (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_used, self.count) = HEADER.unpack_from(
             mf.mm, 0
         )
-        if self.count < 1:
-            self.count = 1
+        self.count = max(self.count, 1)
         self.slots = np.frombuffer(mf.mm, dtype=">i4", count=slot_count, offset=HEADER_SIZE)
         self.entries = np.frombuffer(mf.mm, dtype=_DTYPE, count=max_entries, offset=self._entries_at)
 
@@ -164,7 +163,7 @@ class IndexFile:
         self.count = keep
         self.slot_used = int(np.count_nonzero(self.slots))
         if keep > 1:
-            h, last_phys, tdiff, _ = ENTRY.unpack_from(mm, at + (keep - 1) * ENTRY_SIZE)
+            _h, last_phys, tdiff, _ = ENTRY.unpack_from(mm, at + (keep - 1) * ENTRY_SIZE)
             self.end_phys = last_phys
             self.end_ts = self.begin_ts + tdiff * 1000 + 999
         else:

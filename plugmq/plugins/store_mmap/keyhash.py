@@ -6,11 +6,11 @@ this costs well under 1 us per key on batches of a few hundred.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["java_hashes", "index_key_hashes"]
+__all__ = ["index_key_hashes", "java_hashes"]
 
 _MASK = np.uint64(0xFFFFFFFF)
 _POWERS = np.array([1], dtype=np.uint64)

@@ -41,7 +41,7 @@ def fsync_dir(path: Path) -> None:
 class MappedFile:
     """A file of ``size`` bytes starting at logical offset ``start``, mapped read-write."""
 
-    __slots__ = ("path", "start", "size", "end", "fd", "mm", "_refs", "_available", "_lock")
+    __slots__ = ("_available", "_lock", "_refs", "end", "fd", "mm", "path", "size", "start")
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
         self.path = path

@@ -34,7 +34,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from plugmq.core import StoredMessage, StoreError, ValidationError
 
@@ -55,9 +55,9 @@ __all__ = [
     "Decoded",
     "decode",
     "host_bytes",
+    "parse_properties",
     "record_struct",
     "serialize_properties",
-    "parse_properties",
 ]
 
 MESSAGE_MAGIC = 0xDAA320B7  # RocketMQ's V1 magic is 0xDAA320A7; this layout differs, so the magic does too
@@ -165,9 +165,23 @@ class Decoded:
     """A validated record's fields (what recovery and reads need)."""
 
     __slots__ = (
-        "total", "body_crc", "queue_id", "flag", "queue_offset", "phys", "sys_flag", "born_ts",
-        "born_host", "store_ts", "store_host", "reconsume", "prepared", "tags_code", "body", "topic",
+        "body",
+        "body_crc",
+        "born_host",
+        "born_ts",
+        "flag",
+        "phys",
+        "prepared",
         "props_raw",
+        "queue_id",
+        "queue_offset",
+        "reconsume",
+        "store_host",
+        "store_ts",
+        "sys_flag",
+        "tags_code",
+        "topic",
+        "total",
     )
 
     def properties(self) -> dict[str, str]:

@@ -24,8 +24,9 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Self
 
 import structlog
 
@@ -297,8 +298,7 @@ class MmapMessageStore:
             seg, pos = cl.reserve(total)
         phys = seg.start + pos
         ts = self._now_ms()
-        if ts < self._last_ts:  # store times stay monotonic so time searches stay correct
-            ts = self._last_ts
+        ts = max(ts, self._last_ts)
         self._last_ts = ts
         mm = seg.mm
         mm[pos : pos + total] = record
@@ -560,7 +560,7 @@ class MmapMessageStore:
     def __repr__(self) -> str:
         return f"MmapMessageStore({str(self.dir)!r}, end={self._cl.wrote})"
 
-    def __enter__(self) -> MmapMessageStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
