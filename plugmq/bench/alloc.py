@@ -62,10 +62,13 @@ def strategy_cases(queues: Sequence[MessageQueue]) -> list[tuple[str, str, dict[
     ]
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+Clock = Callable[[], float]
+
+
+def _seconds(clock: Clock, fn: Callable[[], object]) -> float:
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def _owners(strategy: AllocateStrategy, queues: list[MessageQueue], ids: list[str]) -> dict[MessageQueue, frozenset[str]]:
@@ -82,19 +85,24 @@ def _churn(before: dict[MessageQueue, frozenset[str]], after: dict[MessageQueue,
 
 
 def measure(
-    factory: AllocateStrategyFactory, params: dict[str, Any], queues: list[MessageQueue], ids: list[str], samples: int
+    factory: AllocateStrategyFactory,
+    params: dict[str, Any],
+    queues: list[MessageQueue],
+    ids: list[str],
+    samples: int,
+    clock: Clock = time.process_time,
 ) -> dict[str, float]:
     picks = [ids[i * (len(ids) - 1) // max(1, samples - 1)] for i in range(samples)] if len(ids) > 1 else ids
     cold = statistics.median(
-        _seconds(lambda cid=cid: factory(**params).allocate("bench", cid, queues, ids)) for cid in picks
+        _seconds(clock, lambda cid=cid: factory(**params).allocate("bench", cid, queues, ids)) for cid in picks
     )
     shared = factory(**params)
     shared.allocate("bench", ids[0], queues, ids)
-    warm = statistics.median(_seconds(lambda cid=cid: shared.allocate("bench", cid, queues, ids)) for cid in picks)
+    warm = statistics.median(_seconds(clock, lambda cid=cid: shared.allocate("bench", cid, queues, ids)) for cid in picks)
 
     strategy = factory(**params)
     owners: dict[MessageQueue, frozenset[str]] = {}
-    everyone = _seconds(lambda: owners.update(_owners(strategy, queues, ids)))
+    everyone = _seconds(clock, lambda: owners.update(_owners(strategy, queues, ids)))
 
     joined_q, joined = rocketmq_sorted(queues, [*ids, "room0-10.9.9.9@9999"])
     leaving = ids[len(ids) // 2]
@@ -104,12 +112,14 @@ def measure(
     return {"cold": cold, "warm": warm, "all": everyone, "join": join, "leave": leave}
 
 
-def baseline(queues: list[MessageQueue], ids: list[str], samples: int) -> dict[str, float]:
+def baseline(
+    queues: list[MessageQueue], ids: list[str], samples: int, clock: Clock = time.process_time
+) -> dict[str, float]:
     def copy() -> list[MessageQueue]:
         return [q for q in queues]
 
-    per_call = statistics.median(_seconds(copy) for _ in range(max(samples, 5)))
-    everyone = _seconds(lambda: [copy() for _ in ids])
+    per_call = statistics.median(_seconds(clock, copy) for _ in range(max(samples, 5)))
+    everyone = _seconds(clock, lambda: [copy() for _ in ids])
     return {"call": per_call, "all": everyone}
 
 
@@ -121,13 +131,18 @@ def baseline(queues: list[MessageQueue], ids: list[str], samples: int) -> dict[s
 @click.option("--samples", default=15, show_default=True, type=click.IntRange(1),
               help="Consumers sampled for the per-call timings (median reported).")
 @click.option("--strategy", "only", multiple=True, help="Measure only these strategy names (repeatable).")
-def command(n_queues: int, n_consumers: int, samples: int, only: tuple[str, ...]) -> None:
+@click.option("--wall", is_flag=True, help="Time with the wall clock instead of the process's CPU time.")
+def command(n_queues: int, n_consumers: int, samples: int, only: tuple[str, ...], wall: bool) -> None:
     """Time each allocation strategy and measure its churn when one consumer joins or leaves."""
     from plugmq.core.pluginmanager import installed_allocate_strategies
 
+    # CPU time of this process by default: the strategies are single-threaded pure Python, so on
+    # an idle machine it equals wall time, and on a shared one it leaves out time spent waiting.
+    clock: Clock = time.perf_counter if wall else time.process_time
+
     strategies = installed_allocate_strategies()
     queues, ids = make_inputs(n_queues, n_consumers)
-    base = baseline(queues, ids, samples)
+    base = baseline(queues, ids, samples, clock)
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)  # a file or pipe: do not squeeze the table to 80 columns
@@ -144,7 +159,7 @@ def command(n_queues: int, n_consumers: int, samples: int, only: tuple[str, ...]
         if name not in strategies:
             table.add_row(label, *["-"] * 7, "not installed")
             continue
-        m = measure(strategies[name], params, queues, ids, samples)
+        m = measure(strategies[name], params, queues, ids, samples, clock)
         table.add_row(
             label,
             f"{m['cold'] * 1e3:.3f}",
@@ -160,6 +175,7 @@ def command(n_queues: int, n_consumers: int, samples: int, only: tuple[str, ...]
     console.print(
         f"baseline (plain loop copying the queue list): {base['call'] * 1e3:.3f} ms per call, "
         f"{base['all']:.3f} s for {n_consumers:,} calls. 1/n = {1 / n_consumers:.4f}. "
+        f"Times: {'wall clock' if wall else 'CPU time of this process'}. "
         "cold = new strategy object; warm = object reused with the same consumer list. "
         "CONSISTENT_HASH: 10 virtual nodes, MD5. MACHINE_ROOM_NEARBY: inner AVG, room = name up to the "
         "first '-' or '@'. MACHINE_ROOM: rooms room0-room2 of 4. CONFIG: 10 configured queues.",
