@@ -515,3 +515,17 @@ def test_lateness_histogram_quantiles_are_bucket_edges_within_a_quarter() -> Non
     assert 9_900 <= hist.quantile(0.99) <= 10_000
     hist.record(-5)  # a clock step backwards is counted as on time, never as negative
     assert hist.count == 10_001 and hist.quantile(0.0) == 0
+
+
+def test_a_failing_store_at_the_end_of_an_hour_waits_for_the_retry(tmp_path: Path, clock: ManualClock, sink: Sink) -> None:
+    wheel = open_wheel(tmp_path, clock, sink, retry_after_error_ms=HOUR * 1000)
+    wheel.start()
+    to_end_of_hour = HOUR - clock.now_ms() // 1000 % HOUR
+    put(wheel, clock, "edge", (to_end_of_hour - 1) * 1000)
+    put(wheel, clock, "next", (to_end_of_hour + 10) * 1000)
+    sink.fail_next = 1
+    clock.advance(to_end_of_hour + 20)  # the hour ends while the retry is pending
+    assert sink.uids() == [] and wheel.metrics()["timers_armed"] <= 3
+    clock.advance(HOUR)
+    assert sink.uids() == ["edge", "next"]
+    wheel.close()

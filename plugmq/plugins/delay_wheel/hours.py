@@ -39,6 +39,9 @@ class HourDirectory:
         i = bisect.bisect_left(self.hours, at_or_after)
         return self.hours[i:i + n]
 
+    def hours_before(self, hour: int) -> list[int]:
+        return self.hours[:bisect.bisect_left(self.hours, hour)]
+
     def mapped_hours(self) -> list[int]:
         return sorted(self._mapped)
 

@@ -155,7 +155,7 @@ class WheelDelayScheduler:
     def _retire_passed_hours(self) -> None:
         """Delete hours the tick has left: every entry in them is delivered or cancelled."""
         tick_hour = self._tick // SECONDS_PER_HOUR
-        passed = [h for h in self._dir.first_hours(-1, len(self._dir.hours)) if h < tick_hour]
+        passed = self._dir.hours_before(tick_hour)
         if not passed:
             return
         # The tick that proves them done must be durable before the files go (an unsettled
@@ -288,14 +288,14 @@ class WheelDelayScheduler:
         if not self._started or self._closed:
             return
         deadline: float | None = float(self._due[0]) if self._due else None
-        if deadline is not None and self._retry_at is not None:
-            deadline = max(deadline, self._retry_at)
         tick_hour = self._tick // SECONDS_PER_HOUR
         if tick_hour in self._dir:
             # The hour wheel's own step: once the tick's hour ends its files can go, even if
             # nothing else is due for a long time.
             end_of_hour = float((tick_hour + 1) * SECONDS_PER_HOUR)
             deadline = end_of_hour if deadline is None else min(deadline, end_of_hour)
+        if self._retry_at is not None:  # after a failed write-back nothing moves before the retry
+            deadline = self._retry_at
         timer = self._timer
         if timer is not None and not timer.cancelled and not timer.fired and timer.deadline == deadline:
             return
