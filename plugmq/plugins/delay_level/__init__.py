@@ -7,12 +7,12 @@ head in order and writes due messages back to their real topic (delay properties
 field recomputed from TAGS). Levels: ``levels`` option (RocketMQ's default 18, 1s .. 2h); a level
 above the last is clamped (``clamp_over_max``, RocketMQ's rule) or refused.
 
-Beyond RocketMQ: per-level offsets (``<data dir>/delay_level/offsets.json``) are persisted
-atomically after every delivery batch and at close, not every 10 s; at start-up the entries a
-killed process may have written back after its last persist are checked against the store with
-``was_delivered``, so nothing is delivered twice. What came due while down is delivered at
-``start()``, oldest first across levels, and counted in ``metrics()`` (``overdue_at_start``,
-``late_at_start_ms_max``). With ``dead_letter_older_than_ms`` > 0, overdue messages older than
+Beyond RocketMQ: per-level offsets (``<data dir>/delay_level/offsets.bin``, two checksummed
+slots written alternately) are persisted after every delivery batch and at close, not every
+10 s; at start-up the entries a killed process may have written back after its last persist are
+checked against the store with ``was_delivered``, so nothing is delivered twice. What came due
+while down is delivered at ``start()``, oldest first across levels, and counted in ``metrics()``
+(``overdue_at_start``, ``late_at_start_ms_max``). With ``dead_letter_older_than_ms`` > 0, overdue messages older than
 that go to ``dead_letter_topic`` (default ``%DLQ%DELAY_LEVEL``, queue 0, REAL_TOPIC / REAL_QID
 naming where they were going) instead.
 

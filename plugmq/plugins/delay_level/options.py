@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from plugmq.core import DEFAULT_DELAY_LEVELS, ConfigError, parse_delay_levels, validate_topic
+from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DelayLevelOptions"]
 
@@ -16,7 +17,8 @@ DEFAULT_DEAD_LETTER_TOPIC = "%DLQ%DELAY_LEVEL"
 def _levels(_inst: object, _attr: object, value: object) -> None:
     if not isinstance(value, str):
         raise ConfigError(f"plugins.delay_level.levels must be a string like {DEFAULT_DELAY_LEVELS!r}, got {value!r}")
-    parse_delay_levels(value)
+    if len(parse_delay_levels(value)) > MAX_QUEUES:
+        raise ConfigError(f"plugins.delay_level.levels lists more than {MAX_QUEUES} levels; that many cannot be kept")
 
 
 def _bool(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
@@ -51,11 +53,12 @@ class DelayLevelOptions:
     ``dispatch_batch``: at most this many deliveries per level per wake-up; the level's offset
     is persisted after each batch, so after a ``kill -9`` at most one batch per level is in doubt
     (and ``was_delivered`` settles it at start-up).
-    ``fsync_offsets``: fsync the offset file (and its directory) on every persist. Off, a
-    ``kill -9`` still loses nothing (the page cache survives it); a power cut may re-deliver.
-    ``flush_store_before_persist``: flush the store before the offsets are persisted, so after a
-    power cut an offset never claims a write-back the store had not made durable (only matters
-    with an async-flush store).
+    ``fsync_offsets`` / ``flush_store_before_persist``: power-cut safety. A persisted offset must
+    never be durable *ahead of* the write-backs it covers (that would skip messages), while one
+    that is behind is settled by ``was_delivered`` at start-up. So for power-cut safety turn both
+    on (the store is flushed, then the offsets are fsynced, every batch); fsyncing offsets alone
+    buys nothing with an async-flush store. Both off (default), a ``kill -9`` still loses and
+    repeats nothing: the page cache survives it. ``close()`` always flushes and syncs.
     ``dead_letter_older_than_ms``: messages found at ``start()`` overdue by more than this go to
     ``dead_letter_topic`` (queue 0, REAL_TOPIC / REAL_QID naming where they were going) instead
     of their topic; 0 turns it off.
@@ -66,7 +69,7 @@ class DelayLevelOptions:
     clamp_over_max: bool = attrs.field(default=True, validator=_bool)
     tick_ms: int = attrs.field(default=1, validator=_int_at_least(1))
     dispatch_batch: int = attrs.field(default=256, validator=_int_at_least(1))
-    fsync_offsets: bool = attrs.field(default=True, validator=_bool)
+    fsync_offsets: bool = attrs.field(default=False, validator=_bool)
     flush_store_before_persist: bool = attrs.field(default=False, validator=_bool)
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_at_least(0))
     dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)

@@ -87,7 +87,7 @@ class LevelDelayScheduler:
         self._options = options
         self._levels = options.levels_ms
         self.capabilities = capabilities_for(options)
-        self._offsets = OffsetTable(context.plugin_dir(NAME) / "offsets.json", fsync=options.fsync_offsets)
+        self._offsets = OffsetTable(context.plugin_dir(NAME) / "offsets.bin", fsync=options.fsync_offsets)
         self._append = threading.Lock()
         self._dispatch = threading.RLock()
         self._arm_lock = threading.Lock()
@@ -236,10 +236,10 @@ class LevelDelayScheduler:
         self._counts["delivered"] += 1
         self._lateness.record(now - entry.tags_code)
 
-    def _persist(self) -> None:
-        if self._options.flush_store_before_persist:
+    def _persist(self, *, sync: bool = False) -> None:
+        if self._options.flush_store_before_persist or sync:
             self._store.flush()
-        self._offsets.persist()
+        self._offsets.persist(sync=sync)
 
     # ------------------------------------------------------------------------------ start-up
     def start(self) -> None:
@@ -349,5 +349,6 @@ class LevelDelayScheduler:
         for timer in timers:
             timer.cancel()
         with self._dispatch:
-            self._persist()
+            self._persist(sync=True)
+            self._offsets.close()
         log.info("delay_level closed", pending=self.pending())
