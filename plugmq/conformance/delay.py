@@ -1,0 +1,416 @@
+"""Conformance clauses of the delay family, for any DelayScheduler plugin.
+
+Subclass :class:`DelayConformance` and provide one fixture, ``delay_plugin``, returning the
+plugin's entry-point name. The suite opens a real store (the first of store_mmap, store_lmdb,
+store_rocks that loads, or ``$PLUGMQ_DELAY_CONFORMANCE_STORE``) and the scheduler with
+``plugmq.core.components.open_delay_scheduler`` on a ManualClock; the write-back appends to the
+store and ``was_delivered`` asks the store, as the broker does. Requests are built as
+``Broker._schedule`` builds them: a level request carries ``delay_level`` and a deliver time
+from the strategy's ``levels_ms`` (RocketMQ's list for arbitrary strategies), an arbitrary one
+``delay_level=None``.
+
+Clauses: never early and late by at most one ``resolution_ms``; equal deliver times keep sending
+order and a tick-earlier time goes first; clean restart, ``kill -9`` mid-dispatch and mid-schedule
+(a real child process) lose nothing and duplicate nothing; overdue messages at start-up come
+oldest first and show in ``metrics()``; cancel where declared (a skip with the reason where not,
+plus the refusal the contract asks for); a delay above ``max_delay_ms`` clamped or refused as
+``clamps`` says; arbitrary delays refused by level strategies; a three-day run of thousands of
+messages equals a reference model.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from plugmq.conformance import _delay_child as child
+from plugmq.conformance._delay_harness import STORE_CANDIDATES, DelayHarness
+from plugmq.core import DelayCapabilities, DelayUnsupportedError, Family, ManualClock
+from plugmq.core.components import plugin_declaration
+
+__all__ = ["DelayConformance", "DelayHarness"]
+
+SECOND = 1000
+HOUR = 3_600_000
+DAY = 24 * HOUR
+
+
+class DelayConformance:
+    """The delay contract. Needs the fixture ``delay_plugin`` -> the plugin's entry-point name.
+
+    ``store_plugins``: the stores to try, first that loads wins (a subclass may reorder them).
+    """
+
+    store_plugins: tuple[str, ...] = STORE_CANDIDATES
+
+    @pytest.fixture
+    def harness(self, delay_plugin: str, tmp_path: Path) -> Iterator[DelayHarness]:
+        h = DelayHarness(delay_plugin, tmp_path / "data", ManualClock(1_700_000_000.0), self.store_plugins)
+        try:
+            yield h
+        finally:
+            h.close()
+
+    # -- declaration ----------------------------------------------------------------------------
+
+    def test_declares_consistent_capabilities(self, delay_plugin: str, harness: DelayHarness) -> None:
+        declaration = plugin_declaration(delay_plugin)
+        assert Family.DELAY in declaration.families
+        caps = declaration.capabilities
+        assert isinstance(caps, DelayCapabilities), f"{delay_plugin} must declare DelayCapabilities"
+        assert caps.resolution_ms >= 1
+        if caps.arbitrary_delay:
+            assert caps.levels_ms is None, "an arbitrary-delay strategy takes the broker's default levels"
+        else:
+            assert caps.levels_ms, "a strategy without arbitrary delay must list its levels"
+            assert all(ms > 0 for ms in caps.levels_ms)
+            assert caps.max_delay_ms == max(caps.levels_ms)
+        assert harness.open().capabilities == caps, "a scheduler with default options must carry the declared capabilities"
+        assert harness.scheduler is not None and harness.scheduler.pending() == 0
+
+    # -- timing ---------------------------------------------------------------------------------
+
+    def test_never_early_and_late_by_at_most_one_tick(self, harness: DelayHarness) -> None:
+        h = harness
+        h.open()
+        rng = random.Random(11)
+        for burst in range(4):
+            for i in range(25):
+                h.send(f"t{burst}-{i}", **h.some_delay(rng, longest_ms=90_000))
+            h.advance_to(h.clock.now_ms() + rng.randint(1, 2500))
+        assert h.scheduler is not None
+        assert h.scheduler.pending() + len(h.deliveries) == len(h.sent)
+        while h.clock.now_ms() <= h.latest_due() + h.caps.resolution_ms:
+            h.advance_to(h.clock.now_ms() + rng.choice([1, 7, 333, 1000, 2900]))
+            for delivery in h.deliveries:  # nothing delivered yet may be due later than now
+                assert h.sent[delivery.uid].effective_due <= h.clock.now_ms()
+        h.check_timing()
+        counts = collections.Counter(d.uid for d in h.deliveries)
+        assert set(counts) == set(h.sent), f"never delivered: {sorted(set(h.sent) - set(counts))[:5]}"
+        assert max(counts.values()) == 1, f"delivered twice: {[u for u, n in counts.items() if n > 1][:5]}"
+        for delivery in h.deliveries:
+            h.check_restored(delivery)
+        assert h.scheduler.pending() == 0
+        assert h.stored_uids() == collections.Counter(list(h.sent)), "the store must hold each write-back once"
+        assert h.scheduler.metrics()["delivered"] >= len(h.sent)
+
+    def test_order_within_a_level_or_tick(self, harness: DelayHarness) -> None:
+        h = harness
+        h.open()
+        if h.caps.arbitrary_delay:
+            target = h.clock.now_ms() + 30 * SECOND + 250
+            for i in range(15):  # one deliver time, sent at different moments
+                h.send(f"same-{i}", due_ms=target)
+                h.advance_to(h.clock.now_ms() + 400)
+            for i in range(15):  # sent latest-first, due earliest-last
+                h.send(f"rev-{i}", due_ms=target + (15 - i) * 2 * h.caps.resolution_ms)
+        else:
+            for i in range(40):  # two levels interleaved, several sends per millisecond
+                h.send(f"lv-{i}", level=1 + i % 2)
+                if i % 3 == 2:
+                    h.advance_to(h.clock.now_ms() + 137)
+        h.run_past_all()
+        assert collections.Counter(d.uid for d in h.deliveries) == collections.Counter(list(h.sent))
+        h.check_order()
+        if not h.caps.arbitrary_delay:
+            for level in (1, 2):
+                got = [d.uid for d in h.deliveries if h.sent[d.uid].level == level]
+                assert got == [u for u, s in h.sent.items() if s.level == level], f"level {level} out of order"
+
+    # -- restarts -------------------------------------------------------------------------------
+
+    def test_clean_restart_loses_and_repeats_nothing(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        rng = random.Random(5)
+        for i in range(60):
+            h.send(f"r{i}", **h.some_delay(rng, longest_ms=60_000))
+        h.advance_to(h.clock.now_ms() + 20 * SECOND)
+        before = len(h.deliveries)
+        assert 0 < before < len(h.sent), "the clause wants a restart with some delivered and some pending"
+        assert scheduler.pending() == len(h.sent) - before
+        scheduler = h.restart()
+        assert scheduler.pending() == len(h.sent) - before, "pending changed across a clean restart"
+        assert len(h.deliveries) == before, "a clean restart re-delivered (or delivered early)"
+        h.advance_to(h.clock.now_ms() + 3 * SECOND)
+        scheduler = h.restart()  # a second restart, right after more deliveries
+        h.run_past_all()
+        h.check_timing()
+        assert h.stored_uids() == collections.Counter(list(h.sent)), "lost or duplicated across restarts"
+        assert scheduler.pending() == 0
+        h.restart()
+        h.advance_to(h.clock.now_ms() + HOUR)
+        assert h.stored_uids() == collections.Counter(list(h.sent)), "a restart with nothing pending delivered again"
+
+    def test_overdue_at_start_oldest_first_and_in_metrics(self, harness: DelayHarness) -> None:
+        h = harness
+        h.open()
+        rng = random.Random(3)
+        for i in range(40):
+            h.send(f"o{i}", **h.some_delay(rng, longest_ms=60_000))
+        h.close()
+        downtime_end = h.latest_due() + HOUR
+        h.clock.set(downtime_end / 1000)
+        scheduler = h.open()
+        h.advance_to(h.clock.now_ms() + h.caps.resolution_ms)
+        assert collections.Counter(d.uid for d in h.deliveries) == collections.Counter(list(h.sent))
+        h.check_order()
+        assert all(d.at_ms <= downtime_end + h.caps.resolution_ms for d in h.deliveries), "overdue ones waited"
+        metrics = scheduler.metrics()
+        assert metrics.get("overdue_at_start") == len(h.sent), f"overdue_at_start missing or wrong: {metrics}"
+        late = max((v for k, v in metrics.items() if "late" in k and k.endswith("max")), default=0.0)
+        assert late >= HOUR, f"the lateness of overdue deliveries (>= 1 h) is not in metrics(): {metrics}"
+        assert scheduler.pending() == 0
+
+    def test_restart_after_kill_mid_dispatch(self, harness: DelayHarness, tmp_path: Path) -> None:
+        h = harness
+        levels = plugin_declaration(h.plugin).capabilities.levels_ms
+        start = h.clock.now_ms()
+        count = 2000
+        until = start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
+        first = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=("D", 300))
+        assert first.accepted == set(range(count))
+        left = count - len(first.delivered)
+        second = _run_child(h, tmp_path, start=first.clock_ms, count=0, until=until, kill_after=("D", max(1, left // 4)))
+        assert len(second.delivered) > 0, "the resumed child delivered nothing before the kill"
+        h.clock.set(second.clock_ms / 1000)
+        h.open()
+        h.advance_to(until + h.caps.resolution_ms)
+        _check_after_kill(h, first.due)
+        for delivery in h.deliveries:
+            index = int(delivery.uid.split("-")[1])
+            assert delivery.at_ms >= first.due[index], f"{delivery.uid} delivered early after the restart"
+
+    def test_kill_right_after_a_write_back(self, harness: DelayHarness, tmp_path: Path) -> None:
+        """The worst moment: the write-back returned, the strategy has not recorded it yet."""
+        h = harness
+        levels = plugin_declaration(h.plugin).capabilities.levels_ms
+        start = h.clock.now_ms()
+        count = 400
+        until = start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
+        run = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=None, self_kill_after=137)
+        assert len(run.delivered) == 137
+        h.clock.set(run.clock_ms / 1000)
+        h.open()
+        h.advance_to(until + h.caps.resolution_ms)
+        _check_after_kill(h, run.due)
+
+    def test_restart_after_kill_mid_schedule(self, harness: DelayHarness, tmp_path: Path) -> None:
+        h = harness
+        start = h.clock.now_ms()
+        run = _run_child(h, tmp_path, start=start, count=100_000, until=start, kill_after=("S", 400))
+        h.clock.set(run.clock_ms / 1000)
+        h.open()
+        accepted = max(run.accepted)
+        h.advance_to(start + 60 * SECOND)
+        counts = h.stored_uids(child.TOPIC)
+        lost = [i for i in range(accepted + 1) if counts[child.uid_of(i)] != 1]
+        assert not lost, f"accepted messages lost or duplicated after kill -9: {lost[:10]}"
+        extra = {u: n for u, n in counts.items() if u not in {child.uid_of(i) for i in range(accepted + 2)}}
+        assert not extra, f"messages never scheduled were delivered: {list(extra)[:5]}"
+        assert counts[child.uid_of(accepted + 1)] <= 1, "the in-flight schedule was delivered twice"
+
+    # -- cancel ---------------------------------------------------------------------------------
+
+    def test_cancel_honoured(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        if not h.caps.cancel:
+            pytest.skip(f"{h.plugin} does not declare capability cancel")
+        rng = random.Random(8)
+        sent = [h.send(f"c{i}", **h.some_delay(rng, longest_ms=30_000)) for i in range(12)]
+        cancelled = {s.uid for s in sent[::3]}
+        for s in sent[::3]:
+            assert scheduler.cancel(s.msg_id) is True, f"cancel of pending {s.uid} refused"
+        assert scheduler.pending() == len(sent) - len(cancelled)
+        keep = h.send("kept-over-restart", delay_ms=40 * SECOND) if h.caps.arbitrary_delay else h.send("kept", level=1)
+        gone = h.send("cancelled-before-restart", **({"delay_ms": 45 * SECOND} if h.caps.arbitrary_delay else {"level": 2}))
+        assert scheduler.cancel(gone.msg_id) is True
+        cancelled.add(gone.uid)
+        scheduler = h.restart()
+        h.run_past_all()
+        delivered = collections.Counter(d.uid for d in h.deliveries)
+        assert not cancelled & set(delivered), f"cancelled messages delivered: {sorted(cancelled & set(delivered))}"
+        assert set(delivered) == set(h.sent) - cancelled and max(delivered.values()) == 1
+        assert keep.uid in delivered
+        assert scheduler.cancel(sent[1].msg_id) is False, "cancel of an already delivered message must say False"
+        assert scheduler.pending() == 0
+
+    def test_cancel_refused_where_not_declared(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        if h.caps.cancel:
+            pytest.skip(f"{h.plugin} declares cancel; test_cancel_honoured covers it")
+        sent = h.send("not-cancellable", level=1)
+        with pytest.raises(DelayUnsupportedError):
+            scheduler.cancel(sent.msg_id)
+        h.run_past_all()
+        assert [d.uid for d in h.deliveries] == [sent.uid], "a refused cancel must leave the message scheduled"
+
+    # -- refusals -------------------------------------------------------------------------------
+
+    def test_delay_above_max_clamped_or_refused_as_declared(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        caps = h.caps
+        if caps.max_delay_ms is None:
+            pytest.skip(f"{h.plugin} declares no maximum delay")
+        if caps.levels_ms is not None and not caps.arbitrary_delay:
+            top = len(caps.levels_ms)
+            h.send("top-level", level=top)
+            over = dict(level=top + 2)
+            expect_due = h.clock.now_ms() + caps.levels_ms[-1]
+        else:
+            h.send("at-max", delay_ms=caps.max_delay_ms)
+            over = dict(delay_ms=caps.max_delay_ms + HOUR)
+            expect_due = h.clock.now_ms() + caps.max_delay_ms
+        if not caps.clamps:
+            with pytest.raises(DelayUnsupportedError):
+                h.send("over-max", **over)
+            assert "over-max" not in h.sent and scheduler.pending() == 1, "a refused delay left something behind"
+            h.advance_to(expect_due + HOUR)
+            assert [d.uid for d in h.deliveries] == list(h.sent), "only the accepted message may be delivered"
+            return
+        h.send("over-max", **over)
+        assert scheduler.pending() == 2
+        h.advance_to(expect_due - 1)
+        assert not h.deliveries, "a clamped message was delivered before the maximum delay"
+        h.advance_to(expect_due + caps.resolution_ms)
+        assert {d.uid for d in h.deliveries} >= {"over-max"}, "a clamped message was not delivered at the maximum delay"
+        late = [d.at_ms - expect_due for d in h.deliveries if d.uid == "over-max"]
+        assert 0 <= late[0] <= caps.resolution_ms
+
+    def test_arbitrary_delay_refused_by_level_strategy(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        if h.caps.arbitrary_delay:
+            pytest.skip(f"{h.plugin} declares arbitrary delays")
+        for delay in (h.levels[0], 1234):  # even a delay that equals a level is not a level request
+            with pytest.raises(DelayUnsupportedError):
+                h.send(f"arbitrary-{delay}", delay_ms=delay)
+        assert scheduler.pending() == 0 and not h.sent
+
+    # -- long horizon ---------------------------------------------------------------------------
+
+    def test_three_simulated_days_match_a_reference_model(self, harness: DelayHarness) -> None:
+        """Thousands of messages over three simulated days, with a restart half way.
+
+        The reference model is a heap of (deliver time, send order): after every step everything
+        due at least one tick ago must have been delivered, nothing not yet due may have been,
+        and at the end every message was delivered exactly once, in model order up to one tick.
+        """
+        h = harness
+        h.open()
+        rng = random.Random(2024)
+        begin = h.clock.now_ms()
+        horizon = begin + 3 * DAY
+        model: list[tuple[int, int, str]] = []
+        delivered: set[str] = set()
+        seen = 0
+        restarted = False
+        count = 0
+        while h.clock.now_ms() < horizon:
+            for _ in range(rng.randint(0, 12)):
+                if h.caps.arbitrary_delay:
+                    kwargs = rng.choice([{"delay_ms": rng.randint(0, 6 * HOUR)}, {"delay_ms": rng.randint(0, 2 * DAY)},
+                                         {"delay_ms": rng.randint(0, 90 * SECOND)}, {"level": rng.randint(1, 18)}])
+                else:
+                    kwargs = {"level": rng.randint(1, len(h.levels))}
+                sent = h.send(f"h{count}", **kwargs)
+                heapq.heappush(model, (sent.effective_due, sent.seq, sent.uid))
+                count += 1
+            h.advance_to(h.clock.now_ms() + rng.choice([1, 999, 60 * SECOND, 10 * 60 * SECOND, HOUR // 2]))
+            if not restarted and h.clock.now_ms() > begin + 3 * DAY // 2:
+                h.restart()
+                restarted = True
+            delivered.update(d.uid for d in h.deliveries[seen:])
+            seen = len(h.deliveries)
+            now = h.clock.now_ms()
+            while model and model[0][0] + h.caps.resolution_ms <= now:
+                due, _, uid = heapq.heappop(model)
+                assert uid in delivered, f"{uid} due at {due} not delivered by {now} (model says it must be)"
+        assert count >= 2000, "the run is meant to cover thousands of messages"
+        h.run_past_all()
+        counts = collections.Counter(d.uid for d in h.deliveries)
+        assert counts == collections.Counter(list(h.sent)), "model and strategy disagree on what was delivered"
+        h.check_timing()
+        h.check_order()
+        assert h.stored_uids() == counts
+
+
+class _ChildRun:
+    def __init__(self) -> None:
+        self.accepted: set[int] = set()
+        self.due: dict[int, int] = {}
+        self.delivered: list[str] = []
+        self.clock_ms = 0
+        self.done = False
+
+
+def _run_child(h: DelayHarness, tmp_path: Path, *, start: int, count: int, until: int,
+               kill_after: tuple[str, int] | None, self_kill_after: int = 0) -> _ChildRun:
+    """Run the child until it printed ``kill_after[1]`` lines of kind ``kill_after[0]``, SIGKILL it
+    (or, with ``self_kill_after``, until it SIGKILLs itself after that many write-backs)."""
+    kind, threshold = kill_after or ("-", 1 << 62)
+    log_path = tmp_path / f"child-{start}-{count}.log"
+    with open(log_path, "wb") as log_file:  # a file, not a pipe: a chatty child must never block
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "plugmq.conformance._delay_child", h.plugin, h.store_plugin, str(h.data_dir),
+             str(start), str(count), str(until), "250", str(self_kill_after)],
+            stdout=subprocess.PIPE, stderr=log_file,
+        )
+    assert proc.stdout is not None
+    received = b""
+    seen = 0
+    try:
+        while seen < threshold:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk and kill_after is None:
+                proc.wait()  # it killed itself (checked below)
+                break
+            if not chunk:
+                proc.wait()
+                raise AssertionError(f"the child exited before the kill (code {proc.returncode}); "
+                                     f"the clause cannot kill it mid-work:\n{log_path.read_text(errors='replace')[-3000:]}")
+            received += chunk
+            seen = sum(1 for line in received.split(b"\n")[:-1] if line.startswith(kind.encode() + b" "))
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate()
+    received += rest
+    assert proc.returncode == -signal.SIGKILL, f"the child was not killed (code {proc.returncode})"
+    run = _ChildRun()
+    run.clock_ms = start
+    for line in received.decode().split("\n")[:-1]:  # a last line without newline was cut by the kill
+        tag, *rest_fields = line.split()
+        if tag == "S":
+            run.accepted.add(int(rest_fields[0]))
+            run.due[int(rest_fields[0])] = int(rest_fields[1])
+        elif tag == "T":
+            run.clock_ms = max(run.clock_ms, int(rest_fields[0]))
+        elif tag == "D":
+            run.delivered.append(rest_fields[0])
+        elif tag == "DONE":
+            run.done = True
+    assert not run.done, "the child finished before the kill; nothing was in flight"
+    return run
+
+
+def _check_after_kill(h: DelayHarness, due: dict[int, int]) -> None:
+    counts = h.stored_uids(child.TOPIC)
+    lost = [i for i in due if counts[child.uid_of(i)] == 0]
+    doubled = [i for i in due if counts[child.uid_of(i)] > 1]
+    assert not lost, f"{len(lost)} accepted messages lost across kill -9, e.g. {lost[:5]}"
+    assert not doubled, f"{len(doubled)} messages delivered twice across kill -9, e.g. {doubled[:5]}"
+    assert sum(counts.values()) == len(due), "the real topic holds messages that were never scheduled"
+
