@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import threading
+import time
 import struct
 from pathlib import Path
 
@@ -343,3 +345,21 @@ def test_properties_use_rocketmq_serialisation(store: MmapMessageStore) -> None:
                                                                         + res.size])
     assert raw.endswith(b"KEYS\x01a b\x02TAGS\x01t\x02")
     assert Prop.KEYS == "KEYS"
+
+
+def test_next_segment_is_created_ahead_in_the_background(tmp_path: Path) -> None:
+    s = make(tmp_path / "s", warm_segments=True)
+    try:
+        first = tmp_path / "s" / "commitlog" / f"{0:020d}"
+        assert os.stat(first).st_blocks * 512 >= SEG, "warm segments have their blocks reserved"
+        ahead = tmp_path / "s" / "commitlog" / f"{SEG:020d}"
+        deadline = time.monotonic() + 30
+        while not ahead.exists():  # the allocator thread runs in real time; this only bounds a hang
+            assert time.monotonic() < deadline, "the next segment was never pre-allocated"
+            threading.Event().wait(0.002)
+        for i in range(30):
+            s.append(req(body=bytes([i]) * 3000))
+        assert len(s.commit_log.segments) == 2
+        assert s.stats()["segment_allocation_waits"] == 0, "the roll-over found its segment ready"
+    finally:
+        s.close()

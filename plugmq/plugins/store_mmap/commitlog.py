@@ -65,8 +65,9 @@ class SegmentAllocator:
             self._wanted = start
             self._cond.notify_all()
 
-    def take(self, start: int) -> MappedFile:
-        """The segment starting at ``start``: the pre-allocated one, or created now."""
+    def take(self, start: int, *, rolling: bool = True) -> MappedFile:
+        """The segment starting at ``start``: the pre-allocated one, or created now (counted as a
+        wait when a roll-over had to do it)."""
         with self._cond:
             while self._busy == start:
                 self._cond.wait()
@@ -75,7 +76,8 @@ class SegmentAllocator:
                 self._wanted = None
         if made is not None:
             return made
-        self.waits += 1
+        if rolling:
+            self.waits += 1
         return self._create(start)
 
     def _run(self) -> None:
@@ -180,7 +182,7 @@ class CommitLog:
         self.wrote = self.flushed = position
         seg = self.segment_for(position)
         if seg is None:
-            seg = self.allocator.take(position)
+            seg = self.allocator.take(position, rolling=False)
             self._set_segments(list(self._segments) + [seg])
         self.cur = seg
         self.allocator.request(seg.end)

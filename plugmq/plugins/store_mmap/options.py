@@ -28,6 +28,11 @@ def _non_negative(_inst: Any, attr: attrs.Attribute, value: int) -> None:  # typ
         raise ConfigError(f"store_mmap.{attr.name} must be an integer >= 0, got {value!r}")
 
 
+def _bool(_inst: Any, attr: attrs.Attribute, value: bool) -> None:  # type: ignore[type-arg]
+    if not isinstance(value, bool):
+        raise ConfigError(f"store_mmap.{attr.name} must be true or false, got {value!r}")
+
+
 def _ratio(_inst: Any, attr: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
         raise ConfigError(f"store_mmap.{attr.name} must be a ratio between 0.0 and 1.0, got {value!r}")
@@ -65,13 +70,19 @@ class MmapStoreOptions:
     once when disk use passes ``disk_max_used_ratio``; above ``disk_force_clean_ratio`` the oldest
     segment goes even if not expired (one per clean); above ``disk_critical_ratio`` appends are
     refused. ``disk_check_interval_ms`` bounds how stale the disk-use figure may be.
+    Index: ``index_unique_id`` also indexes each message's unique id (Prop.UNIQ_KEY), like RocketMQ;
+    keys are queued by the append path and indexed ``index_batch`` at a time (queries, flushes and
+    retention index whatever is queued first). Files: ``preallocate_next_segment`` creates the next
+    commit-log segment on a background thread; ``warm_segments`` reserves its blocks
+    (posix_fallocate) instead of leaving it sparse. Recovery after a clean shutdown re-checks the
+    last ``recover_check_segments`` segments record by record.
     """
 
     commit_log_segment_size: int = attrs.field(default=1 << 30, validator=_positive)
     consume_queue_entries_per_file: int = attrs.field(default=300_000, validator=_positive)
     index_slot_count: int = attrs.field(default=5_000_000, validator=_positive)
     index_max_entries: int = attrs.field(default=20_000_000, validator=_positive)
-    index_unique_id: bool = True
+    index_unique_id: bool = attrs.field(default=True, validator=_bool)
     index_batch: int = attrs.field(default=512, validator=_positive)
     flush: str = attrs.field(default="async")
     flush_interval_ms: int = attrs.field(default=500, validator=_positive)
@@ -85,8 +96,8 @@ class MmapStoreOptions:
     disk_force_clean_ratio: float = attrs.field(default=0.85, validator=_ratio)
     disk_critical_ratio: float = attrs.field(default=0.90, validator=_ratio)
     disk_check_interval_ms: int = attrs.field(default=1_000, validator=_positive)
-    preallocate_next_segment: bool = True
-    warm_segments: bool = False
+    preallocate_next_segment: bool = attrs.field(default=True, validator=_bool)
+    warm_segments: bool = attrs.field(default=False, validator=_bool)
     recover_check_segments: int = attrs.field(default=1, validator=_positive)
 
     @commit_log_segment_size.validator
