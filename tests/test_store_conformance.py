@@ -11,7 +11,11 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from plugmq.conformance.storage import StoreConformance, StoreUnderTest, flip_newest_body
+from plugmq.conformance.storage import (
+    StoreConformance,
+    StoreUnderTest,
+    flip_newest_body,
+)
 
 try:
     import plugmq.plugins.store_mmap  # noqa: F401

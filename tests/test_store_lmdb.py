@@ -10,7 +10,14 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from plugmq.core import AppendRequest, ConfigError, ManualClock, Prop, StoreError, StoreFullError
+from plugmq.core import (
+    AppendRequest,
+    ConfigError,
+    ManualClock,
+    Prop,
+    StoreError,
+    StoreFullError,
+)
 from plugmq.core.components import open_store
 from plugmq.plugins.store_lmdb import codec
 from plugmq.plugins.store_lmdb.groupcommit import GroupCommit
@@ -152,7 +159,7 @@ def test_store_time_never_goes_backwards(tmp_path: Path) -> None:
 def test_group_commit_takes_every_waiting_batch_in_one_call() -> None:
     calls: list[list[list[int]]] = []
 
-    def commit(batches):  # noqa: ANN001, ANN202
+    def commit(batches):
         calls.append([list(b) for b in batches])
         return [[x * 10 for x in b] for b in batches]
 

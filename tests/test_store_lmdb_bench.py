@@ -13,14 +13,14 @@ from plugmq.bench.store import command
 
 
 @pytest.fixture
-def quiet_logs():  # noqa: ANN201 - the stores' info logs would land in the JSON on stdout
+def quiet_logs():
     saved = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     yield
     structlog.configure(**saved)
 
 
-def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp_path) -> None:  # noqa: ANN001
+def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp_path) -> None:
     result = CliRunner().invoke(command, [
         "--messages", "120", "--stores", "store_lmdb,store_rocks,store_nonexistent", "--sizes", "128",
         "--batch", "40", "--dir", str(tmp_path), "--json",

@@ -25,8 +25,9 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import attrs
 import click

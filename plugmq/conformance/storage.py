@@ -21,15 +21,21 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import attrs
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from plugmq.conformance import _storage_child as child
 from plugmq.core import (
@@ -111,7 +117,7 @@ def flip_newest_body(plugin: str, options: Mapping[str, Any] | None = None) -> C
     return corrupt
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _capabilities(plugin: str) -> StoreCapabilities:
     declaration = plugin_declaration(plugin)
     assert Family.STORAGE in declaration.families, f"{plugin} does not declare the storage family"

@@ -20,11 +20,17 @@ import functools
 import hashlib
 import struct
 import zlib
-from typing import Mapping
+from collections.abc import Mapping
 
 import attrs
 
-from plugmq.core import AppendRequest, CorruptRecordError, Prop, StoredMessage, StoreError
+from plugmq.core import (
+    AppendRequest,
+    CorruptRecordError,
+    Prop,
+    StoredMessage,
+    StoreError,
+)
 
 MAGIC = 0xAABBCCDD  # RocketMQ's MESSAGE_MAGIC_CODE; a stale or foreign value never decodes
 HEADER = struct.Struct(">IIIIIiiqqqqqqIBIHH")

@@ -21,9 +21,9 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import lmdb
 import structlog
@@ -217,7 +217,7 @@ class LmdbStore:
         self._stats["bytes"] += written
         return outcome
 
-    def _write(self, apply) -> None:  # noqa: ANN001 - a callable taking the write txn
+    def _write(self, apply: Callable[[lmdb.Transaction], None]) -> None:
         """Run ``apply`` in one write txn; on MapFullError grow the map and redo the same txn."""
         while True:
             txn = self._env.begin(write=True)

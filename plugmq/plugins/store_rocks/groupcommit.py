@@ -14,8 +14,9 @@ import each other.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import structlog
 from rocksdict import (
