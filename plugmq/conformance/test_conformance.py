@@ -92,9 +92,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def store_plugin(request: pytest.FixtureRequest) -> Any:
-    from plugmq.conformance.storage import StoreUnderTest
+    from plugmq.conformance.storage import StoreUnderTest, flip_newest_body
 
-    return StoreUnderTest(plugin=request.param, options={})
+    # A format-blind corruption: works for stores keeping bodies verbatim; others fail it loudly.
+    return StoreUnderTest(plugin=request.param, options={}, corrupt_tail=flip_newest_body(request.param, {}))
 
 
 @pytest.fixture
