@@ -75,6 +75,16 @@ def test_matches_is_true_only_for_true() -> None:
     assert flt.matches({"a": "x"}) is False  # evaluation error
     with pytest.raises(FilterEvaluationError):
         flt.evaluate({"a": "x"})
+    # an AND / OR root gets a generated matches(): same contract
+    chain = COMPILER.compile("a > 5 AND b = 'x'")
+    assert chain.matches({"a": "6", "b": "x"}) is True
+    assert chain.matches({"a": "6", "b": "y"}) is False
+    assert chain.matches({"a": "6"}) is False  # unknown
+    assert chain.matches({"a": "z", "b": "x"}) is False  # evaluation error
+    either = COMPILER.compile("b = 'x' OR a > 5")
+    assert either.matches({"b": "x", "a": "z"}) is True  # short-circuit: a is never parsed
+    assert either.matches({"b": "y", "a": "z"}) is False
+    assert either.matches({}) is False
 
 
 def test_tags_are_the_tags_property() -> None:

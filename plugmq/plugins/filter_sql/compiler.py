@@ -14,8 +14,12 @@ Z     None after evaluating a condition that may fail (``-(a > 1)``)
 ====  ===========================================================
 
 so each comparison picks its conversion (:func:`javanum.make_compare`) when compiled and the
-per-message work is a dictionary lookup, a conversion and a compare. AND/OR chains short-circuit
-left to right, which decides whether an evaluation error surfaces (as in RocketMQ).
+per-message work is a dictionary lookup, a conversion and a compare. AND/OR chains (and BETWEEN)
+become one generated function each (:mod:`.codegen`) that inlines its simple operands; they
+short-circuit left to right, which decides whether an evaluation error surfaces (as in RocketMQ).
+
+Every closure takes an ignored optional second argument, so the root closure can serve directly
+as ``Filter.evaluate(properties, tags=None)`` without a wrapper call per message.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import attrs
 
 from plugmq.core.errors import FilterEvaluationError
+from plugmq.plugins.filter_sql.codegen import generate_logic
 from plugmq.plugins.filter_sql.javanum import (
     INT_MAX,
     INT_MIN,
@@ -56,8 +61,8 @@ from plugmq.plugins.filter_sql.nodes import (
 __all__ = ["Condition", "compile_condition"]
 
 Props = Mapping[str, str]
-Condition = Callable[[Props], "bool | None"]
-Getter = Callable[[Props], Any]
+Condition = Callable[..., "bool | None"]  # (properties, tags=None)
+Getter = Callable[..., Any]
 
 _TAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B", JType.NULL: "N"}
 # The class of a non-None runtime value, per static tag.
@@ -85,14 +90,13 @@ def compile_condition(node: Node) -> Condition:
     kind = type(node)
     if kind is Constant:
         value = node.value  # type: ignore[attr-defined]
-        return lambda _p: value
+        return lambda _p, _tags=None: value
     if kind is BooleanCast:
         return _boolean_cast(node.operand.name)  # type: ignore[attr-defined]
     if kind is Not:
         return _not(compile_condition(node.operand))  # type: ignore[attr-defined]
     if kind is Logic:
-        parts = [compile_condition(o) for o in node.operands]  # type: ignore[attr-defined]
-        return _and(parts) if node.op == "AND" else _or(parts)  # type: ignore[attr-defined]
+        return generate_logic(node.op, list(node.operands), compile_condition)  # type: ignore[attr-defined]
     if kind is Compare:
         left, right = _value(node.left), _value(node.right)  # type: ignore[attr-defined]
         op = node.op  # type: ignore[attr-defined]
@@ -106,10 +110,10 @@ def compile_condition(node: Node) -> Condition:
     if kind is Between:
         value, low, high = node.value, node.low, node.high  # type: ignore[attr-defined]
         if node.negated:  # type: ignore[attr-defined]
-            return _or([compile_condition(Compare(node.pos, "<", value, low)),
-                        compile_condition(Compare(node.pos, ">", value, high))])
-        return _and([compile_condition(Compare(node.pos, ">=", value, low)),
-                     compile_condition(Compare(node.pos, "<=", value, high))])
+            parts = [Compare(node.pos, "<", value, low), Compare(node.pos, ">", value, high)]
+            return generate_logic("OR", parts, compile_condition)
+        parts = [Compare(node.pos, ">=", value, low), Compare(node.pos, "<=", value, high)]
+        return generate_logic("AND", parts, compile_condition)
     if kind is In:
         return _in(node.operand.name, frozenset(node.values), node.negated)  # type: ignore[attr-defined]
     if kind is StringMatch:
@@ -132,23 +136,23 @@ def _wrap(value: int, jtype: str) -> int:
 def _value(node: Node) -> _Value:
     if isinstance(node, Constant):
         value = node.value
-        return _Value(lambda _p: value, _TAG[node.jtype], value)
+        return _Value(lambda _p, _tags=None: value, _TAG[node.jtype], value)
     if isinstance(node, Property):
         name = node.name
-        return _Value(lambda p: p.get(name), "P", name=name)
+        return _Value(lambda p, _tags=None: p.get(name), "P", name=name)
     if isinstance(node, Negate):
         inner = _value(node.operand)
         if inner.tag in ("I", "L", "D"):
             negated = -inner.const if inner.tag == "D" else _wrap(-inner.const, inner.tag)
-            return _Value(lambda _p: negated, inner.tag, negated)
+            return _Value(lambda _p, _tags=None: negated, inner.tag, negated)
         if inner.tag in ("X", "Z"):
             evaluate = inner.get
 
-            def negate_condition(p: Props) -> None:
+            def negate_condition(p: Props, _tags: object = None) -> None:
                 evaluate(p)  # a failing condition still fails; its Boolean result is not a number
 
             return _Value(negate_condition, "Z")
-        return _Value(lambda _p: None, "N")  # strings (every property value), booleans, NULL
+        return _Value(lambda _p, _tags=None: None, "N")  # strings (every property value), booleans, NULL
     return _Value(compile_condition(node), "X")
 
 
@@ -164,92 +168,18 @@ def _runtime_compare(left: _Value, right: _Value) -> Callable[[Any, Any], int]:
 
 def _boolean_cast(name: str) -> Condition:
     # Property values are strings, never Booleans: present means FALSE (even "true").
-    def cast(p: Props) -> bool | None:
+    def cast(p: Props, _tags: object = None) -> bool | None:
         return None if p.get(name) is None else False
 
     return cast
 
 
 def _not(inner: Condition) -> Condition:
-    def negation(p: Props) -> bool | None:
+    def negation(p: Props, _tags: object = None) -> bool | None:
         value = inner(p)
         return None if value is None else not value
 
     return negation
-
-
-def _and(parts: list[Condition]) -> Condition:
-    if len(parts) == 2:
-        first, second = parts
-
-        def and2(p: Props) -> bool | None:
-            a = first(p)
-            if a is False:
-                return False
-            b = second(p)
-            if b is False:
-                return False
-            return None if a is None or b is None else True
-
-        return and2
-    if len(parts) == 3:
-        first, second, third = parts
-
-        def and3(p: Props) -> bool | None:
-            a = first(p)
-            if a is False:
-                return False
-            b = second(p)
-            if b is False:
-                return False
-            c = third(p)
-            if c is False:
-                return False
-            return None if a is None or b is None or c is None else True
-
-        return and3
-    steps = tuple(parts)
-
-    def and_n(p: Props) -> bool | None:
-        unknown = False
-        for step in steps:
-            value = step(p)
-            if value is False:
-                return False
-            if value is None:
-                unknown = True
-        return None if unknown else True
-
-    return and_n
-
-
-def _or(parts: list[Condition]) -> Condition:
-    if len(parts) == 2:
-        first, second = parts
-
-        def or2(p: Props) -> bool | None:
-            a = first(p)
-            if a is True:
-                return True
-            b = second(p)
-            if b is True:
-                return True
-            return None if a is None or b is None else False
-
-        return or2
-    steps = tuple(parts)
-
-    def or_n(p: Props) -> bool | None:
-        unknown = False
-        for step in steps:
-            value = step(p)
-            if value is True:
-                return True
-            if value is None:
-                unknown = True
-        return None if unknown else False
-
-    return or_n
 
 
 def _equal(left: _Value, right: _Value) -> Condition:
@@ -258,7 +188,7 @@ def _equal(left: _Value, right: _Value) -> Condition:
     if left.tag == "P" and right.tag in _CONSTANT_TAGS:
         name, const = left.name, right.const
         if right.tag == "S":
-            def prop_eq_string(p: Props) -> bool | None:
+            def prop_eq_string(p: Props, _tags: object = None) -> bool | None:
                 v = p.get(name)
                 return None if v is None else v == const
 
@@ -266,14 +196,14 @@ def _equal(left: _Value, right: _Value) -> Condition:
         if right.tag in ("I", "L"):
             convert = _CONVERTERS[right.tag]
 
-            def prop_eq_int(p: Props) -> bool | None:
+            def prop_eq_int(p: Props, _tags: object = None) -> bool | None:
                 v = p.get(name)
                 return None if v is None else convert(v) == const
 
             return prop_eq_int
         compare = make_compare("S", right.tag)
 
-        def prop_eq_const(p: Props) -> bool | None:
+        def prop_eq_const(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             return None if v is None else compare(v, const) == 0
 
@@ -282,7 +212,7 @@ def _equal(left: _Value, right: _Value) -> Condition:
         name, const = right.name, left.const
         compare = make_compare(left.tag, "S")
 
-        def const_eq_prop(p: Props) -> bool | None:
+        def const_eq_prop(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             return False if v is None else compare(const, v) == 0
 
@@ -290,7 +220,7 @@ def _equal(left: _Value, right: _Value) -> Condition:
     get_left, get_right = left.get, right.get
     compare = _runtime_compare(left, right)
 
-    def equal(p: Props) -> bool | None:
+    def equal(p: Props, _tags: object = None) -> bool | None:
         lv = get_left(p)
         rv = get_right(p)
         if lv is None:
@@ -306,7 +236,7 @@ def _not_equal(left: _Value, right: _Value) -> Condition:
     if left.tag == "P" and right.tag == "S":
         name, const = left.name, right.const
 
-        def prop_ne_string(p: Props) -> bool | None:
+        def prop_ne_string(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             return None if v is None else v != const
 
@@ -339,7 +269,7 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
             ">": int.__gt__, ">=": int.__ge__, "<": int.__lt__, "<=": int.__le__,
         }[op]
 
-        def prop_vs_int(p: Props) -> bool | None:
+        def prop_vs_int(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             if v is None:
                 return None
@@ -351,7 +281,7 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
     if left.tag == "P" and right.tag == "D":
         name, const = left.name, right.const
 
-        def prop_vs_double(p: Props) -> bool | None:
+        def prop_vs_double(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             return None if v is None else test(java_double_compare(java_double_value_of(v), const))
 
@@ -360,7 +290,7 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
     both_strings = left.tag == "P" and right.tag == "P"
     compare = _strings_as_doubles if both_strings else _runtime_compare(left, right)
 
-    def ordering(p: Props) -> bool | None:
+    def ordering(p: Props, _tags: object = None) -> bool | None:
         lv = get_left(p)
         if lv is None:
             return None
@@ -376,23 +306,23 @@ def _is_null(operand: _Value, negated: bool) -> Condition:
     if operand.tag == "P":
         name = operand.name
         if negated:
-            return lambda p: p.get(name) is not None
-        return lambda p: p.get(name) is None
+            return lambda p, _tags=None: p.get(name) is not None
+        return lambda p, _tags=None: p.get(name) is None
     get = operand.get
     if negated:
-        return lambda p: get(p) is not None
-    return lambda p: get(p) is None
+        return lambda p, _tags=None: get(p) is not None
+    return lambda p, _tags=None: get(p) is None
 
 
 def _in(name: str, values: frozenset[str], negated: bool) -> Condition:
     if negated:
-        def not_in(p: Props) -> bool | None:
+        def not_in(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
             return None if v is None else v not in values
 
         return not_in
 
-    def in_list(p: Props) -> bool | None:
+    def in_list(p: Props, _tags: object = None) -> bool | None:
         v = p.get(name)
         return None if v is None else v in values
 
@@ -403,7 +333,7 @@ def _string_match(op: str, operand: _Value, search: str, negated: bool) -> Condi
     """Missing or non-string operand, or an empty search string: FALSE for the NOT forms too.
     An empty search is FALSE without evaluating the operand (RocketMQ checks it first)."""
     if not search:
-        return lambda _p: False
+        return lambda _p, _tags=None: False
     test: Callable[[str], bool] = {
         "CONTAINS": lambda s: search in s,
         "STARTSWITH": lambda s: s.startswith(search),
@@ -411,7 +341,7 @@ def _string_match(op: str, operand: _Value, search: str, negated: bool) -> Condi
     }[op]
     get = operand.get
 
-    def string_match(p: Props) -> bool:
+    def string_match(p: Props, _tags: object = None) -> bool:
         v = get(p)
         if not isinstance(v, str):
             return False

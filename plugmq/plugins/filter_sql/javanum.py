@@ -193,6 +193,24 @@ _SAME: dict[str, Compare] = {
 }
 
 
+_MIXED: dict[str, Compare] = {
+    "BS": _bool_vs_string,
+    "IL": _int_compare,
+    "LI": _int_compare,
+    "ID": lambda a, b: java_double_compare(float(a), b),
+    "LD": lambda a, b: java_double_compare(float(a), b),
+    "DI": lambda a, b: java_double_compare(a, float(b)),
+    "DL": lambda a, b: java_double_compare(a, float(b)),
+    "IS": lambda a, b: _int_compare(a, java_integer_value_of(b)),
+    "LS": lambda a, b: _int_compare(a, java_long_value_of(b)),
+    "DS": lambda a, b: java_double_compare(a, java_double_value_of(b)),
+    "SB": lambda a, b: _bool_compare(java_boolean_value_of(a), b),
+    "SI": lambda a, b: _int_compare(java_integer_value_of(a), b),
+    "SL": lambda a, b: _int_compare(java_long_value_of(a), b),
+    "SD": lambda a, b: java_double_compare(java_double_value_of(a), b),
+}
+
+
 def make_compare(left: str, right: str) -> Compare:
     """RocketMQ's ``ComparisonExpression.__compare`` for values of the given runtime types.
 
@@ -201,21 +219,4 @@ def make_compare(left: str, right: str) -> Compare:
     """
     if left == right:
         return _SAME[left]
-    pair = left + right
-    table: dict[str, Compare] = {
-        "BS": _bool_vs_string,
-        "IL": _int_compare,
-        "LI": _int_compare,
-        "ID": lambda a, b: java_double_compare(float(a), b),
-        "LD": lambda a, b: java_double_compare(float(a), b),
-        "DI": lambda a, b: java_double_compare(a, float(b)),
-        "DL": lambda a, b: java_double_compare(a, float(b)),
-        "IS": lambda a, b: _int_compare(a, java_integer_value_of(b)),
-        "LS": lambda a, b: _int_compare(a, java_long_value_of(b)),
-        "DS": lambda a, b: java_double_compare(a, java_double_value_of(b)),
-        "SB": lambda a, b: _bool_compare(java_boolean_value_of(a), b),
-        "SI": lambda a, b: _int_compare(java_integer_value_of(a), b),
-        "SL": lambda a, b: _int_compare(java_long_value_of(a), b),
-        "SD": lambda a, b: java_double_compare(java_double_value_of(a), b),
-    }
-    return table.get(pair, _left_smaller)
+    return _MIXED.get(left + right, _left_smaller)

@@ -16,8 +16,9 @@ from plugmq.plugins.filter_sql.bloom import (
     property_bloom,
     required_properties,
 )
+from plugmq.plugins.filter_sql.codegen import generate_logic
 from plugmq.plugins.filter_sql.compiler import compile_condition
-from plugmq.plugins.filter_sql.nodes import Node, Property
+from plugmq.plugins.filter_sql.nodes import Logic, Node, Property
 from plugmq.plugins.filter_sql.parser import parse
 
 __all__ = ["EXPRESSION_TYPE", "SqlFilter", "SqlFilterCompiler"]
@@ -61,18 +62,17 @@ class SqlFilter:
         # Per-message entry points as plain closures: no tags merge, no attribute lookups.
         condition = self._condition
 
-        def evaluate(properties: Mapping[str, str], tags: str | None = None) -> bool | None:
-            return condition(properties)
-
         def matches(properties: Mapping[str, str], tags: str | None = None) -> bool:
             try:
                 return condition(properties) is True
             except FilterEvaluationError:
                 return False  # a normal outcome per message (RocketMQ: no match); not worth a log line
 
-        evaluate.__doc__, matches.__doc__ = SqlFilter.evaluate.__doc__, SqlFilter.matches.__doc__
-        self.evaluate = evaluate  # type: ignore[method-assign]
+        matches.__doc__ = SqlFilter.matches.__doc__
+        self.evaluate = condition  # type: ignore[assignment]  # takes (properties, tags=None) too
         self.matches = matches  # type: ignore[method-assign]
+        if isinstance(self.tree, Logic):  # the usual shape: a generated matches() saves a call
+            self.matches = generate_logic(self.tree.op, list(self.tree.operands), compile_condition, as_matches=True)
 
     def describe(self) -> str:
         """The parsed form, fully parenthesised where precedence decided something."""
