@@ -71,7 +71,9 @@ def _seconds(clock: Clock, fn: Callable[[], object]) -> float:
     return clock() - start
 
 
-def _owners(strategy: AllocateStrategy, queues: list[MessageQueue], ids: list[str]) -> dict[MessageQueue, frozenset[str]]:
+def _owners(
+    strategy: AllocateStrategy, queues: list[MessageQueue], ids: list[str]
+) -> dict[MessageQueue, frozenset[str]]:
     owners: dict[MessageQueue, set[str]] = {}
     for cid in dict.fromkeys(ids):
         for q in strategy.allocate("bench", cid, queues, ids):
@@ -98,7 +100,9 @@ def measure(
     )
     shared = factory(**params)
     shared.allocate("bench", ids[0], queues, ids)
-    warm = statistics.median(_seconds(clock, lambda cid=cid: shared.allocate("bench", cid, queues, ids)) for cid in picks)
+    warm = statistics.median(
+        _seconds(clock, lambda cid=cid: shared.allocate("bench", cid, queues, ids)) for cid in picks
+    )
 
     strategy = factory(**params)
     owners: dict[MessageQueue, frozenset[str]] = {}

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from plugmq.core import AllocateStrategy, AllocationCapabilities, MessageQueue
@@ -36,7 +36,14 @@ _consumer_ids = st.builds(
 )
 
 _settings = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+    max_examples=60,
+    deadline=None,
+    # Failures are shrunk to a minimal input; the "explain" phase is left out: it re-runs a
+    # failing clause thousands of times for little extra insight on inputs this small.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    # The fixture only hands out a factory (each example builds its own strategy), and every
+    # subclass runs the same test function: neither check applies to this suite.
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
 )
 
 

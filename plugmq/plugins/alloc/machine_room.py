@@ -7,7 +7,13 @@ from typing import Any, Callable, ClassVar, Collection, Iterable, Mapping, Seque
 
 import attrs
 
-from plugmq.core import AllocateStrategy, AllocateStrategyFactory, AllocationCapabilities, AllocationError, MessageQueue
+from plugmq.core import (
+    AllocateStrategy,
+    AllocateStrategyFactory,
+    AllocationCapabilities,
+    AllocationError,
+    MessageQueue,
+)
 from plugmq.core.rebalance_order import java_string_key
 from plugmq.plugins.alloc._common import check_inputs, java_split, take_params
 
