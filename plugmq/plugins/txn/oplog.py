@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 from typing import Iterable
@@ -93,6 +94,8 @@ class OpLog:
         self._fsync = fsync
         self._fd = -1
         self.size = 0
+        self._synced = 0
+        self._sync_lock = threading.Lock()
 
     def replay(self) -> OpState:
         """Read every record, cutting a torn or corrupt tail (only the last write can be torn)."""
@@ -115,7 +118,7 @@ class OpLog:
                 os.fsync(f.fileno())
         state.prune()
         self._open()
-        self.size = pos
+        self.size = self._synced = pos
         return state
 
     def _open(self) -> None:
@@ -126,37 +129,49 @@ class OpLog:
         if not existed and self._fsync:
             _fsync_dir(self.path.parent)
 
-    def append(self, data: bytes, *, sync: bool) -> None:
-        """Append records; with ``sync`` (and the fsync option) they are durable on return."""
+    def append(self, data: bytes) -> int:
+        """Append records (the caller serialises appends); returns the end position to sync to."""
         _write_all(self._fd, data)
         self.size += len(data)
-        if sync and self._fsync:
+        return self.size
+
+    def sync_to(self, position: int) -> None:
+        """Make everything up to ``position`` durable (with the fsync option). Group commit: one
+        fdatasync covers every append made before it started, whoever made them."""
+        if not self._fsync or self._synced >= position:
+            return
+        with self._sync_lock:
+            if self._synced >= position or self._fd < 0:
+                return
+            target = self.size
             _datasync(self._fd)
+            self._synced = target
 
     def sync(self) -> None:
-        if self._fd >= 0 and self._fsync:
-            _datasync(self._fd)
+        self.sync_to(self.size)
 
     def rewrite(self, records: Iterable[bytes]) -> None:
         """Replace the log with ``records`` so a restart sees the old or the new log, never a mix."""
         data = b"".join(records)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
-        self._open()
-        self.size = len(data)
+        with self._sync_lock:  # no group-commit fsync may run on the descriptor being replaced
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)
+            self._open()
+            self.size = self._synced = len(data)
 
     def close(self) -> None:
         if self._fd >= 0:
             self.sync()
-            os.close(self._fd)
-            self._fd = -1
+            with self._sync_lock:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -205,28 +205,51 @@ class TxnService:
             txn = self._schedule.open.get(half)
         if txn is None:
             return False
-        if stored is None:
-            stored = self._store.read(txn.commit_log_offset, txn.size)
+        return self._apply([(txn, kind, stored)]) == 1
+
+    def _apply(self, decisions: list[tuple[OpenTxn, int, StoredMessage | None]]) -> int:
+        """Record a batch of decisions with one op-log sync, then apply them; returns how many
+        were taken (a transaction no longer open is skipped: someone else decided it first)."""
+        stored_of = {}
+        for txn, _kind, stored in decisions:
+            stored_of[txn.half] = stored if stored is not None else self._store.read(txn.commit_log_offset, txn.size)
+        effects: list[tuple[int, int, int, StoredMessage, int]] = []
+        taken = 0
         with self._lock:
             self._check_running()
-            if self._schedule.open.get(half) is not txn:
-                return False
-            if stored is None:
-                self._lose(txn)
-                return False
-            if kind == oplog.ROLLBACK:
-                self._oplog.append(record(oplog.ROLLBACK, half), sync=True)
-                self._schedule.remove(half)
-                self._terminal.add(half)
-                self._metrics["rolled_back"] += 1
-                return True
-            topic, queue_id = real_queue(stored) if kind == oplog.COMMIT else (TRANS_DISCARD_TOPIC, 0)
-            mark = self._store.max_offset(topic, queue_id)
-            self._oplog.append(record(kind, half, mark), sync=True)
-            self._schedule.remove(half)
-            self._decided[half] = (kind, mark)
-        self._complete(half, kind, mark, stored, txn.checks, recovering=False)
-        return True
+            records: list[bytes] = []
+            chosen: list[tuple[OpenTxn, int, int, StoredMessage]] = []
+            seen: set[int] = set()
+            for txn, kind, _ in decisions:
+                stored = stored_of[txn.half]
+                if self._schedule.open.get(txn.half) is not txn or txn.half in seen:
+                    continue
+                seen.add(txn.half)
+                if stored is None:
+                    self._lose(txn)
+                    continue
+                mark = 0
+                if kind != oplog.ROLLBACK:
+                    topic, queue_id = real_queue(stored) if kind == oplog.COMMIT else (TRANS_DISCARD_TOPIC, 0)
+                    mark = self._store.max_offset(topic, queue_id)
+                records.append(record(kind, txn.half, mark))
+                chosen.append((txn, kind, mark, stored))
+            if not chosen:
+                return 0
+            position = self._oplog.append(b"".join(records))
+            for txn, kind, mark, stored in chosen:
+                self._schedule.remove(txn.half)
+                taken += 1
+                if kind == oplog.ROLLBACK:
+                    self._terminal.add(txn.half)
+                    self._metrics["rolled_back"] += 1
+                else:
+                    self._decided[txn.half] = (kind, mark)
+                    effects.append((txn.half, kind, mark, stored, txn.checks))
+        self._oplog.sync_to(position)  # durable before any effect (group commit across threads)
+        for half, kind, mark, stored, checks in effects:
+            self._complete(half, kind, mark, stored, checks, recovering=False)
+        return taken
 
     def _complete(self, half: int, kind: int, mark: int, stored: StoredMessage, checks: int, *,
                   recovering: bool) -> None:
@@ -246,7 +269,9 @@ class TxnService:
         with self._lock:
             if self._closed:
                 return  # the D record is lost with the close; recovery will find the message in place
-            self._oplog.append(record(oplog.DONE, half), sync=False)
+            # No sync of its own: the next synced write or close covers it, and a lost D only
+            # makes recovery look for the message before skipping the delivery.
+            self._oplog.append(record(oplog.DONE, half))
             self._decided.pop(half, None)
             self._terminal.add(half)
             self._metrics["committed" if kind == oplog.COMMIT else "discarded"] += 1
@@ -273,7 +298,7 @@ class TxnService:
 
     def _lose(self, txn: OpenTxn) -> None:
         """The half is gone from the store (retention): say so loudly and stop tracking it."""
-        self._oplog.append(record(oplog.LOST, txn.half), sync=True)
+        self._oplog.sync_to(self._oplog.append(record(oplog.LOST, txn.half)))
         self._schedule.remove(txn.half)
         self._terminal.add(txn.half)
         self._metrics["lost"] += 1
@@ -325,6 +350,7 @@ class TxnService:
             now = self._now_ms()
             asks: list[tuple[OpenTxn, TransactionChecker]] = []
             discards: list[OpenTxn] = []
+            position = 0
             with self._lock:
                 if self._closed:
                     return
@@ -344,34 +370,38 @@ class TxnService:
                         self._schedule.reschedule(txn, now + options.interval_ms)
                         counted.append(record(oplog.CHECKED, txn.half, txn.checks))
                         asks.append((txn, live[-1]))
-                if counted:  # counted before asked: a crash can waste a check, never add one
-                    self._oplog.append(b"".join(counted), sync=True)
-            for txn in discards:
-                self._guarded(txn, lambda t=txn: self._decide(t.half, oplog.DISCARD), now + options.interval_ms)
+                if counted:
+                    position = self._oplog.append(b"".join(counted))
+            self._oplog.sync_to(position)  # counted before asked: a crash can waste a check, never add one
+            decisions: list[tuple[OpenTxn, int, StoredMessage | None]] = [(t, oplog.DISCARD, None) for t in discards]
             for txn, checker in asks:
-                self._guarded(txn, lambda t=txn, c=checker: self._ask(t, c), None)
+                answer = self._ask(txn, checker)
+                if answer is not None:
+                    decisions.append(answer)
+            if decisions:
+                self._apply_guarded(decisions, now + options.interval_ms)
 
-    def _guarded(self, txn: OpenTxn, action: object, retry_at: int | None) -> None:
+    def _apply_guarded(self, decisions: list[tuple[OpenTxn, int, StoredMessage | None]], retry_at: int) -> None:
         try:
-            action()  # type: ignore[operator]
+            self._apply(decisions)
         except TransactionError:
-            if self._closed:
-                return
-            raise
+            if not self._closed:
+                raise
         except Exception:
-            log.exception("transaction check step failed; it will be retried", half=txn.half, group=txn.group)
-            if retry_at is not None:
-                with self._lock:
+            log.exception("applying check-back decisions failed; undecided ones are retried", count=len(decisions))
+            with self._lock:
+                for txn, _kind, _stored in decisions:
                     if self._schedule.open.get(txn.half) is txn:
                         self._schedule.reschedule(txn, retry_at)
 
-    def _ask(self, txn: OpenTxn, checker: TransactionChecker) -> None:
+    def _ask(self, txn: OpenTxn, checker: TransactionChecker) -> tuple[OpenTxn, int, StoredMessage] | None:
+        """Ask ``checker`` about ``txn``; the decision to apply, or None (UNKNOWN, lost)."""
         stored = self._store.read(txn.commit_log_offset, txn.size)
         if stored is None:
             with self._lock:
                 if self._schedule.open.get(txn.half) is txn:
                     self._lose(txn)
-            return
+            return None
         try:
             decision = checker(checker_view(stored))
         except Exception as exc:
@@ -383,9 +413,9 @@ class TxnService:
                         transaction_id=stored.msg_id, returned=repr(decision))
             decision = TransactionDecision.UNKNOWN
         self._metrics["checks"] += 1
-        if decision is not TransactionDecision.UNKNOWN:
-            kind = oplog.COMMIT if decision is TransactionDecision.COMMIT else oplog.ROLLBACK
-            self._decide(txn.half, kind, stored)
+        if decision is TransactionDecision.UNKNOWN:
+            return None
+        return txn, oplog.COMMIT if decision is TransactionDecision.COMMIT else oplog.ROLLBACK, stored
 
     # ------------------------------------------------------------------------------ recovery
     def _load_halves(self, state: OpState) -> list[tuple[int, tuple[int, int], StoredMessage, int]]:
