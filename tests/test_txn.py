@@ -1,0 +1,249 @@
+"""The txn plugin beyond the shared clauses: half/commit records, op log tail and compaction,
+retention losses, several producers per group, options, and the TransactionProducer's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import structlog
+
+from plugmq.core import (
+    TRANS_HALF_TOPIC,
+    ClientError,
+    ConfigError,
+    ManualClock,
+    Message,
+    MessageQueue,
+    Prop,
+    SysFlag,
+    TransactionDecision,
+    TransactionError,
+    ValidationError,
+)
+from plugmq.core.broker import Broker
+from plugmq.core.transactions import TransactionProducer
+from plugmq.plugins.txn.oplog import RECORD_SIZE, OpLog
+
+COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
+TOPIC = "TxnUnit"
+
+
+def by_arg(_message: Message, arg: object) -> object:
+    return arg
+
+
+def open_broker(path: Path, clock: ManualClock, **txn: object) -> Broker:
+    options: dict[str, dict[str, object]] = {"txn": dict(txn)} if txn else {}
+    broker = Broker.open(path, plugins=["store_lmdb", "txn"], options=options, clock=clock)
+    broker.create_topic(TOPIC, 2)
+    return broker
+
+
+def visible(broker: Broker) -> list[bytes]:
+    return sorted(m.body for q in broker.topic_queues(TOPIC) for m in broker.pull(q, 0, 1000).messages)
+
+
+class Recorder:
+    def __init__(self, answer: TransactionDecision = UNKNOWN) -> None:
+        self.answer = answer
+        self.bodies: list[bytes] = []
+
+    def __call__(self, message: object) -> TransactionDecision:
+        self.bodies.append(message.body)  # type: ignore[attr-defined]
+        return self.answer
+
+
+def test_half_and_committed_records(tmp_path: Path, clock: ManualClock) -> None:
+    with open_broker(tmp_path, clock) as broker:
+        producer = TransactionProducer(broker, "pg", by_arg, Recorder())
+        result = producer.send_in_transaction(Message(TOPIC, b"body", tags="T", properties={"u": "1"}), UNKNOWN,
+                                              selector=lambda queues, _m, _a: queues[1], check_immunity_s=60)
+        assert result.send_result.queue == MessageQueue(TOPIC, broker.name, 1)
+        half = broker.query_by_id(result.transaction_id)
+        assert half is not None and half.topic == TRANS_HALF_TOPIC and half.queue_id == 0
+        assert half.properties[Prop.REAL_TOPIC] == TOPIC and half.properties[Prop.REAL_QUEUE_ID] == "1"
+        assert half.properties[Prop.PRODUCER_GROUP] == "pg" and half.properties[Prop.TRANSACTION_PREPARED] == "true"
+        assert half.properties[Prop.CHECK_IMMUNITY_SECONDS] == "60"
+        assert half.sys_flag & SysFlag.TRANSACTION_ROLLBACK == SysFlag.TRANSACTION_PREPARED
+        assert broker.transactions.end(result.transaction_id, COMMIT)
+        (real,) = broker.pull(MessageQueue(TOPIC, broker.name, 1), 0, 10).messages
+        assert real.body == b"body" and real.tags == "T" and real.user_properties == {"u": "1"}
+        assert real.sys_flag & SysFlag.TRANSACTION_ROLLBACK == SysFlag.TRANSACTION_COMMIT
+        assert real.prepared_transaction_offset == half.commit_log_offset
+        assert Prop.REAL_TOPIC not in real.properties and Prop.CHECK_IMMUNITY_SECONDS not in real.properties
+        assert real.unique_id == result.unique_id == half.unique_id
+
+
+def test_producer_refusals(tmp_path: Path, clock: ManualClock) -> None:
+    with Broker.open(tmp_path / "plain", plugins=["store_lmdb"], clock=clock) as plain:
+        with pytest.raises(TransactionError, match="add 'txn'"):
+            TransactionProducer(plain, "pg", by_arg, Recorder())
+    with open_broker(tmp_path / "txn", clock) as broker:
+        producer = TransactionProducer(broker, "pg", by_arg, Recorder())
+        with pytest.raises(TransactionError, match="system topic"):
+            producer.send_in_transaction(Message("%RETRY%pg", b"x"), COMMIT)
+        with pytest.raises(ValidationError, match="check_immunity_s"):
+            producer.send_in_transaction(Message(TOPIC, b"x"), COMMIT, check_immunity_s=-1)
+        with pytest.raises(ValidationError, match="not a queue"):
+            producer.send_in_transaction(Message(TOPIC, b"x"), COMMIT,
+                                         selector=lambda _q, _m, _a: MessageQueue("Other", broker.name, 0))
+        with pytest.raises(ValidationError):
+            TransactionProducer(broker, "pg", "not callable", Recorder())  # type: ignore[arg-type]
+        producer.close()
+        with pytest.raises(ClientError, match="closed"):
+            producer.send_in_transaction(Message(TOPIC, b"x"), COMMIT)
+        assert broker.transactions.pending() == 0 and visible(broker) == []
+        assert broker.max_offset(MessageQueue(TRANS_HALF_TOPIC, broker.name, 0)) == 0
+
+
+@pytest.mark.parametrize("table, fragment", [
+    ({"check_max": -1}, "check_max"),
+    ({"check_interval_s": 0}, "check_interval_s"),
+    ({"fsync": "yes"}, "fsync"),
+    ({"transaction_timeout_s": "6"}, "transaction_timeout_s"),
+    ({"checks": 3}, "unknown option"),
+])
+def test_options_are_validated(tmp_path: Path, clock: ManualClock, table: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options={"txn": table}, clock=clock)
+
+
+def test_configured_schedule_is_declared_and_kept(tmp_path: Path, clock: ManualClock) -> None:
+    with open_broker(tmp_path, clock, transaction_timeout_s=2, check_interval_s=5, check_max=3) as broker:
+        caps = broker.transactions.capabilities
+        assert (caps.transaction_timeout_ms, caps.check_interval_ms, caps.check_max) == (2000, 5000, 3)
+        times: list[float] = []
+        start = clock.now()
+        TransactionProducer(broker, "pg", by_arg, lambda _m: times.append(clock.now() - start) or UNKNOWN) \
+            .send_in_transaction(Message(TOPIC, b"x"), UNKNOWN)
+        clock.advance(100)
+        assert times == [2, 7, 12] and broker.transactions.metrics()["discarded"] == 1
+
+
+def test_several_producers_of_a_group_share_check_back(tmp_path: Path, clock: ManualClock) -> None:
+    with open_broker(tmp_path, clock, check_max=50) as broker:
+        first, second = Recorder(), Recorder(COMMIT)
+        a = TransactionProducer(broker, "pg", by_arg, first)
+        b = TransactionProducer(broker, "pg", by_arg, second)
+        a.send_in_transaction(Message(TOPIC, b"one"), UNKNOWN)
+        b.close()
+        clock.advance(6)
+        assert first.bodies == [b"one"] and second.bodies == []
+        a.close()
+        clock.advance(300)
+        assert broker.transactions.pending() == 1 and first.bodies == [b"one"]
+        assert broker.transactions.metrics()["checks_waiting"] == 1
+        TransactionProducer(broker, "pg", by_arg, second)
+        clock.advance(0)
+        assert second.bodies == [b"one"] and visible(broker) == [b"one"]
+
+
+def test_checker_raising_or_answering_nothing_counts_as_unknown(tmp_path: Path, clock: ManualClock) -> None:
+    calls: list[int] = []
+
+    def flaky(_message: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("db down")
+        return None if len(calls) == 2 else COMMIT
+
+    with open_broker(tmp_path, clock) as broker:
+        TransactionProducer(broker, "pg", by_arg, flaky).send_in_transaction(Message(TOPIC, b"x"), UNKNOWN)
+        with structlog.testing.capture_logs() as logs:
+            clock.advance(6 + 30 + 30)
+        assert len(calls) == 3 and visible(broker) == [b"x"]
+        assert sum(e["log_level"] == "warning" for e in logs) == 2
+
+
+def test_op_log_torn_tail_is_cut_and_state_kept(tmp_path: Path, clock: ManualClock) -> None:
+    with open_broker(tmp_path, clock) as broker:
+        producer = TransactionProducer(broker, "pg", by_arg, Recorder())
+        producer.send_in_transaction(Message(TOPIC, b"done"), COMMIT)
+        producer.send_in_transaction(Message(TOPIC, b"open"), UNKNOWN)
+    oplog = tmp_path / "txn" / "oplog"
+    intact = oplog.stat().st_size
+    assert intact % RECORD_SIZE == 0
+    with oplog.open("ab") as f:
+        f.write(b"C\x00\x00\x00garbage-half-record")  # a write torn by a crash
+    checks = Recorder(COMMIT)
+    with structlog.testing.capture_logs() as logs, open_broker(tmp_path, clock) as broker:
+        assert oplog.stat().st_size == intact
+        assert broker.transactions.pending() == 1
+        TransactionProducer(broker, "pg", by_arg, checks)
+        clock.advance(10)
+        assert checks.bodies == [b"open"] and visible(broker) == [b"done", b"open"]
+    assert any(e["event"] == "transaction op log tail cut" for e in logs)
+
+
+def test_compaction_keeps_open_counts_and_settled_state(tmp_path: Path, clock: ManualClock) -> None:
+    with open_broker(tmp_path, clock, compact_bytes=4096, check_max=5) as broker:
+        producer = TransactionProducer(broker, "pg", by_arg, Recorder())
+        producer.send_in_transaction(Message(TOPIC, b"open-early"), UNKNOWN)
+        clock.advance(6 + 30)  # two checks counted for open-early
+        for i in range(400):
+            producer.send_in_transaction(Message(TOPIC, f"m{i}".encode()), COMMIT if i % 2 else ROLLBACK)
+        metrics = broker.transactions.metrics()
+        assert metrics["compactions"] >= 1 and metrics["op_log_bytes"] < 4096 * 3
+    assert (tmp_path / "txn" / "oplog").stat().st_size < 4096 * 3
+    checks = Recorder()
+    with open_broker(tmp_path, clock, compact_bytes=4096, check_max=5) as broker:
+        assert broker.transactions.pending() == 1
+        TransactionProducer(broker, "pg", by_arg, checks)
+        clock.advance(1000)
+        assert checks.bodies == [b"open-early"] * 3  # 5 allowed, 2 made before the restart
+        assert len(visible(broker)) == 200
+        assert broker.transactions.metrics()["discarded"] == 1
+
+
+def test_op_log_replay_rules(tmp_path: Path) -> None:
+    from plugmq.plugins.txn import oplog as op
+
+    log = OpLog(tmp_path / "oplog", fsync=False)
+    log.replay()
+    log.append(b"".join([
+        op.record(op.CHECKED, 5, 1), op.record(op.CHECKED, 5, 2), op.record(op.COMMIT, 6, 10),
+        op.record(op.ROLLBACK, 6), op.record(op.DISCARD, 7, 3), op.record(op.COMMIT, 7, 9),
+        op.record(op.COMMIT, 8, 4), op.record(op.DONE, 8), op.record(op.WATERMARK, 3), op.record(op.CHECKED, 2, 9),
+    ]))
+    log.close()
+    state = OpLog(tmp_path / "oplog", fsync=False).replay()
+    assert state.watermark == 3 and state.checks == {5: 2}
+    assert state.decided == {7: (op.DISCARD, 3)}  # the first decision wins; 6 was rolled back after
+    assert state.terminal == {6, 8}
+
+
+def test_half_lost_to_store_retention_is_reported(tmp_path: Path, clock: ManualClock) -> None:
+    options = {"store_lmdb": {"file_reserved_hours": 0.001}}  # 3.6 s
+    with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        checks = Recorder(COMMIT)
+        TransactionProducer(broker, "pg", by_arg, checks).send_in_transaction(Message(TOPIC, b"x"), UNKNOWN)
+        clock.advance(5)
+        assert broker.store.clean_expired(clock.now_ms()) >= 1
+        with structlog.testing.capture_logs() as logs:
+            clock.advance(5)
+        assert checks.bodies == [] and broker.transactions.pending() == 0 and visible(broker) == []
+        assert broker.transactions.metrics()["lost"] == 1
+        assert any(e["log_level"] == "error" for e in logs)
+
+
+def test_unfinished_commit_is_delivered_at_start(tmp_path: Path, clock: ManualClock) -> None:
+    """A COMMIT record without its DONE record (the crash window), written by hand: the next
+    start delivers it once, and a second start does nothing more."""
+    from plugmq.plugins.txn import oplog as op
+
+    with open_broker(tmp_path, clock) as broker:
+        result = TransactionProducer(broker, "pg", by_arg, Recorder()).send_in_transaction(
+            Message(TOPIC, b"late"), UNKNOWN)
+        half = broker.query_by_id(result.transaction_id)
+    log = OpLog(tmp_path / "txn" / "oplog", fsync=False)
+    log.replay()
+    log.append(op.record(op.COMMIT, half.queue_offset, 0))
+    log.close()
+    for _ in range(2):
+        checks = Recorder(ROLLBACK)
+        with open_broker(tmp_path, clock) as broker:
+            TransactionProducer(broker, "pg", by_arg, checks)
+            clock.advance(100)
+            assert visible(broker) == [b"late"] and checks.bodies == [] and broker.transactions.pending() == 0
