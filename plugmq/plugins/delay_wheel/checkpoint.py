@@ -64,11 +64,13 @@ class WheelCheckpoint:
         self.durable_tick: int | None = None if self.state is None else self.state.tick
 
     def write(self, tick: int, local: int, phase: Phase = Phase.POSITION, hour: int = 0,
-              global_index: int = 0, *, sync: bool = False) -> None:
+              global_index: int = 0, *, sync: bool = False, may_skip_fsync: bool = False) -> None:
+        """``sync`` forces an fsync; otherwise the ``fsync`` option decides, unless the caller
+        says losing this write to a power cut is harmless (``may_skip_fsync``)."""
         self._seq += 1
         body = _LAYOUT.pack(_MAGIC, 1, phase, self._seq, tick, local, global_index, hour, 0)
         os.pwrite(self._fd, body + struct.pack("<I", zlib.crc32(body)), (self._seq % 2) * _SLOT)
-        if self._fsync or sync:
+        if sync or (self._fsync and not may_skip_fsync):
             os.fdatasync(self._fd)
         self.durable_tick = tick
 

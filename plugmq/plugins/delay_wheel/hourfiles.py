@@ -132,10 +132,10 @@ class HourFiles:
         self._set_head(second, gi, count + 1)
         self.header = HourHeader(self.hour, gi + 1, offset + len(record))
         self.heads.write(0, self.header.encode())
-        if self._fsync:
-            self.log.sync()
-            self.idx.sync()
-            self.heads.sync()
+        if self._fsync:  # in write order; an unsynced tail is what _adopt_tail settles
+            self.log.sync(offset, len(record))
+            self.idx.sync(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE)
+            self.heads.sync(0, HEADER_SIZE + (second + 1) * HEAD_SIZE)
         return entry
 
     def entry(self, gi: int) -> IndexEntry:

@@ -82,11 +82,15 @@ class Region:
             return layout.unpack_from(self._mm, offset)
         return layout.unpack(os.pread(self._fd, layout.size, offset))
 
-    def sync(self) -> None:
-        if self._mm is not None:
+    def sync(self, offset: int = 0, size: int | None = None) -> None:
+        """Make [offset, offset + size) durable (the whole file when size is None)."""
+        if self._mm is None:
+            os.fdatasync(self._fd)
+        elif size is None:
             self._mm.flush()
         else:
-            os.fdatasync(self._fd)
+            start = offset - offset % _PAGE  # msync wants a page-aligned start
+            self._mm.flush(start, min(offset + size, self._capacity) - start)
 
     def close(self, logical_size: int | None = None, *, sync: bool = False) -> None:
         if self._fd < 0:

@@ -393,7 +393,9 @@ class WheelDelayScheduler:
             self._log.exception("delayed message write-back failed; the wheel retries it",
                                 topic=request.topic, slot=slot, retry_after_ms=self._opts.retry_after_error_ms)
             return False
-        self._ckpt.write(slot, self._local + 1)
+        # If this "done" is lost to a power cut the intent before it is found instead, and
+        # was_delivered settles it: only without that callback must it be on disk now.
+        self._ckpt.write(slot, self._local + 1, may_skip_fsync=self._was_delivered is not None)
         self._hist.record(late_ms)
         self._counters["dead_lettered" if to_dlq else "delivered"] += 1
         self._account_delivered(files.hour)
