@@ -140,7 +140,8 @@ class TxnService:
             self._require_half(msg_id, commit_log_offset)
             if not from_check:
                 log.info("decision for a settled transaction ignored", msg_id=msg_id, decision=decision.name)
-            self._metrics["repeated_decisions"] += 1
+            with self._lock:
+                self._metrics["repeated_decisions"] += 1
             return False
         if decision is TransactionDecision.UNKNOWN:
             return True
@@ -246,6 +247,7 @@ class TxnService:
                 else:
                     self._decided[txn.half] = (kind, mark)
                     effects.append((txn.half, kind, mark, stored, txn.checks))
+            self._maybe_compact()
         self._oplog.sync_to(position)  # durable before any effect (group commit across threads)
         for half, kind, mark, stored, checks in effects:
             self._complete(half, kind, mark, stored, checks, recovering=False)
@@ -372,6 +374,7 @@ class TxnService:
                         asks.append((txn, live[-1]))
                 if counted:
                     position = self._oplog.append(b"".join(counted))
+                    self._maybe_compact()
             self._oplog.sync_to(position)  # counted before asked: a crash can waste a check, never add one
             decisions: list[tuple[OpenTxn, int, StoredMessage | None]] = [(t, oplog.DISCARD, None) for t in discards]
             for txn, checker in asks:
@@ -399,7 +402,7 @@ class TxnService:
         stored = self._store.read(txn.commit_log_offset, txn.size)
         if stored is None:
             with self._lock:
-                if self._schedule.open.get(txn.half) is txn:
+                if not self._closed and self._schedule.open.get(txn.half) is txn:
                     self._lose(txn)
             return None
         try:
@@ -412,7 +415,8 @@ class TxnService:
             log.warning("check listener returned no TransactionDecision; counted as UNKNOWN", group=txn.group,
                         transaction_id=stored.msg_id, returned=repr(decision))
             decision = TransactionDecision.UNKNOWN
-        self._metrics["checks"] += 1
+        with self._lock:
+            self._metrics["checks"] += 1
         if decision is TransactionDecision.UNKNOWN:
             return None
         return txn, oplog.COMMIT if decision is TransactionDecision.COMMIT else oplog.ROLLBACK, stored
