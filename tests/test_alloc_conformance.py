@@ -57,7 +57,8 @@ class TestMachineRoomNearbyCircleConformance(AllocationConformance):
 class TestMachineRoomConformance(AllocationConformance):
     @pytest.fixture
     def allocation_strategy_factory(self):
-        return _fixture("MACHINE_ROOM", rooms=["r0", "r1"])
+        # The declared example parameters, which the `plugmq conformance` runner uses too.
+        return _fixture("MACHINE_ROOM", **CAPABILITIES["MACHINE_ROOM"].example_params)
 
 
 class TestConfigConformance(AllocationConformance):

@@ -422,6 +422,9 @@ def test_declaration() -> None:
     unassigned = {n for n, caps in declaration.capabilities.items() if caps.may_leave_queues_unassigned}
     assert unassigned == {"MACHINE_ROOM", "CONFIG"}
     assert set(declaration.capabilities) == set(STRATEGIES) == set(CHECKED) | {"CONFIG"}
+    # MACHINE_ROOM's example rooms must select queues of the conformance suite's "r<k>@b<n>" brokers.
+    example = STRATEGIES["MACHINE_ROOM"](**declaration.capabilities["MACHINE_ROOM"].example_params)
+    assert ids_of(example.allocate("g", "c1", [mq("r0@b1", 0), mq("r1@b2", 1), mq("r3@b1", 2)], ["c1"])) == [0, 1]
     for name, factory in STRATEGIES.items():
         built = factory(**room_params(name))
         assert isinstance(built, AllocateStrategy)

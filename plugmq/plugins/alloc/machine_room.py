@@ -91,7 +91,10 @@ class MachineRoom:
     the remainder dealt one each to the first consumers."""
 
     name: ClassVar[str] = "MACHINE_ROOM"
-    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities(may_leave_queues_unassigned=True)
+    # example_params: rooms named like the conformance suite's "r<k>@b<n>" brokers.
+    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities(
+        may_leave_queues_unassigned=True, example_params={"rooms": ("r0", "r1")}
+    )
 
     rooms: frozenset[str] | None = None
 
