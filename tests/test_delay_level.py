@@ -424,3 +424,34 @@ def test_any_schedule_is_delivered_once_never_early_in_level_order(tmp_path_fact
             assert mine == sorted(mine, key=lambda u: int(u[1:]))
     finally:
         bench.close()
+
+
+# -- inside a broker ---------------------------------------------------------------------------
+
+
+def test_inside_a_broker_levels_retries_and_refusals(tmp_path: Path, clock: ManualClock) -> None:
+    from plugmq.core import Message, MessageQueue
+    from plugmq.core.broker import Broker
+
+    with Broker.open(tmp_path, plugins=["store_lmdb", "delay_level"], clock=clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        queue = MessageQueue(TOPIC, broker.name, 0)
+        sent = broker.put(Message(TOPIC, b"later", tags="A", delay_level=2), 0)
+        assert broker.max_offset(queue) == 0
+        clock.advance(4.999)
+        assert broker.max_offset(queue) == 0
+        clock.advance(0.001)
+        [got] = broker.pull(queue, 0).messages
+        assert got.body == b"later" and got.unique_id == sent.unique_id and got.tags == "A"
+        assert Prop.DELAY_LEVEL not in got.properties and Prop.REAL_TOPIC not in got.properties
+        with pytest.raises(DelayUnsupportedError, match="delay_wheel"):
+            broker.put(Message(TOPIC, b"at", deliver_at_ms=clock.now_ms() + 60_000), 0)
+        with pytest.raises(DelayUnsupportedError, match="cannot cancel"):
+            broker.cancel_delayed(sent.msg_id)
+        broker.send_back(got, "G1", max_reconsume_times=16)  # level 3 + 0 = 10 s
+        retry = MessageQueue("%RETRY%G1", broker.name, 0)
+        clock.advance(9.999)
+        assert broker.max_offset(retry) == 0
+        clock.advance(0.001)
+        [again] = broker.pull(retry, 0).messages
+        assert again.reconsume_times == 1 and again.unique_id == sent.unique_id
