@@ -36,6 +36,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "filter_tag",
     "filter_sql",
     "alloc",
+    "txn",
 )
 
 
