@@ -56,7 +56,9 @@ from plugmq.core.topics import TopicTable
 
 if TYPE_CHECKING:
     from plugmq.core.consumer import PullConsumer, PushConsumer
+    from plugmq.core.contracts import TransactionChecker
     from plugmq.core.producer import Producer
+    from plugmq.core.transactions import LocalTransaction, TransactionProducer
 
 __all__ = ["Broker"]
 
@@ -388,6 +390,19 @@ class Broker:
 
         self._check_open()
         return PullConsumer(self, group)
+
+    def transaction_producer(self, group: str, local_transaction: LocalTransaction,
+                             check_listener: TransactionChecker) -> TransactionProducer:
+        """A transactional producer of ``group`` (needs a transaction plugin, e.g. ``txn``).
+
+        ``send_in_transaction(message, arg)`` stores a half message, runs
+        ``local_transaction(message, arg)`` and commits or rolls back; UNKNOWN (or an exception) is
+        settled later by the plugin asking ``check_listener(message)`` of a live producer.
+        """
+        from plugmq.core.transactions import TransactionProducer
+
+        self._check_open()
+        return TransactionProducer(self, group, local_transaction, check_listener)
 
     def offsets(self, group: str) -> OffsetStore:
         """The broker-kept offsets of a clustering group (one atomically rewritten file)."""
