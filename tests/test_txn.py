@@ -56,7 +56,7 @@ class Recorder:
 
 def test_half_and_committed_records(tmp_path: Path, clock: ManualClock) -> None:
     with open_broker(tmp_path, clock) as broker:
-        producer = TransactionProducer(broker, "pg", by_arg, Recorder())
+        producer = broker.transaction_producer("pg", by_arg, Recorder())
         result = producer.send_in_transaction(Message(TOPIC, b"body", tags="T", properties={"u": "1"}), UNKNOWN,
                                               selector=lambda queues, _m, _a: queues[1], check_immunity_s=60)
         assert result.send_result.queue == MessageQueue(TOPIC, broker.name, 1)
@@ -78,7 +78,7 @@ def test_half_and_committed_records(tmp_path: Path, clock: ManualClock) -> None:
 def test_producer_refusals(tmp_path: Path, clock: ManualClock) -> None:
     with Broker.open(tmp_path / "plain", plugins=["store_lmdb"], clock=clock) as plain:
         with pytest.raises(TransactionError, match="add 'txn'"):
-            TransactionProducer(plain, "pg", by_arg, Recorder())
+            plain.transaction_producer("pg", by_arg, Recorder())
     with open_broker(tmp_path / "txn", clock) as broker:
         producer = TransactionProducer(broker, "pg", by_arg, Recorder())
         with pytest.raises(TransactionError, match="system topic"):

@@ -48,7 +48,7 @@ def _rate(count: int, fn: Callable[[], Any]) -> float:
 
 
 def _producer(broker: Broker, checker: Callable[[StoredMessage], TransactionDecision]) -> TransactionProducer:
-    return TransactionProducer(broker, GROUP, lambda _m, arg: arg, checker)
+    return broker.transaction_producer(GROUP, lambda _m, arg: arg, checker)
 
 
 def measure_sends(store: str, flush: str, sends: int, body_size: int) -> dict[str, float]:

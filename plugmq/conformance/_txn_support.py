@@ -17,4 +17,4 @@ def body_for(label: str) -> bytes:
 
 def open_producer(broker: Broker, group: str, local: Callable[[Any, Any], TransactionDecision],
                   checker: Callable[[StoredMessage], TransactionDecision]) -> TransactionProducer:
-    return TransactionProducer(broker, group, local, checker)
+    return broker.transaction_producer(group, local, checker)
