@@ -76,9 +76,9 @@ def test_half_and_committed_records(tmp_path: Path, clock: ManualClock) -> None:
 
 
 def test_producer_refusals(tmp_path: Path, clock: ManualClock) -> None:
-    with Broker.open(tmp_path / "plain", plugins=["store_lmdb"], clock=clock) as plain:
-        with pytest.raises(TransactionError, match="add 'txn'"):
-            plain.transaction_producer("pg", by_arg, Recorder())
+    with Broker.open(tmp_path / "plain", plugins=["store_lmdb"], clock=clock) as plain, \
+            pytest.raises(TransactionError, match="add 'txn'"):
+        plain.transaction_producer("pg", by_arg, Recorder())
     with open_broker(tmp_path / "txn", clock) as broker:
         producer = TransactionProducer(broker, "pg", by_arg, Recorder())
         with pytest.raises(TransactionError, match="system topic"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any, ClassVar
 
 import pytest
 
@@ -27,5 +28,5 @@ def txn_plugins(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 class TestTxnConformance(TransactionConformance):
     # store_mmap's default 1 GiB segments cost seconds per reopen; the clauses need a few KiB.
-    PLUGIN_OPTIONS = {"store_mmap": {"commit_log_segment_size": 8 << 20, "consume_queue_entries_per_file": 1000,
+    PLUGIN_OPTIONS: ClassVar[dict[str, dict[str, Any]]] = {"store_mmap": {"commit_log_segment_size": 8 << 20, "consume_queue_entries_per_file": 1000,
                                      "index_slot_count": 1024, "index_max_entries": 4096}}

@@ -16,7 +16,13 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import TRANS_DISCARD_TOPIC, ManualClock, Message, MessageQueue, TransactionDecision
+from plugmq.core import (
+    TRANS_DISCARD_TOPIC,
+    ManualClock,
+    Message,
+    MessageQueue,
+    TransactionDecision,
+)
 from plugmq.core.broker import Broker
 from plugmq.core.transactions import TransactionProducer
 

@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core import TRANS_HALF_TOPIC, ManualClock, Message, StoredMessage, TransactionDecision
+from plugmq.core import (
+    TRANS_HALF_TOPIC,
+    ManualClock,
+    Message,
+    StoredMessage,
+    TransactionDecision,
+)
 from plugmq.core.broker import Broker
 from plugmq.core.transactions import TransactionProducer
 
@@ -51,6 +58,11 @@ def _producer(broker: Broker, checker: Callable[[StoredMessage], TransactionDeci
     return broker.transaction_producer(GROUP, lambda _m, arg: arg, checker)
 
 
+def _send_all(producer: TransactionProducer, count: int, body: bytes, decision: TransactionDecision) -> None:
+    for _ in range(count):
+        producer.send_in_transaction(Message(TOPIC, body), decision)
+
+
 def measure_sends(store: str, flush: str, sends: int, body_size: int) -> dict[str, float]:
     """msg/s of plain sends and of transactional sends (COMMIT with/without op-log fsync, ROLLBACK)."""
     body = b"x" * body_size
@@ -63,12 +75,11 @@ def measure_sends(store: str, flush: str, sends: int, body_size: int) -> dict[st
                         rates["plain send"] = _rate(sends, lambda: [plain.send(Message(TOPIC, body))
                                                                     for _ in range(sends)])
                 txn = _producer(broker, lambda _m: TransactionDecision.UNKNOWN)
-                rates[f"txn COMMIT, op log {label}"] = _rate(sends, lambda: [
-                    txn.send_in_transaction(Message(TOPIC, body), TransactionDecision.COMMIT) for _ in range(sends)])
+                rates[f"txn COMMIT, op log {label}"] = _rate(
+                    sends, lambda txn=txn: _send_all(txn, sends, body, TransactionDecision.COMMIT))
                 if fsync:
-                    rates["txn ROLLBACK, op log fsync"] = _rate(sends, lambda: [
-                        txn.send_in_transaction(Message(TOPIC, body), TransactionDecision.ROLLBACK)
-                        for _ in range(sends)])
+                    rates["txn ROLLBACK, op log fsync"] = _rate(
+                        sends, lambda txn=txn: _send_all(txn, sends, body, TransactionDecision.ROLLBACK))
     return rates
 
 

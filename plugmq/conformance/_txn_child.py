@@ -64,7 +64,12 @@ def main(argv: list[str]) -> int:
     out = os.dup(1)
     os.dup2(2, 1)  # whatever the broker logs goes to stderr; stdout carries the step report only
     from plugmq.conformance._txn_support import body_for, open_producer
-    from plugmq.core import TRANS_DISCARD_TOPIC, ManualClock, Message, TransactionDecision
+    from plugmq.core import (
+        TRANS_DISCARD_TOPIC,
+        ManualClock,
+        Message,
+        TransactionDecision,
+    )
     from plugmq.core.broker import Broker
 
     step = spec["step"]

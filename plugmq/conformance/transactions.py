@@ -13,13 +13,15 @@ Everything runs on a ManualClock; the restart clauses SIGKILL a real child proce
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, ClassVar
 
 import pytest
 import structlog
@@ -78,7 +80,7 @@ class TransactionConformance:
 
     TOPIC = "TxnConformance"
     GROUP = "txn-conformance-pg"
-    PLUGIN_OPTIONS: Mapping[str, Mapping[str, Any]] = {}
+    PLUGIN_OPTIONS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     def options_for(self, plugins: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         return {name: dict(table) for name, table in self.PLUGIN_OPTIONS.items() if name in plugins}
@@ -145,7 +147,7 @@ class TransactionConformance:
         spec = {"step": step, "data_dir": str(data_dir), "plugins": list(txn_plugins), "start": clock.now(),
                 "options": self.options_for(txn_plugins), "topic": self.TOPIC, "group": self.GROUP}
         proc = subprocess.run([sys.executable, "-m", "plugmq.conformance._txn_child", json.dumps(spec)],
-                              capture_output=True, timeout=120)
+                              capture_output=True, timeout=120, check=False)
         lines = proc.stdout.decode().splitlines()
         report = json.loads(lines[-1]) if lines else {}
         assert report.get("step") == step and proc.returncode == -signal.SIGKILL, (
@@ -250,7 +252,7 @@ class TransactionConformance:
         if times:
             first = times[0] - sent_at
             assert caps.transaction_timeout_ms / 1000 <= first <= caps.transaction_timeout_ms / 1000 + res
-            for a, b in zip(times, times[1:]):
+            for a, b in itertools.pairwise(times):
                 assert caps.check_interval_ms / 1000 <= b - a <= caps.check_interval_ms / 1000 + res
         dropped = self.discarded(broker)
         assert [m.body for m in dropped] == [b"never decided"] and self.visible(broker) == []

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
 
-from plugmq.core.contracts import TransactionChecker, TransactionDecision, TransactionService
+from plugmq.core.contracts import (
+    TransactionChecker,
+    TransactionDecision,
+    TransactionService,
+)
 from plugmq.core.errors import ClientError, TransactionError, ValidationError
-from plugmq.core.message import AppendStatus, Message, MessageQueue, SendResult, SendStatus
+from plugmq.core.message import (
+    AppendStatus,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+)
 from plugmq.core.names import Prop, is_system_topic, validate_group
 
 if TYPE_CHECKING:
@@ -130,7 +141,7 @@ class TransactionProducer:
     def _run_local(self, message: Message, arg: Any, transaction_id: str) -> tuple[TransactionDecision, str | None]:
         try:
             decision = self._local(message, arg)
-        except Exception as exc:  # the half is stored: the check-back settles it
+        except Exception as exc:  # noqa: BLE001 - user code; the half is stored, the check-back settles it
             log.warning("local transaction raised; left for check-back", group=self.group,
                         transaction_id=transaction_id, error=repr(exc))
             return TransactionDecision.UNKNOWN, repr(exc)

@@ -10,7 +10,13 @@ undecided after ``check_max`` checks goes to ``TRANS_DISCARD_TOPIC`` with a warn
 
 from __future__ import annotations
 
-from plugmq.core import Family, PluginDeclaration, TransactionContext, TransactionService, hookimpl
+from plugmq.core import (
+    Family,
+    PluginDeclaration,
+    TransactionContext,
+    TransactionService,
+    hookimpl,
+)
 from plugmq.plugins.txn.options import TxnOptions
 from plugmq.plugins.txn.service import PLUGIN_NAME, TxnService, capabilities_for
 

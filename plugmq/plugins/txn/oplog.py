@@ -24,13 +24,13 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import attrs
 import structlog
 
-__all__ = ["COMMIT", "DISCARD", "DONE", "CHECKED", "LOST", "ROLLBACK", "WATERMARK", "OpLog", "OpState", "record"]
+__all__ = ["CHECKED", "COMMIT", "DISCARD", "DONE", "LOST", "ROLLBACK", "WATERMARK", "OpLog", "OpState", "record"]
 
 log = structlog.stdlib.get_logger(__name__)
 

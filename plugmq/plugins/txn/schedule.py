@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import heapq
+
 __all__ = ["OpenTxn", "Schedule"]
 
 
 class OpenTxn:
     """A half message without a decision. ``due_ms`` is its next check (or discard) time."""
 
-    __slots__ = ("half", "commit_log_offset", "size", "group", "checks", "due_ms")
+    __slots__ = ("checks", "commit_log_offset", "due_ms", "group", "half", "size")
 
     def __init__(self, half: int, commit_log_offset: int, size: int, group: str, checks: int, due_ms: int) -> None:
         self.half = half

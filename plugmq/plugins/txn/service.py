@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from itertools import chain
-from typing import Mapping
 
 import structlog
 
@@ -407,7 +407,7 @@ class TxnService:
             return None
         try:
             decision = checker(checker_view(stored))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything; it means "not known yet"
             log.warning("check listener raised; counted as UNKNOWN", group=txn.group,
                         transaction_id=stored.msg_id, error=repr(exc))
             decision = TransactionDecision.UNKNOWN
