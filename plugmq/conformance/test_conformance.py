@@ -78,6 +78,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                              _keyed(config, Family.ALLOCATION, "allocate_strategies"), indirect=True)
     if "filter_compiler" in metafunc.fixturenames:
         metafunc.parametrize("filter_compiler", _keyed(config, Family.FILTER, "filter_compilers"), indirect=True)
+    if "txn_plugins" in metafunc.fixturenames:
+        metafunc.parametrize("txn_plugins", _params(config, Family.TRANSACTION), indirect=True)
     if "delay_plugin" in metafunc.fixturenames:
         metafunc.parametrize("delay_plugin", _params(config, Family.DELAY), indirect=True)
     if "broker_plugins" in metafunc.fixturenames:
@@ -119,6 +121,14 @@ def delay_plugin(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
+def txn_plugins(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    usable = {p.name for p in installed_plugins() if p.error is None}
+    # store_lmdb first: it reopens fastest, and the restart clauses reopen many times.
+    store = next(s for s in ("store_lmdb", "store_mmap", "store_rocks") if s in usable)
+    return (store, request.param, *[a for a in _COMPANIONS[Family.ALLOCATION] if a in usable])
+
+
+@pytest.fixture
 def broker_plugins(request: pytest.FixtureRequest) -> Any:
     from plugmq.conformance.broker import BrokerUnderTest
 
@@ -146,6 +156,10 @@ class TestFilterContract(_family_base("filters", "FilterConformance")):  # type:
 
 
 class TestDelayContract(_family_base("delay", "DelayConformance")):  # type: ignore[misc]
+    pass
+
+
+class TestTransactionContract(_family_base("transactions", "TransactionConformance")):  # type: ignore[misc]
     pass
 
 
