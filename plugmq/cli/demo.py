@@ -161,8 +161,31 @@ def run_demo(data_dir: Path, console: Console) -> Broker:
             console.print(f"retried (fails twice; back-off delay levels 3 and 4 = 10 s then 30 s): {attempts}")
 
         def transactions() -> None:
-            console.print("transaction service present: "
-                          f"{type(broker.transactions).__name__ if broker.transactions else None}")
+            from plugmq.core.contracts import TransactionDecision
+
+            topic = "DemoPayments"
+            queue = broker.create_topic(topic, 1)[0]
+            outcomes = {"pay-1": TransactionDecision.COMMIT, "pay-2": TransactionDecision.ROLLBACK,
+                        "pay-3": TransactionDecision.UNKNOWN}
+            checked: list[str] = []
+
+            def local_transaction(message: Message, arg: object) -> TransactionDecision:
+                return outcomes[message.body.decode()]
+
+            def check_listener(message: object) -> TransactionDecision:
+                checked.append(message.body.decode())  # type: ignore[attr-defined]
+                return TransactionDecision.COMMIT
+
+            producer = broker.transaction_producer("demo-tx", local_transaction, check_listener)
+            for body in outcomes:
+                result = producer.send_in_transaction(Message(topic, body.encode()))
+                console.print(f"{body}: local transaction said {result.local_decision.name}")
+            visible = [m.body.decode() for m in broker.pull(queue, 0, 8).messages]
+            console.print(f"visible on {topic!r} right away: {visible}")
+            clock.advance(broker.transactions.capabilities.transaction_timeout_ms / 1000 + 1)  # type: ignore[union-attr]
+            visible = [m.body.decode() for m in broker.pull(queue, 0, 8).messages]
+            console.print(f"after the transaction timeout the broker checked back {checked} -> visible: {visible}")
+            producer.close()
 
         _step(console, "storage", Family.STORAGE, broker, storage)
         _step(console, "filters", Family.FILTER, broker, filters)

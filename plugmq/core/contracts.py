@@ -280,7 +280,13 @@ class FilterCapabilities:
 
 @runtime_checkable
 class Filter(Protocol):
-    """A compiled subscription expression."""
+    """A compiled subscription expression.
+
+    Optional extras a broker may use when present: ``precheck_many(codes)`` (a numpy bool mask
+    over an int64 array of tag codes; must agree with ``precheck``) and ``precheck_bloom(bits)``
+    (False only when a property the expression needs for TRUE is surely absent from a message
+    whose property-name bloom is ``bits``).
+    """
 
     expression_type: str
     expression: str
