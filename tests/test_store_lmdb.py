@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import filecmp
 import threading
 import time
 from pathlib import Path
@@ -19,10 +18,9 @@ from plugmq.core import (
     StoreFullError,
 )
 from plugmq.core.components import open_store
-from plugmq.plugins.store_lmdb import codec
-from plugmq.plugins.store_lmdb.groupcommit import GroupCommit
+from plugmq.core.kvstore import codec
+from plugmq.core.kvstore.groupcommit import GroupCommit
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugmq" / "plugins"
 
 
 def _open(tmp_path: Path, clock: ManualClock, **options: object):
@@ -184,10 +182,4 @@ def test_group_commit_failure_reaches_every_member() -> None:
     group = GroupCommit(lambda batches: (_ for _ in ()).throw(StoreError("disk on fire")))
     with pytest.raises(StoreError, match="disk on fire"):
         group.submit([1])
-
-
-def test_codec_copies_are_identical() -> None:
-    """The two stores keep a copy each (plugins may not import each other); they must not drift."""
-    for name in ("codec.py", "groupcommit.py"):
-        assert filecmp.cmp(PLUGINS / "store_lmdb" / name, PLUGINS / "store_rocks" / name, shallow=False), name
 

@@ -43,8 +43,8 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
-from plugmq.plugins.store_lmdb import codec
-from plugmq.plugins.store_lmdb.groupcommit import GroupCommit
+from plugmq.core.kvstore import codec
+from plugmq.core.kvstore.groupcommit import GroupCommit
 from plugmq.plugins.store_lmdb.options import LmdbOptions
 
 log = structlog.stdlib.get_logger(__name__)

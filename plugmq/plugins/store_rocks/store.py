@@ -50,8 +50,8 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
-from plugmq.plugins.store_rocks import codec
-from plugmq.plugins.store_rocks.groupcommit import GroupCommit
+from plugmq.core.kvstore import codec
+from plugmq.core.kvstore.groupcommit import GroupCommit
 from plugmq.plugins.store_rocks.options import RocksOptions
 
 log = structlog.stdlib.get_logger(__name__)

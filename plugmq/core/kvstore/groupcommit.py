@@ -7,8 +7,7 @@ the next group). With sync flush, N concurrent writers thus pay for one fsync, n
 offsets are assigned in one place, in queue order. No extra thread: a lone writer commits its
 own batch at once.
 
-store_lmdb and store_rocks each keep an identical copy of this module: plugins may not
-import each other.
+Shared by store_lmdb and store_rocks (plugins may not import each other, so it lives in the core).
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ and a CRC32 of the body (``body_crc``), so a flipped bit anywhere is caught on r
 index and queue-state keys start with the length-prefixed topic, so one queue (or one key of a
 topic) is a contiguous key range and every lookup is a range scan.
 
-store_lmdb and store_rocks each keep an identical copy of this module: plugins may not
-import each other.
+Shared by store_lmdb and store_rocks (plugins may not import each other, so it lives in the core).
 """
 
 from __future__ import annotations
