@@ -1,0 +1,118 @@
+"""``plugmq compare EXPERIMENTS --out DIR``: run an experiments file on Spark and write the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from plugmq.core.errors import ConfigError
+
+__all__ = ["command"]
+
+
+def _conf(items: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE (a Spark configuration)", param_hint="--conf")
+        conf[key] = value
+    return conf
+
+
+@click.command("compare")
+@click.argument("experiments_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the Parquet tables, report.html and charts.")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master: local[N], spark://host:7077, yarn, k8s://...")
+@click.option("--seed", type=int, default=None, help="Override the file's seed (run order).")
+@click.option("--only", multiple=True, help="Run only this matrix (repeatable).")
+@click.option("--sweep-max", type=int, default=None,
+              help="Queues and consumers of the allocation sweep (0: no sweep; default: the file's [sweep]).")
+@click.option("--isolate/--in-process", default=True, show_default=True,
+              help="Run each experiment in its own Python process (crash, hang and memory isolation).")
+@click.option("--experiment-timeout", type=float, default=1800.0, show_default=True,
+              help="Seconds after which an isolated experiment is killed and reported failed.")
+@click.option("--perf-isolation", type=click.Choice(["exclusive", "none"]), default="exclusive", show_default=True,
+              help="exclusive: a real-clock experiment runs alone on its host; none: no host lock (recorded).")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where experiments create their broker directories (default: the system temp dir).")
+@click.option("--keep-data", is_flag=True, help="Keep each experiment's broker directory.")
+@click.option("--conf", "conf", multiple=True, help="Extra Spark configuration KEY=VALUE (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Validate the file and list the experiments in run order; run nothing.")
+def command(experiments_file: Path, out: Path, master: str, seed: int | None, only: tuple[str, ...],
+            sweep_max: int | None, isolate: bool, experiment_timeout: float, perf_isolation: str,
+            work_dir: Path | None, keep_data: bool, conf: tuple[str, ...], dry_run: bool) -> None:
+    """Compare plugin sets on workloads (the file's matrix), one Spark task per experiment."""
+    from plugmq.spark.compare import run_compare, select, sweep_spec
+    from plugmq.spark.execute import ExecOptions
+    from plugmq.spark.experiments import expand_matrix, load_experiments
+
+    console = Console()
+    try:
+        spec = select(load_experiments(experiments_file), only)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    experiments = expand_matrix(spec, seed=seed)
+    if dry_run:
+        table = Table(title=f"{len(experiments)} experiments in run order")
+        for column in ("order", "experiment", "clock", "store / flush", "delay"):
+            table.add_column(column, overflow="fold")
+        for e in experiments:
+            table.add_row(str(e.order), e.experiment_id, e.workload.clock, f"{e.plugin_set.store} / {e.effective_flush}",
+                          e.plugin_set.delay or "-")
+        console.print(table)
+        sweep = sweep_spec(spec, sweep_max)
+        console.print(f"sweep: {f'{sweep.max_queues} x {sweep.max_consumers}' if sweep else 'off'}")
+        return
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    options = ExecOptions(work_dir=str(work_dir) if work_dir else None, window_s=spec.window_s, isolate=isolate,
+                          timeout_s=experiment_timeout, perf_isolation=perf_isolation, keep_data=keep_data)
+    from plugmq.spark.job import make_session
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        starting = progress.add_task("starting Spark", total=1, note=master)
+        spark = make_session(master, conf=_conf(conf))
+        progress.update(starting, completed=1)
+        tasks: dict[str, int] = {}
+
+        def on_progress(stage: str, done: int, running: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=total, note="")
+            progress.update(tasks[stage], completed=done, total=total, note=f"{running} running" if running else "")
+
+        try:
+            outcome = run_compare(spark, spec, out, options=options, seed=seed, sweep_max=sweep_max, master=master,
+                                  on_progress=on_progress)
+        finally:
+            spark.stop()
+    statuses = outcome.tables["experiments"]["status"].value_counts().to_dict()
+    console.print(f"[bold]{len(outcome.experiments)} experiments[/bold] in {outcome.matrix_wall_s:.1f} s: "
+                  + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    findings = Table(title="headline findings", show_lines=False)
+    findings.add_column("finding")
+    for line in outcome.findings:
+        findings.add_row(_plain(line))
+    console.print(findings)
+    console.print(f"report: {outcome.report}")
+    console.print("tables: " + ", ".join(p.name for p in outcome.parquet))
+
+
+def _plain(text: str) -> str:
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", text)).replace("[", "\\[")
