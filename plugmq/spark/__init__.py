@@ -16,7 +16,7 @@ next to every executor, then point the workers' Python at it::
     venv-pack -p .venv -o plugmq-env.tar.gz
     PYSPARK_PYTHON=./environment/bin/python plugmq compare exp.toml --out out \\
         --master spark://host:7077 --conf spark.archives=plugmq-env.tar.gz#environment \\
-        --conf spark.pyspark.python=./environment/bin/python
+        --conf spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python
 
 (``examples/compare/README.md`` has the details.)
 """

@@ -1,0 +1,339 @@
+"""plugmq compare without Spark: the experiments file, the matrix, histograms, replays, the sweep model."""
+
+from __future__ import annotations
+
+import copy
+import random
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plugmq.core.errors import ConfigError
+from plugmq.core.pluginmanager import installed_allocate_strategies
+from plugmq.spark.experiments import (
+    Experiment,
+    SweepSpec,
+    expand_matrix,
+    load_experiments,
+    parse_experiments,
+)
+from plugmq.spark.histogram import Histogram, bucket_of, bucket_upper_ms
+from plugmq.spark.replay import run_experiment
+from plugmq.spark.sweep import (
+    SweepModel,
+    _pair_rows,
+    _plugin_owners,
+    joiner_id,
+    member_id,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "compare"
+
+BASE: dict[str, Any] = {
+    "run": {"seed": 7},
+    "workloads": {
+        "levels": {"producer_rate": 10, "duration_s": 20, "consumers_per_subscription": 2,
+                   "delay": {"fraction": 0.5, "levels": [1, 2, 3]}},
+        "arbitrary": {"producer_rate": 10, "duration_s": 20,
+                      "delay": {"fraction": 0.5, "distribution": "uniform", "min_delay_s": 1, "max_delay_s": 40}},
+    },
+    "plugin_sets": {
+        "lv": {"plugins": ["store_mmap", "delay_level", "alloc"], "options": {"store_mmap": {"flush": "async"}}},
+        "wh": {"plugins": ["store_mmap", "delay_wheel", "alloc"], "options": {"store_mmap": {"flush": "async"}}},
+        "sc": {"plugins": ["store_lmdb", "delay_schedule", "alloc"], "options": {"store_lmdb": {"flush": "sync"}}},
+    },
+    "matrix": [{"name": "delay", "kind": "delay", "workloads": ["levels", "arbitrary"],
+                "plugin_sets": ["lv", "wh", "sc"], "repetitions": 2}],
+}
+
+
+def spec_with(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = data
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        if value is None:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return data
+
+
+# ------------------------------------------------------------------------------------------ file and matrix
+def test_matrix_expands_every_cell_in_a_seeded_order() -> None:
+    spec = parse_experiments(BASE)
+    runs = expand_matrix(spec)
+    assert len(runs) == 2 * 3 * 2
+    cells = Counter((e.workload.name, e.plugin_set.name) for e in runs)
+    assert set(cells.values()) == {2} and len(cells) == 6
+    assert [e.order for e in runs] == list(range(12))
+    assert len({e.experiment_id for e in runs}) == 12
+    again = [e.experiment_id for e in expand_matrix(parse_experiments(BASE))]
+    assert again == [e.experiment_id for e in runs], "same seed, same order"
+    other = [e.experiment_id for e in expand_matrix(spec, seed=8)]
+    assert sorted(other) == sorted(again) and other != again, "another seed shuffles differently"
+    natural = sorted(again, key=lambda i: (i.split("/")[1], i.split("/")[2], i))
+    assert again != natural, "the order is randomised, not the declaration order"
+
+
+def test_repetitions_share_the_seed_unless_reseeded() -> None:
+    runs = expand_matrix(parse_experiments(BASE))
+    assert {e.seed for e in runs if e.workload.name == "levels"} == {0}
+    reseeded = expand_matrix(parse_experiments(spec_with(matrix__0__reseed=True)))
+    assert {e.seed for e in reseeded if e.workload.name == "levels"} == {0, 1}
+
+
+def test_defaults_and_derived_values() -> None:
+    spec = parse_experiments(BASE)
+    levels = spec.workloads["levels"]
+    assert levels.clock == "virtual" and levels.delay is not None and levels.delay.levels == (1, 2, 3)
+    sc = spec.plugin_sets["sc"]
+    assert (sc.store, sc.flush, sc.delay, sc.allocation_strategy) == ("store_lmdb", "sync", "delay_schedule", "AVG")
+    real = parse_experiments(spec_with(workloads__plain={"duration_s": 1},
+                                       matrix__0__workloads=["plain"])).workloads["plain"]
+    assert real.clock == "real" and real.producer_rate == 0
+
+
+def test_workload_flush_overrides_the_store_for_that_workload() -> None:
+    spec = parse_experiments(spec_with(workloads__levels__flush="sync"))
+    exp = next(e for e in expand_matrix(spec) if e.workload.name == "levels" and e.plugin_set.name == "lv")
+    assert exp.effective_flush == "sync" and exp.store_options()["store_mmap"]["flush"] == "sync"
+    assert exp.plugin_set.options["store_mmap"]["flush"] == "async", "the plugin set itself is unchanged"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"plugin_sets__lv__options": {}}, "plugin_sets.lv.options.store_mmap.flush: the durability mode must be stated"),
+    ({"plugin_sets__lv__options": {"store_mmap": {"flush": "sometimes"}}}, "plugin_sets.lv.options.store_mmap.flush must be"),
+    ({"plugin_sets__lv__options": {"store_mmap": {"flush": "sync", "flsh_interval_ms": 5}}},
+     "plugin_sets.lv.options.store_mmap: unknown option 'flsh_interval_ms'"),
+    ({"plugin_sets__lv__plugins": ["store_mmap", "store_lmdb"]}, "plugin_sets.lv.plugins"),
+    ({"plugin_sets__lv__plugins": ["store_mmapp"]}, "unknown plugin 'store_mmapp'"),
+    ({"plugin_sets__lv__allocation_strategy": "AVERAGE"}, "plugin_sets.lv.allocation_strategy: 'AVERAGE'"),
+    ({"workloads__levels__delay__fraction": 1.5}, "workloads.levels.delay.fraction must be <= 1"),
+    ({"workloads__levels__delay__distribution": "uniform"}, "workloads.levels.delay: give exactly one of"),
+    ({"workloads__levels__queus_per_topic": 3}, "workloads.levels.queus_per_topic: unknown key. Did you mean 'queues_per_topic'?"),
+    ({"workloads__levels__producer_rate": 0}, "workloads.levels.producer_rate: a virtual-clock workload needs a rate"),
+    ({"workloads__levels__batch_size": 4}, "workloads.levels.batch_size: delayed messages cannot be batched"),
+    ({"workloads__levels__clock": "real"}, "workloads.levels.drain_s"),
+    ({"workloads__levels__filter": {"type": "XPATH"}}, "workloads.levels.filter.type must be one of"),
+    ({"workloads__levels__filter": {"type": "TAG", "selectivity": 0.1, "expression": "A"}},
+     "workloads.levels.filter: give either 'selectivity' alone"),
+    ({"matrix__0__plugin_sets": ["lv", "nope"]}, "matrix[0].plugin_sets: unknown plugin set 'nope'"),
+    ({"matrix__0__kind": "speed"}, "matrix[0].kind must be one of"),
+    ({"matrix__0__repetitions": 0}, "matrix[0].repetitions must be >= 1"),
+    ({"matrix": []}, "matrix: at least one"),
+    ({"sweep": {"strategies": ["MACHINE_ROOM"]}}, "sweep.strategies: the sweep models"),
+])
+def test_validation_errors_name_the_key_path(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_experiments(spec_with(**changes))
+    assert message in str(caught.value)
+
+
+def test_broker_settings_are_validated_and_runner_owned_keys_refused() -> None:
+    with pytest.raises(ConfigError, match=r"plugin_sets.lv.broker.data_dir: set by the experiment runner"):
+        parse_experiments(spec_with(plugin_sets__lv__broker={"data_dir": "/x"}))
+    with pytest.raises(ConfigError, match=r"plugin_sets.lv.broker"):
+        parse_experiments(spec_with(plugin_sets__lv__broker={"max_mesage_size": 10}))
+
+
+def test_files_read_from_toml_and_broken_toml_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[run\nseed = 1\n")
+    with pytest.raises(ConfigError, match="broken.toml: not valid TOML"):
+        load_experiments(broken)
+    missing_yaml = tmp_path / "e.yaml"
+    missing_yaml.write_text("run: {seed: 1}\n")
+    try:
+        import yaml  # noqa: F401
+    except ModuleNotFoundError:
+        with pytest.raises(ConfigError, match="PyYAML"):
+            load_experiments(missing_yaml)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
+def test_shipped_example_files_validate(name: str) -> None:
+    spec = load_experiments(EXAMPLES / name)
+    runs = expand_matrix(spec)
+    assert runs and all(e.plugin_set.flush in ("sync", "async") for e in runs)
+    raw = tomllib.loads((EXAMPLES / name).read_text())
+    assert all("flush" in t["options"][spec.plugin_sets[n].store] for n, t in raw["plugin_sets"].items())
+
+
+def test_speedup_example_has_24_experiments() -> None:
+    assert len(expand_matrix(load_experiments(EXAMPLES / "speedup24.toml"))) == 24
+
+
+# ------------------------------------------------------------------------------------------ histograms
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=-5, max_value=1e7, allow_nan=False), min_size=1, max_size=200),
+       st.lists(st.floats(min_value=0, max_value=1e5, allow_nan=False), min_size=1, max_size=200))
+def test_merged_histograms_equal_the_histogram_of_all_values(a: list[float], b: list[float]) -> None:
+    ha, hb, both = Histogram(), Histogram(), Histogram()
+    ha.record_many(a)
+    for v in b:
+        hb.record(v)
+    both.record_many(a + b)
+    ha.merge(hb)
+    assert (ha.counts == both.counts).all() and ha.n == both.n and ha.max == both.max
+    values = sorted(a + b)
+    for q in (0.5, 0.99, 0.999):
+        estimate = ha.quantile(q)
+        exact = values[max(0, int(np.ceil(q * len(values))) - 1)]
+        assert estimate is not None
+        # Never below the true quantile, at most one bucket (10**(1/40) ~ 6 %) above it.
+        assert estimate >= exact or (exact <= 0 and estimate == 0)
+        assert estimate <= max(exact, 0.001) * 10 ** (1 / 40) + 1e-9 or estimate == ha.max
+
+
+def test_bucket_edges_cover_their_values() -> None:
+    rng = random.Random(3)
+    for _ in range(2000):
+        v = 10 ** rng.uniform(-4, 8)
+        b = bucket_of(v)
+        assert bucket_upper_ms(b) >= v and (b <= 1 or bucket_upper_ms(b - 1) < v)
+    assert bucket_of(0) == 0 and bucket_of(-3) == 0 and bucket_upper_ms(0) == 0
+
+
+# ------------------------------------------------------------------------------------------ replays
+def _experiment(spec_data: dict[str, Any], workload: str, plugin_set: str) -> Experiment:
+    spec = parse_experiments(spec_data)
+    return next(e for e in expand_matrix(spec) if e.workload.name == workload and e.plugin_set.name == plugin_set)
+
+
+def test_virtual_replay_is_deterministic_and_never_early(tmp_path: Path) -> None:
+    exp = _experiment(BASE, "levels", "wh")
+    first = run_experiment(exp, work_dir=tmp_path)
+    second = run_experiment(exp, work_dir=tmp_path)
+    assert first.status == "ok", first.error
+    det = {n: v for n, v, _, d in first.metrics if d}
+    assert det == {n: v for n, v, _, d in second.metrics if d}
+    assert det["delay_early_deliveries"] == 0 and det["delay_undelivered"] == 0
+    assert det["delay_delivered"] == det["delay_scheduled"] > 0
+    assert det["messages_consumed"] == det["messages_published"] == 200
+    assert det["consume_missing"] == 0 and det["consume_duplicates"] == 0
+    assert 0 <= det["delay_lateness_max_ms"] <= 1000, "the wheel's resolution is one second"
+    assert first.histograms["delay_lateness"].n == det["delay_delivered"]
+    assert not list(tmp_path.iterdir()), "the broker directory is removed"
+
+
+def test_level_strategy_reports_unsupported_for_arbitrary_delays(tmp_path: Path) -> None:
+    result = run_experiment(_experiment(BASE, "arbitrary", "lv"), work_dir=tmp_path)
+    assert result.status == "unsupported"
+    assert "delay_level serves only the fixed delay levels" in result.error
+    assert result.metrics == [] and result.histograms == {}, "no partial figures"
+    wheel = run_experiment(_experiment(BASE, "arbitrary", "wh"), work_dir=tmp_path)
+    assert wheel.status == "ok" and wheel.metric_map()["delay_early_deliveries"] == 0
+
+
+def test_failed_experiment_returns_a_row_with_the_error(tmp_path: Path) -> None:
+    data = spec_with(plugin_sets__lv__broker={"max_message_size": 64},
+                     workloads__levels__message_size=200)
+    result = run_experiment(_experiment(data, "levels", "lv"), work_dir=tmp_path)
+    assert result.status == "failed"
+    assert "every send failed" in result.error and "MessageTooLargeError" in result.error
+    rows = result.rows()
+    assert rows[0]["kind"] == "experiment" and rows[0]["name"] == "failed" and len(rows) == 1
+
+
+def test_churn_replay_measures_moves_and_balance(tmp_path: Path) -> None:
+    data = spec_with(workloads__churn={"queues_per_topic": 12, "producer_rate": 5, "duration_s": 120,
+                                       "consumers_per_subscription": 3,
+                                       "churn": {"joins_per_minute": 2, "leaves_per_minute": 2}},
+                     plugin_sets__ch={"plugins": ["store_mmap", "alloc"], "options": {"store_mmap": {"flush": "async"}},
+                                      "allocation_strategy": "CONSISTENT_HASH"},
+                     matrix__0__workloads=["churn"], matrix__0__plugin_sets=["lv", "ch"])
+    avg = run_experiment(_experiment(data, "churn", "lv"), work_dir=tmp_path).metric_map()
+    ch = run_experiment(_experiment(data, "churn", "ch"), work_dir=tmp_path).metric_map()
+    assert avg["allocation_membership_changes"] == 8, "2 joins + 2 leaves per minute for 2 minutes"
+    assert 1 <= ch["allocation_membership_changes"] <= 8, "a ring join can leave every queue where it was"
+    for m in (avg, ch):
+        assert m["consume_duplicates"] == 0 and m["consume_missing"] == 0
+    assert avg["allocation_imbalance_initial"] == 1.0, "12 queues over 3 consumers, AVG: 4 each"
+    assert avg["allocation_imbalance"] <= ch["allocation_imbalance"]
+
+
+def test_filter_scan_counts_precheck_and_false_positives(tmp_path: Path) -> None:
+    data = spec_with(
+        workloads__tag={"duration_s": 0.5, "filter": {"type": "TAG", "selectivity": 0.2}},
+        workloads__sql={"duration_s": 0.5, "filter": {"type": "SQL92", "selectivity": 0.2}},
+        plugin_sets__f={"plugins": ["store_mmap", "filter_tag", "filter_sql", "alloc"],
+                        "options": {"store_mmap": {"flush": "async"}}},
+        matrix__0__workloads=["tag", "sql"], matrix__0__plugin_sets=["f"])
+    tag = run_experiment(_experiment(data, "tag", "f"), work_dir=tmp_path).metric_map()
+    sql = run_experiment(_experiment(data, "sql", "f"), work_dir=tmp_path).metric_map()
+    assert tag["filter_entries"] > 20 and sql["filter_entries"] > 20
+    assert tag["filter_precheck_pass_rate"] == pytest.approx(tag["filter_selectivity"]), "tag hashes: no false positive"
+    assert tag["filter_false_positive_rate"] == 0
+    assert sql["filter_precheck_pass_rate"] == 1.0, "SQL92 has no consume-queue pre-check"
+    assert sql["filter_false_positive_rate"] == pytest.approx(1 - sql["filter_selectivity"])
+    assert tag["consume_missing"] == 0 and sql["consume_missing"] == 0
+
+
+# ------------------------------------------------------------------------------------------ sweep model
+@pytest.mark.parametrize("strategy", ["AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH"])
+def test_sweep_model_equals_the_installed_strategy_on_every_small_pair(strategy: str) -> None:
+    spec = SweepSpec(max_queues=14, max_consumers=14, strategies=(strategy,), virtual_nodes=4)
+    model = SweepModel(spec)
+    factories = installed_allocate_strategies()
+    params = {"virtual_nodes": 4} if strategy == "CONSISTENT_HASH" else {}
+    for c in range(1, 15):
+        for joined in (False, True):
+            order = list(model.order(c, joined=joined))
+            names = [member_id(int(i)) if i < c else joiner_id(c) for i in order]
+            owners = model.owners(strategy, c, joined=joined)
+            for q in range(1, 15):
+                expected = _plugin_owners(factories, strategy, params, q, names)
+                got = {p: names[order.index(i)] for p, i in enumerate(owners[q - 1, :q])}
+                assert got == expected, (strategy, q, c, joined)
+
+
+def test_sweep_rows_for_average_blocks() -> None:
+    model = SweepModel(SweepSpec(max_queues=10, max_consumers=3, strategies=("AVG",)))
+    rows = _pair_rows(model, "AVG", 3).set_index("queues")
+    assert rows.loc[10, "max_per_consumer"] == 4 and rows.loc[10, "min_per_consumer"] == 3
+    assert rows.loc[10, "imbalance"] == pytest.approx(4 / 3)
+    assert np.isnan(rows.loc[2, "imbalance"]) and rows.loc[2, "idle_consumers"] == 1
+    # 9 queues, the joiner sorts third: [0,1,2][3,4,5][6,7,8] -> [0,1,2][3,4][5,6 joiner][7,8]
+    assert rows.loc[9, "moved_on_join"] == 2
+
+
+# ------------------------------------------------------------------------------------------ command line
+def test_dry_run_lists_the_seeded_order_without_spark() -> None:
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    result = CliRunner().invoke(main, ["compare", str(EXAMPLES / "quick.toml"), "--out", "unused", "--dry-run"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "21 experiments in run order" in result.output and "sweep: 200 x 200" in result.output
+    first = expand_matrix(load_experiments(EXAMPLES / "quick.toml"))[0].experiment_id
+    assert first in result.output
+    probe = "import sys, plugmq.spark, plugmq.spark.cli; print('pyspark' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False", "importing plugmq.spark must not start pyspark"
+
+
+def test_bad_experiments_file_is_a_clean_cli_error(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[workloads.w]\nduration_s = 1\n[plugin_sets.p]\nplugins = ["store_mmap"]\n'
+                   '[[matrix]]\nworkloads = ["w"]\nplugin_sets = ["p"]\n')
+    result = CliRunner().invoke(main, ["compare", str(bad), "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0
+    assert "plugin_sets.p.options.store_mmap.flush: the durability mode must be stated" in result.output
