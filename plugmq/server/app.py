@@ -1,0 +1,187 @@
+"""Server bootstrap: the gRPC server over a broker, clean shutdown on SIGINT/SIGTERM, a thread runner."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+import grpc
+import structlog
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from plugmq.core.broker import Broker
+from plugmq.core.errors import ConfigError
+from plugmq.server.options import ServerOptions, load_serve_config
+from plugmq.server.pop import PopService
+from plugmq.server.popstate import PopState
+from plugmq.server.service import MessagingService
+from plugmq.server.telemetry import Sessions
+from plugmq.server.wakeup import DeadlineTimer, StoredObserver, Wakeup
+
+__all__ = ["PlugmqServer", "ServerThread", "run"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_OBSERVER_NAME = "plugmq-serve"
+
+
+class PlugmqServer:
+    """MessagingService for one broker on one address. The caller owns (and closes) the broker."""
+
+    def __init__(self, broker: Broker, options: ServerOptions | None = None) -> None:
+        self.broker = broker
+        self.options = options or ServerOptions()
+        self.address: str | None = None
+        self._server: grpc.aio.Server | None = None
+        self._stopped = False
+
+    async def start(self, listen: str | None = None) -> str:
+        """Bind (port 0 picks a free one), start serving; returns the bound ``host:port``."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        options = self.options
+        listen = listen or options.listen
+        self.state = PopState(self.broker.data_dir / "server", fsync=options.pop_fsync,
+                              compact_bytes=options.pop_compact_bytes)
+        self.wakeup = Wakeup(loop)
+        self.timer = DeadlineTimer(self.broker.clock, self._deadline_passed)
+        self.pop = PopService(self.broker, options, self.state, on_deadline=self.timer.arm)
+        self.sessions = Sessions(self.broker, options)
+        self.executor = ThreadPoolExecutor(options.executor_threads, thread_name_prefix="plugmq-serve")
+        self.observer = StoredObserver(self.wakeup)
+        self.broker.plugins.pm.register(self.observer, name=_OBSERVER_NAME)
+        limit = self.broker.config.max_message_size + (1 << 20)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                          ("grpc.max_send_message_length", -1)])
+        host = listen.rpartition(":")[0]
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            port, error = 0, exc
+        else:
+            error = None
+        if not port:
+            self._release()
+            raise ConfigError(f"cannot listen on {listen!r} ({error or 'address in use or not local'}); "
+                              "pick another --listen host:port")
+        self.address = f"{host}:{port}"
+        self.service = MessagingService(self.broker, options, self.pop, self.sessions, self.wakeup,
+                                        self.executor, self.address)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        await server.start()
+        self._server = server
+        self.timer.arm(self.pop.next_deadline())  # messages left in flight by the previous run
+        log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
+                 acl=options.acl.enabled, in_flight=self.state.inflight_count())
+        return self.address
+
+    def _deadline_passed(self) -> None:
+        """An invisible time ran out (broker clock thread): revive on the loop."""
+        try:
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._revive()))
+        except RuntimeError:
+            pass  # loop closed during shutdown
+
+    async def _revive(self) -> None:
+        if self._stopped:
+            return
+        try:
+            following = await asyncio.get_running_loop().run_in_executor(self.executor, self.pop.revive)
+        except Exception:
+            log.exception("reviving timed-out messages failed; retried at the next deadline")
+            return
+        self.wakeup.notify()
+        self.timer.arm(following)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Finish in-flight calls (up to ``grace`` seconds), then release everything but the broker."""
+        if self._stopped or self._server is None:
+            return
+        self._stopped = True
+        self.service.stopping.set()
+        self.wakeup.notify()  # long polls answer now instead of at their deadline
+        await self._server.stop(self.options.shutdown_grace_s if grace is None else grace)
+        self._release()
+        log.info("server stopped", address=self.address)
+
+    def _release(self) -> None:
+        self.timer.close()
+        self.executor.shutdown(wait=True)
+        self.sessions.close_all()
+        if self.broker.plugins.pm.has_plugin(_OBSERVER_NAME):
+            self.broker.plugins.pm.unregister(name=_OBSERVER_NAME)
+        self.state.close()
+
+
+async def _serve(broker_config: Mapping[str, Any], options: ServerOptions, ready: Callable[[str, Broker], None]) -> None:
+    broker = await asyncio.to_thread(Broker.from_config, broker_config)  # store recovery may take a while
+    server = PlugmqServer(broker, options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        address = await server.start()
+        ready(address, broker)
+        await stop.wait()
+        log.info("shutting down on signal")
+    finally:
+        await server.stop()
+        await asyncio.to_thread(broker.close)  # flushes the store
+
+
+def run(config_path: str | Path, listen: str | None = None,
+        ready: Callable[[str, Broker], None] = lambda _address, _broker: None) -> None:
+    """``plugmq serve``: serve the broker of ``config_path`` until SIGINT or SIGTERM."""
+    broker_config, options = load_serve_config(config_path)
+    if listen:
+        options = attrs.evolve(options, listen=listen)
+    asyncio.run(_serve(broker_config, options, ready))
+
+
+def _drain(loop: asyncio.AbstractEventLoop) -> None:
+    """Let the tasks cancelled by the shutdown finish, then close the loop."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+class ServerThread:
+    """A server on its own event loop in a background thread (tests, benchmarks, embedding)."""
+
+    def __init__(self, broker: Broker, options: ServerOptions | None = None, listen: str = "127.0.0.1:0") -> None:
+        self.server = PlugmqServer(broker, options)
+        self._listen = listen
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="plugmq-serve-loop", daemon=True)
+
+    def start(self) -> str:
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self.server.start(self._listen), self._loop).result(timeout=30)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(grace), self._loop).result(timeout=60)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+            _drain(self._loop)
+
+    def __enter__(self) -> ServerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

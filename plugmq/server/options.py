@@ -1,0 +1,254 @@
+"""The ``[server]`` table of a broker config: listen address, pop consumption, groups, access control.
+
+::
+
+    [server]
+    listen = "127.0.0.1:8081"
+    min_invisible_s = 1
+
+    [server.groups.orders]          # a consumer group's retry policy (RocketMQ's subscription group)
+    fifo = true
+    max_delivery_attempts = 5
+    backoff_s = [1, 5, 30]
+
+    [server.acl]                    # off unless enabled
+    enabled = true
+    [server.acl.accounts.app1]      # the access key
+    secret = "s3cret"
+    publish = ["orders"]            # topics this key may send to ("*" = all)
+    subscribe = ["*"]               # topics this key may receive from
+
+``plugmq serve`` reads the table from the broker's TOML file and hands the rest to the broker.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
+from plugmq.core.errors import ConfigError, InvalidNameError
+from plugmq.core.names import validate_group
+
+__all__ = ["Account", "AclOptions", "GroupPolicy", "ServerOptions", "load_serve_config", "parse_server_table"]
+
+# RocketMQ 5's default push-consumer back-off: delay levels 3..18 (10 s ... 2 h).
+_DEFAULT_BACKOFF_S = tuple(ms / 1000 for ms in DEFAULT_DELAY_LEVELS_MS[2:])
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"server.{attribute.name} must be a positive number, got {value!r}")
+
+
+@attrs.frozen
+class GroupPolicy:
+    """A consumer group's retry policy: attempts before the DLQ, back-off the clients use, FIFO."""
+
+    max_delivery_attempts: int = 17
+    backoff_s: tuple[float, ...] = _DEFAULT_BACKOFF_S
+    fifo: bool = False
+
+
+@attrs.frozen
+class Account:
+    """One access key: its secret and the topics it may publish to and subscribe to."""
+
+    access_key: str
+    secret: str
+    publish: frozenset[str] = frozenset()
+    subscribe: frozenset[str] = frozenset()
+
+    def may(self, action: str, topic: str) -> bool:
+        allowed = self.publish if action == "publish" else self.subscribe
+        return "*" in allowed or topic in allowed
+
+
+@attrs.frozen
+class AclOptions:
+    enabled: bool = False
+    accounts: Mapping[str, Account] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ServerOptions:
+    """How ``plugmq serve`` serves: every key of ``[server]`` is a field.
+
+    ``advertise``: the endpoint routes point clients to (default: the address they connected to).
+    ``long_polling_s``: a receive waits this long at most for messages (also capped by the call's
+    deadline). ``min_invisible_s`` / ``max_invisible_s``: accepted invisible durations;
+    ``default_invisible_s``: used when a receive names none (push consumers' auto-renew mode).
+    ``new_group_from``: where a group's first receive starts on a queue ("first" keeps every
+    stored message, "last" only new ones). ``pop_fsync``: fsync the pop-state log per write (a
+    lost write only causes a redelivery). ``pop_compact_bytes``: rewrite the log past this size.
+    """
+
+    listen: str = "127.0.0.1:8081"
+    advertise: str | None = None
+    long_polling_s: float = attrs.field(default=20.0, validator=_positive)
+    min_invisible_s: float = attrs.field(default=1.0, validator=_positive)
+    max_invisible_s: float = attrs.field(default=43_200.0, validator=_positive)
+    default_invisible_s: float = attrs.field(default=60.0, validator=_positive)
+    max_batch: int = attrs.field(default=32, validator=_positive)
+    new_group_from: str = attrs.field(default="first")
+    pop_fsync: bool = False
+    pop_compact_bytes: int = attrs.field(default=8 << 20, validator=_positive)
+    executor_threads: int = attrs.field(default=8, validator=_positive)
+    shutdown_grace_s: float = attrs.field(default=5.0, validator=_positive)
+    default_group: GroupPolicy = GroupPolicy()
+    groups: Mapping[str, GroupPolicy] = attrs.field(factory=dict)
+    acl: AclOptions = AclOptions()
+
+    @new_group_from.validator
+    def _check_from(self, _attribute: object, value: str) -> None:
+        if value not in ("first", "last"):
+            raise ConfigError(f"server.new_group_from must be 'first' or 'last', got {value!r}")
+
+    def policy(self, group: str) -> GroupPolicy:
+        return self.groups.get(group, self.default_group)
+
+
+_SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "listen": (str, "'host:port'"),
+    "advertise": (str, "'host:port'"),
+    "long_polling_s": ((int, float), "a number of seconds"),
+    "min_invisible_s": ((int, float), "a number of seconds"),
+    "max_invisible_s": ((int, float), "a number of seconds"),
+    "default_invisible_s": ((int, float), "a number of seconds"),
+    "max_batch": (int, "an integer"),
+    "new_group_from": (str, "'first' or 'last'"),
+    "pop_fsync": (bool, "true or false"),
+    "pop_compact_bytes": (int, "an integer number of bytes"),
+    "executor_threads": (int, "an integer"),
+    "shutdown_grace_s": ((int, float), "a number of seconds"),
+}
+_TABLES = ("groups", "acl", "default_group")
+
+
+def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{path}.{key}: unknown key.{hint} Known keys: {', '.join(sorted(known))}")
+
+
+def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)) or (
+            isinstance(kind, tuple) and bool not in kind and isinstance(value, bool)):
+        raise ConfigError(f"{path} must be {what}, got {value!r}")
+    return value
+
+
+def _group_policy(path: str, table: Any, base: GroupPolicy) -> GroupPolicy:
+    _expect(path, table, Mapping, "a table")
+    values: dict[str, Any] = {}
+    known = ["max_delivery_attempts", "backoff_s", "fifo"]
+    for key, value in table.items():
+        where = f"{path}.{key}"
+        if key == "max_delivery_attempts":
+            if _expect(where, value, int, "an integer >= 1") < 1:
+                raise ConfigError(f"{where} must be >= 1, got {value}")
+        elif key == "backoff_s":
+            _expect(where, value, list, "a list of seconds, e.g. [1, 5, 30]")
+            if not value:
+                raise ConfigError(f"{where} is empty; give at least one back-off in seconds")
+            for i, item in enumerate(value):
+                if _expect(f"{where}[{i}]", item, (int, float), "a number of seconds") <= 0:
+                    raise ConfigError(f"{where}[{i}] must be > 0, got {item}")
+            value = tuple(float(v) for v in value)
+        elif key == "fifo":
+            _expect(where, value, bool, "true or false")
+        else:
+            raise _unknown(path, key, known)
+        values[key] = value
+    return attrs.evolve(base, **values)
+
+
+def _topics(path: str, value: Any) -> frozenset[str]:
+    _expect(path, value, list, 'a list of topic names ("*" for every topic)')
+    for i, item in enumerate(value):
+        _expect(f"{path}[{i}]", item, str, "a topic name")
+    return frozenset(value)
+
+
+def _acl(path: str, table: Any) -> AclOptions:
+    _expect(path, table, Mapping, "a table")
+    enabled = False
+    accounts: dict[str, Account] = {}
+    for key, value in table.items():
+        if key == "enabled":
+            enabled = _expect(f"{path}.enabled", value, bool, "true or false")
+        elif key == "accounts":
+            _expect(f"{path}.accounts", value, Mapping, "a table of access keys")
+            for access_key, entry in value.items():
+                where = f"{path}.accounts.{access_key}"
+                _expect(where, entry, Mapping, "a table with secret, publish and subscribe")
+                for field in entry:
+                    if field not in ("secret", "publish", "subscribe"):
+                        raise _unknown(where, field, ["secret", "publish", "subscribe"])
+                secret = _expect(f"{where}.secret", entry.get("secret"), str, "the account's secret key (a string)")
+                if not secret:
+                    raise ConfigError(f"{where}.secret is empty; give the secret key clients sign with")
+                accounts[access_key] = Account(access_key, secret, _topics(f"{where}.publish", entry.get("publish", [])),
+                                               _topics(f"{where}.subscribe", entry.get("subscribe", [])))
+        else:
+            raise _unknown(path, key, ["enabled", "accounts"])
+    if enabled and not accounts:
+        raise ConfigError(f"{path}.enabled is true but no account is configured; add [{path}.accounts.<access-key>] "
+                          "with a secret, or set enabled = false")
+    return AclOptions(enabled, accounts)
+
+
+def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>") -> ServerOptions:
+    """Validate a ``[server]`` table into ServerOptions; errors name the key path and the fix."""
+    path = f"{source}: server"
+    _expect(path, table, Mapping, "a table")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _SCALARS:
+            kind, what = _SCALARS[key]
+            values[key] = _expect(f"{path}.{key}", value, kind, what)
+        elif key not in _TABLES:
+            raise _unknown(path, key, [*_SCALARS, *_TABLES])
+    default_group = _group_policy(f"{path}.default_group", table.get("default_group", {}), GroupPolicy())
+    groups: dict[str, GroupPolicy] = {}
+    group_tables = table.get("groups", {})
+    _expect(f"{path}.groups", group_tables, Mapping, "a table of consumer-group tables")
+    for name, group_table in group_tables.items():
+        try:
+            validate_group(name)
+        except InvalidNameError as exc:
+            raise ConfigError(f"{path}.groups.{name}: {exc}") from exc
+        groups[name] = _group_policy(f"{path}.groups.{name}", group_table, default_group)
+    acl = _acl(f"{path}.acl", table.get("acl", {}))
+    options = ServerOptions(**values, default_group=default_group, groups=groups, acl=acl)
+    if options.min_invisible_s > options.max_invisible_s:
+        raise ConfigError(f"{path}: min_invisible_s ({options.min_invisible_s}) is above max_invisible_s "
+                          f"({options.max_invisible_s})")
+    return options
+
+
+def load_serve_config(path: str | Path) -> tuple[dict[str, Any], ServerOptions]:
+    """Read a broker TOML file: the broker's part (for ``load_config``) and the ``[server]`` options.
+
+    A relative ``broker.data_dir`` is made relative to the file's directory, as ``load_config``
+    does for files.
+    """
+    file = Path(path)
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {file} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    server = parse_server_table(raw.pop("server", {}), source=str(file))
+    broker = dict(raw.get("broker", {}))
+    data_dir = broker.get("data_dir")
+    if isinstance(data_dir, str) and not Path(data_dir).is_absolute():
+        broker["data_dir"] = str(file.resolve().parent / data_dir)
+    raw["broker"] = broker
+    return raw, server

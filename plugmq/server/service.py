@@ -1,0 +1,491 @@
+"""The MessagingService servicer: each RPC the RocketMQ 5 clients use, over one plugmq broker.
+
+Broker work runs on a thread pool (the store may fsync); the event loop only waits. Every
+failure is answered in the response's ``status`` with a protocol code, never a bare gRPC error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import grpc
+import structlog
+from rocketmq.grpc_protocol import (
+    Code,
+    FilterType,
+    MessageType,
+    Permission,
+    Status,
+    TransactionResolution,
+    TransactionSource,
+    definition_pb2,
+    service_pb2,
+    service_pb2_grpc,
+)
+
+from plugmq.core.contracts import Filter, TransactionDecision
+from plugmq.core.errors import InvalidNameError
+from plugmq.core.message import AppendStatus, SendStatus
+from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
+from plugmq.server.auth import Authenticator
+from plugmq.server.convert import Outgoing, outgoing, to_proto, topic_name
+from plugmq.server.options import Account, ServerOptions
+from plugmq.server.pop import Delivery, PopService
+from plugmq.server.status import RpcFailure, failure_of, ok, status_of
+from plugmq.server.telemetry import Session, Sessions, txn_group
+from plugmq.server.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from plugmq.core.broker import Broker
+
+__all__ = ["MessagingService"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+T = TypeVar("T")
+_ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+_FILTER_TYPES = {FilterType.TAG: "TAG", FilterType.SQL: "SQL92"}
+_POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+def _group(resource: definition_pb2.Resource) -> str:
+    try:
+        return validate_group(resource.name)
+    except InvalidNameError as exc:
+        raise RpcFailure(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from exc
+
+
+def _overall(statuses: list[Status]) -> Status:
+    if all(s.code == Code.OK for s in statuses):
+        return ok()
+    if len(statuses) == 1:
+        return statuses[0]
+    return Status(code=Code.MULTIPLE_RESULTS, message="entries have different results; see each entry's status")
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """apache.rocketmq.v2.MessagingService over a plugmq broker."""
+
+    def __init__(self, broker: Broker, options: ServerOptions, pop: PopService, sessions: Sessions,
+                 wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str) -> None:
+        self.broker = broker
+        self.options = options
+        self.pop = pop
+        self.sessions = sessions
+        self.wakeup = wakeup
+        self.auth = Authenticator(options.acl)
+        self._executor = executor
+        self._listen = listen
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._filters: dict[tuple[str, str], Filter] = {}
+        self.stopping = asyncio.Event()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _account(self, context: grpc.aio.ServicerContext) -> Account | None:
+        return self.auth.account(_metadata(context))
+
+    # ------------------------------------------------------------------------------ routes
+    def _endpoints(self, asked: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
+        """Where clients reach this broker: ``advertise``, else the address they used, else ``listen``."""
+        if self.options.advertise is None and asked.addresses:
+            return asked
+        host, _, port = (self.options.advertise or self._listen).rpartition(":")
+        endpoints = definition_pb2.Endpoints(scheme=definition_pb2.AddressScheme.IPv4)
+        endpoints.addresses.add(host=host, port=int(port))
+        return endpoints
+
+    def _readable_queues(self, topic: str) -> list[Any]:
+        if topic.startswith(DLQ_PREFIX):
+            return self.broker.topic_queues(topic, create=False)
+        if is_system_topic(topic):
+            raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is one of the broker's system topics; "
+                                                 "clients may use their own topics and %DLQ% topics only")
+        return self.broker.topic_queues(topic, create=False)
+
+    def _route(self, topic: str) -> list[Any]:
+        if topic.startswith(DLQ_PREFIX) or is_system_topic(topic):
+            return self._readable_queues(topic)
+        return self.broker.topic_queues(topic)  # auto-creates when the broker allows it
+
+    async def QueryRoute(self, request: service_pb2.QueryRouteRequest,
+                         context: grpc.aio.ServicerContext) -> service_pb2.QueryRouteResponse:
+        try:
+            account = self._account(context)
+            topic = topic_name(request.topic)
+            if account is not None and not (account.may("publish", topic) or account.may("subscribe", topic)):
+                self.auth.require(account, "subscribe", topic)
+            queues = await self._run(self._route, topic)
+            endpoints = self._endpoints(request.endpoints)
+            types = [t for t in _ALL_TYPES if (t != MessageType.DELAY or self.broker.delay is not None)
+                     and (t != MessageType.TRANSACTION or self.broker.transactions is not None)]
+            permission = Permission.READ if topic.startswith(DLQ_PREFIX) else Permission.READ_WRITE
+            response = service_pb2.QueryRouteResponse(status=ok())
+            for queue in queues:
+                entry = response.message_queues.add(id=queue.queue_id, permission=permission,
+                                                    accept_message_types=types)
+                entry.topic.CopyFrom(request.topic)
+                entry.broker.name = self.broker.name
+                entry.broker.id = 0
+                entry.broker.endpoints.CopyFrom(endpoints)
+            return response
+        except Exception as exc:
+            return service_pb2.QueryRouteResponse(status=status_of(exc, action="query route"))
+
+    async def Heartbeat(self, request: service_pb2.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> service_pb2.HeartbeatResponse:
+        try:
+            self._account(context)
+            if request.HasField("group"):
+                _group(request.group)
+            return service_pb2.HeartbeatResponse(status=ok())
+        except Exception as exc:
+            return service_pb2.HeartbeatResponse(status=status_of(exc, action="heartbeat"))
+
+    async def QueryAssignment(self, request: service_pb2.QueryAssignmentRequest,
+                              context: grpc.aio.ServicerContext) -> service_pb2.QueryAssignmentResponse:
+        try:
+            account = self._account(context)
+            topic = topic_name(request.topic)
+            _group(request.group)
+            self.auth.require(account, "subscribe", topic)
+            await self._run(self._readable_queues, topic)
+            response = service_pb2.QueryAssignmentResponse(status=ok())
+            # One assignment for the whole broker (queue id -1, as RocketMQ's proxy does): each
+            # receive pops from every queue of the topic, so one long poll serves a consumer.
+            queue = response.assignments.add().message_queue
+            queue.topic.CopyFrom(request.topic)
+            queue.id = -1
+            queue.permission = Permission.READ_WRITE
+            queue.broker.name = self.broker.name
+            queue.broker.endpoints.CopyFrom(self._endpoints(request.endpoints))
+            queue.accept_message_types.extend(_ALL_TYPES)
+            return response
+        except Exception as exc:
+            return service_pb2.QueryAssignmentResponse(status=status_of(exc, action="query assignment"))
+
+    # ------------------------------------------------------------------------------ send
+    def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
+        if message_group is not None:
+            return zlib.crc32(message_group.encode()) % count  # one message group, one queue
+        return next(self._round_robin.setdefault(topic, itertools.count())) % count
+
+    def _send_one(self, out: Outgoing, client_id: str) -> service_pb2.SendResultEntry:
+        message = out.message
+        if is_system_topic(message.topic):
+            raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {message.topic!r} is a system topic; producers may not send to it")
+        queues = self.broker.topic_queues(message.topic)
+        queue_id = self._queue_for(message.topic, len(queues), out.message_group)
+        entry = service_pb2.SendResultEntry(message_id=out.message_id)
+        if out.kind == MessageType.TRANSACTION:
+            service = self.broker.transactions
+            if service is None:
+                raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no transaction plugin; add 'txn' "
+                                                   "to broker.plugins to accept transactional messages")
+            session = self.sessions.get(client_id)
+            if session is not None:
+                self.sessions.answer_transactions(session, message.topic, proven=True)
+            request = self.broker.build_request(message, queue_id, extra_properties=out.extra)
+            stored = service.prepare(request, txn_group(message.topic))
+            entry.transaction_id = stored.msg_id
+            entry.offset = stored.queue_offset
+            flushed = stored.status is AppendStatus.PUT_OK
+        else:
+            if message.deliver_at_ms is not None and message.deliver_at_ms <= self.broker.clock.now_ms():
+                message = attrs.evolve(message, deliver_at_ms=None)  # already due: a normal message
+            result = self.broker.put(message, queue_id, extra_properties=out.extra)
+            entry.offset = result.queue_offset
+            if message.deliver_at_ms is not None:
+                entry.recall_handle = f"{result.msg_id}:{out.message_id}"
+            flushed = result.status is SendStatus.SEND_OK
+        if flushed:
+            entry.status.CopyFrom(ok())
+        else:
+            entry.status.code = Code.MASTER_PERSISTENCE_TIMEOUT
+            entry.status.message = ("the message is stored but was not flushed to disk in time; a retry by the "
+                                    "client may store it twice")
+        return entry
+
+    async def SendMessage(self, request: service_pb2.SendMessageRequest,
+                          context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
+        metadata = _metadata(context)
+        try:
+            account = self.auth.account(metadata)
+            if not request.messages:
+                raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
+        except Exception as exc:
+            return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
+        entries: list[service_pb2.SendResultEntry] = []
+        for proto in request.messages:
+            try:
+                out = outgoing(proto)
+                self.auth.require(account, "publish", out.message.topic)
+                entries.append(await self._run(self._send_one, out, metadata.get("x-mq-client-id", "")))
+            except Exception as exc:
+                entries.append(service_pb2.SendResultEntry(
+                    status=status_of(exc, action=f"send to topic {proto.topic.name!r}"),
+                    message_id=proto.system_properties.message_id))
+        return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+
+    async def RecallMessage(self, request: service_pb2.RecallMessageRequest,
+                            context: grpc.aio.ServicerContext) -> service_pb2.RecallMessageResponse:
+        try:
+            account = self._account(context)
+            topic = topic_name(request.topic)
+            self.auth.require(account, "publish", topic)
+            msg_id, _, message_id = request.recall_handle.partition(":")
+            if not msg_id or not message_id:
+                raise RpcFailure(Code.BAD_REQUEST, f"recall handle {request.recall_handle!r} was not issued by this "
+                                                   "server; pass the recall_handle of a delayed message's send receipt")
+            if not await self._run(self.broker.cancel_delayed, msg_id):
+                raise RpcFailure(Code.NOT_FOUND, f"delayed message {message_id} cannot be recalled: it was delivered "
+                                                 "already, recalled before, or is unknown to this broker")
+            return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)
+        except Exception as exc:
+            return service_pb2.RecallMessageResponse(status=status_of(exc, action="recall"))
+
+    async def EndTransaction(self, request: service_pb2.EndTransactionRequest,
+                             context: grpc.aio.ServicerContext) -> service_pb2.EndTransactionResponse:
+        try:
+            account = self._account(context)
+            topic = topic_name(request.topic)
+            self.auth.require(account, "publish", topic)
+            service = self.broker.transactions
+            if service is None:
+                raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no transaction plugin")
+            decision = {TransactionResolution.COMMIT: TransactionDecision.COMMIT,
+                        TransactionResolution.ROLLBACK: TransactionDecision.ROLLBACK}.get(request.resolution)
+            if decision is None:
+                raise RpcFailure(Code.BAD_REQUEST, "EndTransaction needs resolution COMMIT or ROLLBACK")
+            if not request.transaction_id:
+                raise RpcFailure(Code.INVALID_TRANSACTION_ID, "transaction_id is empty; pass the send receipt's one")
+            from_check = request.source == TransactionSource.SOURCE_SERVER_CHECK
+            applied = await self._run(lambda: service.end(request.transaction_id, decision, from_check=from_check))
+            note = "OK" if applied else "the transaction was settled already; this decision changed nothing"
+            return service_pb2.EndTransactionResponse(status=ok(note))
+        except Exception as exc:
+            return service_pb2.EndTransactionResponse(status=status_of(exc, action="end transaction"))
+
+    # ------------------------------------------------------------------------------ receive
+    def _subscription(self, expression: definition_pb2.FilterExpression) -> Filter | None:
+        if expression.type == FilterType.FILTER_TYPE_UNSPECIFIED and not expression.expression:
+            return None
+        kind = _FILTER_TYPES.get(expression.type)
+        if kind is None:
+            raise RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION, f"filter type {expression.type} is unknown; use TAG or SQL92")
+        if kind not in self.broker.filters:
+            raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no {kind} filter plugin; add "
+                                               f"{'filter_tag' if kind == 'TAG' else 'filter_sql'} to broker.plugins")
+        text = expression.expression or ("*" if kind == "TAG" else "")
+        key = (kind, text)
+        compiled = self._filters.get(key)
+        if compiled is None:
+            compiled = self.broker.compile_subscription(kind, text)
+            if len(self._filters) > 4096:
+                self._filters.clear()
+            self._filters[key] = compiled
+        return compiled
+
+    def _invisible_ms(self, duration: Any, *, minimum: float) -> int:
+        millis = duration.ToMilliseconds()
+        low, high = minimum, self.options.max_invisible_s
+        if not low * 1000 <= millis <= high * 1000:
+            raise RpcFailure(Code.ILLEGAL_INVISIBLE_TIME,
+                             f"invisible duration {millis / 1000:g} s is outside {low:g} s .. {high:g} s "
+                             "(server.min_invisible_s / max_invisible_s)")
+        return millis
+
+    async def ReceiveMessage(self, request: service_pb2.ReceiveMessageRequest,
+                             context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
+        loop = asyncio.get_running_loop()
+        try:
+            account = self._account(context)
+            group = _group(request.group)
+            topic = topic_name(request.message_queue.topic)
+            self.auth.require(account, "subscribe", topic)
+            subscription = await self._run(self._subscription, request.filter_expression)
+            if request.HasField("invisible_duration"):
+                invisible_ms = self._invisible_ms(request.invisible_duration, minimum=self.options.min_invisible_s)
+            else:
+                invisible_ms = round(self.options.default_invisible_s * 1000)
+            batch = min(max(request.batch_size, 1), self.options.max_batch)
+            polling = self.options.long_polling_s
+            if request.HasField("long_polling_timeout"):
+                polling = min(polling, request.long_polling_timeout.ToMilliseconds() / 1000)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                polling = min(polling, remaining - _POLL_MARGIN_S)
+            deadline = loop.time() + polling
+            while True:
+                generation = self.wakeup.generation
+                deliveries = await self._run(self.pop.receive, group, topic, subscription, batch, invisible_ms)
+                left = deadline - loop.time()
+                if deliveries or left <= 0 or self.stopping.is_set():
+                    break
+                await self.wakeup.wait(generation, left)
+        except Exception as exc:
+            yield service_pb2.ReceiveMessageResponse(status=status_of(exc, action="receive"))
+            return
+        if not deliveries:
+            yield service_pb2.ReceiveMessageResponse(
+                status=Status(code=Code.MESSAGE_NOT_FOUND, message="no new message within the long-polling time"))
+            return
+        namespace = request.group.resource_namespace
+        first = service_pb2.ReceiveMessageResponse()
+        first.delivery_timestamp.FromMilliseconds(self.broker.clock.now_ms())
+        yield first
+        for delivery in deliveries:
+            yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace))
+        yield service_pb2.ReceiveMessageResponse(status=ok())
+
+    @staticmethod
+    def _delivered(delivery: Delivery, namespace: str) -> definition_pb2.Message:
+        return to_proto(delivery.message, namespace=namespace, receipt_handle=delivery.receipt_handle,
+                        attempt=delivery.attempt, invisible_ms=delivery.invisible_ms)
+
+    async def AckMessage(self, request: service_pb2.AckMessageRequest,
+                         context: grpc.aio.ServicerContext) -> service_pb2.AckMessageResponse:
+        try:
+            account = self._account(context)
+            group = _group(request.group)
+            topic = topic_name(request.topic)
+            self.auth.require(account, "subscribe", topic)
+            if not request.entries:
+                raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
+        except Exception as exc:
+            return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
+        results = await self._run(self._ack_all, group, topic, request.entries)
+        self.wakeup.notify()  # a FIFO queue may be free again
+        return service_pb2.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+
+    def _ack_all(self, group: str, topic: str,
+                 entries: Iterable[service_pb2.AckMessageEntry]) -> list[service_pb2.AckMessageResultEntry]:
+        results = []
+        for entry in entries:
+            try:
+                self.pop.ack(group, topic, entry.receipt_handle)
+                status = ok()
+            except Exception as exc:
+                status = status_of(exc, action="ack")
+            results.append(service_pb2.AckMessageResultEntry(message_id=entry.message_id,
+                                                             receipt_handle=entry.receipt_handle, status=status))
+        return results
+
+    async def ChangeInvisibleDuration(self, request: service_pb2.ChangeInvisibleDurationRequest,
+                                      context: grpc.aio.ServicerContext
+                                      ) -> service_pb2.ChangeInvisibleDurationResponse:
+        try:
+            account = self._account(context)
+            group = _group(request.group)
+            topic = topic_name(request.topic)
+            self.auth.require(account, "subscribe", topic)
+            invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
+            handle = await self._run(self.pop.change_invisible, group, topic, request.receipt_handle, invisible_ms)
+            self.wakeup.notify()
+            return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+        except Exception as exc:
+            return service_pb2.ChangeInvisibleDurationResponse(status=status_of(exc, action="change invisible duration"))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
+                                              context: grpc.aio.ServicerContext
+                                              ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+        try:
+            account = self._account(context)
+            group = _group(request.group)
+            topic = topic_name(request.topic)
+            self.auth.require(account, "subscribe", topic)
+            await self._run(self.pop.forward_to_dlq, group, topic, request.receipt_handle)
+            self.wakeup.notify()
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())
+        except Exception as exc:
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(
+                status=status_of(exc, action="forward to dead-letter queue"))
+
+    # ------------------------------------------------------------------------------ clients
+    async def Telemetry(self, request_iterator: AsyncIterator[service_pb2.TelemetryCommand],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.TelemetryCommand]:
+        metadata = _metadata(context)
+        try:
+            self.auth.account(metadata)
+            client_id = metadata.get("x-mq-client-id", "")
+            if not client_id:
+                raise RpcFailure(Code.CLIENT_ID_REQUIRED, "the Telemetry stream needs the x-mq-client-id header")
+        except Exception as exc:
+            yield service_pb2.TelemetryCommand(status=failure_of(exc, action="telemetry").status)
+            return
+        session = self.sessions.open(client_id, asyncio.get_running_loop())
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, session))
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        getter: asyncio.Future[service_pb2.TelemetryCommand] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(session.outbox.get())
+                done, _ = await asyncio.wait({getter, reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    break
+                yield getter.result()
+        finally:
+            for task in (getter, reader, stopping):
+                if task is not None:
+                    task.cancel()
+            self.sessions.close(session)
+
+    async def _read_telemetry(self, commands: AsyncIterator[service_pb2.TelemetryCommand], session: Session) -> None:
+        try:
+            async for command in commands:
+                reply = await self._run(self.sessions.handle, session, command)
+                if reply is not None:
+                    session.outbox.put_nowait(reply)
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            pass
+        except Exception:
+            log.exception("telemetry stream failed", client=session.client_id)
+
+    async def NotifyClientTermination(self, request: service_pb2.NotifyClientTerminationRequest,
+                                      context: grpc.aio.ServicerContext
+                                      ) -> service_pb2.NotifyClientTerminationResponse:
+        try:
+            metadata = _metadata(context)
+            self.auth.account(metadata)
+            await self._run(self.sessions.close_client, metadata.get("x-mq-client-id", ""))
+            return service_pb2.NotifyClientTerminationResponse(status=ok())
+        except Exception as exc:
+            return service_pb2.NotifyClientTerminationResponse(status=status_of(exc, action="notify termination"))
+
+    # ------------------------------------------------------------------------------ unsupported
+    @staticmethod
+    def _unsupported(what: str) -> Status:
+        return Status(code=Code.UNSUPPORTED, message=f"{what} is not supported by plugmq serve; consume with "
+                                                     "ReceiveMessage (SimpleConsumer / PushConsumer)")
+
+    async def PullMessage(self, request: service_pb2.PullMessageRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.PullMessageResponse]:
+        yield service_pb2.PullMessageResponse(status=self._unsupported("PullMessage"))
+
+    async def UpdateOffset(self, request: service_pb2.UpdateOffsetRequest,
+                           context: grpc.aio.ServicerContext) -> service_pb2.UpdateOffsetResponse:
+        return service_pb2.UpdateOffsetResponse(status=self._unsupported("UpdateOffset"))
+
+    async def GetOffset(self, request: service_pb2.GetOffsetRequest,
+                        context: grpc.aio.ServicerContext) -> service_pb2.GetOffsetResponse:
+        return service_pb2.GetOffsetResponse(status=self._unsupported("GetOffset"))
+
+    async def QueryOffset(self, request: service_pb2.QueryOffsetRequest,
+                          context: grpc.aio.ServicerContext) -> service_pb2.QueryOffsetResponse:
+        return service_pb2.QueryOffsetResponse(status=self._unsupported("QueryOffset"))
+
+    async def SyncLiteSubscription(self, request: service_pb2.SyncLiteSubscriptionRequest,
+                                   context: grpc.aio.ServicerContext) -> service_pb2.SyncLiteSubscriptionResponse:
+        return service_pb2.SyncLiteSubscriptionResponse(
+            status=Status(code=Code.UNSUPPORTED, message="lite topics are not supported by plugmq serve"))

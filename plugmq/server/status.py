@@ -1,0 +1,85 @@
+"""Protocol status codes: every failure a client sees is a ``Status`` with a message a person can act on."""
+
+from __future__ import annotations
+
+import structlog
+from rocketmq.grpc_protocol import Code, Status
+
+from plugmq.core.errors import (
+    ClientError,
+    DelayError,
+    DelayUnsupportedError,
+    FilterError,
+    InvalidNameError,
+    MessageTooLargeError,
+    PlugmqError,
+    StoreError,
+    StoreFullError,
+    TopicError,
+    TransactionError,
+    ValidationError,
+)
+
+__all__ = ["RpcFailure", "failure_of", "ok", "status_of"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+
+class RpcFailure(Exception):
+    """A request the server refuses: the protocol code and the text the client shows."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def status(self) -> Status:
+        return Status(code=self.code, message=self.message)
+
+
+def ok(message: str = "OK") -> Status:
+    return Status(code=Code.OK, message=message)
+
+
+def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
+    """The protocol failure for an exception raised while doing ``action`` (e.g. "send")."""
+    if isinstance(exc, RpcFailure):
+        return exc
+    text = str(exc)
+    if isinstance(exc, MessageTooLargeError):
+        return RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, text)
+    if isinstance(exc, InvalidNameError):
+        code = Code.ILLEGAL_CONSUMER_GROUP if text.startswith("group") else Code.ILLEGAL_TOPIC
+        return RpcFailure(code, text)
+    if isinstance(exc, ValidationError):
+        return RpcFailure(Code.BAD_REQUEST, text)
+    if isinstance(exc, TopicError):
+        code = Code.TOPIC_NOT_FOUND if "does not exist" in text else Code.ILLEGAL_TOPIC
+        return RpcFailure(code, text)
+    if isinstance(exc, FilterError):
+        return RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION, text)
+    if isinstance(exc, DelayUnsupportedError):
+        return RpcFailure(Code.UNSUPPORTED, text)
+    if isinstance(exc, DelayError):
+        return RpcFailure(Code.ILLEGAL_DELIVERY_TIME, text)
+    if isinstance(exc, TransactionError):
+        code = Code.INVALID_TRANSACTION_ID if "transaction id" in text else Code.BAD_REQUEST
+        return RpcFailure(code, text)
+    if isinstance(exc, StoreFullError):
+        return RpcFailure(Code.INTERNAL_SERVER_ERROR,
+                          f"{action} refused: {text} (free disk space on the broker, then retry)")
+    if isinstance(exc, StoreError):
+        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed in the message store: {text}")
+    if isinstance(exc, ClientError):
+        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed: {text} (the server is shutting down?)")
+    if isinstance(exc, PlugmqError):
+        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed: {text}")
+    log.error("unexpected error in a request", action=action, error=repr(exc), exc_info=exc)
+    return RpcFailure(Code.INTERNAL_SERVER_ERROR,
+                      f"{action} failed with an internal error ({type(exc).__name__}: {text}); "
+                      "the server log has the traceback")
+
+
+def status_of(exc: BaseException, *, action: str) -> Status:
+    return failure_of(exc, action=action).status
