@@ -1,0 +1,39 @@
+"""``plugmq serve``: serve a broker over RocketMQ 5's gRPC protocol until SIGINT / SIGTERM."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from plugmq.core.errors import PlugmqError
+
+__all__ = ["command"]
+
+
+@click.command("serve")
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Broker TOML file ([broker], [plugins.*] and an optional [server] table).")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Address to listen on (overrides [server] listen; port 0 picks a free port).")
+def command(config_path: str, listen: str | None) -> None:
+    """Serve the broker to RocketMQ 5 clients (e.g. rocketmq-python-client) over gRPC.
+
+    Prints one line 'plugmq serve: listening on HOST:PORT' once clients can connect.
+    """
+    try:
+        from plugmq.server import run
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(f"plugmq serve needs the 'serve' extra ({exc.name} is missing): "
+                                   "pip install 'plugmq[serve]'") from exc
+
+    def ready(address: str, broker: object) -> None:
+        name = getattr(broker, "name", "?")
+        data_dir = getattr(broker, "data_dir", "?")
+        click.echo(f"plugmq serve: listening on {address} (broker {name}, data {data_dir})")
+        sys.stdout.flush()
+
+    try:
+        run(config_path, listen, ready)
+    except PlugmqError as exc:
+        raise click.ClickException(str(exc)) from exc
