@@ -1,0 +1,118 @@
+"""``plugmq serve`` as a real child process: kill -9 and restart keep acked and unacked state;
+SIGTERM shuts down cleanly. Invisible times are real seconds here (the child runs the system clock)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
+
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer  # noqa: E402
+
+# The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
+_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
+          "main.add_command(command); main()")
+WAIT_S = 20.0
+
+
+class Child:
+    def __init__(self, config: Path, log: Path) -> None:
+        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
+             "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
+        self.address = self._await_address()
+
+    def _await_address(self) -> str:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline().decode()
+            if not line:
+                break  # the child exited
+            if line.startswith("plugmq serve: listening on "):
+                return line.split()[4]
+        self.process.kill()
+        raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}")
+
+    def stop(self, signum: int) -> int:
+        os.kill(self.process.pid, signum)
+        code = self.process.wait(timeout=WAIT_S)
+        self._log.close()
+        return code
+
+
+@contextmanager
+def started(client: Any) -> Iterator[Any]:
+    client.startup()
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+def _config(address: str) -> ClientConfiguration:
+    return ClientConfiguration(address, Credentials(), request_timeout=3)
+
+
+def _consumer(address: str) -> SimpleConsumer:
+    return SimpleConsumer(_config(address), "crash-g", {"Durable": FilterExpression()}, await_duration=1)
+
+
+def test_kill_9_and_restart_keep_acked_and_unacked_state(tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\n[server]\nlong_polling_s = 1\n', encoding="utf-8")
+    log = tmp_path / "serve.log"
+    first = Child(config, log)
+    try:
+        with started(Producer(_config(first.address), ("Durable",))) as producer:
+            sent = [producer.send(_make(i)).message_id for i in range(6)]
+        with started(_consumer(first.address)) as consumer:
+            got: list[Any] = []
+            deadline = time.monotonic() + WAIT_S
+            while len(got) < 4 and time.monotonic() < deadline:
+                got.extend(consumer.receive(4 - len(got), 3))  # 3 s invisible
+            assert len(got) == 4
+            acked, unacked = got[:2], got[2:]
+            for message in acked:
+                consumer.ack(message)
+    finally:
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    acked_ids = {m.message_id for m in acked}
+    unacked_ids = {m.message_id for m in unacked}
+    never_received = set(sent) - acked_ids - unacked_ids
+    assert len(never_received) == 2
+
+    second = Child(config, log)
+    try:
+        with started(_consumer(second.address)) as consumer:
+            attempts: dict[str, int] = {}
+            deadline = time.monotonic() + WAIT_S
+            while len(attempts) < 4 and time.monotonic() < deadline:
+                for message in consumer.receive(16, 30):
+                    assert message.message_id not in acked_ids, "an acked message came back after the restart"
+                    attempts[message.message_id] = message.delivery_attempt
+                    consumer.ack(message)
+            assert consumer.receive(16, 30) == []
+    finally:
+        assert second.stop(signal.SIGTERM) == 0, f"unclean shutdown; see {log}"
+    assert attempts == {**{i: 2 for i in unacked_ids}, **{i: 1 for i in never_received}}
+    assert "server stopped" in log.read_text() and "broker closed" in log.read_text()
+
+
+def _make(i: int) -> Message:
+    message = Message()
+    message.topic = "Durable"
+    message.body = f"m{i}".encode()
+    return message
