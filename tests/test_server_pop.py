@@ -1,0 +1,344 @@
+"""Pop consumption and its durable state, without gRPC: a real broker on a ManualClock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
+
+from rocketmq.grpc_protocol import Code  # noqa: E402
+
+from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic  # noqa: E402
+from plugmq.core.broker import Broker  # noqa: E402
+from plugmq.core.errors import CorruptRecordError  # noqa: E402
+from plugmq.server.options import GroupPolicy, ServerOptions  # noqa: E402
+from plugmq.server.pop import PopService  # noqa: E402
+from plugmq.server.popstate import PopState  # noqa: E402
+from plugmq.server.status import RpcFailure  # noqa: E402
+
+TOPIC = "Pop"
+OPTIONS = ServerOptions(groups={"fifo": GroupPolicy(fifo=True), "g": GroupPolicy(max_delivery_attempts=3)})
+
+
+class Rig:
+    """A broker, a pop service on it, and a way to restart the pop state from its files."""
+
+    def __init__(self, directory: Path, *, queues: int = 1, options: ServerOptions = OPTIONS,
+                 compact_bytes: int = 8 << 20) -> None:
+        self.clock = ManualClock()
+        self.broker = Broker.open(directory / "data", clock=self.clock, plugins=["store_mmap", "filter_tag"])
+        self.broker.create_topic(TOPIC, queues)
+        self.options = options
+        self.compact_bytes = compact_bytes
+        self.deadlines: list[int] = []
+        self.pop = self._open()
+
+    def _open(self) -> PopService:
+        state = PopState(self.broker.data_dir / "server", compact_bytes=self.compact_bytes)
+        return PopService(self.broker, self.options, state, on_deadline=self.deadlines.append)
+
+    def restart(self) -> None:
+        self.pop.state.close()
+        self.pop = self._open()
+
+    def send(self, body: str, *, queue: int = 0, tags: str | None = None, group: str | None = None) -> None:
+        extra = {Prop.SHARDING_KEY: group} if group else None
+        self.broker.put(Message(TOPIC, body.encode(), tags=tags), queue, extra_properties=extra)
+
+    def receive(self, group: str = "g", batch: int = 16, invisible_s: float = 10, expression: str | None = None
+                ) -> list[Any]:
+        subscription = self.broker.compile_subscription("TAG", expression) if expression else None
+        return self.pop.receive(group, TOPIC, subscription, batch, round(invisible_s * 1000))
+
+    def dead_letters(self, group: str = "g") -> list[Any]:
+        queue = MessageQueue(dlq_topic(group), self.broker.name, 0)
+        if self.broker.topics.get(queue.topic) is None:
+            return []
+        return list(self.broker.pull(queue, 0, 64).messages)
+
+    def close(self) -> None:
+        self.pop.state.close()
+        self.broker.close()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Any:
+    r = Rig(tmp_path)
+    yield r
+    r.close()
+
+
+def bodies(deliveries: list[Any]) -> list[str]:
+    return [d.message.body.decode() for d in deliveries]
+
+
+def test_receive_then_ack_finishes_a_message(rig: Rig) -> None:
+    for i in range(3):
+        rig.send(f"m{i}")
+    got = rig.receive(batch=2)
+    assert bodies(got) == ["m0", "m1"] and [d.attempt for d in got] == [1, 1]
+    assert bodies(rig.receive()) == ["m2"]
+    for delivery in got:
+        rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    rig.clock.advance(60)
+    assert bodies(rig.receive()) == ["m2"]  # only the unacked one comes back
+    with pytest.raises(RpcFailure) as twice:
+        rig.pop.ack("g", TOPIC, got[0].receipt_handle)
+    assert twice.value.code == Code.INVALID_RECEIPT_HANDLE and "acknowledged already" in twice.value.message
+
+
+def test_malformed_or_foreign_receipt_handles_are_invalid(rig: Rig) -> None:
+    rig.send("m")
+    (delivery,) = rig.receive()
+    for group, handle in (("g", "garbage"), ("other", delivery.receipt_handle)):
+        with pytest.raises(RpcFailure) as caught:
+            rig.pop.ack(group, TOPIC, handle)
+        assert caught.value.code == Code.INVALID_RECEIPT_HANDLE
+
+
+def test_timed_out_message_is_redelivered_with_the_next_attempt_and_the_old_handle_is_stale(rig: Rig) -> None:
+    rig.send("m")
+    (first,) = rig.receive(invisible_s=5)
+    assert rig.deadlines == [rig.clock.now_ms() + 5000]
+    rig.clock.advance(4.9)
+    assert rig.receive() == []
+    rig.clock.advance(0.2)
+    (second,) = rig.receive(invisible_s=5)
+    assert (second.attempt, second.message.queue_offset) == (2, first.message.queue_offset)
+    with pytest.raises(RpcFailure) as stale:
+        rig.pop.ack("g", TOPIC, first.receipt_handle)
+    assert "stale" in stale.value.message and "attempt 2" in stale.value.message
+    rig.pop.ack("g", TOPIC, second.receipt_handle)
+
+
+def test_ack_after_the_deadline_but_before_redelivery_still_counts(rig: Rig) -> None:
+    rig.send("m")
+    (delivery,) = rig.receive(invisible_s=5)
+    rig.clock.advance(30)
+    rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    assert rig.receive() == []
+
+
+def test_change_invisible_moves_the_deadline_and_issues_a_new_handle(rig: Rig) -> None:
+    rig.send("m")
+    (delivery,) = rig.receive(invisible_s=5)
+    handle = rig.pop.change_invisible("g", TOPIC, delivery.receipt_handle, 60_000)
+    assert handle != delivery.receipt_handle
+    rig.clock.advance(30)
+    assert rig.receive() == []
+    with pytest.raises(RpcFailure):
+        rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    rig.pop.ack("g", TOPIC, handle)
+
+
+def test_the_last_attempt_timing_out_moves_the_message_to_the_dlq(rig: Rig) -> None:
+    rig.send("poison", tags="T")
+    for attempt in (1, 2, 3):
+        (delivery,) = rig.receive(invisible_s=1)
+        assert delivery.attempt == attempt
+        rig.clock.advance(2)
+    assert rig.pop.revive() is None  # dead-lettered without any receive asking
+    (dead,) = rig.dead_letters()
+    assert (dead.body, dead.tags, dead.reconsume_times) == (b"poison", "T", 2)
+    assert dead.properties[Prop.RETRY_TOPIC] == TOPIC
+    assert rig.receive() == []
+
+
+def test_forward_to_dlq_ends_the_message_for_the_group(rig: Rig) -> None:
+    rig.send("m")
+    (delivery,) = rig.receive()
+    rig.pop.forward_to_dlq("g", TOPIC, delivery.receipt_handle)
+    assert [m.body for m in rig.dead_letters()] == [b"m"]
+    rig.clock.advance(600)
+    assert rig.receive() == []
+
+
+def test_groups_are_independent(rig: Rig) -> None:
+    rig.send("m")
+    assert bodies(rig.receive("g")) == ["m"]
+    assert bodies(rig.receive("h")) == ["m"]
+
+
+def test_filtered_out_messages_are_skipped_for_good(rig: Rig) -> None:
+    for i, tag in enumerate(["A", "B", "A", "B"]):
+        rig.send(f"m{i}", tags=tag)
+    assert bodies(rig.receive(expression="A")) == ["m0", "m2"]
+    rig.clock.advance(60)
+    assert bodies(rig.receive(expression="*")) == ["m0", "m2"]  # redeliveries; B's were consumed by the filter
+
+
+def test_new_group_from_last_skips_older_messages(tmp_path: Path) -> None:
+    r = Rig(tmp_path, options=ServerOptions(new_group_from="last"))
+    try:
+        r.send("old")
+        assert r.receive() == []
+        r.send("new")
+        assert bodies(r.receive()) == ["new"]
+    finally:
+        r.close()
+
+
+def test_fifo_queue_waits_for_acks_and_never_hands_out_two_of_one_group(rig: Rig) -> None:
+    for body, group in [("a1", "A"), ("b1", "B"), ("a2", "A"), ("b2", "B")]:
+        rig.send(body, group=group)
+    first = rig.receive("fifo")
+    assert bodies(first) == ["a1", "b1"]  # a2 would be A's second message in flight
+    rig.pop.ack("fifo", TOPIC, first[0].receipt_handle)
+    assert rig.receive("fifo") == []  # b1 still in flight: the queue stays blocked
+    rig.clock.advance(11)
+    (again,) = rig.receive("fifo")
+    assert (bodies([again]), again.attempt) == (["b1"], 2)
+    rig.pop.ack("fifo", TOPIC, again.receipt_handle)
+    assert bodies(rig.receive("fifo")) == ["a2", "b2"]
+
+
+def test_fifo_blocks_per_queue_only(tmp_path: Path) -> None:
+    r = Rig(tmp_path, queues=2)
+    try:
+        r.send("q0-a", queue=0, group="A")
+        r.send("q0-a2", queue=0, group="A")
+        r.send("q1-c", queue=1, group="C")
+        assert sorted(bodies(r.receive("fifo"))) == ["q0-a", "q1-c"]
+    finally:
+        r.close()
+
+
+def test_restart_replays_acks_cursor_and_in_flight_attempts(rig: Rig) -> None:
+    for i in range(4):
+        rig.send(f"m{i}")
+    got = rig.receive(batch=3, invisible_s=5)
+    rig.pop.ack("g", TOPIC, got[0].receipt_handle)
+    rig.clock.advance(6)
+    (retry,) = rig.receive(batch=1, invisible_s=5)
+    assert retry.attempt == 2
+    rig.restart()
+    rig.clock.advance(6)
+    after = rig.receive(invisible_s=5)
+    assert [(d.message.body, d.attempt) for d in after] == [(b"m1", 3), (b"m2", 2), (b"m3", 1)]
+    with pytest.raises(RpcFailure):
+        rig.pop.ack("g", TOPIC, retry.receipt_handle)  # superseded before the restart... and after it
+    for delivery in after:
+        rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    rig.restart()
+    rig.clock.advance(600)
+    assert rig.receive() == []
+
+
+def test_a_torn_last_record_is_cut_off(rig: Rig) -> None:
+    rig.send("m")
+    (delivery,) = rig.receive()
+    rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    rig.pop.state.close()
+    log = rig.broker.data_dir / "server" / "pop-0.log"
+    whole = log.read_bytes()
+    log.write_bytes(whole[:-5])  # the ack record, torn
+    rig.pop = rig._open()
+    assert log.read_bytes() == whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]
+    rig.clock.advance(60)
+    assert bodies(rig.receive()) == ["m"]  # the torn ack is lost: redelivered, never lost
+
+
+def test_damage_before_the_tail_is_refused(rig: Rig) -> None:
+    rig.send("m")
+    rig.receive()
+    rig.pop.state.close()
+    log = rig.broker.data_dir / "server" / "pop-0.log"
+    log.write_bytes(b"{not json\n" + log.read_bytes())
+    with pytest.raises(CorruptRecordError, match="move the server directory aside"):
+        rig._open()
+    rig.pop.state = PopState(rig.broker.data_dir / "server2")  # for the fixture's close
+
+
+def test_compaction_keeps_the_state_and_drops_old_logs(tmp_path: Path) -> None:
+    r = Rig(tmp_path, compact_bytes=600)
+    try:
+        for i in range(12):
+            r.send(f"m{i}")
+        handles = []
+        for _ in range(12):
+            handles.extend(d.receipt_handle for d in r.receive(batch=1, invisible_s=5))
+        for handle in handles[::2]:
+            r.pop.ack("g", TOPIC, handle)
+        server_dir = r.broker.data_dir / "server"
+        assert (server_dir / "pop-snapshot.json").exists()
+        assert len(list(server_dir.glob("pop-*.log"))) == 1
+        r.restart()
+        r.clock.advance(6)
+        assert bodies(r.receive()) == [f"m{i}" for i in range(1, 12, 2)]
+    finally:
+        r.close()
+
+
+# ------------------------------------------------------------------------------------- model
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("send"), st.integers(1, 3)),
+    st.tuples(st.just("receive"), st.integers(1, 4)),
+    st.tuples(st.just("ack"), st.integers(0, 20)),
+    st.tuples(st.just("ack_stale"), st.integers(0, 20)),
+    st.tuples(st.just("advance"), st.sampled_from([1, 3, 6])),
+    st.tuples(st.just("restart"), st.just(0)),
+), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_pop_matches_a_model_across_restarts(tmp_path_factory: pytest.TempPathFactory, ops: list[Any]) -> None:
+    r = Rig(tmp_path_factory.mktemp("model"), compact_bytes=2000)
+    invisible_ms, max_attempts = 5000, 3
+    sent = 0
+    state: dict[int, dict[str, Any]] = {}  # offset -> attempt, until, handle, done
+    stale: list[str] = []
+    dead = 0
+    try:
+        for op, arg in ops:
+            now = r.clock.now_ms()
+            if op == "send":
+                for _ in range(arg):
+                    r.send(f"m{sent}")
+                    state[sent] = {"attempt": 0, "until": None, "handle": None, "done": False}
+                    sent += 1
+            elif op == "receive":
+                for offset, s in sorted(state.items()):
+                    if not s["done"] and s["until"] is not None and s["until"] <= now and s["attempt"] >= max_attempts:
+                        s["done"] = True
+                        dead += 1
+                expected = [o for o, s in sorted(state.items()) if not s["done"] and s["until"] is not None
+                            and s["until"] <= now]
+                expected += [o for o, s in sorted(state.items()) if s["until"] is None]
+                expected = expected[:arg]
+                got = r.receive(batch=arg, invisible_s=invisible_ms / 1000)
+                assert [(d.message.queue_offset, d.attempt) for d in got] == \
+                    [(o, state[o]["attempt"] + 1) for o in expected]
+                for d in got:
+                    s = state[d.message.queue_offset]
+                    if s["handle"] is not None:
+                        stale.append(s["handle"])
+                    s.update(attempt=d.attempt, until=now + invisible_ms, handle=d.receipt_handle)
+            elif op in ("ack", "ack_stale"):
+                pool = [s["handle"] for s in state.values() if s["handle"] and not s["done"]] if op == "ack" else stale
+                if not pool:
+                    continue
+                handle = pool[arg % len(pool)]
+                live = next((s for s in state.values() if s["handle"] == handle and not s["done"]), None)
+                if live is not None and op == "ack":
+                    r.pop.ack("g", TOPIC, handle)
+                    live["done"] = True
+                else:
+                    with pytest.raises(RpcFailure):
+                        r.pop.ack("g", TOPIC, handle)
+            elif op == "advance":
+                r.clock.advance(arg)
+            else:
+                r.restart()
+        r.pop.revive()
+        now = r.clock.now_ms()
+        dead += sum(1 for s in state.values() if not s["done"] and s["until"] is not None and s["until"] <= now
+                    and s["attempt"] >= max_attempts)
+        assert len(r.dead_letters()) == dead
+    finally:
+        r.close()
