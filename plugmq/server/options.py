@@ -225,7 +225,10 @@ def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>") -
             raise ConfigError(f"{path}.groups.{name}: {exc}") from exc
         groups[name] = _group_policy(f"{path}.groups.{name}", group_table, default_group)
     acl = _acl(f"{path}.acl", table.get("acl", {}))
-    options = ServerOptions(**values, default_group=default_group, groups=groups, acl=acl)
+    try:
+        options = ServerOptions(**values, default_group=default_group, groups=groups, acl=acl)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
     if options.min_invisible_s > options.max_invisible_s:
         raise ConfigError(f"{path}: min_invisible_s ({options.min_invisible_s}) is above max_invisible_s "
                           f"({options.max_invisible_s})")
