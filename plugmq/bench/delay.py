@@ -1,0 +1,658 @@
+"""``plugmq bench delay``: the delay strategies against a heapq and a Redis sorted-set delay queue.
+
+Sections (every figure from this run; ratios are against the ``heapq`` baseline of the same run):
+
+* **throughput** (virtual clock): insert rate (``schedule`` calls) and dispatch rate (moving a
+  ManualClock in 10 s steps until everything was written back) for ``--messages`` messages due
+  within 2 h (levels: a random level 1..18; others: a random time up to 2 h). The write-back is a
+  counting sink, so the figures are the strategy's own cost (delay_level still reads its store).
+  Baselines: ``heapq`` of (deliver time, seq, request) with the same sink; Redis: one ``ZADD`` per
+  message (member = id + body), dispatch by ``ZRANGEBYSCORE .. LIMIT 1000`` + pipelined ``ZREM``.
+* **memory**: RSS growth (``VmRSS`` from /proc/self/status, and ``RssAnon``: the part that is
+  not mmap'ed files, e.g. LMDB's map) of a child process holding
+  ``--pending`` messages pending, due over 30 days (delay_level cannot: its levels end at 2 h, so
+  it gets random levels), next to heapq (an in-memory index of (deliver time, seq, pointer)
+  tuples) in its own child, and Redis ``used_memory`` (member = 20-byte id). Disk bytes too.
+* **lateness** (real clock): ``--rate`` messages due per second for ``--seconds`` seconds,
+  preloaded under a virtual clock, then dispatched on a wall clock shifted so the first is due
+  ``--lead-ms`` (2 s) after start; p50/p99/max of (write-back time - deliver time).
+* **burst** (real clock): ``--burst`` messages all due within the same second; time from that
+  second's start until the last write-back.
+
+Durability (``--fsync`` off, the default): every strategy on the page cache (delay_level on
+store_lmdb flush=async and offsets without fsync; delay_wheel fsync=false; delay_schedule
+fsync=false): a ``kill -9`` loses nothing, a power cut may. ``--fsync``: store_lmdb flush=sync,
+delay_level fsync_offsets + flush_store_before_persist, delay_wheel / delay_schedule fsync=true.
+Redis runs with persistence off (``--save '' --appendonly no``). One message at a time
+everywhere (no batching); bodies are 128 bytes.
+"""
+
+from __future__ import annotations
+
+import array
+import gc
+import heapq
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from plugmq.core import (
+    DEFAULT_DELAY_LEVELS_MS,
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    DelayScheduler,
+    ManualClock,
+    MessageStore,
+    Prop,
+    SystemClock,
+    Timer,
+)
+from plugmq.core.components import open_delay_scheduler, open_store
+
+__all__ = ["command"]
+
+STRATEGIES = ("delay_level", "delay_wheel", "delay_schedule")
+T0 = 1_700_000_000_000
+HORIZON_MS = 2 * 3_600_000
+THIRTY_DAYS_MS = 30 * 86_400_000
+BODY = b"b" * 128
+TOPIC = "BenchDelay"
+_OK = AppendResult(AppendStatus.PUT_OK, "0" * 32, 0, 0, 1, 0)
+GOALS = {"rss_mb_delay_wheel": 100.0, "lateness_p99_ms": 5.0, "burst_s": 5.0}
+
+
+# ----------------------------------------------------------------------------------------------
+# opening strategies
+# ----------------------------------------------------------------------------------------------
+
+
+def _options(name: str, fsync: bool, levels: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(strategy options, store options) for the durability mode."""
+    if name == "delay_level":
+        opts: dict[str, Any] = {"fsync_offsets": fsync, "flush_store_before_persist": fsync}
+        if levels:
+            opts["levels"] = levels
+        return opts, {"flush": "sync" if fsync else "async"}
+    if name in ("delay_wheel", "delay_schedule"):
+        return {"fsync": fsync}, {}
+    return {}, {}
+
+
+class Opened:
+    """A strategy (and for delay_level its store) in one directory."""
+
+    def __init__(self, name: str, data_dir: Path, clock: Any, deliver: Callable[[AppendRequest], AppendResult],
+                 fsync: bool, levels: str | None = None) -> None:
+        options, store_options = _options(name, fsync, levels)
+        self.store: MessageStore | None = None
+        if name == "delay_level":
+            self.store = open_store("store_lmdb", data_dir, clock=clock, options=store_options)
+        self.scheduler: DelayScheduler = open_delay_scheduler(
+            name, data_dir, deliver=deliver, clock=clock, store=self.store, options=options)
+
+    def close(self) -> None:
+        self.scheduler.close()
+        if self.store is not None:
+            self.store.close()
+
+
+def _request(i: int, due: int, level: int | None) -> AppendRequest:
+    props = {Prop.UNIQ_KEY: f"bench-{i:012d}", Prop.TAGS: "Bench", "due": str(due),
+             Prop.DELAY_LEVEL if level is not None else Prop.DELIVER_AT_MS: str(level if level is not None else due)}
+    return AppendRequest(TOPIC, i % 4, BODY, properties=props)
+
+
+def _plan(name: str, n: int, seed: int, span_ms: int) -> Iterator[tuple[int | None, int]]:
+    """(level or None, delay ms) per message: levels for delay_level, times for the rest."""
+    rng = random.Random(seed)
+    levels = [i + 1 for i, ms in enumerate(DEFAULT_DELAY_LEVELS_MS) if ms <= span_ms]
+    for _ in range(n):
+        if name == "delay_level":
+            level = rng.choice(levels)
+            yield level, DEFAULT_DELAY_LEVELS_MS[level - 1]
+        else:
+            yield None, rng.randint(1000, span_ms)
+
+
+# ----------------------------------------------------------------------------------------------
+# throughput on a virtual clock
+# ----------------------------------------------------------------------------------------------
+
+
+def throughput(name: str, n: int, workdir: Path, fsync: bool) -> dict[str, float]:
+    clock = ManualClock(T0 / 1000)
+    count = [0]
+
+    def sink(_request: AppendRequest) -> AppendResult:
+        count[0] += 1
+        return _OK
+
+    plan = list(_plan(name, n, 1, HORIZON_MS))
+    requests = [_request(i, T0 + d, lv) for i, (lv, d) in enumerate(plan)]
+    opened = Opened(name, workdir, clock, sink, fsync)
+    try:
+        opened.scheduler.start()
+        schedule = opened.scheduler.schedule
+        start = time.perf_counter()
+        for request, (level, delay) in zip(requests, plan):
+            schedule(request, deliver_at_ms=T0 + delay, delay_level=level)
+        insert_s = time.perf_counter() - start
+        start = time.perf_counter()
+        while clock.now_ms() < T0 + HORIZON_MS + 10_000:
+            clock.advance(10)
+        dispatch_s = time.perf_counter() - start
+    finally:
+        opened.close()
+    return {"insert_per_s": n / insert_s, "dispatch_per_s": count[0] / dispatch_s, "delivered": count[0]}
+
+
+def heapq_throughput(n: int) -> dict[str, float]:
+    count = 0
+    plan = list(_plan("heapq", n, 1, HORIZON_MS))
+    requests = [_request(i, T0 + d, None) for i, (_, d) in enumerate(plan)]
+    heap: list[tuple[int, int, AppendRequest]] = []
+    start = time.perf_counter()
+    for seq, (request, (_, delay)) in enumerate(zip(requests, plan)):
+        heapq.heappush(heap, (T0 + delay, seq, request))
+    insert_s = time.perf_counter() - start
+    start = time.perf_counter()
+    now = T0
+    while now < T0 + HORIZON_MS + 10_000:
+        now += 10_000
+        while heap and heap[0][0] <= now:
+            _ = heapq.heappop(heap)[2]
+            count += 1
+    dispatch_s = time.perf_counter() - start
+    return {"insert_per_s": n / insert_s, "dispatch_per_s": count / dispatch_s, "delivered": count}
+
+
+# ----------------------------------------------------------------------------------------------
+# Redis (optional)
+# ----------------------------------------------------------------------------------------------
+
+
+def redis_missing() -> str | None:
+    """Why Redis cannot be measured, or None."""
+    if shutil.which("redis-server") is None:
+        return "redis-server not installed (apt-get install -y redis-server)"
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "python package redis not installed (pip install redis)"
+    return None
+
+
+class RedisServer:
+    """A loopback redis-server on a free port, persistence off, started and stopped by us."""
+
+    def __init__(self, workdir: Path) -> None:
+        import redis
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir), "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+        for _ in range(200):
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.025)  # waiting for the server process to listen, not for a delay
+        else:
+            self.stop()
+            raise click.ClickException(f"redis-server did not answer on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def redis_throughput(server: RedisServer, n: int) -> dict[str, float]:
+    client = server.client
+    client.delete("delayq")
+    plan = list(_plan("redis", n, 1, HORIZON_MS))
+    members = [f"bench-{i:012d}".encode() + b"|" + BODY for i in range(n)]
+    start = time.perf_counter()
+    for member, (_, delay) in zip(members, plan):
+        client.zadd("delayq", {member: T0 + delay})
+    insert_s = time.perf_counter() - start
+    count = 0
+    start = time.perf_counter()
+    now = T0
+    while now < T0 + HORIZON_MS + 10_000:
+        now += 10_000
+        count += _redis_drain(client, now)
+    dispatch_s = time.perf_counter() - start
+    return {"insert_per_s": n / insert_s, "dispatch_per_s": count / dispatch_s, "delivered": count}
+
+
+def _redis_drain(client: Any, now_ms: int, on_member: Callable[[bytes, float], None] | None = None) -> int:
+    count = 0
+    while True:
+        due = client.zrangebyscore("delayq", 0, now_ms, start=0, num=1000, withscores=True)
+        if not due:
+            return count
+        pipe = client.pipeline(transaction=False)
+        for member, _ in due:
+            pipe.zrem("delayq", member)
+        removed = pipe.execute()
+        for (member, score), gone in zip(due, removed):
+            if gone and on_member is not None:
+                on_member(member, score)
+            count += int(gone)  # another consumer may have taken it: only a removal delivers
+
+
+# ----------------------------------------------------------------------------------------------
+# memory in child processes
+# ----------------------------------------------------------------------------------------------
+
+
+def vm_rss_bytes(field: str = "VmRSS") -> int:
+    """A size from /proc/self/status: VmRSS (all resident pages, mmap'ed files included) or
+    RssAnon (heap and other anonymous memory only)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise click.ClickException(f"no {field} in /proc/self/status (Linux only)")
+
+
+def _disk_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def rss_child(name: str, n: int, workdir: str, fsync: bool) -> None:
+    """Entry point of a memory child: print one JSON line with RSS before/after ``n`` pending."""
+    data_dir = Path(workdir)
+    gc.collect()
+    before_open = vm_rss_bytes()
+    if name == "heapq":
+        rng = random.Random(2)
+        before, before_anon = vm_rss_bytes(), vm_rss_bytes("RssAnon")
+        heap: list[tuple[int, int, int]] = []
+        start = time.perf_counter()
+        for seq in range(n):
+            heapq.heappush(heap, (T0 + rng.randint(1000, THIRTY_DAYS_MS), seq, seq * 200))
+        insert_s = time.perf_counter() - start
+        after, after_anon = vm_rss_bytes(), vm_rss_bytes("RssAnon")
+        disk = 0
+    else:
+        clock = ManualClock(T0 / 1000)
+        opened = Opened(name, data_dir, clock, lambda r: _OK, fsync)
+        gc.collect()
+        before, before_anon = vm_rss_bytes(), vm_rss_bytes("RssAnon")
+        schedule = opened.scheduler.schedule
+        start = time.perf_counter()
+        for i, (level, delay) in enumerate(_plan(name, n, 2, THIRTY_DAYS_MS)):
+            schedule(_request(i, T0 + delay, level), deliver_at_ms=T0 + delay, delay_level=level)
+        insert_s = time.perf_counter() - start
+        gc.collect()
+        after, after_anon = vm_rss_bytes(), vm_rss_bytes("RssAnon")
+        pending = opened.scheduler.pending()
+        opened.close()
+        disk = _disk_bytes(data_dir)
+        if pending != n:
+            raise SystemExit(f"{name}: {pending} pending after {n} schedules")
+    print(json.dumps({"before_open": before_open, "before": before, "after": after, "anon_growth": after_anon - before_anon,
+                      "insert_s": insert_s, "disk": disk}))
+
+
+def measure_rss(name: str, n: int, workdir: Path, fsync: bool) -> dict[str, Any]:
+    data_dir = workdir / f"rss-{name}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from plugmq.bench.delay import rss_child; "
+         "rss_child(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == '1')",
+         name, str(n), str(data_dir), "1" if fsync else "0"],
+        capture_output=True, text=True,
+    )
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return {"error": lines[-1][:200] if lines else f"exit code {proc.returncode}"}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"rss_growth_mb": (result["after"] - result["before"]) / 2**20, "rss_mb": result["after"] / 2**20,
+            "anon_growth_mb": result["anon_growth"] / 2**20,
+            "insert_per_s": n / result["insert_s"], "disk_mb": result["disk"] / 2**20}
+
+
+def redis_memory(server: RedisServer, n: int) -> dict[str, float]:
+    client = server.client
+    client.delete("delayq")
+    base = client.info("memory")["used_memory"]
+    rng = random.Random(2)
+    start = time.perf_counter()
+    for chunk in range(0, n, 10_000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(chunk, min(n, chunk + 10_000)):
+            pipe.zadd("delayq", {f"bench-{i:014d}": T0 + rng.randint(1000, THIRTY_DAYS_MS)})
+        pipe.execute()
+    insert_s = time.perf_counter() - start
+    used = client.info("memory")["used_memory"]
+    client.delete("delayq")
+    return {"rss_growth_mb": (used - base) / 2**20, "anon_growth_mb": None, "insert_per_s": n / insert_s,
+            "disk_mb": 0.0}
+
+
+# ----------------------------------------------------------------------------------------------
+# real clock: lateness and burst
+# ----------------------------------------------------------------------------------------------
+
+
+class ShiftedClock(SystemClock):
+    """The wall clock moved by ``offset`` seconds: preloaded deliver times come due soon."""
+
+    def __init__(self, offset: float) -> None:
+        super().__init__()
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + int(self.offset * 1000)
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Timer:
+        return super().call_at(deadline - self.offset, callback)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return super().call_at(time.time() + delay, callback)
+
+
+class LateRecorder:
+    """The write-back used on the real clock: lateness per message, done when all arrived."""
+
+    def __init__(self, clock: Any, n: int) -> None:
+        self.clock = clock
+        self.late = array.array("q")
+        self.n = n
+        self.done = threading.Event()
+        self.last_ms = 0
+
+    def record(self, due_ms: int) -> None:
+        now = self.clock.now_ms()
+        self.late.append(now - due_ms)
+        self.last_ms = now
+        if len(self.late) >= self.n:
+            self.done.set()
+
+    def deliver(self, request: AppendRequest) -> AppendResult:
+        self.record(int(request.properties["due"]))
+        return _OK
+
+    def figures(self, first_due: int, last_due: int) -> dict[str, float]:
+        values = sorted(self.late)
+        if not values:
+            return {"delivered": 0.0}
+
+        def q(p: float) -> float:
+            return float(values[min(len(values) - 1, int(p * len(values)))])
+
+        return {"delivered": float(len(values)), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": float(values[-1]),
+                "early": float(sum(1 for v in values if v < 0)),
+                "all_done_s": (self.last_ms - (first_due // 1000) * 1000) / 1000}
+
+
+def realtime(name: str, dues: list[int], workdir: Path, fsync: bool, timeout_s: float,
+             lead_ms: int = 2000) -> dict[str, float]:
+    """Preload ``dues`` (sorted) under a virtual clock, then dispatch them on a shifted wall clock."""
+    data_dir = workdir / f"rt-{name}"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    first, last = dues[0], dues[-1]
+    # delay_level gets one level longer than the whole span, so the loading clock moves along
+    # with the deliver times and each message keeps its own.
+    level_ms = ((last - first) // 1000 + 61) * 1000
+    levels = f"{level_ms // 1000}s" if name == "delay_level" else None
+    clock = ManualClock((first - level_ms) / 1000)
+    opened = Opened(name, data_dir, clock, lambda r: _OK, fsync, levels)
+    for i, due in enumerate(dues):
+        if name == "delay_level":
+            if due - level_ms > clock.now_ms():
+                clock.set((due - level_ms) / 1000)
+            at = clock.now_ms() + level_ms
+            opened.scheduler.schedule(_request(i, at, 1), deliver_at_ms=at, delay_level=1)
+        else:
+            opened.scheduler.schedule(_request(i, due, None), deliver_at_ms=due, delay_level=None)
+    opened.close()
+    wall = ShiftedClock((first - lead_ms) / 1000 - time.time())
+    recorder = LateRecorder(wall, len(dues))
+    opened = Opened(name, data_dir, wall, recorder.deliver, fsync, levels)
+    try:
+        opened.scheduler.start()
+        recorder.done.wait(timeout_s + (last - first) / 1000 + 2)
+    finally:
+        opened.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return recorder.figures(first, last)
+
+
+def heapq_realtime(dues: list[int], timeout_s: float, lead_ms: int = 2000) -> dict[str, float]:
+    wall = ShiftedClock((dues[0] - lead_ms) / 1000 - time.time())
+    recorder = LateRecorder(wall, len(dues))
+    heap = [(due, i) for i, due in enumerate(dues)]
+    heapq.heapify(heap)
+    wake = threading.Event()
+
+    def run() -> None:  # one dispatcher thread sleeping until the head is due, like a DelayQueue
+        while heap and not recorder.done.is_set():
+            wait = (heap[0][0] - wall.now_ms()) / 1000
+            if wait > 0:
+                wake.wait(wait)
+                continue
+            due, _ = heapq.heappop(heap)
+            recorder.record(due)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    recorder.done.wait(timeout_s + (dues[-1] - dues[0]) / 1000 + 2)
+    wake.set()
+    return recorder.figures(dues[0], dues[-1])
+
+
+def redis_realtime(server: RedisServer, dues: list[int], timeout_s: float, lead_ms: int = 2000) -> dict[str, float]:
+    client = server.client
+    client.delete("delayq")
+    for chunk in range(0, len(dues), 10_000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(chunk, min(len(dues), chunk + 10_000)):
+            pipe.zadd("delayq", {f"bench-{i:012d}".encode() + b"|" + BODY: dues[i]})
+        pipe.execute()
+    wall = ShiftedClock((dues[0] - lead_ms) / 1000 - time.time())
+    recorder = LateRecorder(wall, len(dues))
+    deadline = time.monotonic() + timeout_s + (dues[-1] - dues[0]) / 1000 + 4
+    while not recorder.done.is_set() and time.monotonic() < deadline:
+        if not _redis_drain(client, wall.now_ms(), lambda _m, score: recorder.record(int(score))):
+            time.sleep(0.001)  # the usual poll interval of a sorted-set delay queue
+    return recorder.figures(dues[0], dues[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# the command
+# ----------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return f"{value / base:.3g}x"
+
+
+@click.command("delay")
+@click.option("--strategies", default=",".join(STRATEGIES), show_default=True, help="Comma-separated delay plugins.")
+@click.option("--messages", default=20_000, show_default=True, type=click.IntRange(100),
+              help="Messages of the throughput section.")
+@click.option("--pending", default=10_000_000, show_default=True, type=click.IntRange(100),
+              help="Pending messages (due over 30 days) of the memory section.")
+@click.option("--rate", default=10_000, show_default=True, type=click.IntRange(1),
+              help="Messages due per second in the lateness section.")
+@click.option("--seconds", default=5, show_default=True, type=click.IntRange(1), help="Length of the lateness run.")
+@click.option("--burst", default=500_000, show_default=True, type=click.IntRange(1),
+              help="Messages due in the same second in the burst section.")
+@click.option("--sections", default="throughput,memory,lateness,burst", show_default=True,
+              help="Comma-separated sections to run.")
+@click.option("--lead-ms", default=2000, show_default=True, type=click.IntRange(0),
+              help="Wall-clock sections: how long after start the first message is due.")
+@click.option("--fsync/--no-fsync", default=False, show_default=True, help="Durable mode for every strategy.")
+@click.option("--redis/--no-redis", "use_redis", default=True, show_default=True,
+              help="Measure a Redis sorted-set delay queue when redis-server and the redis package exist.")
+@click.option("--smoke", is_flag=True, help="Tiny sizes everywhere (a quick check that every part runs).")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where data goes (default: a temporary directory, removed afterwards).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of tables.")
+def command(strategies: str, messages: int, pending: int, rate: int, seconds: int, burst: int, sections: str,
+            lead_ms: int, fsync: bool, use_redis: bool, smoke: bool, workdir: Path | None, as_json: bool) -> None:
+    """Insert/dispatch rates, memory at scale, real-clock lateness and a burst, per delay strategy."""
+    if smoke:
+        messages, pending, rate, seconds, burst = min(messages, 2000), min(pending, 20_000), min(rate, 1000), 1, min(burst, 5000)
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    wanted = {s.strip() for s in sections.split(",") if s.strip()}
+    unknown = wanted - {"throughput", "memory", "lateness", "burst"}
+    if unknown:
+        raise click.BadParameter(f"unknown sections {sorted(unknown)}", param_hint="--sections")
+    console = Console(stderr=as_json)
+    note = redis_missing() if use_redis else "turned off (--no-redis)"
+    results: dict[str, Any] = {"settings": {"messages": messages, "pending": pending, "rate": rate, "seconds": seconds,
+                                            "burst": burst, "fsync": fsync, "redis": note or "measured"}}
+    with _workdir(workdir) as base:
+        server = RedisServer(base) if note is None else None
+        try:
+            if "throughput" in wanted:
+                console.log(f"throughput: {messages:,} messages")
+                rows = {"heapq": heapq_throughput(messages)}
+                for name in names:
+                    rows[name] = throughput(name, messages, base / f"tp-{name}", fsync)
+                if server is not None:
+                    rows["redis"] = redis_throughput(server, messages)
+                results["throughput"] = rows
+            if "memory" in wanted:
+                console.log(f"memory: {pending:,} pending over 30 days (child processes)")
+                rows = {"heapq": measure_rss("heapq", pending, base, fsync)}
+                for name in names:
+                    rows[name] = measure_rss(name, pending, base, fsync)
+                if server is not None:
+                    rows["redis"] = redis_memory(server, pending)
+                results["memory"] = rows
+            for section, dues in (("lateness", _steady(rate, seconds)), ("burst", _burst(burst))):
+                if section not in wanted:
+                    continue
+                console.log(f"{section}: {len(dues):,} messages on the wall clock")
+                rows = {"heapq": heapq_realtime(dues, 60, lead_ms)}
+                for name in names:
+                    rows[name] = realtime(name, dues, base, fsync, 60, lead_ms)
+                if server is not None:
+                    rows["redis"] = redis_realtime(server, dues, 60, lead_ms)
+                results[section] = rows
+        finally:
+            if server is not None:
+                server.stop()
+    if as_json:
+        click.echo(json.dumps(results, indent=2, default=str))
+        return
+    _print(console, results, names)
+
+
+def _steady(rate: int, seconds: int) -> list[int]:
+    n = rate * seconds
+    return [T0 + 10_000 + i * 1000 // rate for i in range(n)]
+
+
+def _burst(n: int) -> list[int]:
+    return [T0 + 10_000 + i * 1000 // n for i in range(n)]
+
+
+class _workdir:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.made: str | None = None
+
+    def __enter__(self) -> Path:
+        if self.path is not None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            return self.path
+        self.made = tempfile.mkdtemp(prefix="plugmq-bench-delay-")
+        return Path(self.made)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+
+
+def _rows(results: dict[str, Any], section: str, names: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    rows = results.get(section, {})
+    for name in ["heapq", *names, "redis"]:
+        if name in rows:
+            yield name, rows[name]
+
+
+def _print(console: Console, results: dict[str, Any], names: list[str]) -> None:
+    settings = results["settings"]
+    durability = ("fsync: store_lmdb sync, offsets/logs fsynced" if settings["fsync"]
+                  else "page cache (kill -9 safe, not power-cut safe); Redis without persistence")
+    console.print(f"[bold]plugmq bench delay[/bold] — durability: {durability}; one message per call, 128 B bodies; "
+                  f"Redis: {settings['redis']}")
+    if "throughput" in results:
+        base = results["throughput"]["heapq"]
+        table = Table(title=f"throughput, virtual clock ({settings['messages']:,} messages due within 2 h)")
+        for col in ("strategy", "insert/s", "vs heapq", "dispatch/s", "vs heapq", "delivered"):
+            table.add_column(col, justify="right")
+        for name, row in _rows(results, "throughput", names):
+            table.add_row(name, _fmt(row["insert_per_s"]), _ratio(row["insert_per_s"], base["insert_per_s"]),
+                          _fmt(row["dispatch_per_s"]), _ratio(row["dispatch_per_s"], base["dispatch_per_s"]),
+                          _fmt(row["delivered"]))
+        console.print(table)
+    if "memory" in results:
+        base = results["memory"]["heapq"]
+        table = Table(title=f"memory with {settings['pending']:,} pending over 30 days (child processes; "
+                            f"goal delay_wheel <= {GOALS['rss_mb_delay_wheel']:.0f} MB)")
+        for col in ("strategy", "RSS growth MB", "vs heapq", "anon growth MB", "disk MB", "insert/s"):
+            table.add_column(col, justify="right")
+        for name, row in _rows(results, "memory", names):
+            if "error" in row:
+                table.add_row(name, f"failed: {row['error']}", "-", "-", "-", "-")
+                continue
+            label = name + (" (levels <= 2 h)" if name == "delay_level" else "") + (" used_memory" if name == "redis" else "")
+            table.add_row(label, _fmt(row["rss_growth_mb"], 1), _ratio(row["rss_growth_mb"], base.get("rss_growth_mb")),
+                          _fmt(row["anon_growth_mb"], 1), _fmt(row["disk_mb"], 1), _fmt(row["insert_per_s"]))
+        console.print(table)
+    for section, title in (("lateness", f"lateness, wall clock: {settings['rate']:,} due/s for {settings['seconds']} s "
+                                        f"(goal p99 <= {GOALS['lateness_p99_ms']:.0f} ms)"),
+                           ("burst", f"burst, wall clock: {settings['burst']:,} due in one second "
+                                     f"(goal all within {GOALS['burst_s']:.0f} s)")):
+        if section not in results:
+            continue
+        table = Table(title=title)
+        for col in ("strategy", "delivered", "early", "p50 ms", "p99 ms", "max ms", "all done after s"):
+            table.add_column(col, justify="right")
+        for name, row in _rows(results, section, names):
+            table.add_row(name, _fmt(row.get("delivered")), _fmt(row.get("early")), _fmt(row.get("p50_ms"), 1),
+                          _fmt(row.get("p99_ms"), 1), _fmt(row.get("max_ms"), 1), _fmt(row.get("all_done_s"), 2))
+        console.print(table)
