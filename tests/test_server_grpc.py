@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-from rocketmq import (  # noqa: E402
+from rocketmq import (
     ClientConfiguration,
     ConsumeResult,
     Credentials,
@@ -32,12 +32,12 @@ from rocketmq import (  # noqa: E402
     TransactionChecker,
     TransactionResolution,
 )
-from rocketmq.grpc_protocol import Code, FilterType  # noqa: E402
-from rocketmq.v5.exception import BadRequestException, ClientException  # noqa: E402
+from rocketmq.grpc_protocol import Code, FilterType
+from rocketmq.v5.exception import BadRequestException, ClientException
 
-from plugmq.core import ManualClock, dlq_topic  # noqa: E402
-from plugmq.core.broker import Broker  # noqa: E402
-from plugmq.server import GroupPolicy, PlugmqServer, ServerOptions, ServerThread  # noqa: E402
+from plugmq.core import ManualClock, dlq_topic
+from plugmq.core.broker import Broker
+from plugmq.server import GroupPolicy, PlugmqServer, ServerOptions, ServerThread
 
 WAIT_S = 15.0  # upper bound of any wait for the client's threads
 
@@ -270,11 +270,12 @@ def test_delayed_message_is_delivered_at_its_time_and_a_recalled_one_never(serve
 
 def test_level_only_delays_answer_unsupported_for_timestamps_and_recall(tmp_path: Path) -> None:
     with serving(tmp_path / "data", plugins=["store_mmap", "delay_level", "filter_tag"]) as s:
-        with started(Producer(s.config, ("Lvl",))) as producer:
-            with pytest.raises(ClientException) as send:
-                producer.send(_message("Lvl", b"x", deliver_at_s=int(s.clock.now()) + 5))
-            with pytest.raises(ClientException) as recall:
-                producer.recall_message("Lvl", "00000000000000000000000000000000:any")
+        producer = Producer(s.config, ("Lvl",))
+        with started(producer), pytest.raises(ClientException) as send:
+            producer.send(_message("Lvl", b"x", deliver_at_s=int(s.clock.now()) + 5))
+        producer = Producer(s.config, ("Lvl",))
+        with started(producer), pytest.raises(ClientException) as recall:
+            producer.recall_message("Lvl", "00000000000000000000000000000000:any")
     assert send.value.code == recall.value.code == Code.UNSUPPORTED
     assert "delay_wheel or delay_schedule" in str(send.value) and "cannot cancel" in str(recall.value)
 

@@ -6,7 +6,7 @@ from plugmq.cli import _LazyGroup
 
 import click
 
-_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn")}
+_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc")}
 
 
 @click.group("bench", cls=_LazyGroup, lazy=_BENCHMARKS)

@@ -9,7 +9,12 @@ this package implements).
 from __future__ import annotations
 
 from plugmq.server.app import PlugmqServer, ServerThread, run
-from plugmq.server.options import GroupPolicy, ServerOptions, load_serve_config, parse_server_table
+from plugmq.server.options import (
+           GroupPolicy,
+           ServerOptions,
+           load_serve_config,
+           parse_server_table,
+)
 
 __all__ = ["GroupPolicy", "PlugmqServer", "ServerOptions", "ServerThread", "load_serve_config",
            "parse_server_table", "run"]

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import grpc
@@ -119,7 +119,8 @@ class PlugmqServer:
         self.state.close()
 
 
-async def _serve(broker_config: Mapping[str, Any], options: ServerOptions, ready: Callable[[str, Broker], None]) -> None:
+async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,
+                 ready: Callable[[str, Broker], None]) -> None:
     broker = await asyncio.to_thread(Broker.from_config, broker_config)  # store recovery may take a while
     server = PlugmqServer(broker, options)
     stop = asyncio.Event()
@@ -179,7 +180,7 @@ class ServerThread:
             self._thread.join(timeout=30)
             _drain(self._loop)
 
-    def __enter__(self) -> ServerThread:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

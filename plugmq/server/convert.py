@@ -7,7 +7,13 @@ import zlib
 from collections.abc import Mapping
 
 import attrs
-from rocketmq.grpc_protocol import Code, DigestType, Encoding, MessageType, definition_pb2
+from rocketmq.grpc_protocol import (
+    Code,
+    DigestType,
+    Encoding,
+    MessageType,
+    definition_pb2,
+)
 
 from plugmq.core.errors import InvalidNameError, ValidationError
 from plugmq.core.message import Message, StoredMessage, SysFlag

@@ -193,7 +193,8 @@ def _acl(path: str, table: Any) -> AclOptions:
                 secret = _expect(f"{where}.secret", entry.get("secret"), str, "the account's secret key (a string)")
                 if not secret:
                     raise ConfigError(f"{where}.secret is empty; give the secret key clients sign with")
-                accounts[access_key] = Account(access_key, secret, _topics(f"{where}.publish", entry.get("publish", [])),
+                accounts[access_key] = Account(access_key, secret,
+                                               _topics(f"{where}.publish", entry.get("publish", [])),
                                                _topics(f"{where}.subscribe", entry.get("subscribe", [])))
         else:
             raise _unknown(path, key, ["enabled", "accounts"])

@@ -7,6 +7,7 @@ failure is answered in the response's ``status`` with a protocol code, never a b
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -73,6 +74,19 @@ def _overall(statuses: list[Status]) -> Status:
     return Status(code=Code.MULTIPLE_RESULTS, message="entries have different results; see each entry's status")
 
 
+def _answering(response: type, action: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A unary handler whose every failure is answered as ``response(status=...)``."""
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        async def handler(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await method(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - every failure is answered with a protocol status
+                return response(status=status_of(exc, action=action))
+        return handler
+    return wrap
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """apache.rocketmq.v2.MessagingService over a plugmq broker."""
 
@@ -115,65 +129,59 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return self.broker.topic_queues(topic, create=False)
 
     def _route(self, topic: str) -> list[Any]:
-        if topic.startswith(DLQ_PREFIX) or is_system_topic(topic):
+        if is_system_topic(topic):
             return self._readable_queues(topic)
         return self.broker.topic_queues(topic)  # auto-creates when the broker allows it
 
+    @_answering(service_pb2.QueryRouteResponse, "query route")
     async def QueryRoute(self, request: service_pb2.QueryRouteRequest,
                          context: grpc.aio.ServicerContext) -> service_pb2.QueryRouteResponse:
-        try:
-            account = self._account(context)
-            topic = topic_name(request.topic)
-            if account is not None and not (account.may("publish", topic) or account.may("subscribe", topic)):
-                self.auth.require(account, "subscribe", topic)
-            queues = await self._run(self._route, topic)
-            endpoints = self._endpoints(request.endpoints)
-            types = [t for t in _ALL_TYPES if (t != MessageType.DELAY or self.broker.delay is not None)
-                     and (t != MessageType.TRANSACTION or self.broker.transactions is not None)]
-            permission = Permission.READ if topic.startswith(DLQ_PREFIX) else Permission.READ_WRITE
-            response = service_pb2.QueryRouteResponse(status=ok())
-            for queue in queues:
-                entry = response.message_queues.add(id=queue.queue_id, permission=permission,
-                                                    accept_message_types=types)
-                entry.topic.CopyFrom(request.topic)
-                entry.broker.name = self.broker.name
-                entry.broker.id = 0
-                entry.broker.endpoints.CopyFrom(endpoints)
-            return response
-        except Exception as exc:
-            return service_pb2.QueryRouteResponse(status=status_of(exc, action="query route"))
+        account = self._account(context)
+        topic = topic_name(request.topic)
+        if account is not None and not (account.may("publish", topic) or account.may("subscribe", topic)):
+            self.auth.require(account, "subscribe", topic)
+        queues = await self._run(self._route, topic)
+        endpoints = self._endpoints(request.endpoints)
+        types = [t for t in _ALL_TYPES if (t != MessageType.DELAY or self.broker.delay is not None)
+                 and (t != MessageType.TRANSACTION or self.broker.transactions is not None)]
+        permission = Permission.READ if topic.startswith(DLQ_PREFIX) else Permission.READ_WRITE
+        response = service_pb2.QueryRouteResponse(status=ok())
+        for queue in queues:
+            entry = response.message_queues.add(id=queue.queue_id, permission=permission,
+                                                accept_message_types=types)
+            entry.topic.CopyFrom(request.topic)
+            entry.broker.name = self.broker.name
+            entry.broker.id = 0
+            entry.broker.endpoints.CopyFrom(endpoints)
+        return response
 
+    @_answering(service_pb2.HeartbeatResponse, "heartbeat")
     async def Heartbeat(self, request: service_pb2.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> service_pb2.HeartbeatResponse:
-        try:
-            self._account(context)
-            if request.HasField("group"):
-                _group(request.group)
-            return service_pb2.HeartbeatResponse(status=ok())
-        except Exception as exc:
-            return service_pb2.HeartbeatResponse(status=status_of(exc, action="heartbeat"))
+        self._account(context)
+        if request.HasField("group"):
+            _group(request.group)
+        return service_pb2.HeartbeatResponse(status=ok())
 
+    @_answering(service_pb2.QueryAssignmentResponse, "query assignment")
     async def QueryAssignment(self, request: service_pb2.QueryAssignmentRequest,
                               context: grpc.aio.ServicerContext) -> service_pb2.QueryAssignmentResponse:
-        try:
-            account = self._account(context)
-            topic = topic_name(request.topic)
-            _group(request.group)
-            self.auth.require(account, "subscribe", topic)
-            await self._run(self._readable_queues, topic)
-            response = service_pb2.QueryAssignmentResponse(status=ok())
-            # One assignment for the whole broker (queue id -1, as RocketMQ's proxy does): each
-            # receive pops from every queue of the topic, so one long poll serves a consumer.
-            queue = response.assignments.add().message_queue
-            queue.topic.CopyFrom(request.topic)
-            queue.id = -1
-            queue.permission = Permission.READ_WRITE
-            queue.broker.name = self.broker.name
-            queue.broker.endpoints.CopyFrom(self._endpoints(request.endpoints))
-            queue.accept_message_types.extend(_ALL_TYPES)
-            return response
-        except Exception as exc:
-            return service_pb2.QueryAssignmentResponse(status=status_of(exc, action="query assignment"))
+        account = self._account(context)
+        topic = topic_name(request.topic)
+        _group(request.group)
+        self.auth.require(account, "subscribe", topic)
+        await self._run(self._readable_queues, topic)
+        response = service_pb2.QueryAssignmentResponse(status=ok())
+        # One assignment for the whole broker (queue id -1, as RocketMQ's proxy does): each
+        # receive pops from every queue of the topic, so one long poll serves a consumer.
+        queue = response.assignments.add().message_queue
+        queue.topic.CopyFrom(request.topic)
+        queue.id = -1
+        queue.permission = Permission.READ_WRITE
+        queue.broker.name = self.broker.name
+        queue.broker.endpoints.CopyFrom(self._endpoints(request.endpoints))
+        queue.accept_message_types.extend(_ALL_TYPES)
+        return response
 
     # ------------------------------------------------------------------------------ send
     def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
@@ -184,7 +192,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _send_one(self, out: Outgoing, client_id: str) -> service_pb2.SendResultEntry:
         message = out.message
         if is_system_topic(message.topic):
-            raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {message.topic!r} is a system topic; producers may not send to it")
+            raise RpcFailure(Code.ILLEGAL_TOPIC,
+                             f"topic {message.topic!r} is a system topic; producers may not send to it")
         queues = self.broker.topic_queues(message.topic)
         queue_id = self._queue_for(message.topic, len(queues), out.message_group)
         entry = service_pb2.SendResultEntry(message_id=out.message_id)
@@ -224,7 +233,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             account = self.auth.account(metadata)
             if not request.messages:
                 raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
         entries: list[service_pb2.SendResultEntry] = []
         for proto in request.messages:
@@ -232,50 +241,46 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 out = outgoing(proto)
                 self.auth.require(account, "publish", out.message.topic)
                 entries.append(await self._run(self._send_one, out, metadata.get("x-mq-client-id", "")))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - answered as a protocol status
                 entries.append(service_pb2.SendResultEntry(
                     status=status_of(exc, action=f"send to topic {proto.topic.name!r}"),
                     message_id=proto.system_properties.message_id))
         return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
 
+    @_answering(service_pb2.RecallMessageResponse, "recall")
     async def RecallMessage(self, request: service_pb2.RecallMessageRequest,
                             context: grpc.aio.ServicerContext) -> service_pb2.RecallMessageResponse:
-        try:
-            account = self._account(context)
-            topic = topic_name(request.topic)
-            self.auth.require(account, "publish", topic)
-            msg_id, _, message_id = request.recall_handle.partition(":")
-            if not msg_id or not message_id:
-                raise RpcFailure(Code.BAD_REQUEST, f"recall handle {request.recall_handle!r} was not issued by this "
-                                                   "server; pass the recall_handle of a delayed message's send receipt")
-            if not await self._run(self.broker.cancel_delayed, msg_id):
-                raise RpcFailure(Code.NOT_FOUND, f"delayed message {message_id} cannot be recalled: it was delivered "
-                                                 "already, recalled before, or is unknown to this broker")
-            return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)
-        except Exception as exc:
-            return service_pb2.RecallMessageResponse(status=status_of(exc, action="recall"))
+        account = self._account(context)
+        topic = topic_name(request.topic)
+        self.auth.require(account, "publish", topic)
+        msg_id, _, message_id = request.recall_handle.partition(":")
+        if not msg_id or not message_id:
+            raise RpcFailure(Code.BAD_REQUEST, f"recall handle {request.recall_handle!r} was not issued by this "
+                                               "server; pass the recall_handle of a delayed message's send receipt")
+        if not await self._run(self.broker.cancel_delayed, msg_id):
+            raise RpcFailure(Code.NOT_FOUND, f"delayed message {message_id} cannot be recalled: it was delivered "
+                                             "already, recalled before, or is unknown to this broker")
+        return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)
 
+    @_answering(service_pb2.EndTransactionResponse, "end transaction")
     async def EndTransaction(self, request: service_pb2.EndTransactionRequest,
                              context: grpc.aio.ServicerContext) -> service_pb2.EndTransactionResponse:
-        try:
-            account = self._account(context)
-            topic = topic_name(request.topic)
-            self.auth.require(account, "publish", topic)
-            service = self.broker.transactions
-            if service is None:
-                raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no transaction plugin")
-            decision = {TransactionResolution.COMMIT: TransactionDecision.COMMIT,
-                        TransactionResolution.ROLLBACK: TransactionDecision.ROLLBACK}.get(request.resolution)
-            if decision is None:
-                raise RpcFailure(Code.BAD_REQUEST, "EndTransaction needs resolution COMMIT or ROLLBACK")
-            if not request.transaction_id:
-                raise RpcFailure(Code.INVALID_TRANSACTION_ID, "transaction_id is empty; pass the send receipt's one")
-            from_check = request.source == TransactionSource.SOURCE_SERVER_CHECK
-            applied = await self._run(lambda: service.end(request.transaction_id, decision, from_check=from_check))
-            note = "OK" if applied else "the transaction was settled already; this decision changed nothing"
-            return service_pb2.EndTransactionResponse(status=ok(note))
-        except Exception as exc:
-            return service_pb2.EndTransactionResponse(status=status_of(exc, action="end transaction"))
+        account = self._account(context)
+        topic = topic_name(request.topic)
+        self.auth.require(account, "publish", topic)
+        service = self.broker.transactions
+        if service is None:
+            raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no transaction plugin")
+        decision = {TransactionResolution.COMMIT: TransactionDecision.COMMIT,
+                    TransactionResolution.ROLLBACK: TransactionDecision.ROLLBACK}.get(request.resolution)
+        if decision is None:
+            raise RpcFailure(Code.BAD_REQUEST, "EndTransaction needs resolution COMMIT or ROLLBACK")
+        if not request.transaction_id:
+            raise RpcFailure(Code.INVALID_TRANSACTION_ID, "transaction_id is empty; pass the send receipt's one")
+        from_check = request.source == TransactionSource.SOURCE_SERVER_CHECK
+        applied = await self._run(lambda: service.end(request.transaction_id, decision, from_check=from_check))
+        note = "OK" if applied else "the transaction was settled already; this decision changed nothing"
+        return service_pb2.EndTransactionResponse(status=ok(note))
 
     # ------------------------------------------------------------------------------ receive
     def _subscription(self, expression: definition_pb2.FilterExpression) -> Filter | None:
@@ -283,7 +288,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return None
         kind = _FILTER_TYPES.get(expression.type)
         if kind is None:
-            raise RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION, f"filter type {expression.type} is unknown; use TAG or SQL92")
+            raise RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION,
+                             f"filter type {expression.type} is unknown; use TAG or SQL92")
         if kind not in self.broker.filters:
             raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no {kind} filter plugin; add "
                                                f"{'filter_tag' if kind == 'TAG' else 'filter_sql'} to broker.plugins")
@@ -334,7 +340,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break
                 await self.wakeup.wait(generation, left)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             yield service_pb2.ReceiveMessageResponse(status=status_of(exc, action="receive"))
             return
         if not deliveries:
@@ -363,7 +369,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.auth.require(account, "subscribe", topic)
             if not request.entries:
                 raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
         results = await self._run(self._ack_all, group, topic, request.entries)
         self.wakeup.notify()  # a FIFO queue may be free again
@@ -376,41 +382,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             try:
                 self.pop.ack(group, topic, entry.receipt_handle)
                 status = ok()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - answered as a protocol status
                 status = status_of(exc, action="ack")
             results.append(service_pb2.AckMessageResultEntry(message_id=entry.message_id,
                                                              receipt_handle=entry.receipt_handle, status=status))
         return results
 
+    @_answering(service_pb2.ChangeInvisibleDurationResponse, "change invisible duration")
     async def ChangeInvisibleDuration(self, request: service_pb2.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext
                                       ) -> service_pb2.ChangeInvisibleDurationResponse:
-        try:
-            account = self._account(context)
-            group = _group(request.group)
-            topic = topic_name(request.topic)
-            self.auth.require(account, "subscribe", topic)
-            invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
-            handle = await self._run(self.pop.change_invisible, group, topic, request.receipt_handle, invisible_ms)
-            self.wakeup.notify()
-            return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
-        except Exception as exc:
-            return service_pb2.ChangeInvisibleDurationResponse(status=status_of(exc, action="change invisible duration"))
+        account = self._account(context)
+        group = _group(request.group)
+        topic = topic_name(request.topic)
+        self.auth.require(account, "subscribe", topic)
+        invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
+        handle = await self._run(self.pop.change_invisible, group, topic, request.receipt_handle, invisible_ms)
+        self.wakeup.notify()
+        return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
+    @_answering(service_pb2.ForwardMessageToDeadLetterQueueResponse, "forward to dead-letter queue")
     async def ForwardMessageToDeadLetterQueue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
                                               context: grpc.aio.ServicerContext
                                               ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
-        try:
-            account = self._account(context)
-            group = _group(request.group)
-            topic = topic_name(request.topic)
-            self.auth.require(account, "subscribe", topic)
-            await self._run(self.pop.forward_to_dlq, group, topic, request.receipt_handle)
-            self.wakeup.notify()
-            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())
-        except Exception as exc:
-            return service_pb2.ForwardMessageToDeadLetterQueueResponse(
-                status=status_of(exc, action="forward to dead-letter queue"))
+        account = self._account(context)
+        group = _group(request.group)
+        topic = topic_name(request.topic)
+        self.auth.require(account, "subscribe", topic)
+        await self._run(self.pop.forward_to_dlq, group, topic, request.receipt_handle)
+        self.wakeup.notify()
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
     # ------------------------------------------------------------------------------ clients
     async def Telemetry(self, request_iterator: AsyncIterator[service_pb2.TelemetryCommand],
@@ -421,7 +422,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             client_id = metadata.get("x-mq-client-id", "")
             if not client_id:
                 raise RpcFailure(Code.CLIENT_ID_REQUIRED, "the Telemetry stream needs the x-mq-client-id header")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             yield service_pb2.TelemetryCommand(status=failure_of(exc, action="telemetry").status)
             return
         session = self.sessions.open(client_id, asyncio.get_running_loop())
@@ -452,16 +453,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception:
             log.exception("telemetry stream failed", client=session.client_id)
 
+    @_answering(service_pb2.NotifyClientTerminationResponse, "notify termination")
     async def NotifyClientTermination(self, request: service_pb2.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext
                                       ) -> service_pb2.NotifyClientTerminationResponse:
-        try:
-            metadata = _metadata(context)
-            self.auth.account(metadata)
-            await self._run(self.sessions.close_client, metadata.get("x-mq-client-id", ""))
-            return service_pb2.NotifyClientTerminationResponse(status=ok())
-        except Exception as exc:
-            return service_pb2.NotifyClientTerminationResponse(status=status_of(exc, action="notify termination"))
+        metadata = _metadata(context)
+        self.auth.account(metadata)
+        await self._run(self.sessions.close_client, metadata.get("x-mq-client-id", ""))
+        return service_pb2.NotifyClientTerminationResponse(status=ok())
 
     # ------------------------------------------------------------------------------ unsupported
     @staticmethod
