@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,14 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer  # noqa: E402
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
@@ -48,9 +56,14 @@ class Child:
 
     def stop(self, signum: int) -> int:
         os.kill(self.process.pid, signum)
-        code = self.process.wait(timeout=WAIT_S)
-        self._log.close()
-        return code
+        try:
+            return self.process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # never leave a server behind
+            self.process.wait()
+            raise
+        finally:
+            self._log.close()
 
 
 @contextmanager
@@ -116,3 +129,31 @@ def _make(i: int) -> Message:
     message.topic = "Durable"
     message.body = f"m{i}".encode()
     return message
+
+
+def test_sigterm_answers_a_waiting_long_poll_and_exits_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\n[server]\nlong_polling_s = 30\nshutdown_grace_s = 20\n',
+                      encoding="utf-8")
+    child = Child(config, tmp_path / "serve.log")
+    outcome: list[Any] = []
+    with started(Producer(_config(child.address), ("Durable",))) as producer:
+        producer.send(_make(0))
+    consumer = SimpleConsumer(_config(child.address), "quiet", {"Durable": FilterExpression("NoSuchTag")},
+                              await_duration=25)
+    with started(consumer):
+        def poll() -> None:
+            try:
+                outcome.append(consumer.receive(1, 30))
+            except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=poll)
+        waiter.start()
+        deadline = time.monotonic() + WAIT_S
+        pop_log = tmp_path / "data" / "server" / "pop-0.log"
+        while not (pop_log.exists() and b'"quiet"' in pop_log.read_bytes()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the receive made the group's first pop (it waits after that)
+        assert child.stop(signal.SIGTERM) == 0
+        waiter.join(WAIT_S)
+    assert outcome == [[]], f"the long poll was not answered before the shutdown: {outcome}"
