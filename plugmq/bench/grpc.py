@@ -7,6 +7,8 @@ server do not share one interpreter's GIL. Measured in the same run:
   mode, body size), one thread;
 * gRPC send with rocketmq-python-client's ``Producer.send`` (synchronous, one message per
   request) from 1 and from 4 threads sharing one producer;
+* the same sends through the generated stub (``MessagingServiceStub.SendMessage``, one channel per
+  thread, no client library): what the server takes when the client's own overhead is left out;
 * gRPC receive + ack with a ``SimpleConsumer``: receive batches of ``--batch`` messages, one
   AckMessage per message (the client acks singly), one consumer thread.
 
@@ -110,6 +112,48 @@ def _grpc_send(producer: Any, messages: int, threads: int, body: bytes) -> float
     return per_thread * threads / elapsed
 
 
+def _stub_send(address: str, messages: int, threads: int, body: bytes) -> float:
+    import grpc
+    from rocketmq.grpc_protocol import (
+        Code,
+        MessageType,
+        MessagingServiceStub,
+        definition_pb2,
+        service_pb2,
+    )
+
+    per_thread = messages // threads
+    channels = [grpc.insecure_channel(address) for _ in range(threads)]
+    errors: list[str] = []
+
+    def work(index: int) -> None:
+        stub = MessagingServiceStub(channels[index])
+        for i in range(per_thread):
+            message = definition_pb2.Message(body=body)
+            message.topic.name = TOPIC
+            message.system_properties.message_id = f"stub-{threads}-{index}-{i}"
+            message.system_properties.message_type = MessageType.NORMAL
+            response = stub.SendMessage(service_pb2.SendMessageRequest(messages=[message]), timeout=10)
+            if response.status.code != Code.OK:
+                errors.append(response.status.message)
+                return
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    try:
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - start
+    finally:
+        for channel in channels:
+            channel.close()
+    if errors:
+        raise click.ClickException(f"a stub send failed: {errors[0]}")
+    return per_thread * threads / elapsed
+
+
 def _grpc_receive(consumer: Any, total: int, batch: int) -> float:
     received = 0
     empty = 0
@@ -153,10 +197,13 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int) -
                     rows.append(("gRPC send", threads, _grpc_send(producer, messages, threads, body)))
             finally:
                 producer.shutdown()
+            for threads in (1, 4):
+                rows.append(("gRPC send, generated stub (no client)", threads,
+                             _stub_send(address, messages, threads, body)))
             consumer = SimpleConsumer(config, "bench-grpc", {TOPIC: FilterExpression()}, await_duration=2)
             consumer.startup()
             try:
-                total = 1 + messages + (messages // 4) * 4  # warm-up, 1-thread run, 4-thread run
+                total = 1 + 2 * (messages + (messages // 4) * 4)  # warm-up, client and stub runs
                 rows.append((f"gRPC receive (batch {batch}) + ack", 1, _grpc_receive(consumer, total, batch)))
             finally:
                 consumer.shutdown()
