@@ -4,16 +4,15 @@ every refusal, UNSUPPORTED for what plugmq does not serve, and access control.""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-import grpc  # noqa: E402
-from rocketmq import ClientConfiguration, Credentials, Message, Producer  # noqa: E402
-from rocketmq.grpc_protocol import (  # noqa: E402
+import grpc
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq.grpc_protocol import (
     ClientType,
     Code,
     MessageType,
@@ -22,11 +21,11 @@ from rocketmq.grpc_protocol import (  # noqa: E402
     definition_pb2,
     service_pb2,
 )
-from rocketmq.v5.exception import ForbiddenException  # noqa: E402
-from rocketmq.v5.util.signature import Signature  # noqa: E402
+from rocketmq.v5.exception import ForbiddenException
+from rocketmq.v5.util.signature import Signature
 
-from plugmq.core.broker import Broker  # noqa: E402
-from plugmq.server import ServerOptions, ServerThread, parse_server_table  # noqa: E402
+from plugmq.core.broker import Broker
+from plugmq.server import ServerOptions, ServerThread, parse_server_table
 
 TIMEOUT = 10
 

@@ -353,3 +353,21 @@ def test_push_consumer_whose_listener_fails_sees_retries_then_the_dlq(served: Se
     with started(reader):
         (dead,) = receive_until(reader, 1)
         assert (dead.body, dead.message_id, dead.topic) == (b"poison", receipt.message_id, dlq)
+
+
+def test_check_back_asks_the_producer_that_sent_transactions_not_a_plain_one(served: Served) -> None:
+    checker = _Checker(TransactionResolution.ROLLBACK)
+    transactional = Producer(served.config, ("Pay2",), checker=checker)
+    plain = Producer(served.config, ("Pay2",))  # publishes the topic too, but has no checker
+    with started(transactional) as producer, started(plain):
+        def registered(client: Producer) -> bool:
+            session = served.server.sessions.get(client.client_id)
+            return session is not None and session.client_type is not None
+
+        wait_for(lambda: registered(transactional) and registered(plain), "both producers' settings")
+        orphan = producer.begin_transaction()
+        producer.send(_message("Pay2", b"orphan"), orphan)
+        served.clock.advance(6)
+        assert checker.asked.wait(WAIT_S), "the check-back went to the producer without a checker"
+        wait_for(lambda: served.broker.transactions is not None and served.broker.transactions.pending() == 0,
+                 "the rollback from the check-back")

@@ -9,15 +9,20 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-from rocketmq.grpc_protocol import Code  # noqa: E402
-from rocketmq.v5.client import Credentials  # noqa: E402
-from rocketmq.v5.util.signature import Signature  # noqa: E402
+from rocketmq.grpc_protocol import Code
+from rocketmq.v5.client import Credentials
+from rocketmq.v5.util.signature import Signature
 
-from plugmq.core.config import load_config  # noqa: E402
-from plugmq.core.errors import ConfigError  # noqa: E402
-from plugmq.server.auth import Authenticator  # noqa: E402
-from plugmq.server.options import GroupPolicy, ServerOptions, load_serve_config, parse_server_table  # noqa: E402
-from plugmq.server.status import RpcFailure  # noqa: E402
+from plugmq.core.config import load_config
+from plugmq.core.errors import ConfigError
+from plugmq.server.auth import Authenticator
+from plugmq.server.options import (
+    GroupPolicy,
+    ServerOptions,
+    load_serve_config,
+    parse_server_table,
+)
+from plugmq.server.status import RpcFailure
 
 
 def test_defaults_are_off_and_rocketmq_like() -> None:

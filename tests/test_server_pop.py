@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-from rocketmq.grpc_protocol import Code  # noqa: E402
+from rocketmq.grpc_protocol import Code
 
-from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic  # noqa: E402
-from plugmq.core.broker import Broker  # noqa: E402
-from plugmq.core.errors import CorruptRecordError  # noqa: E402
-from plugmq.server.options import GroupPolicy, ServerOptions  # noqa: E402
-from plugmq.server.pop import PopService  # noqa: E402
-from plugmq.server.popstate import PopState  # noqa: E402
-from plugmq.server.status import RpcFailure  # noqa: E402
+from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
+from plugmq.core.broker import Broker
+from plugmq.core.errors import CorruptRecordError
+from plugmq.server.options import GroupPolicy, ServerOptions
+from plugmq.server.pop import PopService
+from plugmq.server.popstate import PopState
+from plugmq.server.status import RpcFailure
 
 TOPIC = "Pop"
 OPTIONS = ServerOptions(groups={"fifo": GroupPolicy(fifo=True), "g": GroupPolicy(max_delivery_attempts=3)})

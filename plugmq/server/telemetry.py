@@ -93,6 +93,7 @@ class Sessions:
         self._options = options
         self._lock = threading.Lock()
         self._by_client: dict[str, Session] = {}
+        self._asked: dict[str, Session] = {}  # txn group -> the session registered last (the one asked)
 
     def open(self, client_id: str, loop: asyncio.AbstractEventLoop) -> Session:
         session = Session(client_id, loop)
@@ -116,6 +117,9 @@ class Sessions:
             if self._by_client.get(session.client_id) is session:
                 del self._by_client[session.client_id]
             groups = list(session.txn_groups)
+            for group in groups:
+                if self._asked.get(group) is session:
+                    del self._asked[group]
         service = self._broker.transactions
         if service is not None:
             for group in groups:
@@ -145,11 +149,19 @@ class Sessions:
         with self._lock:
             known = group in session.txn_groups
             session.txn_groups.add(group)
-        if known and not proven:
-            return
+            if proven:
+                if self._asked.get(group) is session:
+                    return
+                self._asked[group] = session
+            elif known:
+                return
+            else:
+                self._asked.pop(group, None)  # registered last now, so no longer the proven one
         if known:
             service.unregister_checker(group, session.checker)
         service.register_checker(group, session.checker)
+        if session.closed:  # closed while registering: close() may have missed this group
+            service.unregister_checker(group, session.checker)
 
     # ------------------------------------------------------------------------------ settings
     def settings_reply(self, session: Session, command: TelemetryCommand) -> TelemetryCommand:
