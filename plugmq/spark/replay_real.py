@@ -47,6 +47,7 @@ class RealReplay(Replay):
         self.t0 = time.perf_counter()
         self.stop = threading.Event()
         self.unsupported: DelayUnsupportedError | None = None
+        self.crashed: BaseException | None = None
         self.consumed_measured = 0
         self.measure_from = self.measure_to = 0.0
 
@@ -101,6 +102,8 @@ class RealReplay(Replay):
         produced_until = self.elapsed()
         if self.unsupported is not None:
             raise self.unsupported
+        if self.crashed is not None:
+            raise RuntimeError(f"a producer thread died: {self.crashed!r}") from self.crashed
         drain_began = time.perf_counter()
         if self.groups:
             self._wait_drained(timeout=w.drain_s if w.drain_s > 0 else max(10.0, w.duration_s))
@@ -110,6 +113,13 @@ class RealReplay(Replay):
         self._figures(stats, produced_until)
 
     def _produce(self, topic: int, producer_index: int, stats: _ProducerStats) -> None:
+        try:
+            self._produce_loop(topic, producer_index, stats)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the main thread: a dead producer fails the run
+            self.crashed = exc
+            self.stop.set()
+
+    def _produce_loop(self, topic: int, producer_index: int, stats: _ProducerStats) -> None:
         w = self.w
         assert self.broker is not None
         factory = MessageFactory(w, self.exp.seed, topic, f"{topic}.{producer_index}", self.levels_ms)

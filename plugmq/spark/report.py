@@ -192,11 +192,14 @@ def _sweep_charts(plt: Any, sweep: dict[str, pd.DataFrame], out: Path) -> list[s
         for strategy, part in by_c.groupby("strategy"):
             axes[0].plot(part["consumers"], part["mean_overload"], label=strategy)
             axes[1].plot(part["consumers"], part["mean_moved_over_ideal"], label=strategy)
-        axes[0].set_ylabel("busiest member / fair share (mean over queue counts)")
+        axes[0].set_ylabel("busiest member / fair share")
+        axes[0].set_title("load of the busiest member (mean over queue counts)", fontsize=10)
+        axes[0].set_yscale("log")
         axes[1].set_ylabel("queues moved on a join / ideal")
+        axes[1].set_title("churn of one join (0: the joiner got no queue)", fontsize=10)
+        axes[1].set_yscale("symlog", linthresh=1)
         for ax in axes:
             ax.set_xlabel("consumers")
-            ax.set_yscale("log")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
