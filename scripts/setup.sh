@@ -9,7 +9,7 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,test]" -e examples/plugmq-audit 2>&1 \
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,test]" -e examples/plugmq-audit 2>&1 \
     | grep -v -E "^WARNING: (Location|The index url)" || true
 .venv/bin/python -c "import plugmq, pyspark" || { echo "plugmq did not install into .venv" >&2; exit 1; }
 if ! command -v java >/dev/null 2>&1; then

@@ -64,3 +64,35 @@ def test_system_clock_runs_a_due_timer() -> None:
     fired = threading.Event()
     clock.call_at(clock.now() - 1, fired.set)
     assert fired.wait(timeout=10)
+
+
+def test_timer_callbacks_run_without_the_clock_lock() -> None:
+    """A component lock held by one thread while it schedules, and taken by a timer callback in
+    the advancing thread, must not deadlock."""
+    clock = ManualClock(start=0.0)
+    component = threading.Lock()
+    scheduled = threading.Event()
+    release = threading.Event()
+
+    def callback() -> None:
+        with component:
+            pass
+
+    clock.call_at(1, callback)
+
+    def other_thread() -> None:
+        with component:
+            scheduled.set()
+            release.wait(10)
+            clock.call_at(5, lambda: None)  # needs the clock while holding the component lock
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    scheduled.wait(10)
+    advancer = threading.Thread(target=lambda: clock.advance(2))
+    advancer.start()
+    release.set()
+    worker.join(10)
+    advancer.join(10)
+    assert not worker.is_alive() and not advancer.is_alive()
+    assert clock.now() == 2.0 and clock.next_deadline() == 5.0

@@ -22,6 +22,7 @@ _COMMANDS = {
     "bench": "plugmq.cli.bench:bench",
     "conformance": "plugmq.cli.conformance:conformance",
     "compare": "plugmq.spark.cli:command",
+    "serve": "plugmq.cli.serve:command",
 }
 
 

@@ -89,7 +89,8 @@ class ManualClock:
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = float(start)
         self._timers = _TimerQueue()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards the timer heap only, never held while a callback runs
+        self._advancing = threading.RLock()  # one advance at a time; re-entrant for advance() in a timer
         self._moved = threading.Condition(self._lock)
 
     def now(self) -> float:
@@ -117,16 +118,20 @@ class ManualClock:
         """Move time to ``when`` (never backwards), running due timers in deadline order."""
         if when < self._now:
             raise ValueError(f"ManualClock cannot go back from {self._now} to {when}")
-        with self._lock:
+        with self._advancing:
             while True:
-                timer = self._timers.pop_due(when)
-                if timer is None:
-                    break
-                self._now = max(self._now, timer.deadline)
-                timer.fired = True
+                with self._lock:
+                    timer = self._timers.pop_due(when)
+                    if timer is None:
+                        break
+                    self._now = max(self._now, timer.deadline)
+                    timer.fired = True
+                # Outside the heap lock: a callback may take component locks that other threads
+                # hold while they schedule timers (call_at needs only the heap lock).
                 timer.callback()
-            self._now = float(when)
-            self._moved.notify_all()
+            with self._lock:
+                self._now = max(self._now, float(when))
+                self._moved.notify_all()
 
     def run_due(self) -> None:
         """Run timers already due at the current time (e.g. ones scheduled for 'now')."""

@@ -126,8 +126,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerCon
             raise ConfigError(f"{name}: not valid TOML: {exc}") from exc
         base_dir = path.resolve().parent
     for key in raw:
-        if key not in ("broker", "plugins"):
-            raise ConfigError(f"{name}: unknown top-level table [{key}]; a config has [broker] and [plugins.<name>]")
+        # [server] belongs to `plugmq serve`, which validates it; the broker itself ignores it.
+        if key not in ("broker", "plugins", "server"):
+            raise ConfigError(f"{name}: unknown top-level table [{key}]; a config has [broker], "
+                              "[plugins.<name>] and (for plugmq serve) [server]")
     broker = raw.get("broker", {})
     _expect(f"{name}: [broker]", broker, Mapping, "a table")
     values = _broker_table(broker, name, base_dir)
