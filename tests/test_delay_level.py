@@ -4,8 +4,9 @@ clamp and refusals, restarts, overdue start-up, dead letters, failed write-backs
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings

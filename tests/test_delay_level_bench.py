@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from plugmq.bench.delay import command
 
 
-def test_bench_delay_smoke_every_section_delivers_everything(tmp_path) -> None:  # noqa: ANN001
+def test_bench_delay_smoke_every_section_delivers_everything(tmp_path: Path) -> None:
     result = CliRunner().invoke(command, [
         "--messages", "300", "--pending", "400", "--burst", "300", "--sections", "throughput,memory,burst",
         "--lead-ms", "300", "--no-redis", "--json", "--dir", str(tmp_path)])

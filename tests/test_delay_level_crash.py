@@ -15,16 +15,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from plugmq.core import AppendRequest, ManualClock, Prop, tags_code
+from plugmq.core import (
+    AppendRequest,
+    AppendResult,
+    ManualClock,
+    MessageStore,
+    Prop,
+    tags_code,
+)
 from plugmq.core.components import open_delay_scheduler, open_store
 
 TOPIC = "CrashTopic"
 LEVELS = "1s 2s"
 
 
-def _was_delivered(store):  # noqa: ANN001, ANN202
+def _was_delivered(store: MessageStore) -> Callable[[AppendRequest], bool]:
     def check(request: AppendRequest) -> bool:
         uid = request.properties[Prop.UNIQ_KEY]
         return any(m.unique_id == uid and m.reconsume_times == request.reconsume_times
@@ -40,7 +48,7 @@ def child(data_dir: Path) -> None:
     clock = SystemClock()
     store = open_store("store_lmdb", data_dir, clock=clock)
 
-    def deliver(request: AppendRequest):  # noqa: ANN202
+    def deliver(request: AppendRequest) -> AppendResult:
         result = store.append(request)
         os.write(out, f"D {request.properties[Prop.UNIQ_KEY]}\n".encode())
         return result
@@ -99,7 +107,7 @@ def test_kill_during_wall_clock_dispatch_loses_and_repeats_nothing(tmp_path: Pat
     store = open_store("store_lmdb", data_dir, clock=clock)
     delivered: list[tuple[int, str]] = []
 
-    def deliver(request: AppendRequest):  # noqa: ANN202
+    def deliver(request: AppendRequest) -> AppendResult:
         delivered.append((clock.now_ms(), request.properties[Prop.UNIQ_KEY]))
         return store.append(request)
 

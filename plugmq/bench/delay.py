@@ -33,7 +33,6 @@ import array
 import gc
 import heapq
 import json
-import os
 import random
 import shutil
 import socket
@@ -42,8 +41,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 from rich.console import Console
@@ -320,12 +320,15 @@ def rss_child(name: str, n: int, workdir: str, fsync: bool) -> None:
                       "insert_s": insert_s, "disk": disk}))
 
 
+_RSS_CHILD = ("import sys; from plugmq.bench.delay import rss_child; "
+              "rss_child(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == '1')")
+
+
 def measure_rss(name: str, n: int, workdir: Path, fsync: bool) -> dict[str, Any]:
     data_dir = workdir / f"rss-{name}"
     data_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from plugmq.bench.delay import rss_child; "
-         "rss_child(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == '1')",
+    proc = subprocess.run(  # noqa: PLW1510 - a failing child is reported in the table, not raised
+        [sys.executable, "-c", _RSS_CHILD,
          name, str(n), str(data_dir), "1" if fsync else "0"],
         capture_output=True, text=True,
     )
@@ -643,10 +646,11 @@ def _print(console: Console, results: dict[str, Any], names: list[str]) -> None:
             table.add_row(label, _fmt(row["rss_growth_mb"], 1), _ratio(row["rss_growth_mb"], base.get("rss_growth_mb")),
                           _fmt(row["anon_growth_mb"], 1), _fmt(row["disk_mb"], 1), _fmt(row["insert_per_s"]))
         console.print(table)
-    for section, title in (("lateness", f"lateness, wall clock: {settings['rate']:,} due/s for {settings['seconds']} s "
-                                        f"(goal p99 <= {GOALS['lateness_p99_ms']:.0f} ms)"),
-                           ("burst", f"burst, wall clock: {settings['burst']:,} due in one second "
-                                     f"(goal all within {GOALS['burst_s']:.0f} s)")):
+    lateness_title = (f"lateness, wall clock: {settings['rate']:,} due/s for {settings['seconds']} s "
+                      f"(goal p99 <= {GOALS['lateness_p99_ms']:.0f} ms)")
+    burst_title = (f"burst, wall clock: {settings['burst']:,} due in one second "
+                   f"(goal all within {GOALS['burst_s']:.0f} s)")
+    for section, title in (("lateness", lateness_title), ("burst", burst_title)):
         if section not in results:
             continue
         table = Table(title=title)

@@ -22,6 +22,10 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from plugmq.core import AppendRequest, AppendResult, MessageStore, WasDelivered
 
 TOPIC = "DelayKillTopic"
 QUEUES = 2
@@ -46,10 +50,10 @@ def plan(index: int, levels_ms: tuple[int, ...] | None) -> tuple[int | None, int
     return None, 200 + (index * 7919) % 20_000
 
 
-def was_delivered_in(store):  # noqa: ANN001, ANN201 - a MessageStore; returns the WasDelivered callable
+def was_delivered_in(store: MessageStore) -> WasDelivered:
     from plugmq.core import Prop
 
-    def was_delivered(request) -> bool:  # noqa: ANN001
+    def was_delivered(request: AppendRequest) -> bool:
         uid = request.properties.get(Prop.UNIQ_KEY)
         if not uid:
             return False
@@ -63,7 +67,13 @@ def main(argv: list[str]) -> int:
     plugin, store_plugin, data_dir = argv[1], argv[2], Path(argv[3])
     start_ms, count, until_ms, step_ms = (int(x) for x in argv[4:8])
     self_kill_after = int(argv[8]) if len(argv) > 8 else 0
-    from plugmq.core import DEFAULT_DELAY_LEVELS_MS, AppendRequest, ManualClock, Prop, tags_code
+    from plugmq.core import (
+        DEFAULT_DELAY_LEVELS_MS,
+        AppendRequest,
+        ManualClock,
+        Prop,
+        tags_code,
+    )
     from plugmq.core.components import open_delay_scheduler, open_store
 
     out = sys.stdout.fileno()
@@ -71,7 +81,7 @@ def main(argv: list[str]) -> int:
     clock = ManualClock(start_ms / 1000)
     store = open_store(store_plugin, data_dir, clock=clock, store_host=STORE_HOST)
 
-    def deliver(request: AppendRequest):  # noqa: ANN202
+    def deliver(request: AppendRequest) -> AppendResult:
         nonlocal written
         result = store.append(request)
         os.write(out, f"D {request.properties[Prop.UNIQ_KEY]}\n".encode())

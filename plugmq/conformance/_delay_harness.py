@@ -9,10 +9,12 @@ builds them, so a strategy sees exactly what it would see inside a broker.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -32,7 +34,7 @@ from plugmq.core import (
 )
 from plugmq.core.components import open_delay_scheduler, open_store, plugin_declaration
 
-__all__ = ["STORE_ENV", "Delivery", "DelayHarness", "Sent", "pick_store"]
+__all__ = ["STORE_ENV", "DelayHarness", "Delivery", "Sent", "pick_store"]
 
 STORE_ENV = "PLUGMQ_DELAY_CONFORMANCE_STORE"
 STORE_CANDIDATES = ("store_mmap", "store_lmdb", "store_rocks")
@@ -49,7 +51,7 @@ def pick_store(candidates: tuple[str, ...] = STORE_CANDIDATES) -> str:
         try:
             if Family.STORAGE in plugin_declaration(name).families:
                 return name
-        except Exception:  # an unusable store is simply not a candidate
+        except Exception:  # noqa: BLE001, S112 - an unusable store is simply not a candidate
             continue
     pytest.skip(f"no storage plugin loads ({wanted or ', '.join(candidates)}); the delay suite needs a real store")
 
@@ -258,7 +260,7 @@ class DelayHarness:
             lane = None if self.caps.arbitrary_delay else self.sent[uid].level
             by_due[self.sent[uid].due_ms, lane].append((number, uid))
         for due, group in by_due.items():
-            for (seq_a, uid_a), (seq_b, uid_b) in zip(group, group[1:]):
+            for (seq_a, uid_a), (seq_b, uid_b) in itertools.pairwise(group):
                 assert seq_a < seq_b, f"{uid_b} overtook {uid_a}: same deliver time {due[0]}, sent later"
         slots = [self.sent[uid].tick(resolution) for _, _, uid in keyed]
         later: tuple[int, str] | None = None  # smallest tick among the deliveries after this one

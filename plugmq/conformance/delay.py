@@ -27,8 +27,8 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -267,11 +267,11 @@ class DelayConformance:
         if caps.levels_ms is not None and not caps.arbitrary_delay:
             top = len(caps.levels_ms)
             h.send("top-level", level=top)
-            over = dict(level=top + 2)
+            over = {"level": top + 2}
             expect_due = h.clock.now_ms() + caps.levels_ms[-1]
         else:
             h.send("at-max", delay_ms=caps.max_delay_ms)
-            over = dict(delay_ms=caps.max_delay_ms + HOUR)
+            over = {"delay_ms": caps.max_delay_ms + HOUR}
             expect_due = h.clock.now_ms() + caps.max_delay_ms
         if not caps.clamps:
             with pytest.raises(DelayUnsupportedError):

@@ -24,7 +24,11 @@ from __future__ import annotations
 
 from plugmq.core import DelayContext, Family, PluginDeclaration, hookimpl
 from plugmq.plugins.delay_level.options import DelayLevelOptions
-from plugmq.plugins.delay_level.scheduler import NAME, LevelDelayScheduler, capabilities_for
+from plugmq.plugins.delay_level.scheduler import (
+    NAME,
+    LevelDelayScheduler,
+    capabilities_for,
+)
 
 __all__ = ["DelayLevelOptions", "LevelDelayScheduler", "plugmq_declare", "plugmq_make_delay_scheduler"]
 

@@ -24,8 +24,7 @@ class Lateness:
         self._ring[self.count % self._window] = late_ms
         self.count += 1
         self.total_ms += late_ms
-        if late_ms > self.max_ms:
-            self.max_ms = late_ms
+        self.max_ms = max(self.max_ms, late_ms)
 
     def quantile(self, q: float) -> int:
         n = min(self.count, self._window)

@@ -6,7 +6,12 @@ from typing import Any
 
 import attrs
 
-from plugmq.core import DEFAULT_DELAY_LEVELS, ConfigError, parse_delay_levels, validate_topic
+from plugmq.core import (
+    DEFAULT_DELAY_LEVELS,
+    ConfigError,
+    parse_delay_levels,
+    validate_topic,
+)
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DelayLevelOptions"]

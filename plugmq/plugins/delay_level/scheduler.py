@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -129,9 +129,10 @@ class LevelDelayScheduler:
                     f"1..{top}, turn clamp_over_max on, or use delay_wheel / delay_schedule for longer delays"
                 )
             level = top
-            self._counts["clamped"] += 1
         qid = level - 1
         with self._append:
+            if level != delay_level:
+                self._counts["clamped"] += 1
             # Equal delays keep a level in deliver-time order; concurrent callers may still hand
             # in times a hair out of order, which would only make the later one wait (never early).
             at = max(deliver_at_ms, self._tail.get(qid, 0))
