@@ -6,8 +6,14 @@ import pytest
 
 from plugmq.conformance.broker import BrokerConformance, BrokerUnderTest
 
+_FILTERS = ("filter_tag", "filter_sql", "alloc")
+# Every store, every delay strategy, and the filters: store x delay pairs cover each once.
 COMBINATIONS = {
-    "lmdb-wheel": BrokerUnderTest(("store_lmdb", "delay_wheel", "alloc")),
+    "mmap-wheel": BrokerUnderTest(("store_mmap", "delay_wheel", *_FILTERS),
+                                  {"store_mmap": {"commit_log_segment_size": 1 << 20}}),
+    "lmdb-schedule": BrokerUnderTest(("store_lmdb", "delay_schedule", *_FILTERS)),
+    "rocks-level": BrokerUnderTest(("store_rocks", "delay_level", *_FILTERS)),
+    "lmdb-no-delay": BrokerUnderTest(("store_lmdb", "alloc")),
 }
 
 

@@ -135,3 +135,20 @@ def test_background_consumer_on_the_system_clock(tmp_path: Path) -> None:
                 producer.send(Message("T", str(i).encode()))
         assert done.wait(timeout=60), "the pull thread consumes what arrives"
     assert sorted(int(m.body) for m in got) == list(range(20))
+
+
+def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualClock) -> None:
+    from structlog.testing import capture_logs
+
+    from plugmq.core.consumer import MessageModel
+
+    with Broker.open(tmp_path, plugins=STORE, clock=clock) as broker:  # no delay plugin needed
+        broker.create_topic("T", 1)
+        consumer = broker.push_consumer("bc", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                        model=MessageModel.BROADCASTING, consume_from=ConsumeFrom.FIRST_OFFSET)
+        consumer.subscribe("T").start()
+        broker.put(Message("T", b"once"), 0)
+        with capture_logs() as logs:
+            assert consumer.consume_available() == 1
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["broadcast message failed; not retried"]
+        assert "%RETRY%bc" not in broker.topics.all()

@@ -66,6 +66,8 @@ class BrokerConformance:
             return ConsumeStatus.CONSUME_SUCCESS
 
         options.setdefault("consume_from", ConsumeFrom.FIRST_OFFSET)
+        if broker.delay is None:  # retries need a delay plugin; without one failures go to the DLQ
+            options.setdefault("max_reconsume_times", 0)
         return broker.push_consumer(group, listener, background=False, **options)
 
     # ---------------------------------------------------------------------------------- clauses

@@ -163,7 +163,8 @@ class PushConsumer:
     def start(self) -> PushConsumer:
         if not self._subscriptions:
             raise ClientError(f"consumer {self.client_id!r} of group {self.group!r} has no subscription")
-        if self.max_reconsume_times > 0 and self.broker.delay is None and not self.orderly:
+        retries_need_delay = self.model is MessageModel.CLUSTERING and not self.orderly
+        if retries_need_delay and self.max_reconsume_times > 0 and self.broker.delay is None:
             raise DelayUnsupportedError(
                 f"consumer group {self.group!r} retries failed messages (max_reconsume_times="
                 f"{self.max_reconsume_times}) but broker {self.broker.name!r} has no delay plugin; add one "
@@ -349,6 +350,11 @@ class PushConsumer:
                     log.warning("listener returned an unknown status; reconsuming later",
                                 group=self.group, status=repr(status))
                 for message in batch:
+                    if self.model is MessageModel.BROADCASTING:
+                        # RocketMQ does not retry in broadcasting mode: each member owns its copy.
+                        log.warning("broadcast message failed; not retried", group=self.group,
+                                    client=self.client_id, topic=message.topic, msg_id=message.msg_id)
+                        continue
                     self.broker.send_back(message, self.group, self.max_reconsume_times)
         return len(messages), next_offset
 
