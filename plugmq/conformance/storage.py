@@ -463,6 +463,39 @@ class StoreConformance:
 
     # -- concurrency --------------------------------------------------------------------------
 
+    def test_readers_never_see_past_max_offset(self, opener: Opener) -> None:
+        """While writers append, every entry read_queue shows is below max_offset read after it:
+        a consumer's next offset (last entry + 1) is never beyond the queue's max."""
+        require(opener.sut, "concurrent_writers")
+        store = opener()
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                for i in range(600):
+                    store.append(request(body=f"w{i}".encode()))
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+            finally:
+                stop.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        seen_past_max = []
+        offset = 0
+        while not stop.is_set() or offset < store.max_offset(TOPIC, 0):
+            entries = store.read_queue(TOPIC, 0, offset, 64)
+            high = store.max_offset(TOPIC, 0)
+            if entries:
+                if entries[-1].queue_offset >= high:
+                    seen_past_max.append((entries[-1].queue_offset, high))
+                offset = entries[-1].queue_offset + 1
+        thread.join()
+        assert not errors, errors
+        assert not seen_past_max, f"read_queue showed entries max_offset did not count yet: {seen_past_max[:5]}"
+        assert offset == 600
+
     def test_concurrent_writers_lose_and_interleave_nothing(self, opener: Opener) -> None:
         require(opener.sut, "concurrent_writers")
         store = opener()

@@ -283,6 +283,13 @@ class LmdbStore:
         if max_entries <= 0 or not 0 <= queue_id <= 0xFFFF_FFFF:
             return []
         prefix = codec.queue_prefix(topic, queue_id)
+        # Entries become readable when the engine commits, the in-memory max a moment later:
+        # never show an entry max_offset does not count yet, or a reader's next offset is "illegal".
+        state = self._queues.get(prefix)
+        published = state[1] if state else 0
+        max_entries = min(max_entries, published - max(offset, 0))
+        if max_entries <= 0:
+            return []
         entries: list[ConsumeQueueEntry] = []
         plen = len(prefix)
         with self._reading(self._cq) as txn:
