@@ -228,6 +228,10 @@ class Replay:
         rss, peak = memory_mb()
         r.metric("resident_memory_mb", rss, "MiB")
         r.metric("resident_memory_peak_mb", peak, "MiB")
+        if broker.delay is not None:
+            # The strategy's own counters, as it reports them (names differ between strategies).
+            for key, value in broker.delay.metrics().items():
+                r.metric(f"delay_plugin_{key}", value)
         stats = broker.store.stats()
         written = stats.get("bytes_appended", stats.get("bytes"))
         r.metric("bytes_written", written, "B")
