@@ -337,3 +337,48 @@ def test_bad_experiments_file_is_a_clean_cli_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["compare", str(bad), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
     assert "plugin_sets.p.options.store_mmap.flush: the durability mode must be stated" in result.output
+
+
+# ------------------------------------------------------------------------------------------ real clock, isolation
+def test_real_clock_replay_measures_rates_and_latencies(tmp_path: Path) -> None:
+    data = spec_with(workloads__burst={"producer_rate": 400, "duration_s": 0.5, "warmup_s": 0.2, "message_size": 100,
+                                       "batch_size": 4, "consumers_per_subscription": 2},
+                     matrix__0__workloads=["burst"])
+    result = run_experiment(_experiment(data, "burst", "wh"), work_dir=tmp_path)
+    assert result.status == "ok", result.error
+    m = result.metric_map()
+    assert m["messages_published"] > 0 and m["publish_errors"] == 0
+    assert m["publish_rate_msg_s"] == pytest.approx(m["messages_published"] / 0.5, rel=0.05)
+    assert m["publish_rate_mb_s"] == pytest.approx(m["publish_rate_msg_s"] * 100 / 1e6)
+    assert m["publish_latency_count"] == m["messages_published"], "a batch counts once per message"
+    assert m["consume_missing"] == 0 and m["consume_duplicates"] == 0 and m["backlog_final"] == 0
+    assert 0 < m["end_to_end_latency_p50_ms"] <= m["end_to_end_latency_p99_ms"] <= m["end_to_end_latency_max_ms"]
+    assert [det for name, _, _, det in result.metrics if name == "publish_rate_msg_s"] == [False], "speed varies"
+    assert {name for _, name, _ in result.series} >= {"published", "publish_rate_msg_s", "consumed"}
+
+
+def test_isolated_experiment_that_overruns_its_timeout_is_a_failed_row(tmp_path: Path) -> None:
+    from plugmq.spark.execute import ExecOptions, execute
+
+    options = ExecOptions(work_dir=str(tmp_path), timeout_s=0.05, lock_path=str(tmp_path / "lock"))
+    result = execute(_experiment(BASE, "levels", "wh"), options)
+    assert result.status == "failed" and "timed out after 0.05 s" in result.error
+    assert result.info["workload"] == "levels" and result.info["isolated"] is True
+
+
+def test_real_clock_experiments_hold_the_host_lock_exclusively(tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    from plugmq.spark.execute import host_lock
+
+    path = str(tmp_path / "lock")
+    probe = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        with host_lock(path, exclusive=True), pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        with host_lock(path, exclusive=False):
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared holders coexist
+            fcntl.flock(probe, fcntl.LOCK_UN)
+    finally:
+        os.close(probe)
