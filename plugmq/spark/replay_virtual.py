@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+
 from plugmq.core.clock import ManualClock
 from plugmq.core.errors import DelayUnsupportedError, PlugmqError
 from plugmq.core.message import Message, MessageQueue
@@ -33,6 +35,18 @@ from plugmq.spark.workload import (
 
 __all__ = ["VirtualReplay"]
 
+
+@attrs.define
+class _Change:
+    """A group's ownership after a membership change. ``imbalance``: max/min queues per member
+    (None when a member has none); ``overload``: the busiest member's queues over the fair share
+    ceil(queues / members)."""
+
+    moved: int
+    imbalance: float | None
+    overload: float
+    idle: int
+
 _DRAIN_MARGIN_S = 60.0
 
 
@@ -45,8 +59,8 @@ class VirtualReplay(Replay):
         self.start = self.clock.now()
         self.rng = random.Random(f"victims-{exp.seed}")
         self.owners: dict[str, dict[MessageQueue, str]] = {}
-        self.changes: list[tuple[int, float | None, int]] = []  # (queues moved, imbalance, idle members)
-        self.initial_imbalance: list[float] = []
+        self.changes: list[_Change] = []
+        self.initial: list[_Change] = []
         self.backlog_max = 0
         self.published = self.errors = self.scheduled = 0
         self.send_wall_s = 0.0
@@ -167,27 +181,34 @@ class VirtualReplay(Replay):
             elif len(group.consumers) > self.w.churn.min_consumers:
                 victim = group.consumers.pop(self.rng.randrange(len(group.consumers)))
                 victim.shutdown()
-        self._snapshot()
+        self._snapshot(event=True)
 
-    def _snapshot(self, *, initial: bool = False) -> None:
-        """Compare every group's ownership with the last one seen; record a change when it moved."""
+    def _snapshot(self, *, initial: bool = False, event: bool = False) -> None:
+        """Compare every group's ownership with the last one seen.
+
+        After a join or leave (``event``) the change is recorded even when no queue moved (a ring
+        join can leave every queue where it was): "moved per membership change" counts per event.
+        Between events a change is recorded only if ownership moved (a member dropped for missing
+        heartbeats).
+        """
         for group in self.groups:
             owners = {q: c.client_id for c in group.consumers for q in c.owned_queues() if q.topic == group.topic}
             counts = Counter({c.client_id: 0 for c in group.consumers})
             counts.update(owners.values())
             low, high = min(counts.values()), max(counts.values())
-            imbalance = high / low if low > 0 else None
-            idle = sum(1 for n in counts.values() if n == 0)
+            change = _Change(
+                moved=0, imbalance=high / low if low > 0 else None,
+                overload=high / -(-len(group.queues) // len(counts)),
+                idle=sum(1 for n in counts.values() if n == 0))
             previous = self.owners.get(group.name)
             self.owners[group.name] = owners
             if initial:
-                if imbalance is not None:
-                    self.initial_imbalance.append(imbalance)
+                self.initial.append(change)
                 continue
-            if previous is None or previous == owners:
+            if previous is None or (previous == owners and not event):
                 continue
-            moved = sum(1 for q, owner in previous.items() if owners.get(q) != owner)
-            self.changes.append((moved, imbalance, idle))
+            change.moved = sum(1 for q, owner in previous.items() if owners.get(q) != owner)
+            self.changes.append(change)
 
     # ------------------------------------------------------------------------------ figures
     def _figures(self) -> None:
@@ -201,17 +222,24 @@ class VirtualReplay(Replay):
             r.metric("publish_cost_us_per_msg", self.send_wall_s * 1e6 / self.published, "us")
         r.metric("backlog_max", self.backlog_max, "msg", deterministic=True)
         r.metric("backlog_final", self.backlog(), "msg", deterministic=True)
-        if self.initial_imbalance:
-            r.metric("allocation_imbalance_initial", max(self.initial_imbalance), "x", deterministic=True)
+        initial = [c.imbalance for c in self.initial if c.imbalance is not None]
+        if initial:
+            r.metric("allocation_imbalance_initial", max(initial), "x", deterministic=True)
+        if self.initial:
+            r.metric("allocation_overload_initial", max(c.overload for c in self.initial), "x", deterministic=True)
         if self.w.churn is not None:
             r.metric("allocation_membership_changes", len(self.changes), "", deterministic=True)
             if self.changes:
-                moved = [m for m, _, _ in self.changes]
-                ratios = [i for _, i, _ in self.changes if i is not None]
+                changes = self.changes
+                moved = [c.moved for c in changes]
+                ratios = [c.imbalance for c in changes if c.imbalance is not None]
                 r.metric("allocation_queues_moved_per_change", sum(moved) / len(moved), "queues", deterministic=True)
                 r.metric("allocation_queues_moved_max", max(moved), "queues", deterministic=True)
-                r.metric("allocation_idle_member_changes", sum(1 for _, _, idle in self.changes if idle), "",
+                r.metric("allocation_changes_moving_nothing", sum(1 for m in moved if m == 0), "", deterministic=True)
+                r.metric("allocation_overload", sum(c.overload for c in changes) / len(changes), "x",
                          deterministic=True)
+                r.metric("allocation_overload_max", max(c.overload for c in changes), "x", deterministic=True)
+                r.metric("allocation_idle_member_changes", sum(1 for c in changes if c.idle), "", deterministic=True)
                 if ratios:
                     r.metric("allocation_imbalance", sum(ratios) / len(ratios), "x", deterministic=True)
                     r.metric("allocation_imbalance_max", max(ratios), "x", deterministic=True)

@@ -30,8 +30,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                 "end_to_end_latency_p99_ms", "consume_rate_msg_s", "backlog_max", "publish_errors", "bytes_written",
                 "bytes_on_disk", "resident_memory_mb"),
     "allocation": ("allocation_imbalance_initial", "allocation_imbalance", "allocation_imbalance_max",
-                   "allocation_queues_moved_per_change", "allocation_queues_moved_max",
-                   "allocation_membership_changes", "allocation_idle_member_changes", "consume_duplicates",
+                   "allocation_overload", "allocation_overload_max", "allocation_queues_moved_per_change",
+                   "allocation_queues_moved_max", "allocation_membership_changes",
+                   "allocation_changes_moving_nothing", "allocation_idle_member_changes", "consume_duplicates",
                    "consume_missing", "backlog_max"),
     "filter": ("filter_selectivity", "filter_precheck_pass_rate", "filter_false_positive_rate",
                "filter_scan_us_per_entry", "unfiltered_scan_us_per_entry", "filter_scan_cost_ratio",
@@ -267,6 +268,7 @@ def headline_findings(matrix: Matrix, wide: pd.DataFrame, status: pd.DataFrame, 
                 found.append(f"{workload}: publish rate {text}")
     elif matrix.kind == "allocation" and not wide.empty:
         for metric, what in (("allocation_imbalance", "lowest mean imbalance"),
+                             ("allocation_overload", "least overloaded busiest member"),
                              ("allocation_queues_moved_per_change", "fewest queues moved per membership change")):
             best = _best(wide, metric, lowest=True)
             if best:
@@ -339,6 +341,7 @@ def _charts(plt: Any, matrix: Matrix, wide: pd.DataFrame, summary: pd.DataFrame,
                                           out / f"{name}_throughput.png", summary, name):
         charts.append(f"{name}_throughput.png")
     if matrix.kind == "allocation" and _bars(plt, wide, [("allocation_imbalance", "mean imbalance (max/min)"),
+                                                         ("allocation_overload", "busiest member / fair share"),
                                                          ("allocation_queues_moved_per_change", "queues moved per change")],
                                              "allocation under consumer churn", out / f"{name}_allocation.png",
                                              summary, name):
