@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import structlog
 
@@ -16,12 +16,24 @@ from plugmq.core.names import validate_group
 if TYPE_CHECKING:
     from plugmq.core.broker import Broker
 
-__all__ = ["Producer", "QueueSelector"]
+__all__ = ["Producer", "QueueSelector", "select_queue"]
 
 log = structlog.stdlib.get_logger(__name__)
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 """RocketMQ's MessageQueueSelector: (topic's queues, message, arg) -> the queue to use."""
+
+
+def select_queue(queues: Sequence[MessageQueue], message: Message, selector: QueueSelector | None, arg: Any,
+                 counter: Iterator[int]) -> MessageQueue:
+    """Round robin over ``queues`` (``counter`` is the producer's), or the ``selector``'s choice,
+    which must be one of the topic's queues."""
+    if selector is None:
+        return queues[next(counter) % len(queues)]
+    chosen = selector(queues, message, arg)
+    if chosen not in queues:
+        raise ValidationError(f"queue selector returned {chosen}, which is not a queue of topic {message.topic!r}")
+    return chosen
 
 
 class Producer:
@@ -40,13 +52,7 @@ class Producer:
             raise ClientError(f"producer of group {self.group!r} is closed")
 
     def _choose(self, message: Message, selector: QueueSelector | None, arg: Any) -> MessageQueue:
-        queues = self.broker.topic_queues(message.topic)
-        if selector is None:
-            return queues[next(self._counter) % len(queues)]
-        chosen = selector(queues, message, arg)
-        if chosen not in queues:
-            raise ValidationError(f"queue selector returned {chosen}, which is not a queue of topic {message.topic!r}")
-        return chosen
+        return select_queue(self.broker.topic_queues(message.topic), message, selector, arg, self._counter)
 
     def send(self, message: Message, *, selector: QueueSelector | None = None, arg: Any = None) -> SendResult:
         """Store ``message`` and return where it went. Round robin over the topic's queues unless

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,6 +30,7 @@ from plugmq.core.message import (
     SendStatus,
 )
 from plugmq.core.names import Prop, is_system_topic, validate_group
+from plugmq.core.producer import QueueSelector, select_queue
 
 if TYPE_CHECKING:
     from plugmq.core.broker import Broker
@@ -41,7 +42,6 @@ log = structlog.stdlib.get_logger(__name__)
 LocalTransaction = Callable[[Message, Any], TransactionDecision]
 """RocketMQ's executeLocalTransaction: (the message, the caller's arg) -> the local outcome."""
 
-QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 
 
 @attrs.frozen
@@ -152,13 +152,7 @@ class TransactionProducer:
         return decision, None
 
     def _choose(self, message: Message, selector: QueueSelector | None, arg: Any) -> MessageQueue:
-        queues = self.broker.topic_queues(message.topic)
-        if selector is None:
-            return queues[next(self._counter) % len(queues)]
-        chosen = selector(queues, message, arg)
-        if chosen not in queues:
-            raise ValidationError(f"queue selector returned {chosen}, which is not a queue of topic {message.topic!r}")
-        return chosen
+        return select_queue(self.broker.topic_queues(message.topic), message, selector, arg, self._counter)
 
     def close(self) -> None:
         """Stop answering check-backs for the group (from this producer)."""
