@@ -152,3 +152,20 @@ def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualCloc
             assert consumer.consume_available() == 1
         assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["broadcast message failed; not retried"]
         assert "%RETRY%bc" not in broker.topics.all()
+
+
+def test_consumed_offsets_are_persisted_after_each_step(tmp_path: Path, clock: ManualClock) -> None:
+    """A process that dies after a consume step (no shutdown, no broker close) restarts after what it consumed."""
+    from plugmq.core.offsets import OffsetStore
+
+    broker = Broker.open(tmp_path, plugins=STORE, clock=clock)
+    broker.create_topic("T", 1)
+    for i in range(5):
+        broker.put(Message("T", str(i).encode()), 0)
+    consumer = broker.push_consumer("p", lambda ms: ConsumeStatus.CONSUME_SUCCESS, background=False,
+                                    max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer.subscribe("T").start()
+    assert consumer.consume_available() == 5
+    on_disk = OffsetStore.for_group(broker.broker_dir, "p")  # what a restarted process would read
+    assert on_disk.read(broker.topic_queues("T")[0]) == 5
+    broker.close()

@@ -288,6 +288,8 @@ class PushConsumer:
             total += got
             if got == 0 or self._stopped.is_set():
                 break
+        if total:
+            self._offsets.persist()  # a crash after this step re-delivers nothing it consumed
         return total
 
     def _suspended(self, queue: MessageQueue) -> bool:
