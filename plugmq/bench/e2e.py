@@ -88,7 +88,8 @@ def command(stores: str, messages: int, size: int, flush: str) -> None:
     """Produce -> consume throughput and end-to-end latency, as a ratio to the raw store append rate."""
     console = Console()
     table = Table(title=f"e2e: {messages} x {size} B, 4 queues, 1 producer, 2 consume threads, flush={flush}")
-    for column in ("store", "raw append msg/s", "produce msg/s", "e2e msg/s", "e2e / raw", "p50 ms", "p99 ms"):
+    table.add_column("store", no_wrap=True)
+    for column in ("raw append msg/s", "produce msg/s", "e2e msg/s", "e2e / raw", "p50 ms", "p99 ms"):
         table.add_column(column, justify="right")
     for store in [s.strip() for s in stores.split(",") if s.strip()]:
         try:
