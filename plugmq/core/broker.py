@@ -97,8 +97,9 @@ class Broker:
         base = dict(broker_name=self.name, data_dir=self.data_dir, clock=self.clock,
                     store_host=config.store_host, max_message_size=config.max_message_size, options=options)
         hooks = self.plugins.hooks
-        hooks.configure(PluginContext(**base))
-        store = hooks.make_store(PluginContext(**base))
+        context = PluginContext(**base)
+        hooks.configure(context)
+        store = hooks.make_store(context)
         if store is None:
             raise PluginError(f"storage plugin {self.plugins.with_family(Family.STORAGE)} returned no store")
         self.store: MessageStore = store

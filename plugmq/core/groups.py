@@ -9,7 +9,7 @@ consumed by two members at once.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import Callable, Protocol
 
 import attrs
 import structlog
@@ -17,9 +17,6 @@ import structlog
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.message import MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["GroupMember", "GroupRegistry"]
 
@@ -52,10 +49,11 @@ class _Membership:
 class GroupRegistry:
     """Members of every clustering group of one broker."""
 
-    def __init__(self, clock: Clock, heartbeat_timeout_s: float, queues_of: object) -> None:
+    def __init__(self, clock: Clock, heartbeat_timeout_s: float,
+                 queues_of: Callable[[str], list[MessageQueue]]) -> None:
         self._clock = clock
         self._timeout = heartbeat_timeout_s
-        self._queues_of = queues_of  # callable(topic) -> list[MessageQueue]
+        self._queues_of = queues_of
         self._lock = threading.RLock()
         self._groups: dict[str, dict[str, _Membership]] = {}
         self._expiry: Timer | None = None
@@ -131,7 +129,7 @@ class GroupRegistry:
             for member in members:
                 target: set[MessageQueue] = set()
                 for topic in member.topics_to_balance():
-                    queues, sorted_ids = rocketmq_sorted(self._queues_of(topic), ids)  # type: ignore[operator]
+                    queues, sorted_ids = rocketmq_sorted(self._queues_of(topic), ids)
                     target.update(member.target_queues(topic, queues, sorted_ids))
                 plans[member.client_id] = target
             for member in members:
