@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -18,9 +19,10 @@ def _capabilities_text(value: object) -> str:
     if value is None:
         return "-"
     if attrs.has(type(value)):
-        return ", ".join(f"{k}={v}" for k, v in attrs.asdict(value).items())
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {_capabilities_text(v)}" for k, v in value.items())
+        shown = {k: v for k, v in attrs.asdict(value, recurse=False).items() if v not in (None, {}, ())}
+        return ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
+    if isinstance(value, Mapping):  # keyed capabilities, e.g. one value per allocation strategy
+        return "\n".join(f"{k}: {_capabilities_text(v)}" for k, v in value.items())
     return str(value)
 
 
