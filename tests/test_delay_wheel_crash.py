@@ -130,7 +130,11 @@ def test_kill_mid_dispatch_twice_then_restart_no_loss_no_duplicate(tmp_path: Pat
     data_dir, sink_path = tmp_path / "broker", tmp_path / "delivered.txt"
     first = spawn(data_dir, sink_path, T0, N, block_at, after_write)
     _, t1 = kill_when(first, "READY" if block_at > 0 else "D", 1 if block_at > 0 else 60)
-    assert len(delivered_lines(sink_path)) in (36, 37, 60)
+    delivered_before_kill = len(delivered_lines(sink_path))
+    if block_at > 0:
+        assert delivered_before_kill in (36, 37)  # the child blocks there until killed
+    else:
+        assert delivered_before_kill >= 60  # free running: it may deliver more before SIGKILL lands
     # second crash, free running, at a point nobody chose
     second = spawn(data_dir, sink_path, t1, 0, -1, False)
     _, t2 = kill_when(second, "D", 90)
