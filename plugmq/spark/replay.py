@@ -11,6 +11,7 @@ clock (:mod:`plugmq.spark.replay_real`, for throughput and latency).
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import re
@@ -125,7 +126,7 @@ class GroupState:
     next_id: int = 0
 
 
-class Replay:
+class Replay(abc.ABC):
     """Broker wiring shared by both replays: topics, groups, listeners, backlog, final figures."""
 
     clock_kind = "real"
@@ -155,9 +156,9 @@ class Replay:
                 self.groups.append(GroupState(f"{topic}_s{s}", topic, self.queues[topic]))
         return self.broker
 
+    @abc.abstractmethod
     def elapsed(self) -> float:
         """Seconds since the replay's start on the replay's clock (window placement)."""
-        raise NotImplementedError
 
     def add_consumer(self, group: GroupState, *, background: bool) -> PushConsumer:
         assert self.broker is not None
