@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create or refresh .venv with plugmq, its extras and the example plugin; check Java for Spark.
+# Create or refresh .venv with plugmq, its extras and the example plugin; check the system programs
+# the tests start for real: Java 17 (Spark, ZooKeeper), Apache ZooKeeper (clusters), redis-server
+# (the benchmarks' peer). As root they are installed with apt; otherwise a clear warning names them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -9,15 +11,24 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,test]" -e examples/plugmq-audit 2>&1 \
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,cluster,bench,test]" -e examples/plugmq-audit 2>&1 \
     | grep -v -E "^WARNING: (Location|The index url)" || true
-.venv/bin/python -c "import plugmq, pyspark" || { echo "plugmq did not install into .venv" >&2; exit 1; }
-if ! command -v java >/dev/null 2>&1; then
+.venv/bin/python -c "import plugmq, pyspark, kazoo" || { echo "plugmq did not install into .venv" >&2; exit 1; }
+
+# Debian packages: command to look for -> package that provides it -> what needs it.
+missing=()
+command -v java >/dev/null 2>&1 || missing+=("openjdk-17-jre-headless:Java 17 (Spark comparisons, ZooKeeper)")
+[ -f /usr/share/java/zookeeper.jar ] || missing+=("zookeeper:Apache ZooKeeper (cluster and replication tests)")
+command -v redis-server >/dev/null 2>&1 || missing+=("redis-server:Redis (benchmark baseline)")
+if [ ${#missing[@]} -gt 0 ]; then
+    packages=("${missing[@]%%:*}")
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "Java not found: installing openjdk-17-jre-headless for Spark" >&2
-        apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+        echo "installing with apt: ${packages[*]}" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
     else
-        echo "WARNING: Java 17 is not installed; the Spark comparisons (plugmq compare, Spark tests) need it." \
-             "Install a JRE 17 (e.g. apt-get install openjdk-17-jre-headless)." >&2
+        for entry in "${missing[@]}"; do
+            echo "WARNING: ${entry#*:} is not installed: apt-get install ${entry%%:*}" \
+                 "(tests that need it are skipped with this reason)" >&2
+        done
     fi
 fi

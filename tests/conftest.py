@@ -13,7 +13,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture(autouse=True)
-def _reset_structlog():  # noqa: ANN202
+def _reset_structlog():
     """CLI invocations configure structlog globally; later tests must see the library defaults."""
     yield
     import structlog

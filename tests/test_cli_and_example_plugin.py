@@ -43,13 +43,12 @@ def test_example_plugin_loads_by_name_from_a_config_file(tmp_path: Path) -> None
     import plugmq_audit
 
     path = write_config(tmp_path, ["store_lmdb", "audit"], "[plugins.audit]\nlog_every = 1\n")
-    with capture_logs() as logs:
-        with Broker.from_config(path, clock=ManualClock()) as broker:
-            queue = broker.create_topic("Audited", 1)[0]
-            for i in range(3):
-                broker.put(Message("Audited", str(i).encode()), 0)
-            broker.pull(queue, 0, 8, consumer_group="readers")
-            counts = plugmq_audit.COUNTS["broker-t"]
+    with capture_logs() as logs, Broker.from_config(path, clock=ManualClock()) as broker:
+        queue = broker.create_topic("Audited", 1)[0]
+        for i in range(3):
+            broker.put(Message("Audited", str(i).encode()), 0)
+        broker.pull(queue, 0, 8, consumer_group="readers")
+        counts = plugmq_audit.COUNTS["broker-t"]
     assert counts[("stored", "Audited")] == 3 and counts[("delivered", "Audited")] == 3
     audit_lines = [e for e in logs if e["event"] == "audit"]
     assert len(audit_lines) == 6 and audit_lines[0]["topic"] == "Audited" and audit_lines[0]["kind"] == "stored"
@@ -71,7 +70,7 @@ def test_query_verbs(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "not hexadecimal" in result.output
 
 
-def test_cli_logging_json_and_console(capsys) -> None:  # noqa: ANN001
+def test_cli_logging_json_and_console(capsys) -> None:
     import structlog
 
     from plugmq.cli import configure_logging

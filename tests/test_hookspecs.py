@@ -34,5 +34,5 @@ def test_hook_is_documented(name: str, hook: object) -> None:
     assert signature.return_annotation is not inspect.Signature.empty, f"{name} has no return type"
     if signature.return_annotation not in ("None", None):
         assert ":return:" in doc, f"{name}: say what the return value means"
-    firstresult = getattr(hook, "plugmq_spec")["firstresult"]
+    firstresult = hook.plugmq_spec["firstresult"]
     assert ("Not firstresult" in doc) == (not firstresult), f"{name}: firstresult={firstresult} not stated"

@@ -23,7 +23,7 @@ STORE = ["store_lmdb", "alloc"]
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: ManualClock):  # noqa: ANN201
+def broker(tmp_path: Path, clock: ManualClock):
     with Broker.open(tmp_path, plugins=[*STORE, "delay_wheel"], clock=clock) as b:
         yield b
 
@@ -120,7 +120,7 @@ def test_background_consumer_on_the_system_clock(tmp_path: Path) -> None:
     done = threading.Event()
     got = []
 
-    def listener(messages):  # noqa: ANN001, ANN202
+    def listener(messages):
         got.extend(messages)
         if len(got) >= 20:
             done.set()

@@ -120,7 +120,7 @@ def test_kill_9_and_restart_keep_acked_and_unacked_state(tmp_path: Path) -> None
             assert consumer.receive(16, 30) == []
     finally:
         assert second.stop(signal.SIGTERM) == 0, f"unclean shutdown; see {log}"
-    assert attempts == {**{i: 2 for i in unacked_ids}, **{i: 1 for i in never_received}}
+    assert attempts == {**dict.fromkeys(unacked_ids, 2), **dict.fromkeys(never_received, 1)}
     assert "server stopped" in log.read_text() and "broker closed" in log.read_text()
 
 

@@ -303,7 +303,7 @@ def test_pop_matches_a_model_across_restarts(tmp_path_factory: pytest.TempPathFa
                     state[sent] = {"attempt": 0, "until": None, "handle": None, "done": False}
                     sent += 1
             elif op == "receive":
-                for offset, s in sorted(state.items()):
+                for _offset, s in sorted(state.items()):
                     if not s["done"] and s["until"] is not None and s["until"] <= now and s["attempt"] >= max_attempts:
                         s["done"] = True
                         dead += 1

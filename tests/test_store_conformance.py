@@ -19,7 +19,7 @@ from plugmq.conformance.storage import (
 
 try:
     import plugmq.plugins.store_mmap  # noqa: F401
-except Exception as exc:  # reported as the skip reason: store_mmap is written in parallel
+except Exception as exc:  # noqa: BLE001 - reported as the skip reason: store_mmap is written in parallel
     _MMAP_ERROR: str | None = f"plugmq.plugins.store_mmap does not import yet: {type(exc).__name__}: {exc}"
 else:
     _MMAP_ERROR = None

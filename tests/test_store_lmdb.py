@@ -22,7 +22,6 @@ from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.groupcommit import GroupCommit
 
 
-
 def _open(tmp_path: Path, clock: ManualClock, **options: object):
     return open_store("store_lmdb", tmp_path, clock=clock, options=options)
 

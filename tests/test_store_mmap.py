@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import struct
 import threading
 import time
-import struct
 from pathlib import Path
 
 import pytest

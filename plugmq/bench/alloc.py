@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 from rich.console import Console
@@ -120,7 +121,7 @@ def baseline(
     queues: list[MessageQueue], ids: list[str], samples: int, clock: Clock = time.process_time
 ) -> dict[str, float]:
     def copy() -> list[MessageQueue]:
-        return [q for q in queues]
+        return list(queues)
 
     per_call = statistics.median(_seconds(clock, copy) for _ in range(max(samples, 5)))
     everyone = _seconds(clock, lambda: [copy() for _ in ids])

@@ -54,22 +54,22 @@ def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str
                 received.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    with tempfile.TemporaryDirectory(prefix="plugmq-bench-e2e-") as tmp:
-        with Broker.open(tmp, plugins=[store_plugin, "alloc"], options={store_plugin: {"flush": flush}}) as broker:
-            broker.create_topic("Bench", 4)
-            consumer = broker.push_consumer("bench-consumers", listener, consume_threads=2, max_reconsume_times=0,
-                                            consume_from=ConsumeFrom.FIRST_OFFSET, pull_batch_size=32)
-            consumer.subscribe("Bench").start()
-            body = b"x" * size
-            start = time.perf_counter()
-            with broker.producer("bench-producer") as producer:
-                for _ in range(messages):
-                    producer.send(Message("Bench", body))
-            produced = time.perf_counter()
-            if not received.wait(timeout=max(60.0, messages / 500)):
-                raise click.ClickException(f"{store_plugin}: only {len(latencies)} of {messages} messages consumed")
-            consumed = time.perf_counter()
-            consumer.shutdown()
+    with (tempfile.TemporaryDirectory(prefix="plugmq-bench-e2e-") as tmp,
+          Broker.open(tmp, plugins=[store_plugin, "alloc"], options={store_plugin: {"flush": flush}}) as broker):
+        broker.create_topic("Bench", 4)
+        consumer = broker.push_consumer("bench-consumers", listener, consume_threads=2, max_reconsume_times=0,
+                                        consume_from=ConsumeFrom.FIRST_OFFSET, pull_batch_size=32)
+        consumer.subscribe("Bench").start()
+        body = b"x" * size
+        start = time.perf_counter()
+        with broker.producer("bench-producer") as producer:
+            for _ in range(messages):
+                producer.send(Message("Bench", body))
+        produced = time.perf_counter()
+        if not received.wait(timeout=max(60.0, messages / 500)):
+            raise click.ClickException(f"{store_plugin}: only {len(latencies)} of {messages} messages consumed")
+        consumed = time.perf_counter()
+        consumer.shutdown()
     lat = np.array(latencies)
     return {
         "produce_rate": messages / (produced - start),

@@ -219,7 +219,7 @@ def _timed_appends(store: MessageStore, requests: Sequence[AppendRequest], n: in
             else:
                 for i in range(base, base + per_thread, batch):
                     store.append_batch([requests[(i + k) % count] for k in range(min(batch, base + per_thread - i))])
-        except BaseException as exc:  # reported after the run: a failed writer must not pass as fast
+        except BaseException as exc:  # noqa: BLE001 - reported after the run: a failed writer must not pass as fast
             errors.append(exc)
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
@@ -263,7 +263,7 @@ def usable_stores(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     for name in names:
         try:
             plugin_declaration(name)
-        except Exception as exc:  # reported in the output, the others still run
+        except Exception as exc:  # noqa: BLE001 - reported in the output, the others still run
             skipped[name] = f"{type(exc).__name__}: {exc}"
         else:
             usable.append(name)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from plugmq.cli import _LazyGroup
-
 import click
+
+from plugmq.cli import _LazyGroup
 
 _BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc")}
 

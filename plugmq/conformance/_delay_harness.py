@@ -51,7 +51,7 @@ def pick_store(candidates: tuple[str, ...] = STORE_CANDIDATES) -> str:
         try:
             if Family.STORAGE in plugin_declaration(name).families:
                 return name
-        except Exception:  # noqa: BLE001, S112 - an unusable store is simply not a candidate
+        except Exception:  # noqa: BLE001 - an unusable store is simply not a candidate
             continue
     pytest.skip(f"no storage plugin loads ({wanted or ', '.join(candidates)}); the delay suite needs a real store")
 

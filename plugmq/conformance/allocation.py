@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings

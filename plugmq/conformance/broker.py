@@ -8,9 +8,11 @@ with the reason.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import attrs
 import pytest
@@ -41,7 +43,7 @@ class BrokerConformance:
         return ManualClock()
 
     @pytest.fixture
-    def open_broker(self, broker_plugins: BrokerUnderTest, tmp_path: Path, clock: ManualClock):  # noqa: ANN201
+    def open_broker(self, broker_plugins: BrokerUnderTest, tmp_path: Path, clock: ManualClock):
         opened: list[Broker] = []
 
         def open_() -> Broker:
@@ -60,7 +62,7 @@ class BrokerConformance:
             pytest.skip(f"the plugin combination has no {family.value} plugin, needed for {what}")
 
     @staticmethod
-    def consumer(broker: Broker, group: str, sink: list[StoredMessage], **options: Any):  # noqa: ANN205
+    def consumer(broker: Broker, group: str, sink: list[StoredMessage], **options: Any):
         def listener(messages: list[StoredMessage]) -> ConsumeStatus:
             sink.extend(messages)
             return ConsumeStatus.CONSUME_SUCCESS
@@ -71,7 +73,7 @@ class BrokerConformance:
         return broker.push_consumer(group, listener, background=False, **options)
 
     # ---------------------------------------------------------------------------------- clauses
-    def test_send_pull_round_trip(self, open_broker) -> None:  # noqa: ANN001
+    def test_send_pull_round_trip(self, open_broker) -> None:
         broker = open_broker()
         queues = broker.create_topic(self.TOPIC, 2)
         with broker.producer("pg") as producer:
@@ -94,7 +96,7 @@ class BrokerConformance:
         assert broker.pull(queues[0], broker.max_offset(queues[0]), 8).status is PullStatus.NO_NEW_MSG
         assert broker.pull(queues[0], broker.max_offset(queues[0]) + 5, 8).status is PullStatus.OFFSET_ILLEGAL
 
-    def test_filters_in_pull(self, open_broker) -> None:  # noqa: ANN001
+    def test_filters_in_pull(self, open_broker) -> None:
         broker = open_broker()
         self.require(broker, Family.FILTER, "filtered pulls")
         queue = broker.create_topic(self.TOPIC, 1)[0]
@@ -107,7 +109,7 @@ class BrokerConformance:
             result = broker.pull(queue, 0, 64, broker.compile_subscription("SQL92", "n >= 25"))
             assert [m.properties["n"] for m in result.messages] == ["25", "26", "27", "28", "29"]
 
-    def test_clustering_delivers_each_message_once(self, open_broker) -> None:  # noqa: ANN001
+    def test_clustering_delivers_each_message_once(self, open_broker) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 8)
         sinks: list[list[StoredMessage]] = [[], [], []]
@@ -124,7 +126,7 @@ class BrokerConformance:
         owned = [{q for q in c.owned_queues() if q.topic == self.TOPIC} for c in consumers]
         assert sum(len(o) for o in owned) == 8 and len(set().union(*owned)) == 8
 
-    def test_broadcasting_delivers_all_to_all(self, open_broker) -> None:  # noqa: ANN001
+    def test_broadcasting_delivers_all_to_all(self, open_broker) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 4)
         sinks: list[list[StoredMessage]] = [[], []]
@@ -138,7 +140,7 @@ class BrokerConformance:
         for sink in sinks:
             assert sorted(int(m.body) for m in sink) == list(range(40))
 
-    def test_orderly_keeps_per_queue_order_and_retries_in_place(self, open_broker, clock: ManualClock) -> None:  # noqa: ANN001
+    def test_orderly_keeps_per_queue_order_and_retries_in_place(self, open_broker, clock: ManualClock) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 4)
         seen: dict[str, list[int]] = defaultdict(list)
@@ -166,7 +168,7 @@ class BrokerConformance:
         consumer.consume_available()
         assert all(steps == [0, 1, 2, 3, 4] for steps in seen.values()) and len(seen) == 6
 
-    def test_rebalance_on_join_leave_and_heartbeat_loss(self, open_broker, clock: ManualClock) -> None:  # noqa: ANN001
+    def test_rebalance_on_join_leave_and_heartbeat_loss(self, open_broker, clock: ManualClock) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 6)
         sinks: dict[str, list[StoredMessage]] = defaultdict(list)
@@ -192,7 +194,7 @@ class BrokerConformance:
         got = Counter(m.body for m in sinks["a"] + sinks["b"])
         assert len(got) == 30 and set(got.values()) == {1}
 
-    def test_retry_timeline_then_dead_letter(self, open_broker, clock: ManualClock) -> None:  # noqa: ANN001
+    def test_retry_timeline_then_dead_letter(self, open_broker, clock: ManualClock) -> None:
         broker = open_broker()
         self.require(broker, Family.DELAY, "retries")
         broker.create_topic(self.TOPIC, 1)
@@ -212,7 +214,7 @@ class BrokerConformance:
             consumer.consume_available()
         assert [r for _, r in attempts] == [0, 1, 2, 3]
         resolution = (broker.delay.capabilities.resolution_ms / 1000) if broker.delay else 1
-        gaps = [b[0] - a[0] for a, b in zip(attempts, attempts[1:])]
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(attempts)]
         for gap, wanted in zip(gaps, (10, 30, 60)):
             assert wanted <= gap <= wanted + resolution + 1, (gaps, "back-off follows delay levels 3, 4, 5")
         dlq = broker.topic_queues(dlq_topic("fg"))[0]
@@ -220,7 +222,7 @@ class BrokerConformance:
         assert [m.body for m in dead.messages] == [b"poison"]
         assert dead.messages[0].reconsume_times == 3
 
-    def test_consume_from_timestamp(self, open_broker, clock: ManualClock) -> None:  # noqa: ANN001
+    def test_consume_from_timestamp(self, open_broker, clock: ManualClock) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 2)
         with broker.producer("pg") as producer:
@@ -236,7 +238,7 @@ class BrokerConformance:
         consumer.consume_available()
         assert sorted(m.body.decode() for m in sink) == sorted(f"new-{i}" for i in range(10))
 
-    def test_offsets_survive_restart(self, open_broker) -> None:  # noqa: ANN001
+    def test_offsets_survive_restart(self, open_broker) -> None:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 2)
         with broker.producer("pg") as producer:

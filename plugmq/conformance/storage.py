@@ -475,7 +475,7 @@ class StoreConformance:
             try:
                 for i in range(600):
                     store.append(request(body=f"w{i}".encode()))
-            except BaseException as exc:  # surfaced below
+            except BaseException as exc:  # noqa: BLE001 - surfaced below
                 errors.append(exc)
             finally:
                 stop.set()
@@ -518,7 +518,7 @@ class StoreConformance:
                     else:
                         req = request(queue_id=queue_id, body=f"t{t}-{i}".encode())
                         results[t].append((req, store.append(req)))
-            except BaseException as exc:  # surfaced below: a thread's failure must fail the test
+            except BaseException as exc:  # noqa: BLE001 - surfaced below: a thread's failure must fail the test
                 errors.append(exc)
 
         workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]

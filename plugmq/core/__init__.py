@@ -66,7 +66,7 @@ from plugmq.core.names import (
     validate_topic,
 )
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "DEFAULT_DELAY_LEVELS",
     "DEFAULT_DELAY_LEVELS_MS",
     "DEFAULT_MAX_BODY_SIZE",

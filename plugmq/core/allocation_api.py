@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from plugmq.core.contracts import AllocateStrategyFactory
 from plugmq.core.errors import AllocationError

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import FilterSyntaxError

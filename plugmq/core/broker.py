@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
@@ -33,6 +34,7 @@ from plugmq.core.errors import (
     TopicError,
     ValidationError,
 )
+from plugmq.core.groups import GroupRegistry
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
     AppendRequest,
@@ -49,9 +51,8 @@ from plugmq.core.message import (
     new_unique_id,
 )
 from plugmq.core.names import Prop, dlq_topic, is_system_topic, retry_topic, validate_group, validate_topic
-from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
-from plugmq.core.groups import GroupRegistry
 from plugmq.core.offsets import OffsetStore
+from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
 from plugmq.core.topics import TopicTable
 
 if TYPE_CHECKING:
@@ -94,8 +95,8 @@ class Broker:
             for name, decl in self.plugins.declarations.items()
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        base = dict(broker_name=self.name, data_dir=self.data_dir, clock=self.clock,
-                    store_host=config.store_host, max_message_size=config.max_message_size, options=options)
+        base = {"broker_name": self.name, "data_dir": self.data_dir, "clock": self.clock,
+                    "store_host": config.store_host, "max_message_size": config.max_message_size, "options": options}
         hooks = self.plugins.hooks
         context = PluginContext(**base)
         hooks.configure(context)

@@ -12,7 +12,8 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -194,7 +195,7 @@ class SystemClock:
             timer.fired = True
             try:
                 timer.callback()
-            except Exception:  # a failing timer must not kill every other timer
+            except Exception:  # noqa: BLE001 - a failing timer must not kill every other timer
                 import structlog
 
                 structlog.stdlib.get_logger(__name__).exception("timer callback failed")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.contracts import (
@@ -28,7 +29,7 @@ def _single(plugin: str, family: Family, objects: Mapping[str, object] | None) -
     return loaded
 
 
-def plugin_declaration(plugin: str, objects: Mapping[str, object] | None = None):  # noqa: ANN201
+def plugin_declaration(plugin: str, objects: Mapping[str, object] | None = None):
     """The declaration of one installed plugin."""
     return load_plugins([plugin], objects=objects, check_cardinality=False).declarations[plugin]
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import attrs
 

@@ -14,8 +14,9 @@ import itertools
 import os
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
@@ -339,7 +340,7 @@ class PushConsumer:
     def _call_listener(self, batch: list[StoredMessage]) -> Any:
         try:
             return self.listener(batch)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
             log.warning("listener raised; treated as a failure", group=self.group, error=repr(exc))
             return None
 
@@ -398,7 +399,7 @@ class PullConsumer:
         return self.broker.topic_queues(topic)
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: str | Filter = "*",
-             expression_type: str = "TAG"):  # noqa: ANN201 - PullResult
+             expression_type: str = "TAG"):
         """Pull up to ``max_nums`` messages matching ``subscription`` from ``offset`` of ``queue``."""
         if isinstance(subscription, str):
             key = (expression_type.upper(), subscription)

@@ -8,8 +8,9 @@ and the conformance suite can tell a missing feature from a broken one.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 

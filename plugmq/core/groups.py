@@ -9,7 +9,8 @@ consumed by two members at once.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import structlog

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["TAG_SEPARATOR", "java_string_hash", "split_tags", "tags_code"]
 

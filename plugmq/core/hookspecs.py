@@ -18,7 +18,8 @@ a typed wrapper, so the arguments of every call are checked in one place.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pluggy
 

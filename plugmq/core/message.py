@@ -11,8 +11,8 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Iterable, Mapping
 
 import attrs
 

@@ -15,9 +15,9 @@ __all__ = [
     "RETRY_PREFIX",
     "SCHEDULE_TOPIC",
     "SYSTEM_PROPERTY_KEYS",
+    "TRANS_DISCARD_TOPIC",
     "TRANS_HALF_TOPIC",
     "TRANS_OP_TOPIC",
-    "TRANS_DISCARD_TOPIC",
     "Prop",
     "dlq_topic",
     "is_system_topic",
@@ -94,10 +94,7 @@ def validate_group(name: object) -> str:
 def is_system_topic(topic: str) -> bool:
     """Retry, dead-letter, schedule and transaction topics: the broker's own, not producers'."""
     return (
-        topic in _SYSTEM_TOPICS
-        or topic.startswith(RETRY_PREFIX)
-        or topic.startswith(DLQ_PREFIX)
-        or topic.startswith("rmq_sys_")
+        topic in _SYSTEM_TOPICS or topic.startswith((RETRY_PREFIX, DLQ_PREFIX, "rmq_sys_"))
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 import pluggy
@@ -317,7 +318,7 @@ def installed_plugins() -> list[InstalledPlugin]:
             module = _load_entry_point(name, ep)
             declaration = load_plugins([name], objects={name: module}, check_cardinality=False).declarations[name]
             result.append(InstalledPlugin(name, ep, module, declaration, None))
-        except Exception as exc:  # one broken plugin must not hide the others
+        except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
             result.append(InstalledPlugin(name, ep, None, None, str(exc)))
     return result
 

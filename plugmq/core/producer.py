@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -84,7 +85,7 @@ class Producer:
         def send() -> None:
             try:
                 self.send(message, selector=selector, arg=arg)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported, not swallowed
                 log.warning("one-way send failed", topic=message.topic, group=self.group, error=str(exc))
 
         self._executor.submit(send)

@@ -9,7 +9,8 @@ anyone reproducing a RocketMQ assignment go through :func:`rocketmq_sorted`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from plugmq.core.message import MessageQueue
 

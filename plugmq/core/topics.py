@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from plugmq.core.errors import StoreError, ValidationError
 from plugmq.core.names import validate_topic

@@ -194,7 +194,7 @@ class Replay(abc.ABC):
 
         return listener
 
-    def on_consumed(self, message: StoredMessage, now_ns: int) -> None:
+    def on_consumed(self, message: StoredMessage, now_ns: int) -> None:  # noqa: B027 - optional hook
         """Per-message hook (under the lock), e.g. end-to-end latency on the real clock."""
 
     def backlog(self) -> int:

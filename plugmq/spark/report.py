@@ -373,7 +373,7 @@ def _sweep_block(plt: Any, sweep: dict[str, pd.DataFrame], out: Path, findings: 
 
 
 def _run_block(run_info: dict[str, Any], experiments: pd.DataFrame) -> str:
-    rows = [(k, v) for k, v in run_info.items()]
+    rows = list(run_info.items())
     if not experiments.empty:
         env_cols = [c for c in experiments.columns if c.startswith("env_") and c not in ("env_load_1m",)]
         first = experiments.iloc[0]

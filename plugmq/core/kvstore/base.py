@@ -70,7 +70,7 @@ class KVStoreOptions(Protocol):
     def retention_batch(self) -> int: ...
 
 
-O = TypeVar("O", bound=KVStoreOptions)
+O = TypeVar("O", bound=KVStoreOptions)  # noqa: E741 - reads as "Options" in the generics below
 
 
 class KVReader(Protocol):
@@ -137,7 +137,7 @@ class KeyValueMessageStore(ABC, Generic[O]):
         self._queues: dict[bytes, list[int]] = {}
         self._next_offset = 0
         self._last_ts = 0
-        self._stats = {"messages": 0.0, "bytes": 0.0, **{name: 0.0 for name in self._ENGINE_STATS},
+        self._stats = {"messages": 0.0, "bytes": 0.0, **dict.fromkeys(self._ENGINE_STATS, 0.0),
                        "corrupt_records": 0.0, "flushes": 0.0, "truncated_records": 0.0, "expired_records": 0.0}
         self._recover()
         self._stop = threading.Event()
@@ -396,7 +396,7 @@ class KeyValueMessageStore(ABC, Generic[O]):
         while not self._clock.wait(self._stop, interval):
             try:
                 self.flush()
-            except Exception:  # the flusher must outlive one failed sync; the next one retries
+            except Exception:  # noqa: BLE001 - the flusher must outlive one failed sync; the next one retries
                 self._log.exception(self._FLUSH_FAILED_EVENT)
 
     def clean_expired(self, now_ms: int) -> int:

@@ -58,7 +58,7 @@ class GroupCommit(Generic[T, R]):
             self.groups += 1
         try:
             outcome = self._commit([t.items for t in group])
-        except BaseException as exc:  # every waiter of the group must hear of it
+        except BaseException as exc:  # noqa: BLE001 - every waiter of the group must hear of it
             for t in group:
                 t.error = exc
         else:

@@ -6,8 +6,8 @@ never sort their input: the caller sorts with ``plugmq.core.rebalance_order.rock
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from plugmq.core import AllocateStrategyFactory, Family, PluginDeclaration, hookimpl
 from plugmq.plugins.alloc.registry import CAPABILITIES, STRATEGIES

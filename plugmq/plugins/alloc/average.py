@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -31,10 +32,7 @@ class Averagely:
         # takes the first one's share, and the duplicate's share stays unowned.
         index = list(all_consumer_ids).index(current_id)
         mod = n % c
-        if n <= c:
-            size = 1
-        else:
-            size = n // c + (1 if index < mod else 0)
+        size = 1 if n <= c else n // c + (1 if index < mod else 0)
         start = index * size if index < mod else index * size + mod
         count = min(size, n - start)
         return list(all_queues[start : start + count]) if count > 0 else []

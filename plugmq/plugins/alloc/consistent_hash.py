@@ -5,7 +5,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
-from typing import Any, Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import attrs
 

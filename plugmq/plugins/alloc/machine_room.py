@@ -3,7 +3,8 @@ AllocateMessageQueueByMachineRoom."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 

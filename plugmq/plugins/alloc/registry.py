@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from plugmq.core import AllocateStrategy, AllocateStrategyFactory, AllocationCapabilities
 from plugmq.plugins.alloc.average import Averagely, AveragelyByCircle, make_averagely, make_averagely_by_circle

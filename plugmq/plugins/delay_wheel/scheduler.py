@@ -217,10 +217,7 @@ class WheelDelayScheduler:
                     )
                 deliver_at_ms = now_ms + self._opts.max_delay_ms
                 self._counters["clamped"] += 1
-            if deliver_at_ms > now_ms:
-                slot = -(-deliver_at_ms // 1000)
-            else:
-                slot = now_ms // 1000 + 1
+            slot = -(-deliver_at_ms // 1000) if deliver_at_ms > now_ms else now_ms // 1000 + 1
             slot = max(slot, self._tick)
             hour, second = divmod(slot, SECONDS_PER_HOUR)
             record = encode_record(request, deliver_at_ms, now_ms, delay_level)

@@ -94,7 +94,7 @@ def generate_logic(op: str, operands: list[Node], compile_operand: Callable[[Nod
         body.append(f"return False if {unknown} else {rest}")
         source = ("def logic(p, _tags=None):\n    try:\n" + "".join(f"        {line}\n" for line in body)
                   + "    except FilterEvaluationError:\n        return False\n")
-    exec(compile(source, f"<filter_sql {op}>", "exec"), ns)  # noqa: S102 - source built from fixed templates only
+    exec(compile(source, f"<filter_sql {op}>", "exec"), ns)
     function = ns["logic"]
     function.source = source  # for debugging a subscription
     return function  # type: ignore[no-any-return]

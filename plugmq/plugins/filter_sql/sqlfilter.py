@@ -111,10 +111,7 @@ class SqlFilter:
     def precheck_bloom(self, bits: int) -> bool:
         """False only when a property the expression requires for TRUE is surely absent from a
         message whose :func:`property_bloom` is ``bits``."""
-        for mask in self._required_masks:
-            if bits & mask != mask:
-                return False
-        return True
+        return all(bits & mask == mask for mask in self._required_masks)
 
 
 class SqlFilterCompiler:

@@ -57,10 +57,7 @@ class TagFilter:
         if self.subscribes_all:
             return True
         code = entry.tags_code
-        for wanted in self.codes:
-            if wanted & code == wanted:
-                return True
-        return False
+        return any(wanted & code == wanted for wanted in self.codes)
 
     def precheck_many(self, codes: np.ndarray) -> np.ndarray:
         """:meth:`precheck` over an int64 array of tag codes, as a boolean mask."""

@@ -100,10 +100,7 @@ class _TxnReader:
 
     def keys_back(self, family: str, bound: bytes) -> Iterator[bytes]:
         cursor = self.txn.cursor(self._dbs[family])
-        if cursor.set_range(bound):
-            ok = cursor.key() == bound or cursor.prev()
-        else:
-            ok = cursor.last()
+        ok = cursor.key() == bound or cursor.prev() if cursor.set_range(bound) else cursor.last()
         while ok:
             yield cursor.key()
             ok = cursor.prev()

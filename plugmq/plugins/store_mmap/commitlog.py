@@ -148,7 +148,7 @@ class CommitLog:
             seg = MappedFile.open(self.dir / name, int(name))
             if segments and segments[-1].end != seg.start:
                 prev = segments[-1]
-                for s in segments + [seg]:
+                for s in [*segments, seg]:
                     s.close()
                 raise StoreError(
                     f"commit log {self.dir} has a gap: {prev.path.name} ends at {prev.end} but the next file "
@@ -183,7 +183,7 @@ class CommitLog:
         seg = self.segment_for(position)
         if seg is None:
             seg = self.allocator.take(position, rolling=False)
-            self._set_segments(list(self._segments) + [seg])
+            self._set_segments([*list(self._segments), seg])
         self.cur = seg
         self.allocator.request(seg.end)
 
@@ -196,7 +196,7 @@ class CommitLog:
         if pos + total + END_FILE_MIN_BLANK > cur.size:
             BLANK.pack_into(cur.mm, pos, cur.size - pos, BLANK_MAGIC)
             cur = self.allocator.take(cur.end)
-            self._set_segments(list(self._segments) + [cur])
+            self._set_segments([*list(self._segments), cur])
             self.cur = cur
             self.wrote = cur.start
             self.allocator.request(cur.end)

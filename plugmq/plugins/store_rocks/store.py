@@ -198,7 +198,7 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
     def _point_get(self, family: str, key: bytes) -> bytes | None:
         try:
             return self._cf[family].get(key)
-        except Exception as exc:  # a damaged block surfaces as an engine error: no record, logged
+        except Exception as exc:  # noqa: BLE001 - a damaged block surfaces as an engine error: no record, logged
             self._stats["corrupt_records"] += 1
             self._log.error("rocksdb read failed", family=family, key=key.hex(), reason=str(exc))
             return None

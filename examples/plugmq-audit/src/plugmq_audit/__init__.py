@@ -18,7 +18,7 @@ log = structlog.stdlib.get_logger(__name__)
 _lock = threading.Lock()
 #: broker name -> Counter of ("stored" | "delivered", topic)
 COUNTS: dict[str, Counter[tuple[str, str]]] = {}
-_options: dict[str, "AuditOptions"] = {}
+_options: dict[str, AuditOptions] = {}
 
 
 @attrs.frozen
