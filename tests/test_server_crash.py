@@ -151,7 +151,7 @@ def test_sigterm_answers_a_waiting_long_poll_and_exits_cleanly(tmp_path: Path) -
         waiter = threading.Thread(target=poll)
         waiter.start()
         deadline = time.monotonic() + WAIT_S
-        pop_log = tmp_path / "data" / "server" / "pop-0.log"
+        pop_log = tmp_path / "data" / "broker" / "pop" / "pop-0.log"
         while not (pop_log.exists() and b'"quiet"' in pop_log.read_bytes()) and time.monotonic() < deadline:
             time.sleep(0.05)  # until the receive made the group's first pop (it waits after that)
         assert child.stop(signal.SIGTERM) == 0

@@ -37,7 +37,7 @@ from rocketmq.v5.exception import BadRequestException, ClientException
 
 from plugmq.core import ManualClock, dlq_topic
 from plugmq.core.broker import Broker
-from plugmq.server import GroupPolicy, PlugmqServer, ServerOptions, ServerThread
+from plugmq.server import PlugmqServer, ServerOptions, ServerThread
 
 WAIT_S = 15.0  # upper bound of any wait for the client's threads
 
@@ -54,13 +54,15 @@ class Served:
         return ClientConfiguration(self.address, Credentials(), request_timeout=3)
 
 
+GROUPS = {  # the broker's [groups] table
+    "fifo-g": {"fifo": True},
+    "push-dlq": {"max_delivery_attempts": 3, "backoff_s": [1]},
+    "short": {"max_delivery_attempts": 2},
+}
+
+
 def _options(**overrides: Any) -> ServerOptions:
-    groups = {
-        "fifo-g": GroupPolicy(fifo=True),
-        "push-dlq": GroupPolicy(max_delivery_attempts=3, backoff_s=(1.0,)),
-        "short": GroupPolicy(max_delivery_attempts=2),
-    }
-    return ServerOptions(**{"long_polling_s": 1.0, "default_invisible_s": 30.0, "groups": groups, **overrides})
+    return ServerOptions(**{"long_polling_s": 1.0, "default_invisible_s": 30.0, **overrides})
 
 
 @contextmanager
@@ -69,7 +71,7 @@ def serving(data_dir: Path, *, options: ServerOptions | None = None, **broker_se
     plugins = broker_settings.get("plugins", ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "txn"])
     broker_settings["plugins"] = plugins
     txn = {"txn": {"transaction_timeout_s": 5, "check_interval_s": 5}} if "txn" in plugins else {}
-    broker = Broker.open(data_dir, clock=clock, options=txn, **broker_settings)
+    broker = Broker.open(data_dir, clock=clock, options=txn, groups=GROUPS, **broker_settings)
     thread = ServerThread(broker, options or _options())
     try:
         address = thread.start()
@@ -332,7 +334,7 @@ class _Failing(MessageListener):
 
 
 def nacked(served: Served) -> bool:
-    deadline = served.server.pop.next_deadline()
+    deadline = served.broker.pop.next_deadline()
     return deadline is not None and deadline <= served.clock.now_ms() + 1000
 
 

@@ -16,8 +16,8 @@ from rocketmq.v5.util.signature import Signature
 from plugmq.core.config import load_config
 from plugmq.core.errors import ConfigError
 from plugmq.server.auth import Authenticator
+from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.server.options import (
-    GroupPolicy,
     ServerOptions,
     load_serve_config,
     parse_server_table,
@@ -29,17 +29,22 @@ def test_defaults_are_off_and_rocketmq_like() -> None:
     options = parse_server_table({})
     assert options == ServerOptions()
     assert not options.acl.enabled
-    assert options.policy("any").max_delivery_attempts == 17
-    assert options.policy("any").backoff_s[:3] == (10.0, 30.0, 60.0)
+    policy = load_config({}).groups.policy("any")
+    assert policy.redelivery.max_attempts == 17 and not policy.fifo
+    assert policy.redelivery.backoff_s[:3] == (10.0, 30.0, 60.0)
 
 
-def test_groups_inherit_the_default_group() -> None:
-    options = parse_server_table({
-        "default_group": {"max_delivery_attempts": 5},
-        "groups": {"orders": {"fifo": True, "backoff_s": [1, 2.5]}},
-    })
-    assert options.policy("orders") == GroupPolicy(max_delivery_attempts=5, backoff_s=(1.0, 2.5), fifo=True)
-    assert options.policy("other") == GroupPolicy(max_delivery_attempts=5)
+def test_group_tables_of_older_configs_are_read_by_the_broker(tmp_path: Path) -> None:
+    """[server.default_group] / [server.groups.<g>] moved to [groups]; the old spelling still works."""
+    path = tmp_path / "broker.toml"
+    path.write_text('[broker]\ndata_dir = "d"\n[server]\nlisten = "0.0.0.0:9"\npop_fsync = true\n'
+                    '[server.default_group]\nmax_delivery_attempts = 5\n'
+                    '[server.groups.orders]\nfifo = true\nbackoff_s = [1, 2.5]\n', encoding="utf-8")
+    broker, server = load_serve_config(path)
+    config = load_config(broker)
+    assert server.listen == "0.0.0.0:9" and config.pop_fsync
+    assert config.groups.policy("orders") == GroupPolicy(RedeliveryPolicy(5, (1.0, 2.5)), fifo=True)
+    assert config.groups.policy("other") == GroupPolicy(RedeliveryPolicy(5))
 
 
 @pytest.mark.parametrize(("table", "message"), [
@@ -49,6 +54,7 @@ def test_groups_inherit_the_default_group() -> None:
     ({"new_group_from": "middle"}, "'first' or 'last'"),
     ({"min_invisible_s": 100, "max_invisible_s": 10}, "above max_invisible_s"),
     ({"groups": {"bad name": {}}}, "groups.bad name"),
+    ({"pop_fsync": "yes"}, "server.pop_fsync must be true or false"),
     ({"groups": {"g": {"max_delivery_attempts": 0}}}, "must be >= 1"),
     ({"groups": {"g": {"backoff_s": []}}}, "is empty"),
     ({"groups": {"g": {"retries": 3}}}, "unknown key"),

@@ -1,18 +1,25 @@
-"""The broker: assembled from a plugin list, routing every call through the chosen families."""
+"""The broker: assembled from a plugin list, routing every call through the chosen families.
+
+Data flows one way: the broker builds its clients (producers, push / pull / simple consumers, the
+transaction producer) and hands itself to them as the port each needs (plugmq.core.ports); no
+client module imports this one.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import structlog
 
 from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.config import DEFAULT_PLUGINS, BrokerConfig, load_config
+from plugmq.core.consumer import PullConsumer, PushConsumer
 from plugmq.core.contracts import (
+    AllocateStrategy,
     AllocateStrategyFactory,
     DelayContext,
     DelayScheduler,
@@ -21,6 +28,7 @@ from plugmq.core.contracts import (
     FilterCompiler,
     MessageStore,
     PluginContext,
+    TransactionChecker,
     TransactionContext,
     TransactionService,
 )
@@ -34,7 +42,7 @@ from plugmq.core.errors import (
     TopicError,
     ValidationError,
 )
-from plugmq.core.groups import GroupRegistry
+from plugmq.core.groups import GroupMember, GroupRegistry
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
     AppendRequest,
@@ -50,16 +58,18 @@ from plugmq.core.message import (
     check_body_size,
     new_unique_id,
 )
-from plugmq.core.names import Prop, dlq_topic, is_system_topic, retry_topic, validate_group, validate_topic
+from plugmq.core.modes import ConsumeFrom
+from plugmq.core.names import Prop, is_system_topic, retry_topic, validate_group, validate_topic
 from plugmq.core.offsets import OffsetStore
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
+from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
+from plugmq.core.pop import PopService
+from plugmq.core.popstate import PopState, adopt_legacy_state
+from plugmq.core.ports import Stoppable
+from plugmq.core.producer import Producer
+from plugmq.core.simple import FilterExpression, SimpleConsumer
 from plugmq.core.topics import TopicTable
-
-if TYPE_CHECKING:
-    from plugmq.core.consumer import PullConsumer, PushConsumer
-    from plugmq.core.contracts import TransactionChecker
-    from plugmq.core.producer import Producer
-    from plugmq.core.transactions import LocalTransaction, TransactionProducer
+from plugmq.core.transactions import LocalTransaction, TransactionProducer
 
 __all__ = ["Broker"]
 
@@ -84,7 +94,8 @@ class Broker:
         self._closed = False
         self._lock = threading.Lock()
         self._arrivals = threading.Condition()
-        self._consumers: list[PushConsumer] = []
+        self._waiting = 0
+        self._consumers: list[Stoppable] = []
         self._offset_stores: dict[str, OffsetStore] = {}
         self._queue_cache: dict[str, tuple[MessageQueue, ...]] = {}
         self.plugins: LoadedPlugins = load_plugins(
@@ -95,8 +106,9 @@ class Broker:
             for name, decl in self.plugins.declarations.items()
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        base = {"broker_name": self.name, "data_dir": self.data_dir, "clock": self.clock,
-                    "store_host": config.store_host, "max_message_size": config.max_message_size, "options": options}
+        base: dict[str, Any] = {"broker_name": self.name, "data_dir": self.data_dir, "clock": self.clock,
+                                "store_host": config.store_host, "max_message_size": config.max_message_size,
+                                "options": options}
         hooks = self.plugins.hooks
         context = PluginContext(**base)
         hooks.configure(context)
@@ -117,10 +129,16 @@ class Broker:
             if self.plugins.with_family(Family.TRANSACTION):
                 self.transactions = hooks.make_transaction_service(
                     TransactionContext(**base, store=self.store, deliver=self._deliver))
+            adopt_legacy_state(self.broker_dir / "pop", self.data_dir / "server")
+            self.pop = PopService(self, PopState(self.broker_dir / "pop", fsync=config.pop_fsync,
+                                                 compact_bytes=config.pop_compact_bytes))
+            self.pop.collect(self.topics.all())
+            self.pop.deadline_listeners.append(self.wake_consumers)
             if self.delay is not None:
                 self.delay.start()
             if self.transactions is not None:
                 self.transactions.start()
+            self.pop.start()
         except BaseException:
             self._close_services()
             raise
@@ -138,13 +156,20 @@ class Broker:
         clock: Clock | None = None,
         name: str = "broker-a",
         plugin_objects: Mapping[str, object] | None = None,
+        groups: Mapping[str, Any] | None = None,
         **broker_settings: Any,
     ) -> Broker:
-        """Assemble a broker in ``data_dir`` from plugin names (default set when None)."""
+        """Assemble a broker in ``data_dir`` from plugin names (default set when None).
+
+        ``options`` are the plugins' tables (``[plugins.<name>]``), ``groups`` the ``[groups]``
+        table (defaults as keys, one table or :class:`GroupPolicy` per group), ``broker_settings``
+        the rest of ``[broker]``.
+        """
         mapping: dict[str, Any] = {
             "broker": {"name": name, "data_dir": str(data_dir),
                        "plugins": list(plugins if plugins is not None else DEFAULT_PLUGINS), **broker_settings},
             "plugins": dict(options or {}),
+            "groups": dict(groups or {}),
         }
         return cls(load_config(mapping), clock=clock, plugin_objects=plugin_objects)
 
@@ -292,6 +317,10 @@ class Broker:
         self.wake_consumers()
         return result
 
+    def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message stored at ``commit_log_offset`` (None if retention removed it)."""
+        return self.store.read(commit_log_offset, size)
+
     def _was_delivered(self, request: AppendRequest) -> bool:
         unique = request.properties.get(Prop.UNIQ_KEY)
         if not unique:
@@ -299,11 +328,27 @@ class Broker:
         return any(m.unique_id == unique and m.reconsume_times == request.reconsume_times
                    for m in self.store.query_by_key(request.topic, unique, max_results=64))
 
+    # ------------------------------------------------------------------------------ events
+    # Each event hook is emitted in one place, here: the stored, delivered, retried and
+    # dead-lettered events of every way of sending and consuming.
     def _emit_stored(self, result: AppendResult) -> None:
         if self.plugins.hooks.has_observers:
             stored = self.store.read(result.commit_log_offset, result.size)
             if stored is not None:
                 self.plugins.hooks.message_stored(self.name, stored)
+
+    def _emit_delivered(self, group: str, messages: Sequence[StoredMessage]) -> None:
+        if group and messages and self.plugins.hooks.has_observers:
+            for message in messages:
+                self.plugins.hooks.message_delivered(self.name, group, message)
+
+    def report_delivered(self, group: str, messages: list[StoredMessage]) -> None:
+        """Pop consumption handed ``messages`` to ``group`` again (redeliveries)."""
+        self._emit_delivered(group, messages)
+
+    def report_retried(self, group: str, message: StoredMessage, reconsume_times: int) -> None:
+        """A consumer of ``group`` gave up on ``message`` for now; it comes back later."""
+        self.plugins.hooks.message_retried(self.name, group, message, reconsume_times)
 
     def cancel_delayed(self, msg_id: str) -> bool:
         """Cancel a not-yet-due delayed message by the msg_id its send returned."""
@@ -366,32 +411,37 @@ class Broker:
                 found.append(message)
                 if len(found) >= max_nums:
                     break
-        if consumer_group and found and self.plugins.hooks.has_observers:
-            for message in found:
-                self.plugins.hooks.message_delivered(self.name, consumer_group, message)
+        self._emit_delivered(consumer_group, found)
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), next_offset, low, high)
 
     # ------------------------------------------------------------------------------ clients
     def producer(self, group: str, **options: Any) -> Producer:
         """A producer for ``group`` (sync, async, one-way and batch sends)."""
-        from plugmq.core.producer import Producer
-
         self._check_open()
         return Producer(self, group, **options)
 
     def push_consumer(self, group: str, listener: Callable[[list[StoredMessage]], Any], **options: Any) -> PushConsumer:
         """A push consumer of ``group``; call ``subscribe(...)`` then ``start()``."""
-        from plugmq.core.consumer import PushConsumer
-
         self._check_open()
         return PushConsumer(self, group, listener, **options)
 
     def pull_consumer(self, group: str) -> PullConsumer:
-        from plugmq.core.consumer import PullConsumer
-
+        """A pull consumer of ``group``: the caller picks queues and offsets and commits them."""
         self._check_open()
         return PullConsumer(self, group)
+
+    def simple_consumer(self, group: str, subscriptions: Mapping[str, str | FilterExpression] | None = None, *,
+                        consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET, consume_timestamp_ms: int | None = None,
+                        await_duration_s: float = 0.0) -> SimpleConsumer:
+        """A simple (pop) consumer of ``group``: ``receive``, ``ack``, ``change_invisible_duration``.
+
+        ``subscriptions`` maps topics to filter expressions: a TAG expression string, or a
+        :class:`FilterExpression` (SQL92 with ``FilterExpression(text, "SQL92")``).
+        """
+        self._check_open()
+        return SimpleConsumer(self, self.pop, group, subscriptions, consume_from=consume_from,
+                              consume_timestamp_ms=consume_timestamp_ms, await_duration_s=await_duration_s)
 
     def transaction_producer(self, group: str, local_transaction: LocalTransaction,
                              check_listener: TransactionChecker) -> TransactionProducer:
@@ -401,10 +451,13 @@ class Broker:
         ``local_transaction(message, arg)`` and commits or rolls back; UNKNOWN (or an exception) is
         settled later by the plugin asking ``check_listener(message)`` of a live producer.
         """
-        from plugmq.core.transactions import TransactionProducer
-
         self._check_open()
         return TransactionProducer(self, group, local_transaction, check_listener)
+
+    # ------------------------------------------------------------------------------ consumer groups
+    def group_policy(self, group: str) -> GroupPolicy:
+        """The group's policy from ``[groups]`` (redelivery, FIFO), or the configured defaults."""
+        return self.config.groups.policy(group)
 
     def offsets(self, group: str) -> OffsetStore:
         """The broker-kept offsets of a clustering group (one atomically rewritten file)."""
@@ -414,52 +467,116 @@ class Broker:
                 self._offset_stores[group] = OffsetStore.for_group(self.broker_dir, group)
             return self._offset_stores[group]
 
-    def register_consumer(self, consumer: PushConsumer) -> None:
+    def member_offsets(self, group: str, member: str) -> OffsetStore:
+        """Offsets of one member of a broadcasting group (each member keeps its own)."""
+        return OffsetStore.for_group(self.broker_dir, group, member)
+
+    def delete_group(self, group: str) -> None:
+        """Forget everything the broker keeps for ``group``: its offsets and its pop consumers'
+        progress and in-flight messages. Refused while push consumers of the group are running."""
+        self._check_open()
+        validate_group(group)
+        members = self.groups.members(group)
+        if members:
+            raise ClientError(f"group {group!r} still has running consumers ({', '.join(members)}); "
+                              "shut them down before deleting the group")
+        with self._lock:
+            self._offset_stores.pop(group, None)
+        OffsetStore.forget_group(self.broker_dir, group)
+        dropped = self.pop.delete_group(group)
+        log.info("consumer group deleted", group=group, pop_lanes=dropped)
+
+    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
+        """A new instance of the allocation strategy ``name`` (from the broker's allocation plugins)."""
+        factory = self.strategies.get(name)
+        if factory is None:
+            raise ClientError(f"allocation strategy {name!r} is not offered by broker {self.name!r}; "
+                              f"available: {', '.join(sorted(self.strategies)) or 'none (add the alloc plugin)'}")
+        return factory(**(params or {}))
+
+    def join_group(self, member: GroupMember) -> None:
+        """Add a clustering consumer to its group (rebalances the group)."""
+        self.groups.register(member)
+
+    def leave_group(self, member: GroupMember) -> None:
+        self.groups.unregister(member)
+
+    def heartbeat(self, group: str, client_id: str) -> bool:
+        return self.groups.heartbeat(group, client_id)
+
+    @property
+    def delay_available(self) -> bool:
+        """Whether a delay plugin is assembled (delayed sends, and retries through %RETRY%)."""
+        return self.delay is not None
+
+    def register_consumer(self, consumer: Stoppable) -> None:
         with self._lock:
             self._consumers.append(consumer)
 
-    def unregister_consumer(self, consumer: PushConsumer) -> None:
+    def unregister_consumer(self, consumer: Stoppable) -> None:
         with self._lock:
             if consumer in self._consumers:
                 self._consumers.remove(consumer)
 
     def wake_consumers(self) -> None:
-        """Tell waiting push consumers that messages arrived (long polling)."""
-        if self._consumers:
+        """Tell waiting consumers that messages arrived or became visible again (long polling)."""
+        if self._consumers or self._waiting:
             with self._arrivals:
                 self._arrivals.notify_all()
 
     def wait_for_messages(self, timeout: float) -> None:
+        """Block until messages arrive or ``timeout`` real seconds passed."""
         with self._arrivals:
-            self._arrivals.wait(timeout)
+            self._waiting += 1
+            try:
+                self._arrivals.wait(timeout)
+            finally:
+                self._waiting -= 1
 
-    def send_back(self, message: StoredMessage, group: str, max_reconsume_times: int) -> SendResult:
+    def send_back(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:
         """A consumer gave up on ``message`` for now: retry it later, or dead-letter it.
 
-        RocketMQ's rule: with ``reconsume_times`` below the maximum the copy goes to
-        ``%RETRY%<group>`` with delay level ``3 + reconsume_times`` (10 s, 30 s, 1 min, ... 2 h)
-        and ``reconsume_times + 1``; otherwise to ``%DLQ%<group>``.
+        ``policy`` (default: the group's) decides: the delivery that failed was attempt
+        ``reconsume_times + 1``; if that was the last, the message goes to the dead-letter topic,
+        else a copy goes to ``%RETRY%<group>`` after the policy's back-off for that attempt, with
+        ``reconsume_times + 1``. With the default back-off these are RocketMQ's delay levels
+        ``3 + reconsume_times`` (10 s, 30 s, 1 min, ... 2 h), which every delay plugin can express.
         """
-        if message.reconsume_times >= max_reconsume_times:
-            return self.dead_letter(message, group)
+        policy = policy if policy is not None else self.group_policy(group).redelivery
+        failed_attempt = message.reconsume_times + 1
+        if policy.exhausted(failed_attempt):
+            return self.dead_letter(message, group, policy)
         topic = retry_topic(group)
         self.topics.ensure(topic, 1)
+        delay_ms = policy.backoff_ms(failed_attempt)
+        level = self._delay_level_of(delay_ms)
         copy = Message(topic, message.body, tags=message.tags, keys=message.keys,
-                       properties=message.user_properties, delay_level=3 + message.reconsume_times)
-        result = self.put(copy, 0, allow_system_topic=True, reconsume_times=message.reconsume_times + 1,
-                          extra_properties=self._lineage(message, message.reconsume_times + 1))
-        self.plugins.hooks.message_retried(self.name, group, message, message.reconsume_times + 1)
+                       properties=message.user_properties, delay_level=level,
+                       deliver_at_ms=None if level is not None else self.clock.now_ms() + delay_ms)
+        result = self.put(copy, 0, allow_system_topic=True, reconsume_times=failed_attempt,
+                          extra_properties=self._lineage(message, failed_attempt))
+        self.plugins.hooks.message_retried(self.name, group, message, failed_attempt)
         return result
 
-    def dead_letter(self, message: StoredMessage, group: str) -> SendResult:
-        """Move ``message`` to ``%DLQ%<group>`` (stored as a normal message there, never dropped)."""
-        topic = dlq_topic(group)
+    def _delay_level_of(self, delay_ms: int) -> int | None:
+        """The delay level (1-based) lasting exactly ``delay_ms`` with this broker's delay plugin."""
+        levels = (self.delay.capabilities.levels_ms if self.delay is not None else None) or DEFAULT_DELAY_LEVELS_MS
+        try:
+            return levels.index(delay_ms) + 1
+        except ValueError:
+            return None
+
+    def dead_letter(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:
+        """Move ``message`` to the group's dead-letter topic (``%DLQ%<group>`` unless ``policy``
+        names another); stored there as a normal message, never dropped."""
+        policy = policy if policy is not None else self.group_policy(group).redelivery
+        topic = policy.dead_letter_topic_for(group)
         self.topics.ensure(topic, 1)
         copy = Message(topic, message.body, tags=message.tags, keys=message.keys, properties=message.user_properties)
         result = self.put(copy, 0, allow_system_topic=True, reconsume_times=message.reconsume_times,
                           extra_properties=self._lineage(message, message.reconsume_times))
         log.warning("message dead-lettered", group=group, topic=message.topic, msg_id=message.msg_id,
-                    reconsume_times=message.reconsume_times)
+                    reconsume_times=message.reconsume_times, dead_letter_topic=topic)
         self.plugins.hooks.message_dead_lettered(self.name, group, message)
         return result
 
@@ -498,6 +615,9 @@ class Broker:
             raise ClientError(f"broker {self.name!r} is closed")
 
     def _close_services(self) -> None:
+        pop: PopService | None = getattr(self, "pop", None)
+        if pop is not None:
+            pop.close()
         for service in (getattr(self, "transactions", None), getattr(self, "delay", None)):
             if service is not None:
                 service.close()

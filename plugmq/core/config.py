@@ -10,6 +10,11 @@
     [plugins.store_mmap]
     flush = "sync"
 
+    [groups]                        # consumer groups' redelivery policy (plugmq.core.policy)
+    max_delivery_attempts = 17
+    [groups.orders]
+    fifo = true
+
 Every error names the key path (``broker.plugins[2]``, ``plugins.store_mmap.flush``) and the fix.
 """
 
@@ -27,8 +32,9 @@ import attrs
 from plugmq.core.errors import ConfigError, InvalidNameError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, _host_bytes
 from plugmq.core.names import validate_topic
+from plugmq.core.policy import GroupPolicies, parse_groups_table
 
-__all__ = ["DEFAULT_PLUGINS", "BrokerConfig", "load_config"]
+__all__ = ["DEFAULT_PLUGINS", "BrokerConfig", "check_moved_server_keys", "load_config"]
 
 #: The documented default plugin set, used when a config names no plugins.
 DEFAULT_PLUGINS: tuple[str, ...] = (
@@ -53,12 +59,18 @@ class BrokerConfig:
     default_queue_count: int = 4
     auto_create_topic: bool = True
     max_message_size: int = DEFAULT_MAX_BODY_SIZE
-    max_reconsume_times: int = 16
     heartbeat_timeout_s: float = 120.0
+    pop_fsync: bool = False
+    pop_compact_bytes: int = 8 << 20
+    groups: GroupPolicies = attrs.field(factory=GroupPolicies)
     source: str = "<mapping>"
 
 
-_BROKER_KEYS = {f.name for f in attrs.fields(BrokerConfig)} - {"plugin_options", "source"}
+_BROKER_KEYS = {f.name for f in attrs.fields(BrokerConfig)} - {"plugin_options", "source", "groups"}
+# Older spellings, still read: [broker] max_reconsume_times (the groups' default attempts - 1),
+# and in [server] the tables and keys that moved to the broker when pop consumption moved to the core.
+_OLD_BROKER_KEYS = {"max_reconsume_times"}
+_OLD_SERVER_KEYS = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
 
 
 def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
@@ -71,6 +83,8 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
     values: dict[str, Any] = {}
     for key, value in table.items():
         path = f"{source}: broker.{key}"
+        if key in _OLD_BROKER_KEYS:
+            continue  # read by _group_policies
         if key not in _BROKER_KEYS:
             close = difflib.get_close_matches(key, sorted(_BROKER_KEYS), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -94,10 +108,10 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
                 _host_bytes(_expect(path, value, str, "'IPv4:port'"))
             except ValueError as exc:
                 raise ConfigError(f"{path}: {exc}") from exc
-        elif key in ("default_queue_count", "max_message_size", "max_reconsume_times"):
-            if _expect(path, value, int, "an integer") < (0 if key == "max_reconsume_times" else 1):
-                raise ConfigError(f"{path} must be >= {0 if key == 'max_reconsume_times' else 1}, got {value}")
-        elif key == "auto_create_topic":
+        elif key in ("default_queue_count", "max_message_size", "pop_compact_bytes"):
+            if _expect(path, value, int, "an integer") < 1:
+                raise ConfigError(f"{path} must be >= 1, got {value}")
+        elif key in ("auto_create_topic", "pop_fsync"):
             _expect(path, value, bool, "true or false")
         elif key == "heartbeat_timeout_s":
             if _expect(path, value, (int, float), "a number of seconds") <= 0:
@@ -127,13 +141,22 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerCon
             raise ConfigError(f"{name}: not valid TOML: {exc}") from exc
         base_dir = path.resolve().parent
     for key in raw:
-        # [server] belongs to `plugmq serve`, which validates it; the broker itself ignores it.
-        if key not in ("broker", "plugins", "server"):
+        # [server] belongs to `plugmq serve`, which validates it; the broker reads only the keys
+        # that moved from there to the broker (_OLD_SERVER_KEYS).
+        if key not in ("broker", "plugins", "groups", "server"):
             raise ConfigError(f"{name}: unknown top-level table [{key}]; a config has [broker], "
-                              "[plugins.<name>] and (for plugmq serve) [server]")
+                              "[plugins.<name>], [groups] and (for plugmq serve) [server]")
     broker = raw.get("broker", {})
     _expect(f"{name}: [broker]", broker, Mapping, "a table")
+    server = raw.get("server", {})
+    _expect(f"{name}: [server]", server, Mapping, "a table")
     values = _broker_table(broker, name, base_dir)
+    for key, value in _moved_pop_settings(server, name).items():
+        if key in values:
+            raise ConfigError(f"{name}: {key} is set in both [broker] and [server]; pop state belongs "
+                              f"to the broker now: keep broker.{key} and remove server.{key}")
+        values[key] = value
+    values["groups"] = _group_policies(raw.get("groups", {}), broker, server, name)
     plugin_tables = raw.get("plugins", {})
     _expect(f"{name}: [plugins]", plugin_tables, Mapping, "a table of plugin tables")
     options: dict[str, Mapping[str, Any]] = {}
@@ -148,3 +171,56 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerCon
                 f"({', '.join(plugins)}); add it to the list or remove the table"
             )
     return BrokerConfig(plugin_options=options, source=name, **values)
+
+
+def check_moved_server_keys(server: Mapping[str, Any], *, source: str = "<mapping>") -> None:
+    """Validate the keys of a ``[server]`` table that moved to the broker (``default_group``,
+    ``groups``, ``pop_fsync``, ``pop_compact_bytes``): `plugmq serve` reports their errors first."""
+    _moved_pop_settings(server, source)
+    _group_policies({}, {}, server, source)
+
+
+def _moved_pop_settings(server: Mapping[str, Any], name: str) -> dict[str, Any]:
+    moved = {key: server[key] for key in ("pop_fsync", "pop_compact_bytes") if key in server}
+    try:
+        return _broker_table(moved, name, None)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(f"{name}: broker.", f"{name}: server.", 1)) from None
+
+
+def _group_policies(groups: Any, broker: Mapping[str, Any], server: Mapping[str, Any], name: str) -> GroupPolicies:
+    """``[groups]``, merged with the older spellings of the same settings.
+
+    ``[broker] max_reconsume_times = n`` means ``[groups] max_delivery_attempts = n + 1``;
+    ``[server.default_group]`` and ``[server.groups.<g>]`` mean ``[groups]`` and ``[groups.<g>]``.
+    A setting written in both places is refused (it could only disagree).
+    """
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if "max_reconsume_times" in broker:
+        times = broker["max_reconsume_times"]
+        path = f"{name}: broker.max_reconsume_times"
+        if _expect(path, times, int, "an integer") < 0:
+            raise ConfigError(f"{path} must be >= 0, got {times}")
+        merged["max_delivery_attempts"] = times + 1
+        origin["max_delivery_attempts"] = "broker.max_reconsume_times"
+    for table_name, what in (("default_group", "server.default_group"), ("groups", "server.groups")):
+        table = server.get(table_name, {})
+        parse_groups_table(table, path=f"{name}: {what}")  # errors name the old path
+        for key, value in table.items():
+            if table_name == "default_group" and isinstance(value, Mapping):
+                raise ConfigError(f"{name}: {what}.{key} must be a value, not a table")
+            if key in merged:
+                raise ConfigError(f"{name}: {key!r} is set by both {origin[key]} and {what}; write it once, "
+                                  f"in [groups]")
+            merged[key] = value
+            origin[key] = f"{what}.{key}" if table_name == "groups" else what
+    if not isinstance(groups, Mapping):
+        raise ConfigError(f"{name}: [groups] must be a table, got {groups!r}")
+    for key, value in groups.items():
+        if key in merged:
+            where = f"[groups.{key}]" if isinstance(value, Mapping) else f"groups.{key}"
+            raise ConfigError(f"{name}: {where} is also set by {origin[key]}, its older spelling; keep "
+                              f"{where} and remove the other")
+        merged[key] = value
+    return parse_groups_table(merged, path=f"{name}: groups")

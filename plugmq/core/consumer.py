@@ -2,21 +2,20 @@
 
 A push consumer's work is one deterministic step, :meth:`PushConsumer.consume_available`: pull
 every owned queue, hand the messages to the listener on the consumer's thread pool, send failed
-ones back for retry (or to the DLQ) and commit offsets. With ``background=True`` (the default on
-the system clock) a thread repeats that step whenever messages arrive; on a ManualClock, tests and
-simulations call it themselves, so nothing races.
+ones back for retry (or to the DLQ, as the group's RedeliveryPolicy says) and commit offsets. With
+``background=True`` (the default on the system clock) a thread repeats that step whenever
+messages arrive; on a ManualClock, tests and simulations call it themselves, so nothing races.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import os
 import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import structlog
@@ -24,12 +23,11 @@ import structlog
 from plugmq.core.clock import SystemClock, Timer
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, DelayUnsupportedError, ValidationError
-from plugmq.core.message import MessageQueue, PullStatus, StoredMessage
-from plugmq.core.names import Prop, retry_topic, validate_group, validate_topic
-from plugmq.core.offsets import OffsetStore
-
-if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
+from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
+from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
+from plugmq.core.names import RETRY_PREFIX, Prop, retry_topic, validate_group, validate_topic
+from plugmq.core.policy import RedeliveryPolicy
+from plugmq.core.ports import GroupConsuming, Reading
 
 __all__ = [
     "ConsumeFrom",
@@ -43,27 +41,6 @@ __all__ = [
 
 log = structlog.stdlib.get_logger(__name__)
 _client_counter = itertools.count(1)
-
-
-class ConsumeStatus(enum.Enum):
-    CONSUME_SUCCESS = "CONSUME_SUCCESS"
-    RECONSUME_LATER = "RECONSUME_LATER"
-
-
-class OrderlyStatus(enum.Enum):
-    SUCCESS = "SUCCESS"
-    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
-
-
-class MessageModel(enum.Enum):
-    CLUSTERING = "CLUSTERING"
-    BROADCASTING = "BROADCASTING"
-
-
-class ConsumeFrom(enum.Enum):
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 @attrs.frozen
@@ -86,11 +63,13 @@ class PushConsumer:
 
     ``listener(messages) -> ConsumeStatus`` (concurrent) or ``-> OrderlyStatus`` (``orderly=True``);
     an exception counts as RECONSUME_LATER / SUSPEND. Build it with ``broker.push_consumer``.
+    Failed messages are retried and dead-lettered as ``policy`` says (default: the group's, from
+    the broker's ``[groups]``); ``max_reconsume_times`` (RocketMQ's name) overrides its attempts.
     """
 
     def __init__(
         self,
-        broker: Broker,
+        broker: GroupConsuming,
         group: str,
         listener: Listener,
         *,
@@ -105,6 +84,7 @@ class PushConsumer:
         batch_size: int = 1,
         pull_batch_size: int = 32,
         suspend_ms: int = 1000,
+        policy: RedeliveryPolicy | None = None,
         max_reconsume_times: int | None = None,
         heartbeat_interval_s: float = 30.0,
         background: bool | None = None,
@@ -123,15 +103,14 @@ class PushConsumer:
         self.batch_size = batch_size
         self.pull_batch_size = pull_batch_size
         self.suspend_ms = suspend_ms
-        self.max_reconsume_times = (broker.config.max_reconsume_times if max_reconsume_times is None
-                                    else max_reconsume_times)
+        self.policy = policy if policy is not None else broker.group_policy(self.group).redelivery
+        if max_reconsume_times is not None:
+            self.policy = self.policy.with_max_reconsume_times(max_reconsume_times)
         self.client_id = client_id or default_client_id()
         self.heartbeat_interval_s = heartbeat_interval_s
         self.background = isinstance(broker.clock, SystemClock) if background is None else background
-        if strategy not in broker.strategies and model is MessageModel.CLUSTERING:
-            raise ClientError(f"allocation strategy {strategy!r} is not offered by broker {broker.name!r}; "
-                              f"available: {', '.join(sorted(broker.strategies)) or 'none (add the alloc plugin)'}")
-        self._strategy = broker.strategies[strategy](**(strategy_params or {})) if model is MessageModel.CLUSTERING else None
+        clustering = model is MessageModel.CLUSTERING
+        self._strategy = broker.allocation_strategy(strategy, strategy_params) if clustering else None
         self._subscriptions: dict[str, Subscription] = {}
         self._owned: dict[MessageQueue, int] = {}  # queue -> next offset to pull
         self._suspended_until: dict[MessageQueue, float] = {}
@@ -139,14 +118,17 @@ class PushConsumer:
         self._lock = threading.RLock()
         self._queue_locks: dict[MessageQueue, threading.Lock] = {}
         self._executor = ThreadPoolExecutor(max_workers=consume_threads, thread_name_prefix=f"plugmq-consume-{group}")
-        member = self.client_id if model is MessageModel.BROADCASTING else None
-        self._offsets = (broker.offsets(group) if member is None
-                         else OffsetStore.for_group(broker.broker_dir, group, member))
+        self._offsets = broker.offsets(group) if clustering else broker.member_offsets(group, self.client_id)
         self._started = False
         self._stopped = threading.Event()
         self._heartbeat: Timer | None = None
         self._thread: threading.Thread | None = None
         self.consumed = 0
+
+    @property
+    def max_reconsume_times(self) -> int:
+        """RocketMQ's name for the policy's limit: redeliveries before the DLQ."""
+        return self.policy.max_reconsume_times
 
     # -------------------------------------------------------------------------- subscription
     def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> PushConsumer:
@@ -165,7 +147,7 @@ class PushConsumer:
         if not self._subscriptions:
             raise ClientError(f"consumer {self.client_id!r} of group {self.group!r} has no subscription")
         retries_need_delay = self.model is MessageModel.CLUSTERING and not self.orderly
-        if retries_need_delay and self.max_reconsume_times > 0 and self.broker.delay is None:
+        if retries_need_delay and self.max_reconsume_times > 0 and not self.broker.delay_available:
             raise DelayUnsupportedError(
                 f"consumer group {self.group!r} retries failed messages (max_reconsume_times="
                 f"{self.max_reconsume_times}) but broker {self.broker.name!r} has no delay plugin; add one "
@@ -173,13 +155,13 @@ class PushConsumer:
             )
         if self.model is MessageModel.CLUSTERING and not self.orderly and self.max_reconsume_times > 0:
             retry = retry_topic(self.group)
-            self.broker.topics.ensure(retry, 1)
+            self.broker.create_topic(retry, 1)
             self._subscriptions.setdefault(retry, Subscription(retry, "TAG", "*", None))
         for topic in self._subscriptions:
             self.broker.topic_queues(topic)
         self._started = True
         if self.model is MessageModel.CLUSTERING:
-            self.broker.groups.register(self)
+            self.broker.join_group(self)
             self._schedule_heartbeat()
         else:
             self.take_queues({q for t in self._subscriptions for q in self.broker.topic_queues(t)})
@@ -200,7 +182,7 @@ class PushConsumer:
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self.model is MessageModel.CLUSTERING:
-            self.broker.groups.unregister(self)
+            self.broker.leave_group(self)
         self._offsets.persist()
         self._executor.shutdown(wait=True)
         self.broker.unregister_consumer(self)
@@ -217,8 +199,8 @@ class PushConsumer:
         def beat() -> None:
             if self._stopped.is_set():
                 return
-            if not self.broker.groups.heartbeat(self.group, self.client_id):
-                self.broker.groups.register(self)
+            if not self.broker.heartbeat(self.group, self.client_id):
+                self.broker.join_group(self)
             self._schedule_heartbeat()
 
         self._heartbeat = self.broker.clock.call_later(self.heartbeat_interval_s, beat)
@@ -268,7 +250,7 @@ class PushConsumer:
         stored = self._offsets.read(queue)
         if stored is not None:
             return stored
-        if queue.topic.startswith("%RETRY%") or self.consume_from is ConsumeFrom.FIRST_OFFSET:
+        if queue.topic.startswith(RETRY_PREFIX) or self.consume_from is ConsumeFrom.FIRST_OFFSET:
             return self.broker.min_offset(queue)
         if self.consume_from is ConsumeFrom.TIMESTAMP:
             assert self.consume_timestamp_ms is not None
@@ -333,7 +315,7 @@ class PushConsumer:
 
     def _restore_topic(self, message: StoredMessage) -> StoredMessage:
         real = message.properties.get(Prop.RETRY_TOPIC)
-        if real and message.topic.startswith("%RETRY%"):
+        if real and message.topic.startswith(RETRY_PREFIX):
             return attrs.evolve(message, topic=real)
         return message
 
@@ -358,7 +340,7 @@ class PushConsumer:
                         log.warning("broadcast message failed; not retried", group=self.group,
                                     client=self.client_id, topic=message.topic, msg_id=message.msg_id)
                         continue
-                    self.broker.send_back(message, self.group, self.max_reconsume_times)
+                    self.broker.send_back(message, self.group, self.policy)
         return len(messages), next_offset
 
     def _consume_orderly(self, queue: MessageQueue, messages: list[StoredMessage],
@@ -375,9 +357,9 @@ class PushConsumer:
             key = (queue, batch[0].queue_offset)
             attempts = self._orderly_attempts.get(key, 0) + 1
             self._orderly_attempts[key] = attempts
-            if attempts > self.max_reconsume_times:
+            if self.policy.exhausted(attempts):
                 for m in batch:
-                    self.broker.dead_letter(m, self.group)
+                    self.broker.dead_letter(m, self.group, self.policy)
                     self._orderly_attempts.pop((queue, m.queue_offset), None)
                 done += len(batch)
                 continue
@@ -389,7 +371,7 @@ class PushConsumer:
 class PullConsumer:
     """Pulls explicitly: the caller picks queue and offset; offsets are committed to the broker."""
 
-    def __init__(self, broker: Broker, group: str) -> None:
+    def __init__(self, broker: Reading, group: str) -> None:
         self.broker = broker
         self.group = validate_group(group)
         self._offsets = broker.offsets(group)
@@ -399,7 +381,7 @@ class PullConsumer:
         return self.broker.topic_queues(topic)
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: str | Filter = "*",
-             expression_type: str = "TAG"):
+             expression_type: str = "TAG") -> PullResult:
         """Pull up to ``max_nums`` messages matching ``subscription`` from ``offset`` of ``queue``."""
         if isinstance(subscription, str):
             key = (expression_type.upper(), subscription)

@@ -24,6 +24,7 @@ everything the broker reports with one ``except``. Messages say what was wrong a
      |    +-- DelayUnsupportedError      no delay plugin, or the strategy cannot express the delay
      +-- TransactionError            a transactional send or decision is invalid
      +-- ClientError                 a producer / consumer was used wrongly (closed, not started, ...)
+          +-- ReceiptHandleError         a receipt handle is malformed, stale, or its message is done
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "PluginCardinalityError",
     "PluginError",
     "PlugmqError",
+    "ReceiptHandleError",
     "StoreError",
     "StoreFullError",
     "TopicError",
@@ -139,3 +141,9 @@ class TransactionError(PlugmqError):
 
 class ClientError(PlugmqError):
     """A producer or consumer was used wrongly (closed, not started, bad listener result...)."""
+
+
+class ReceiptHandleError(ClientError):
+    """A receipt handle names no message in flight for the group: malformed, issued by another
+    broker, superseded by a newer delivery or invisible-time change, or its message was acked or
+    dead-lettered already. The message says which."""

@@ -7,6 +7,7 @@ so a crash leaves the previous or the new table, never a torn one.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -36,6 +37,17 @@ class OffsetStore:
             except (ValueError, AttributeError) as exc:
                 raise StoreError(f"offset file {path} is unreadable ({exc}); restore it or delete it "
                                  "(the group then starts from its consume-from position)") from exc
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @staticmethod
+    def forget_group(root: Path, group: str) -> None:
+        """Delete every offset file of ``group`` under ``root`` (clustering and broadcasting)."""
+        validate_group(group)
+        (root / "offsets" / f"{group}.json").unlink(missing_ok=True)
+        shutil.rmtree(root / "offsets" / "broadcast" / group, ignore_errors=True)
 
     @classmethod
     def for_group(cls, root: Path, group: str, member: str | None = None) -> OffsetStore:

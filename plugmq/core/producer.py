@@ -6,16 +6,14 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from plugmq.core.errors import ClientError, ValidationError
 from plugmq.core.message import Message, MessageQueue, SendResult
 from plugmq.core.names import validate_group
-
-if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
+from plugmq.core.ports import Sending
 
 __all__ = ["Producer", "QueueSelector", "select_queue"]
 
@@ -40,7 +38,7 @@ def select_queue(queues: Sequence[MessageQueue], message: Message, selector: Que
 class Producer:
     """Sends messages for one producer group. Thread-safe; ``close()`` waits for async sends."""
 
-    def __init__(self, broker: Broker, group: str, *, async_threads: int = 2) -> None:
+    def __init__(self, broker: Sending, group: str, *, async_threads: int = 2) -> None:
         self.broker = broker
         self.group = validate_group(group)
         self._counter = itertools.count()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import structlog
@@ -30,10 +30,8 @@ from plugmq.core.message import (
     SendStatus,
 )
 from plugmq.core.names import Prop, is_system_topic, validate_group
+from plugmq.core.ports import TransactionSending
 from plugmq.core.producer import QueueSelector, select_queue
-
-if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
 
 __all__ = ["LocalTransaction", "TransactionProducer", "TransactionSendResult"]
 
@@ -78,7 +76,7 @@ class TransactionProducer:
     """Sends transactional messages for one producer group; its check listener stays registered
     (and answers check-backs) until ``close()``. Thread-safe."""
 
-    def __init__(self, broker: Broker, group: str, local_transaction: LocalTransaction,
+    def __init__(self, broker: TransactionSending, group: str, local_transaction: LocalTransaction,
                  check_listener: TransactionChecker) -> None:
         service: TransactionService | None = broker.transactions
         if service is None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from plugmq.server.app import PlugmqServer, ServerThread, run
 from plugmq.server.options import (
-           GroupPolicy,
            ServerOptions,
            load_serve_config,
            parse_server_table,
 )
 
-__all__ = ["GroupPolicy", "PlugmqServer", "ServerOptions", "ServerThread", "load_serve_config",
+__all__ = ["PlugmqServer", "ServerOptions", "ServerThread", "load_serve_config",
            "parse_server_table", "run"]

@@ -18,11 +18,9 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
 from plugmq.server.options import ServerOptions, load_serve_config
-from plugmq.server.pop import PopService
-from plugmq.server.popstate import PopState
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
-from plugmq.server.wakeup import DeadlineTimer, StoredObserver, Wakeup
+from plugmq.server.wakeup import StoredObserver, Wakeup
 
 __all__ = ["PlugmqServer", "ServerThread", "run"]
 
@@ -44,14 +42,11 @@ class PlugmqServer:
     async def start(self, listen: str | None = None) -> str:
         """Bind (port 0 picks a free one), start serving; returns the bound ``host:port``."""
         loop = asyncio.get_running_loop()
-        self._loop = loop
         options = self.options
         listen = listen or options.listen
-        self.state = PopState(self.broker.data_dir / "server", fsync=options.pop_fsync,
-                              compact_bytes=options.pop_compact_bytes)
         self.wakeup = Wakeup(loop)
-        self.timer = DeadlineTimer(self.broker.clock, self._deadline_passed)
-        self.pop = PopService(self.broker, options, self.state, on_deadline=self.timer.arm)
+        self.pop = self.broker.pop
+        self.pop.deadline_listeners.append(self.wakeup.notify_threadsafe)  # invisible times running out
         self.sessions = Sessions(self.broker, options)
         self.executor = ThreadPoolExecutor(options.executor_threads, thread_name_prefix="plugmq-serve")
         self.observer = StoredObserver(self.wakeup)
@@ -60,44 +55,24 @@ class PlugmqServer:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", -1)])
         host = listen.rpartition(":")[0]
+        error: RuntimeError | None = None
         try:
             port = server.add_insecure_port(listen)
         except RuntimeError as exc:
             port, error = 0, exc
-        else:
-            error = None
         if not port:
             self._release()
             raise ConfigError(f"cannot listen on {listen!r} ({error or 'address in use or not local'}); "
                               "pick another --listen host:port")
         self.address = f"{host}:{port}"
-        self.service = MessagingService(self.broker, options, self.pop, self.sessions, self.wakeup,
+        self.service = MessagingService(self.broker, options, self.sessions, self.wakeup,
                                         self.executor, self.address)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         await server.start()
         self._server = server
-        self.timer.arm(self.pop.next_deadline())  # messages left in flight by the previous run
         log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
-                 acl=options.acl.enabled, in_flight=self.state.inflight_count())
+                 acl=options.acl.enabled, in_flight=self.pop.inflight_count())
         return self.address
-
-    def _deadline_passed(self) -> None:
-        """An invisible time ran out (broker clock thread): revive on the loop."""
-        try:
-            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._revive()))
-        except RuntimeError:
-            pass  # loop closed during shutdown
-
-    async def _revive(self) -> None:
-        if self._stopped:
-            return
-        try:
-            following = await asyncio.get_running_loop().run_in_executor(self.executor, self.pop.revive)
-        except Exception:
-            log.exception("reviving timed-out messages failed; retried at the next deadline")
-            return
-        self.wakeup.notify()
-        self.timer.arm(following)
 
     async def stop(self, grace: float | None = None) -> None:
         """Finish in-flight calls (up to ``grace`` seconds), then release everything but the broker."""
@@ -111,12 +86,12 @@ class PlugmqServer:
         log.info("server stopped", address=self.address)
 
     def _release(self) -> None:
-        self.timer.close()
+        if self.wakeup.notify_threadsafe in self.pop.deadline_listeners:
+            self.pop.deadline_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)
         self.sessions.close_all()
         if self.broker.plugins.pm.has_plugin(_OBSERVER_NAME):
             self.broker.plugins.pm.unregister(name=_OBSERVER_NAME)
-        self.state.close()
 
 
 async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,

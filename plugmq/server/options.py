@@ -1,4 +1,4 @@
-"""The ``[server]`` table of a broker config: listen address, pop consumption, groups, access control.
+"""The ``[server]`` table of a broker config: listen address, receive limits, access control.
 
 ::
 
@@ -6,7 +6,7 @@
     listen = "127.0.0.1:8081"
     min_invisible_s = 1
 
-    [server.groups.orders]          # a consumer group's retry policy (RocketMQ's subscription group)
+    [groups.orders]                 # consumer groups are the broker's (plugmq.core.policy), not [server]'s
     fifo = true
     max_delivery_attempts = 5
     backoff_s = [1, 5, 30]
@@ -19,6 +19,9 @@
     subscribe = ["*"]               # topics this key may receive from
 
 ``plugmq serve`` reads the table from the broker's TOML file and hands the rest to the broker.
+Older configs kept group policies and the pop-state settings here (``[server.default_group]``,
+``[server.groups.<g>]``, ``pop_fsync``, ``pop_compact_bytes``); they are still read, by the broker
+(plugmq.core.config), which owns pop consumption now.
 """
 
 from __future__ import annotations
@@ -31,28 +34,18 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
-from plugmq.core.errors import ConfigError, InvalidNameError
-from plugmq.core.names import validate_group
+from plugmq.core.config import check_moved_server_keys
+from plugmq.core.errors import ConfigError
 
-__all__ = ["Account", "AclOptions", "GroupPolicy", "ServerOptions", "load_serve_config", "parse_server_table"]
+__all__ = ["Account", "AclOptions", "ServerOptions", "load_serve_config", "parse_server_table"]
 
-# RocketMQ 5's default push-consumer back-off: delay levels 3..18 (10 s ... 2 h).
-_DEFAULT_BACKOFF_S = tuple(ms / 1000 for ms in DEFAULT_DELAY_LEVELS_MS[2:])
+# Keys of [server] that belong to the broker now (read by plugmq.core.config.load_config).
+_BROKER_OWNED = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"server.{attribute.name} must be a positive number, got {value!r}")
-
-
-@attrs.frozen
-class GroupPolicy:
-    """A consumer group's retry policy: attempts before the DLQ, back-off the clients use, FIFO."""
-
-    max_delivery_attempts: int = 17
-    backoff_s: tuple[float, ...] = _DEFAULT_BACKOFF_S
-    fifo: bool = False
 
 
 @attrs.frozen
@@ -84,8 +77,8 @@ class ServerOptions:
     deadline). ``min_invisible_s`` / ``max_invisible_s``: accepted invisible durations;
     ``default_invisible_s``: used when a receive names none (push consumers' auto-renew mode).
     ``new_group_from``: where a group's first receive starts on a queue ("first" keeps every
-    stored message, "last" only new ones). ``pop_fsync``: fsync the pop-state log per write (a
-    lost write only causes a redelivery). ``pop_compact_bytes``: rewrite the log past this size.
+    stored message, "last" only new ones). Group policies and the pop state are the broker's
+    (``[groups]``, ``broker.pop_fsync``, ``broker.pop_compact_bytes``).
     """
 
     listen: str = "127.0.0.1:8081"
@@ -96,21 +89,14 @@ class ServerOptions:
     default_invisible_s: float = attrs.field(default=60.0, validator=_positive)
     max_batch: int = attrs.field(default=32, validator=_positive)
     new_group_from: str = attrs.field(default="first")
-    pop_fsync: bool = False
-    pop_compact_bytes: int = attrs.field(default=8 << 20, validator=_positive)
     executor_threads: int = attrs.field(default=8, validator=_positive)
     shutdown_grace_s: float = attrs.field(default=5.0, validator=_positive)
-    default_group: GroupPolicy = GroupPolicy()
-    groups: Mapping[str, GroupPolicy] = attrs.field(factory=dict)
-    acl: AclOptions = AclOptions()
+    acl: AclOptions = attrs.field(factory=AclOptions)
 
     @new_group_from.validator
     def _check_from(self, _attribute: object, value: str) -> None:
         if value not in ("first", "last"):
             raise ConfigError(f"server.new_group_from must be 'first' or 'last', got {value!r}")
-
-    def policy(self, group: str) -> GroupPolicy:
-        return self.groups.get(group, self.default_group)
 
 
 _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -122,12 +108,10 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "default_invisible_s": ((int, float), "a number of seconds"),
     "max_batch": (int, "an integer"),
     "new_group_from": (str, "'first' or 'last'"),
-    "pop_fsync": (bool, "true or false"),
-    "pop_compact_bytes": (int, "an integer number of bytes"),
     "executor_threads": (int, "an integer"),
     "shutdown_grace_s": ((int, float), "a number of seconds"),
 }
-_TABLES = ("groups", "acl", "default_group")
+_TABLES = ("acl",)
 
 
 def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
@@ -141,31 +125,6 @@ def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> 
             isinstance(kind, tuple) and bool not in kind and isinstance(value, bool)):
         raise ConfigError(f"{path} must be {what}, got {value!r}")
     return value
-
-
-def _group_policy(path: str, table: Any, base: GroupPolicy) -> GroupPolicy:
-    _expect(path, table, Mapping, "a table")
-    values: dict[str, Any] = {}
-    known = ["max_delivery_attempts", "backoff_s", "fifo"]
-    for key, value in table.items():
-        where = f"{path}.{key}"
-        if key == "max_delivery_attempts":
-            if _expect(where, value, int, "an integer >= 1") < 1:
-                raise ConfigError(f"{where} must be >= 1, got {value}")
-        elif key == "backoff_s":
-            _expect(where, value, list, "a list of seconds, e.g. [1, 5, 30]")
-            if not value:
-                raise ConfigError(f"{where} is empty; give at least one back-off in seconds")
-            for i, item in enumerate(value):
-                if _expect(f"{where}[{i}]", item, (int, float), "a number of seconds") <= 0:
-                    raise ConfigError(f"{where}[{i}] must be > 0, got {item}")
-            value = tuple(float(v) for v in value)
-        elif key == "fifo":
-            _expect(where, value, bool, "true or false")
-        else:
-            raise _unknown(path, key, known)
-        values[key] = value
-    return attrs.evolve(base, **values)
 
 
 def _topics(path: str, value: Any) -> frozenset[str]:
@@ -213,21 +172,12 @@ def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>") -
         if key in _SCALARS:
             kind, what = _SCALARS[key]
             values[key] = _expect(f"{path}.{key}", value, kind, what)
-        elif key not in _TABLES:
+        elif key not in _TABLES and key not in _BROKER_OWNED:
             raise _unknown(path, key, [*_SCALARS, *_TABLES])
-    default_group = _group_policy(f"{path}.default_group", table.get("default_group", {}), GroupPolicy())
-    groups: dict[str, GroupPolicy] = {}
-    group_tables = table.get("groups", {})
-    _expect(f"{path}.groups", group_tables, Mapping, "a table of consumer-group tables")
-    for name, group_table in group_tables.items():
-        try:
-            validate_group(name)
-        except InvalidNameError as exc:
-            raise ConfigError(f"{path}.groups.{name}: {exc}") from exc
-        groups[name] = _group_policy(f"{path}.groups.{name}", group_table, default_group)
+    check_moved_server_keys(table, source=source)  # read by the broker; checked here so errors come first
     acl = _acl(f"{path}.acl", table.get("acl", {}))
     try:
-        options = ServerOptions(**values, default_group=default_group, groups=groups, acl=acl)
+        options = ServerOptions(**values, acl=acl)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     if options.min_invisible_s > options.max_invisible_s:
@@ -249,7 +199,10 @@ def load_serve_config(path: str | Path) -> tuple[dict[str, Any], ServerOptions]:
         raise ConfigError(f"config file {file} does not exist") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
-    server = parse_server_table(raw.pop("server", {}), source=str(file))
+    table = raw.pop("server", {})
+    server = parse_server_table(table, source=str(file))
+    if isinstance(table, Mapping) and any(key in table for key in _BROKER_OWNED):
+        raw["server"] = {key: table[key] for key in _BROKER_OWNED if key in table}  # the broker reads these
     broker = dict(raw.get("broker", {}))
     data_dir = broker.get("data_dir")
     if isinstance(data_dir, str) and not Path(data_dir).is_absolute():

@@ -12,12 +12,13 @@ import itertools
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import grpc
 import structlog
 from rocketmq.grpc_protocol import (
+    ClientType,
     Code,
     FilterType,
     MessageType,
@@ -33,17 +34,16 @@ from rocketmq.grpc_protocol import (
 from plugmq.core.contracts import Filter, TransactionDecision
 from plugmq.core.errors import InvalidNameError
 from plugmq.core.message import AppendStatus, SendStatus
+from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
+from plugmq.core.pop import ReceivedMessage
+from plugmq.core.ports import Serving
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing, outgoing, to_proto, topic_name
 from plugmq.server.options import Account, ServerOptions
-from plugmq.server.pop import Delivery, PopService
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
 from plugmq.server.telemetry import Session, Sessions, txn_group
 from plugmq.server.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
 
 __all__ = ["MessagingService"]
 
@@ -90,11 +90,13 @@ def _answering(response: type, action: str) -> Callable[[Callable[..., Any]], Ca
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """apache.rocketmq.v2.MessagingService over a plugmq broker."""
 
-    def __init__(self, broker: Broker, options: ServerOptions, pop: PopService, sessions: Sessions,
+    def __init__(self, broker: Serving, options: ServerOptions, sessions: Sessions,
                  wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str) -> None:
         self.broker = broker
         self.options = options
-        self.pop = pop
+        self.pop = broker.pop  # pop consumption is the broker's; these RPCs only translate it
+        self._consume_from = (ConsumeFrom.LAST_OFFSET if options.new_group_from == "last"
+                              else ConsumeFrom.FIRST_OFFSET)
         self.sessions = sessions
         self.wakeup = wakeup
         self.auth = Authenticator(options.acl)
@@ -335,7 +337,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             deadline = loop.time() + polling
             while True:
                 generation = self.wakeup.generation
-                deliveries = await self._run(self.pop.receive, group, topic, subscription, batch, invisible_ms)
+                deliveries = await self._run(functools.partial(
+                    self.pop.receive, group, topic, subscription, batch, invisible_ms,
+                    consume_from=self._consume_from))
                 left = deadline - loop.time()
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break
@@ -356,9 +360,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         yield service_pb2.ReceiveMessageResponse(status=ok())
 
     @staticmethod
-    def _delivered(delivery: Delivery, namespace: str) -> definition_pb2.Message:
-        return to_proto(delivery.message, namespace=namespace, receipt_handle=delivery.receipt_handle,
-                        attempt=delivery.attempt, invisible_ms=delivery.invisible_ms)
+    def _delivered(received: ReceivedMessage, namespace: str) -> definition_pb2.Message:
+        return to_proto(received, namespace=namespace, receipt_handle=received.receipt_handle,
+                        attempt=received.delivery_attempt, invisible_ms=received.invisible_duration_ms)
 
     async def AckMessage(self, request: service_pb2.AckMessageRequest,
                          context: grpc.aio.ServicerContext) -> service_pb2.AckMessageResponse:
@@ -397,7 +401,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic = topic_name(request.topic)
         self.auth.require(account, "subscribe", topic)
         invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
-        handle = await self._run(self.pop.change_invisible, group, topic, request.receipt_handle, invisible_ms)
+        # A push consumer changes the invisible duration only to nack a message it failed on: the
+        # core then keeps it away for at least the group's back-off, whatever duration was asked.
+        session = self.sessions.get(_metadata(context).get("x-mq-client-id", ""))
+        gave_up = session is not None and session.client_type == ClientType.PUSH_CONSUMER
+        handle = await self._run(functools.partial(self.pop.change_invisible_duration, group, topic,
+                                                   request.receipt_handle, invisible_ms, gave_up=gave_up))
         self.wakeup.notify()
         return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
@@ -409,7 +418,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         group = _group(request.group)
         topic = topic_name(request.topic)
         self.auth.require(account, "subscribe", topic)
-        await self._run(self.pop.forward_to_dlq, group, topic, request.receipt_handle)
+        await self._run(self.pop.forward_to_dead_letter_queue, group, topic, request.receipt_handle)
         self.wakeup.notify()
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())
 

@@ -13,6 +13,7 @@ from plugmq.core.errors import (
     InvalidNameError,
     MessageTooLargeError,
     PlugmqError,
+    ReceiptHandleError,
     StoreError,
     StoreFullError,
     TopicError,
@@ -47,6 +48,8 @@ def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
     if isinstance(exc, RpcFailure):
         return exc
     text = str(exc)
+    if isinstance(exc, ReceiptHandleError):
+        return RpcFailure(Code.INVALID_RECEIPT_HANDLE, text)
     if isinstance(exc, MessageTooLargeError):
         return RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, text)
     if isinstance(exc, InvalidNameError):

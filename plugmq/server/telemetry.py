@@ -195,9 +195,9 @@ class Sessions:
                 validate_group(group)
             except InvalidNameError as exc:
                 raise RpcFailure(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from exc
-            policy = self._options.policy(group)
-            answer.backoff_policy.max_attempts = policy.max_delivery_attempts
-            for seconds in policy.backoff_s:
+            policy = self._broker.group_policy(group)
+            answer.backoff_policy.max_attempts = policy.redelivery.max_attempts
+            for seconds in policy.redelivery.backoff_s:
                 answer.backoff_policy.customized_backoff.next.append(_seconds(seconds))
             subscription = answer.subscription
             subscription.group.CopyFrom(settings.subscription.group)

@@ -1,16 +1,15 @@
-"""What wakes long-polling receives: stored messages, acks, and invisible times running out."""
+"""What wakes long-polling receives: stored messages, acks, and invisible times running out
+(the broker's pop service calls its deadline listeners)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 
 from plugmq.core import hookimpl
-from plugmq.core.clock import Clock
 from plugmq.core.message import StoredMessage
 
-__all__ = ["DeadlineTimer", "StoredObserver", "Wakeup"]
+__all__ = ["StoredObserver", "Wakeup"]
 
 
 class Wakeup:
@@ -63,37 +62,3 @@ class StoredObserver:
     @hookimpl
     def plugmq_message_stored(self, broker_name: str, message: StoredMessage) -> None:
         self._wakeup.notify_threadsafe()
-
-
-class DeadlineTimer:
-    """One broker-clock timer at the earliest invisible deadline; ``fire`` runs when it passes.
-
-    Later deadlines than the armed one need no timer: when it fires, ``fire`` returns the next one.
-    """
-
-    def __init__(self, clock: Clock, fire: Callable[[], None]) -> None:
-        self._clock = clock
-        self._fire = fire
-        self._lock = threading.Lock()
-        self._armed: int | None = None
-        self._closed = False
-
-    def arm(self, deadline_ms: int | None) -> None:
-        if deadline_ms is None:
-            return
-        with self._lock:
-            if self._closed or (self._armed is not None and self._armed <= deadline_ms):
-                return
-            self._armed = deadline_ms
-        self._clock.call_at(deadline_ms / 1000, lambda: self._due(deadline_ms))
-
-    def _due(self, deadline_ms: int) -> None:
-        with self._lock:
-            if self._closed or self._armed != deadline_ms:
-                return  # superseded by an earlier deadline, whose firing re-arms
-            self._armed = None
-        self._fire()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True

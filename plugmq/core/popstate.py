@@ -1,8 +1,9 @@
 """Durable pop-consumption state: per (group, topic, queue) lane, a cursor and the in-flight messages.
 
-Everything a consumer group did is in ``<data_dir>/server/``: a snapshot (``pop-snapshot.json``,
+Everything a consumer group did is in ``<data_dir>/broker/pop/``: a snapshot (``pop-snapshot.json``,
 replaced atomically) and the append-only log of changes made since (``pop-<generation>.log``,
-one JSON array per line). A change is written to the log before it takes effect in memory, so a
+one JSON array per line). Data dirs written before pop moved into the core kept these files in
+``<data_dir>/server/``; they are moved over (renames only, crash-safe) the first time the state opens. A change is written to the log before it takes effect in memory, so a
 restart replays to the same state; a torn last line (a crash mid-write) is cut off. A lost line
 can only make a message be delivered again (at-least-once), never lose one: messages live in
 the store, the log only says which ones a group is done with.
@@ -14,6 +15,7 @@ Operations (``apply`` runs the same code live and on replay):
   messages handed out (new ones and redeliveries), the cursor moved to ``next``.
 * ``["A", lane, [offset, ...]]``: done with these (acked, or moved to the DLQ).
 * ``["C", lane, offset, until_ms, seq]``: a message's invisible time changed (new receipt handle).
+* ``["D", lane]``: the lane is gone (its group was deleted, or its topic no longer exists).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ import structlog
 
 from plugmq.core.errors import CorruptRecordError
 
-__all__ = ["Inflight", "Lane", "PopState"]
+__all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
 
 log = structlog.stdlib.get_logger(__name__)
 
 _SNAPSHOT = "pop-snapshot.json"
 _VERSION = 1
+_STAGING_SUFFIX = ".adopting"
 
 
 @attrs.define(slots=True)
@@ -76,6 +79,38 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _state_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted([*directory.glob("pop-*.log"), *directory.glob(_SNAPSHOT)])
+
+
+def adopt_legacy_state(directory: Path, legacy: Path) -> bool:
+    """Move pop state written under ``legacy`` (``<data_dir>/server``) into ``directory``.
+
+    Only renames: files go into ``<directory>.adopting`` one by one, which is renamed to
+    ``directory`` last. A crash at any point leaves every file either still in ``legacy`` or in the
+    staging directory, and the next call finishes the move. Returns whether anything was moved.
+    """
+    if directory.exists():
+        return False
+    staging = directory.with_name(directory.name + _STAGING_SUFFIX)
+    files = _state_files(legacy)
+    if not files and not staging.exists():
+        return False
+    staging.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        os.replace(file, staging / file.name)
+    _fsync_dir(staging)
+    if legacy.is_dir():
+        _fsync_dir(legacy)
+    os.replace(staging, directory)
+    _fsync_dir(directory.parent)
+    log.info("pop state moved to the broker's directory", source=str(legacy), directory=str(directory),
+             files=len(files))
+    return True
+
+
 class PopState:
     """The lanes in memory plus their log. Callers hold ``lock`` around read-modify-commit."""
 
@@ -113,7 +148,7 @@ class PopState:
         if not ops:
             return
         if self._closed:
-            raise CorruptRecordError("pop state is closed; the server is shutting down")
+            raise CorruptRecordError(f"pop state in {self.directory} is closed; the broker is closing")
         data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode()
         written = os.write(self._fd, data)
         while written < len(data):
@@ -145,10 +180,13 @@ class PopState:
             for offset in op[2]:
                 lane.inflight.pop(offset, None)
         elif kind == "C":
-            entry = lane.inflight.get(op[2])
-            if entry is not None:
-                entry.until_ms, entry.seq = op[3], op[4]
+            changed = lane.inflight.get(op[2])
+            if changed is not None:
+                changed.until_ms, changed.seq = op[3], op[4]
             self.seq = max(self.seq, op[4])
+        elif kind == "D":
+            del self.by_id[lane.id]
+            del self.lanes[(lane.group, lane.topic, lane.queue_id)]
         else:
             raise CorruptRecordError(f"unknown pop-state operation {kind!r}")
 
@@ -196,8 +234,8 @@ class PopState:
                     os.truncate(path, position)
                     break
                 raise CorruptRecordError(f"{path}: unreadable record at byte {position} ({exc}); the log is damaged "
-                                         "beyond a torn tail: move the server directory aside to reset "
-                                         "consumer progress (messages stay in the store)") from exc
+                                         f"beyond a torn tail: move the directory {self.directory} aside to reset "
+                                         "pop consumers' progress (messages stay in the store)") from exc
             self.apply(op)
             position += len(line)
             count += 1
@@ -227,8 +265,11 @@ class PopState:
     def inflight_count(self) -> int:
         return sum(len(lane.inflight) for lane in self.by_id.values())
 
-    def lanes_of(self, group: str, topic: str) -> Iterable[Lane]:
-        return (lane for (g, t, _), lane in self.lanes.items() if g == group and t == topic)
+    def drop_lanes(self, doomed: Iterable[Lane]) -> int:
+        """Forget ``doomed`` lanes for good (in-flight messages included); returns how many."""
+        ops: list[list[Any]] = [["D", lane.id] for lane in doomed]
+        self.commit(ops)
+        return len(ops)
 
     def close(self) -> None:
         with self.lock:

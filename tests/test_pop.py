@@ -1,4 +1,8 @@
-"""Pop consumption and its durable state, without gRPC: a real broker on a ManualClock."""
+"""Pop consumption in the core (plugmq.core.pop) and its durable state: a real broker on a ManualClock.
+
+The same PopService serves ``broker.simple_consumer`` and the gRPC server; these tests drive it
+directly, restarting the whole broker where durability matters.
+"""
 
 from __future__ import annotations
 
@@ -9,51 +13,53 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
-
-from rocketmq.grpc_protocol import Code
-
 from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
 from plugmq.core.broker import Broker
-from plugmq.core.errors import CorruptRecordError
-from plugmq.server.options import GroupPolicy, ServerOptions
-from plugmq.server.pop import PopService
-from plugmq.server.popstate import PopState
-from plugmq.server.status import RpcFailure
+from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
+from plugmq.core.modes import ConsumeFrom
+from plugmq.core.pop import PopService, ReceivedMessage
 
 TOPIC = "Pop"
-OPTIONS = ServerOptions(groups={"fifo": GroupPolicy(fifo=True), "g": GroupPolicy(max_delivery_attempts=3)})
+GROUPS = {"fifo": {"fifo": True}, "g": {"max_delivery_attempts": 3}}
 
 
 class Rig:
-    """A broker, a pop service on it, and a way to restart the pop state from its files."""
+    """A broker on a ManualClock, its pop service, and a way to restart the broker from its files."""
 
-    def __init__(self, directory: Path, *, queues: int = 1, options: ServerOptions = OPTIONS,
-                 compact_bytes: int = 8 << 20) -> None:
+    def __init__(self, directory: Path, *, queues: int = 1, compact_bytes: int = 8 << 20,
+                 consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET) -> None:
         self.clock = ManualClock()
-        self.broker = Broker.open(directory / "data", clock=self.clock, plugins=["store_mmap", "filter_tag"])
-        self.broker.create_topic(TOPIC, queues)
-        self.options = options
+        self.directory = directory
         self.compact_bytes = compact_bytes
-        self.deadlines: list[int] = []
-        self.pop = self._open()
+        self.consume_from = consume_from
+        self.broker = self._open()
+        self.broker.create_topic(TOPIC, queues)
 
-    def _open(self) -> PopService:
-        state = PopState(self.broker.data_dir / "server", compact_bytes=self.compact_bytes)
-        return PopService(self.broker, self.options, state, on_deadline=self.deadlines.append)
+    def _open(self) -> Broker:
+        return Broker.open(self.directory / "data", clock=self.clock, plugins=["store_mmap", "filter_tag"],
+                           groups=GROUPS, pop_compact_bytes=self.compact_bytes)
+
+    @property
+    def pop(self) -> PopService:
+        return self.broker.pop
+
+    @property
+    def pop_log(self) -> Path:
+        return self.broker.data_dir / "broker" / "pop" / "pop-0.log"
 
     def restart(self) -> None:
-        self.pop.state.close()
-        self.pop = self._open()
+        self.broker.close()
+        self.broker = self._open()
 
     def send(self, body: str, *, queue: int = 0, tags: str | None = None, group: str | None = None) -> None:
         extra = {Prop.SHARDING_KEY: group} if group else None
         self.broker.put(Message(TOPIC, body.encode(), tags=tags), queue, extra_properties=extra)
 
     def receive(self, group: str = "g", batch: int = 16, invisible_s: float = 10, expression: str | None = None
-                ) -> list[Any]:
+                ) -> list[ReceivedMessage]:
         subscription = self.broker.compile_subscription("TAG", expression) if expression else None
-        return self.pop.receive(group, TOPIC, subscription, batch, round(invisible_s * 1000))
+        return self.pop.receive(group, TOPIC, subscription, batch, round(invisible_s * 1000),
+                                consume_from=self.consume_from)
 
     def dead_letters(self, group: str = "g") -> list[Any]:
         queue = MessageQueue(dlq_topic(group), self.broker.name, 0)
@@ -62,7 +68,6 @@ class Rig:
         return list(self.broker.pull(queue, 0, 64).messages)
 
     def close(self) -> None:
-        self.pop.state.close()
         self.broker.close()
 
 
@@ -73,46 +78,42 @@ def rig(tmp_path: Path) -> Any:
     r.close()
 
 
-def bodies(deliveries: list[Any]) -> list[str]:
-    return [d.message.body.decode() for d in deliveries]
-
+def bodies(received: list[ReceivedMessage]) -> list[str]:
+    return [m.body.decode() for m in received]
 
 def test_receive_then_ack_finishes_a_message(rig: Rig) -> None:
     for i in range(3):
         rig.send(f"m{i}")
     got = rig.receive(batch=2)
-    assert bodies(got) == ["m0", "m1"] and [d.attempt for d in got] == [1, 1]
+    assert bodies(got) == ["m0", "m1"] and [m.delivery_attempt for m in got] == [1, 1]
     assert bodies(rig.receive()) == ["m2"]
     for delivery in got:
         rig.pop.ack("g", TOPIC, delivery.receipt_handle)
     rig.clock.advance(60)
     assert bodies(rig.receive()) == ["m2"]  # only the unacked one comes back
-    with pytest.raises(RpcFailure) as twice:
+    with pytest.raises(ReceiptHandleError, match="acknowledged already"):
         rig.pop.ack("g", TOPIC, got[0].receipt_handle)
-    assert twice.value.code == Code.INVALID_RECEIPT_HANDLE and "acknowledged already" in twice.value.message
 
 
 def test_malformed_or_foreign_receipt_handles_are_invalid(rig: Rig) -> None:
     rig.send("m")
     (delivery,) = rig.receive()
     for group, handle in (("g", "garbage"), ("other", delivery.receipt_handle)):
-        with pytest.raises(RpcFailure) as caught:
+        with pytest.raises(ReceiptHandleError):
             rig.pop.ack(group, TOPIC, handle)
-        assert caught.value.code == Code.INVALID_RECEIPT_HANDLE
 
 
 def test_timed_out_message_is_redelivered_with_the_next_attempt_and_the_old_handle_is_stale(rig: Rig) -> None:
     rig.send("m")
     (first,) = rig.receive(invisible_s=5)
-    assert rig.deadlines == [rig.clock.now_ms() + 5000]
+    assert rig.pop.next_deadline() == rig.clock.now_ms() + 5000
     rig.clock.advance(4.9)
     assert rig.receive() == []
     rig.clock.advance(0.2)
     (second,) = rig.receive(invisible_s=5)
-    assert (second.attempt, second.message.queue_offset) == (2, first.message.queue_offset)
-    with pytest.raises(RpcFailure) as stale:
+    assert (second.delivery_attempt, second.queue_offset) == (2, first.queue_offset)
+    with pytest.raises(ReceiptHandleError, match=r"stale.*attempt 2"):
         rig.pop.ack("g", TOPIC, first.receipt_handle)
-    assert "stale" in stale.value.message and "attempt 2" in stale.value.message
     rig.pop.ack("g", TOPIC, second.receipt_handle)
 
 
@@ -127,11 +128,11 @@ def test_ack_after_the_deadline_but_before_redelivery_still_counts(rig: Rig) -> 
 def test_change_invisible_moves_the_deadline_and_issues_a_new_handle(rig: Rig) -> None:
     rig.send("m")
     (delivery,) = rig.receive(invisible_s=5)
-    handle = rig.pop.change_invisible("g", TOPIC, delivery.receipt_handle, 60_000)
+    handle = rig.pop.change_invisible_duration("g", TOPIC, delivery.receipt_handle, 60_000)
     assert handle != delivery.receipt_handle
     rig.clock.advance(30)
     assert rig.receive() == []
-    with pytest.raises(RpcFailure):
+    with pytest.raises(ReceiptHandleError):
         rig.pop.ack("g", TOPIC, delivery.receipt_handle)
     rig.pop.ack("g", TOPIC, handle)
 
@@ -140,9 +141,10 @@ def test_the_last_attempt_timing_out_moves_the_message_to_the_dlq(rig: Rig) -> N
     rig.send("poison", tags="T")
     for attempt in (1, 2, 3):
         (delivery,) = rig.receive(invisible_s=1)
-        assert delivery.attempt == attempt
+        assert delivery.delivery_attempt == attempt
         rig.clock.advance(2)
-    assert rig.pop.revive() is None  # dead-lettered without any receive asking
+    assert rig.pop.inflight_count() == 0  # dead-lettered by the clock's timer, without any receive asking
+    assert rig.pop.revive() is None
     (dead,) = rig.dead_letters()
     assert (dead.body, dead.tags, dead.reconsume_times) == (b"poison", "T", 2)
     assert dead.properties[Prop.RETRY_TOPIC] == TOPIC
@@ -152,7 +154,7 @@ def test_the_last_attempt_timing_out_moves_the_message_to_the_dlq(rig: Rig) -> N
 def test_forward_to_dlq_ends_the_message_for_the_group(rig: Rig) -> None:
     rig.send("m")
     (delivery,) = rig.receive()
-    rig.pop.forward_to_dlq("g", TOPIC, delivery.receipt_handle)
+    rig.pop.forward_to_dead_letter_queue("g", TOPIC, delivery.receipt_handle)
     assert [m.body for m in rig.dead_letters()] == [b"m"]
     rig.clock.advance(600)
     assert rig.receive() == []
@@ -173,7 +175,7 @@ def test_filtered_out_messages_are_skipped_for_good(rig: Rig) -> None:
 
 
 def test_new_group_from_last_skips_older_messages(tmp_path: Path) -> None:
-    r = Rig(tmp_path, options=ServerOptions(new_group_from="last"))
+    r = Rig(tmp_path, consume_from=ConsumeFrom.LAST_OFFSET)
     try:
         r.send("old")
         assert r.receive() == []
@@ -192,7 +194,7 @@ def test_fifo_queue_waits_for_acks_and_never_hands_out_two_of_one_group(rig: Rig
     assert rig.receive("fifo") == []  # b1 still in flight: the queue stays blocked
     rig.clock.advance(11)
     (again,) = rig.receive("fifo")
-    assert (bodies([again]), again.attempt) == (["b1"], 2)
+    assert (bodies([again]), again.delivery_attempt) == (["b1"], 2)
     rig.pop.ack("fifo", TOPIC, again.receipt_handle)
     assert bodies(rig.receive("fifo")) == ["a2", "b2"]
 
@@ -215,12 +217,12 @@ def test_restart_replays_acks_cursor_and_in_flight_attempts(rig: Rig) -> None:
     rig.pop.ack("g", TOPIC, got[0].receipt_handle)
     rig.clock.advance(6)
     (retry,) = rig.receive(batch=1, invisible_s=5)
-    assert retry.attempt == 2
+    assert retry.delivery_attempt == 2
     rig.restart()
     rig.clock.advance(6)
     after = rig.receive(invisible_s=5)
-    assert [(d.message.body, d.attempt) for d in after] == [(b"m1", 3), (b"m2", 2), (b"m3", 1)]
-    with pytest.raises(RpcFailure):
+    assert [(m.body, m.delivery_attempt) for m in after] == [(b"m1", 3), (b"m2", 2), (b"m3", 1)]
+    with pytest.raises(ReceiptHandleError):
         rig.pop.ack("g", TOPIC, retry.receipt_handle)  # superseded before the restart... and after it
     for delivery in after:
         rig.pop.ack("g", TOPIC, delivery.receipt_handle)
@@ -233,11 +235,11 @@ def test_a_torn_last_record_is_cut_off(rig: Rig) -> None:
     rig.send("m")
     (delivery,) = rig.receive()
     rig.pop.ack("g", TOPIC, delivery.receipt_handle)
-    rig.pop.state.close()
-    log = rig.broker.data_dir / "server" / "pop-0.log"
+    rig.broker.close()
+    log = rig.pop_log
     whole = log.read_bytes()
     log.write_bytes(whole[:-5])  # the ack record, torn
-    rig.pop = rig._open()
+    rig.broker = rig._open()
     assert log.read_bytes() == whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]
     rig.clock.advance(60)
     assert bodies(rig.receive()) == ["m"]  # the torn ack is lost: redelivered, never lost
@@ -246,12 +248,14 @@ def test_a_torn_last_record_is_cut_off(rig: Rig) -> None:
 def test_damage_before_the_tail_is_refused(rig: Rig) -> None:
     rig.send("m")
     rig.receive()
-    rig.pop.state.close()
-    log = rig.broker.data_dir / "server" / "pop-0.log"
+    rig.broker.close()
+    log = rig.pop_log
     log.write_bytes(b"{not json\n" + log.read_bytes())
-    with pytest.raises(CorruptRecordError, match="move the server directory aside"):
+    with pytest.raises(CorruptRecordError, match=r"move the directory .*pop aside"):
         rig._open()
-    rig.pop.state = PopState(rig.broker.data_dir / "server2")  # for the fixture's close
+    log.unlink()  # what the message says to do, in effect: the group starts over; messages stay stored
+    rig.broker = rig._open()
+    assert bodies(rig.receive()) == ["m"]
 
 
 def test_compaction_keeps_the_state_and_drops_old_logs(tmp_path: Path) -> None:
@@ -264,9 +268,9 @@ def test_compaction_keeps_the_state_and_drops_old_logs(tmp_path: Path) -> None:
             handles.extend(d.receipt_handle for d in r.receive(batch=1, invisible_s=5))
         for handle in handles[::2]:
             r.pop.ack("g", TOPIC, handle)
-        server_dir = r.broker.data_dir / "server"
-        assert (server_dir / "pop-snapshot.json").exists()
-        assert len(list(server_dir.glob("pop-*.log"))) == 1
+        pop_dir = r.pop_log.parent
+        assert (pop_dir / "pop-snapshot.json").exists()
+        assert len(list(pop_dir.glob("pop-*.log"))) == 1
         r.restart()
         r.clock.advance(6)
         assert bodies(r.receive()) == [f"m{i}" for i in range(1, 12, 2)]
@@ -303,22 +307,18 @@ def test_pop_matches_a_model_across_restarts(tmp_path_factory: pytest.TempPathFa
                     state[sent] = {"attempt": 0, "until": None, "handle": None, "done": False}
                     sent += 1
             elif op == "receive":
-                for _offset, s in sorted(state.items()):
-                    if not s["done"] and s["until"] is not None and s["until"] <= now and s["attempt"] >= max_attempts:
-                        s["done"] = True
-                        dead += 1
                 expected = [o for o, s in sorted(state.items()) if not s["done"] and s["until"] is not None
                             and s["until"] <= now]
                 expected += [o for o, s in sorted(state.items()) if s["until"] is None]
                 expected = expected[:arg]
                 got = r.receive(batch=arg, invisible_s=invisible_ms / 1000)
-                assert [(d.message.queue_offset, d.attempt) for d in got] == \
+                assert [(m.queue_offset, m.delivery_attempt) for m in got] == \
                     [(o, state[o]["attempt"] + 1) for o in expected]
-                for d in got:
-                    s = state[d.message.queue_offset]
+                for m in got:
+                    s = state[m.queue_offset]
                     if s["handle"] is not None:
                         stale.append(s["handle"])
-                    s.update(attempt=d.attempt, until=now + invisible_ms, handle=d.receipt_handle)
+                    s.update(attempt=m.delivery_attempt, until=now + invisible_ms, handle=m.receipt_handle)
             elif op in ("ack", "ack_stale"):
                 pool = [s["handle"] for s in state.values() if s["handle"] and not s["done"]] if op == "ack" else stale
                 if not pool:
@@ -329,16 +329,18 @@ def test_pop_matches_a_model_across_restarts(tmp_path_factory: pytest.TempPathFa
                     r.pop.ack("g", TOPIC, handle)
                     live["done"] = True
                 else:
-                    with pytest.raises(RpcFailure):
+                    with pytest.raises(ReceiptHandleError):
                         r.pop.ack("g", TOPIC, handle)
             elif op == "advance":
                 r.clock.advance(arg)
+                now = r.clock.now_ms()
+                for s in state.values():  # the clock's timer dead-letters what used its last attempt
+                    if not s["done"] and s["until"] is not None and s["until"] <= now and s["attempt"] >= max_attempts:
+                        s["done"] = True
+                        dead += 1
             else:
                 r.restart()
         r.pop.revive()
-        now = r.clock.now_ms()
-        dead += sum(1 for s in state.values() if not s["done"] and s["until"] is not None and s["until"] <= now
-                    and s["attempt"] >= max_attempts)
         assert len(r.dead_letters()) == dead
     finally:
         r.close()

@@ -1,0 +1,206 @@
+"""Consumer-group policies: when a failed message is delivered again, and when it is dead-lettered.
+
+One :class:`RedeliveryPolicy` decides for every way of consuming: push consumers' send-back through
+``%RETRY%<group>``, orderly consumers' in-place retries, pop consumption (simple consumers and the
+gRPC server) when an invisible time runs out or a consumer gives up on a message. Attempts count
+deliveries: the first delivery is attempt 1, so RocketMQ's ``maxReconsumeTimes`` = 16 is
+``max_attempts`` = 17.
+
+:class:`GroupPolicy` adds what else a group decides (FIFO pop consumption); :class:`GroupPolicies`
+holds the broker's defaults and the groups configured in ``[groups]``::
+
+    [groups]                    # every group's defaults
+    max_delivery_attempts = 17
+    backoff_s = [10, 30, 60]    # before attempt 2, 3, 4 and (the last one repeats) every later one
+
+    [groups.orders]             # one group (keys it leaves out: the defaults above)
+    fifo = true
+    max_delivery_attempts = 5
+    dead_letter_topic = "%DLQ%{group}"
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
+from plugmq.core.errors import ConfigError, InvalidNameError, ValidationError
+from plugmq.core.names import validate_group, validate_topic
+
+__all__ = [
+    "DEFAULT_BACKOFF_S",
+    "GROUP_POLICY_KEYS",
+    "GroupPolicies",
+    "GroupPolicy",
+    "RedeliveryPolicy",
+    "parse_groups_table",
+]
+
+#: RocketMQ's retry back-off: delay levels 3..18 (10 s, 30 s, 1 min, 2 min, ... 1 h, 2 h).
+DEFAULT_BACKOFF_S: tuple[float, ...] = tuple(ms / 1000 for ms in DEFAULT_DELAY_LEVELS_MS[2:])
+
+
+def _check_attempts(_inst: object, _attr: object, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"max_attempts must be a whole number >= 1 (1 = no redelivery), got {value!r}")
+
+
+def _to_backoff(value: Any) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValidationError(f"backoff_s must be a list of seconds such as [1, 5, 30], got {value!r}")
+    items = tuple(value)
+    if not items:
+        raise ValidationError("backoff_s is empty; give at least one back-off in seconds, e.g. [10]")
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not item > 0:
+            raise ValidationError(f"backoff_s[{i}] must be a number of seconds > 0, got {item!r}")
+    return tuple(float(item) for item in items)
+
+
+def _check_dead_letter_topic(_inst: object, _attr: object, value: str) -> None:
+    if not isinstance(value, str):
+        raise ValidationError(f"dead_letter_topic must be a string such as '%DLQ%{{group}}', got {value!r}")
+    try:
+        validate_topic(value.replace("{group}", "g"))
+    except InvalidNameError as exc:
+        raise ValidationError(f"dead_letter_topic {value!r} does not name a legal topic ({exc}); "
+                              "use letters, digits, % | _ - and the placeholder {group}") from None
+
+
+@attrs.frozen
+class RedeliveryPolicy:
+    """How often and how soon a message a consumer failed on is delivered again, and where it goes last.
+
+    ``max_attempts``: deliveries before the dead-letter queue (17 = RocketMQ's 16 reconsumes).
+    ``backoff_s``: the wait before the next attempt after attempt n failed is ``backoff_s[n - 1]``;
+    attempts beyond the list use its last entry. ``dead_letter_topic``: the DLQ topic, ``{group}``
+    standing for the group's name (RocketMQ's ``%DLQ%<group>`` by default).
+    """
+
+    max_attempts: int = attrs.field(default=17, validator=_check_attempts)
+    backoff_s: tuple[float, ...] = attrs.field(default=DEFAULT_BACKOFF_S, converter=_to_backoff)
+    dead_letter_topic: str = attrs.field(default="%DLQ%{group}", validator=_check_dead_letter_topic)
+
+    @property
+    def max_reconsume_times(self) -> int:
+        """RocketMQ's name for the same limit: redeliveries after the first delivery."""
+        return self.max_attempts - 1
+
+    def with_max_reconsume_times(self, times: int) -> RedeliveryPolicy:
+        """This policy with RocketMQ's ``maxReconsumeTimes`` (0: a failure goes straight to the DLQ)."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 0:
+            raise ValidationError(f"max_reconsume_times must be a whole number >= 0, got {times!r}")
+        return attrs.evolve(self, max_attempts=times + 1)
+
+    def exhausted(self, failed_attempt: int) -> bool:
+        """Whether a message whose delivery ``failed_attempt`` failed goes to the DLQ instead of again."""
+        return failed_attempt >= self.max_attempts
+
+    def backoff_ms(self, failed_attempt: int) -> int:
+        """How long after delivery ``failed_attempt`` failed the next attempt may come, in ms."""
+        index = min(max(failed_attempt, 1), len(self.backoff_s)) - 1
+        return round(self.backoff_s[index] * 1000)
+
+    def dead_letter_topic_for(self, group: str) -> str:
+        """The DLQ topic of ``group`` under this policy."""
+        return validate_topic(self.dead_letter_topic.replace("{group}", validate_group(group)))
+
+
+@attrs.frozen
+class GroupPolicy:
+    """What a consumer group decides: its redelivery policy, and whether pop consumption is FIFO.
+
+    ``fifo``: a queue hands the group nothing new while a message of it is in flight, and one
+    receive never carries two messages of one message group (RocketMQ 5's FIFO groups).
+    """
+
+    redelivery: RedeliveryPolicy = attrs.field(factory=RedeliveryPolicy)
+    fifo: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+
+@attrs.frozen
+class GroupPolicies:
+    """Every group's policy: ``groups`` by name, ``default`` for the rest."""
+
+    default: GroupPolicy = attrs.field(factory=GroupPolicy)
+    groups: Mapping[str, GroupPolicy] = attrs.field(factory=dict)
+
+    def policy(self, group: str) -> GroupPolicy:
+        return self.groups.get(group, self.default)
+
+
+# ------------------------------------------------------------------------------ the [groups] table
+#: The keys of a group table; ``[groups]`` takes them as every group's defaults.
+GROUP_POLICY_KEYS = ("max_delivery_attempts", "backoff_s", "dead_letter_topic", "fifo")
+
+
+def _expected(path: str, value: Any, what: str) -> ConfigError:
+    return ConfigError(f"{path} must be {what}, got {value!r}")
+
+
+def _apply_key(path: str, key: str, value: Any, values: dict[str, Any]) -> None:
+    where = f"{path}.{key}"
+    if key == "max_delivery_attempts":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _expected(where, value, "a whole number >= 1")
+        if value < 1:
+            raise ConfigError(f"{where} must be >= 1 (1 = no redelivery), got {value}")
+        values["max_attempts"] = value
+    elif key == "backoff_s":
+        if not isinstance(value, list):
+            raise _expected(where, value, "a list of seconds, e.g. [1, 5, 30]")
+        try:
+            values["backoff_s"] = _to_backoff(value)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}.{exc}") from None
+    elif key == "dead_letter_topic":
+        try:
+            _check_dead_letter_topic(None, None, value)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        values["dead_letter_topic"] = value
+    elif key == "fifo":
+        if not isinstance(value, bool):
+            raise _expected(where, value, "true or false")
+        values["fifo"] = value
+    else:
+        close = difflib.get_close_matches(key, GROUP_POLICY_KEYS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: unknown key.{hint} Known keys: {', '.join(GROUP_POLICY_KEYS)}")
+
+
+def _policy(path: str, table: Mapping[str, Any], base: GroupPolicy) -> GroupPolicy:
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        _apply_key(path, key, value, values)
+    fifo = values.pop("fifo", base.fifo)
+    return GroupPolicy(attrs.evolve(base.redelivery, **values), fifo)
+
+
+def parse_groups_table(table: Any, *, path: str = "groups",
+                       base: GroupPolicies | None = None) -> GroupPolicies:
+    """Validate a ``[groups]`` table: scalar keys are every group's defaults, sub-tables are groups.
+
+    A sub-table may also be a :class:`GroupPolicy` (Python callers). ``base`` supplies defaults and
+    groups configured elsewhere (the table's own entries win). Errors name the key path and the fix.
+    """
+    if not isinstance(table, Mapping):
+        raise _expected(path, table, "a table")
+    base = base or GroupPolicies()
+    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy))}
+    default = _policy(path, defaults, base.default)
+    groups = dict(base.groups)
+    for name, entry in table.items():
+        if name in defaults:
+            continue
+        where = f"{path}.{name}"
+        try:
+            validate_group(name)
+        except InvalidNameError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        groups[name] = entry if isinstance(entry, GroupPolicy) else _policy(where, entry, default)
+    return GroupPolicies(default, groups)

@@ -1,0 +1,406 @@
+"""Pop consumption (RocketMQ 5): receive makes messages invisible, ack finishes them.
+
+A received message stays invisible to its group for the requested time and carries a receipt
+handle. Ack ends it; a change of its invisible duration moves the deadline (and issues a new
+handle). When the deadline passes unacked, the message is visible again and its next delivery is
+attempt + 1; a message whose attempt was the group's last (:class:`RedeliveryPolicy`) goes to the
+group's dead-letter topic instead, when its deadline passes, whether or not anyone receives.
+
+A consumer that *gives up* on a message (a push consumer's nack, :meth:`SimpleConsumer.nack`)
+gets it back no sooner than the policy's back-off for that attempt, whatever duration it asked
+for: a client that ignores or misreports the back-off cannot spin a message into the DLQ. A plain
+change of the invisible duration (a simple consumer extending or shortening its own processing
+time) is honoured as asked.
+
+FIFO groups: a queue hands out nothing new while any message of it is in flight (message groups
+are hashed to queues on send), and one receive never carries two messages of one message group,
+so a group's next message comes only after the previous is acked.
+
+Used by ``broker.simple_consumer`` (plugmq.core.simple) and by the gRPC server, which only
+translates the protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import attrs
+import structlog
+
+from plugmq.core.clock import Clock, Timer
+from plugmq.core.contracts import Filter
+from plugmq.core.errors import ReceiptHandleError, ValidationError
+from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
+from plugmq.core.modes import ConsumeFrom
+from plugmq.core.names import Prop
+from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
+from plugmq.core.popstate import Inflight, Lane, PopState
+
+__all__ = ["PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+_STORED_FIELDS = tuple(field.name for field in attrs.fields(StoredMessage))
+
+
+@attrs.frozen
+class ReceivedMessage(StoredMessage):
+    """A message as a pop consumer receives it: the stored message plus this delivery.
+
+    ``receipt_handle`` names this delivery (ack it, or change its invisible duration, with it);
+    ``delivery_attempt`` counts deliveries to the group (1 = first); ``invisible_duration_ms`` is
+    how long the message stays invisible to the group after this delivery started;
+    ``consumer_group`` is the group it was delivered to.
+    """
+
+    receipt_handle: str = attrs.field(kw_only=True)
+    delivery_attempt: int = attrs.field(kw_only=True)
+    invisible_duration_ms: int = attrs.field(kw_only=True)
+    consumer_group: str = attrs.field(kw_only=True)
+
+    @classmethod
+    def of(cls, message: StoredMessage, *, receipt_handle: str, delivery_attempt: int,
+           invisible_duration_ms: int, consumer_group: str) -> ReceivedMessage:
+        fields = {name: getattr(message, name) for name in _STORED_FIELDS}
+        return cls(**fields, receipt_handle=receipt_handle, delivery_attempt=delivery_attempt,
+                   invisible_duration_ms=invisible_duration_ms, consumer_group=consumer_group)
+
+    @property
+    def message_group(self) -> str | None:
+        """The FIFO message group the producer gave (``None`` for a normal message)."""
+        return self.properties.get(Prop.SHARDING_KEY)
+
+
+@attrs.frozen
+class ReceiptHandle:
+    """What a receipt handle encodes: the queue offset and which delivery of it (``seq``)."""
+
+    queue_id: int
+    offset: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.queue_id}:{self.offset}:{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str) -> ReceiptHandle:
+        try:
+            queue_id, offset, seq = (int(part) for part in text.split(":"))
+        except (ValueError, AttributeError):
+            raise ReceiptHandleError(f"receipt handle {text!r} was not issued by this broker; pass the "
+                                     "receipt_handle of a received message") from None
+        return cls(queue_id, offset, seq)
+
+
+class PopBackend(Protocol):
+    """What pop consumption needs of the broker (the Broker implements it)."""
+
+    clock: Clock
+
+    def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]: ...
+
+    def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
+             consumer_group: str = "") -> PullResult: ...
+
+    def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None: ...
+
+    def min_offset(self, queue: MessageQueue) -> int: ...
+
+    def max_offset(self, queue: MessageQueue) -> int: ...
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int: ...
+
+    def group_policy(self, group: str) -> GroupPolicy: ...
+
+    def dead_letter(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None
+                    ) -> SendResult: ...
+
+    def report_delivered(self, group: str, messages: list[StoredMessage]) -> None: ...
+
+    def report_retried(self, group: str, message: StoredMessage, reconsume_times: int) -> None: ...
+
+
+class PopService:
+    """Receive / ack / change / dead-letter over a broker and a durable PopState. Thread-safe.
+
+    One timer on the broker's clock at the earliest invisible deadline dead-letters messages whose
+    last attempt timed out and tells ``deadline_listeners`` that messages became visible again.
+    """
+
+    def __init__(self, backend: PopBackend, state: PopState) -> None:
+        self.backend = backend
+        self.state = state
+        self._clock = backend.clock
+        self._rotation: dict[tuple[str, str], itertools.count[int]] = {}
+        self._timer_lock = threading.Lock()
+        self._timer: Timer | None = None
+        self._armed_ms: int | None = None
+        self._closed = False
+        self.deadline_listeners: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------------------ receive
+    def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
+                *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
+                consume_timestamp_ms: int | None = None) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` of ``topic`` for ``group``: redeliveries first, then new ones.
+
+        ``consume_from`` places a queue the group has never received from: its first message
+        (FIRST_OFFSET), messages sent from now on (LAST_OFFSET) or from ``consume_timestamp_ms``.
+        """
+        if max_messages < 1:
+            raise ValidationError(f"max_messages must be >= 1, got {max_messages}")
+        if invisible_ms <= 0:
+            raise ValidationError(f"the invisible duration must be > 0, got {invisible_ms / 1000:g} s")
+        if consume_from is ConsumeFrom.TIMESTAMP and consume_timestamp_ms is None:
+            raise ValidationError("consume_from=TIMESTAMP needs consume_timestamp_ms")
+        queues = self.backend.topic_queues(topic, create=False)
+        policy = self.backend.group_policy(group)
+
+        def start(queue: MessageQueue) -> int:
+            if consume_from is ConsumeFrom.LAST_OFFSET:
+                return self.backend.max_offset(queue)
+            if consume_from is ConsumeFrom.TIMESTAMP:
+                assert consume_timestamp_ms is not None
+                return self.backend.offset_for_timestamp(queue, consume_timestamp_ms)
+            return self.backend.min_offset(queue)
+
+        out: list[ReceivedMessage] = []
+        with self.state.lock:
+            now = self._clock.now_ms()
+            first = next(self._rotation.setdefault((group, topic), itertools.count()))
+            for i in range(len(queues)):
+                queue = queues[(first + i) % len(queues)]
+                lane = self.state.lane(group, topic, queue.queue_id, functools.partial(start, queue))
+                self._expire(lane, now, policy)
+                out.extend(self._take(lane, queue, subscription, max_messages - len(out), invisible_ms, now, policy))
+                if len(out) >= max_messages:
+                    break
+        if out:
+            self._arm(now + invisible_ms)
+        return out
+
+    def _take(self, lane: Lane, queue: MessageQueue, subscription: Filter | None, want: int, invisible_ms: int,
+              now: int, policy: GroupPolicy) -> list[ReceivedMessage]:
+        until = now + invisible_ms
+        rows: list[list[Any]] = []
+        out: list[ReceivedMessage] = []
+        redelivered: list[StoredMessage] = []
+        gone: list[int] = []
+
+        def hand_out(message: StoredMessage, attempt: int, message_group: str | None) -> None:
+            seq = self.state.next_seq()
+            rows.append([message.queue_offset, attempt, until, seq, message.commit_log_offset, message.size,
+                         message_group])
+            out.append(ReceivedMessage.of(message, receipt_handle=str(ReceiptHandle(queue.queue_id,
+                                                                                    message.queue_offset, seq)),
+                                          delivery_attempt=attempt, invisible_duration_ms=invisible_ms,
+                                          consumer_group=lane.group))
+
+        expired = sorted((e for e in lane.inflight.values() if e.until_ms <= now), key=lambda e: e.offset)
+        for entry in expired[:want]:
+            stored = self.backend.read_message(entry.commit_log_offset, entry.size)
+            if stored is None:
+                log.warning("in-flight message no longer in the store (retention); dropped", group=lane.group,
+                            topic=lane.topic, queue=lane.queue_id, offset=entry.offset)
+                gone.append(entry.offset)
+                continue
+            hand_out(stored, entry.attempt + 1, entry.message_group)
+            redelivered.append(stored)
+        next_offset = lane.next_offset
+        blocked = policy.fifo and len(lane.inflight) > len(gone)
+        if len(out) < want and not blocked:
+            next_offset = self._take_new(lane, queue, subscription, want - len(out), policy, hand_out)
+        ops: list[list[Any]] = []
+        if gone:
+            ops.append(["A", lane.id, gone])
+        if rows or next_offset != lane.next_offset:
+            ops.append(["P", lane.id, next_offset, rows])
+        self.state.commit(ops)
+        if redelivered:
+            self.backend.report_delivered(lane.group, redelivered)
+        return out
+
+    def _take_new(self, lane: Lane, queue: MessageQueue, subscription: Filter | None, want: int,
+                  policy: GroupPolicy, hand_out: Callable[[StoredMessage, int, str | None], None]) -> int:
+        result = self.backend.pull(queue, lane.next_offset, want, subscription, consumer_group=lane.group)
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("group's position is outside the queue (retention or a store reset); moved", group=lane.group,
+                        topic=lane.topic, queue=lane.queue_id, was=lane.next_offset, now=result.next_begin_offset)
+            result = self.backend.pull(queue, result.next_begin_offset, want, subscription, consumer_group=lane.group)
+            if result.status is PullStatus.OFFSET_ILLEGAL:
+                return result.next_begin_offset
+        next_offset = result.next_begin_offset
+        seen: set[str] = set()
+        for message in result.messages:
+            message_group = message.properties.get(Prop.SHARDING_KEY)
+            if policy.fifo and message_group is not None:
+                if message_group in seen:
+                    return message.queue_offset  # the group's next message waits for this one's ack
+                seen.add(message_group)
+            hand_out(message, 1, message_group)
+        return next_offset
+
+    # ------------------------------------------------------------------------------ expiry
+    def _expire(self, lane: Lane, now: int, policy: GroupPolicy) -> None:
+        """Dead-letter this lane's timed-out messages that used their last attempt."""
+        spent = [e for e in lane.inflight.values()
+                 if e.until_ms <= now and policy.redelivery.exhausted(e.attempt)]
+        if not spent:
+            return
+        for entry in sorted(spent, key=lambda e: e.offset):
+            self._dead_letter(lane, entry, policy, reason="max delivery attempts reached")
+        self.state.commit([["A", lane.id, [e.offset for e in spent]]])
+
+    def _dead_letter(self, lane: Lane, entry: Inflight, policy: GroupPolicy, *, reason: str) -> None:
+        stored = self.backend.read_message(entry.commit_log_offset, entry.size)
+        if stored is None:
+            log.warning("message to dead-letter is no longer in the store", group=lane.group, topic=lane.topic,
+                        offset=entry.offset)
+            return
+        # The DLQ copy records how often the group tried: RocketMQ's reconsume times = attempt - 1.
+        self.backend.dead_letter(attrs.evolve(stored, reconsume_times=entry.attempt - 1), lane.group,
+                                 policy.redelivery)
+        log.info("message moved to the group's dead-letter topic", group=lane.group, topic=lane.topic,
+                 queue=lane.queue_id, offset=entry.offset, attempts=entry.attempt, reason=reason)
+
+    def revive(self, at_ms: int | None = None) -> int | None:
+        """Dead-letter every message whose last attempt timed out by now (or by ``at_ms``, a
+        deadline the clock reports passing); returns the next deadline after that (or None)."""
+        with self.state.lock:
+            now = max(self._clock.now_ms(), at_ms or 0)
+            for lane in list(self.state.by_id.values()):
+                self._expire(lane, now, self.backend.group_policy(lane.group))
+            return self._deadline_after(now)
+
+    def next_deadline(self) -> int | None:
+        """The earliest invisible deadline still ahead (ms on the broker's clock), or None."""
+        with self.state.lock:
+            return self._deadline_after(self._clock.now_ms())
+
+    def _deadline_after(self, now: int) -> int | None:
+        return min((e.until_ms for lane in self.state.by_id.values() for e in lane.inflight.values()
+                    if e.until_ms > now), default=None)
+
+    def _arm(self, deadline_ms: int | None) -> None:
+        """Keep one clock timer at the earliest deadline; later ones are found when it fires."""
+        if deadline_ms is None:
+            return
+        with self._timer_lock:
+            if self._closed or (self._armed_ms is not None and self._armed_ms <= deadline_ms):
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            self._armed_ms = deadline_ms
+            self._timer = self._clock.call_at(deadline_ms / 1000, lambda: self._deadline_passed(deadline_ms))
+
+    def _deadline_passed(self, deadline_ms: int) -> None:
+        with self._timer_lock:
+            if self._closed or self._armed_ms != deadline_ms:
+                return
+            self._armed_ms = None
+            self._timer = None
+        try:
+            # At ``deadline_ms`` at least: a clock's float seconds may read a millisecond early.
+            following = self.revive(deadline_ms)
+        except Exception:
+            log.exception("dead-lettering timed-out messages failed; retried at the next deadline")
+            with self.state.lock:
+                following = self._deadline_after(deadline_ms)
+        for listener in list(self.deadline_listeners):
+            listener()
+        self._arm(following)
+
+    def start(self) -> None:
+        """Dead-letter what timed out while the broker was down; arm the timer for the rest."""
+        self._arm(self.revive())
+
+    # ------------------------------------------------------------------------------ ack & co
+    def _find(self, group: str, topic: str, text: str) -> tuple[Lane, Inflight, ReceiptHandle]:
+        handle = ReceiptHandle.parse(text)
+        lane = self.state.lanes.get((group, topic, handle.queue_id))
+        entry = lane.inflight.get(handle.offset) if lane is not None else None
+        if lane is None or entry is None:
+            raise ReceiptHandleError(
+                f"no message of group {group!r} on topic {topic!r} is in flight for receipt handle {text!r}: "
+                "it was acknowledged already, moved to the dead-letter topic, or the group/topic differ")
+        if entry.seq != handle.seq:
+            raise ReceiptHandleError(
+                f"receipt handle {text!r} is stale: the message's invisible time ran out and it was delivered "
+                f"again (attempt {entry.attempt}), or its invisible duration was changed; use the newest "
+                "receipt handle")
+        return lane, entry, handle
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        """The group is done with the message: it never comes back."""
+        with self.state.lock:
+            lane, entry, _ = self._find(group, topic, receipt_handle)
+            self.state.commit([["A", lane.id, [entry.offset]]])
+
+    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int,
+                                  *, gave_up: bool = False) -> str:
+        """Make the message invisible until now + ``invisible_ms``; returns its new receipt handle.
+
+        ``gave_up``: the consumer failed on the message and wants it again later (a push
+        consumer's nack); the new deadline is then at least the policy's back-off for this attempt.
+        """
+        if invisible_ms < 0:
+            raise ValidationError(f"the invisible duration must be >= 0, got {invisible_ms / 1000:g} s")
+        retried: StoredMessage | None = None
+        with self.state.lock:
+            lane, entry, handle = self._find(group, topic, receipt_handle)
+            now = self._clock.now_ms()
+            wait = invisible_ms
+            if gave_up:
+                redelivery = self.backend.group_policy(group).redelivery
+                wait = max(invisible_ms, redelivery.backoff_ms(entry.attempt))
+                if not redelivery.exhausted(entry.attempt):
+                    retried = self.backend.read_message(entry.commit_log_offset, entry.size)
+            until = now + wait
+            seq = self.state.next_seq()
+            self.state.commit([["C", lane.id, entry.offset, until, seq]])
+            attempt = entry.attempt
+        if retried is not None:
+            self.backend.report_retried(group, retried, attempt)
+        self._arm(until)
+        return str(ReceiptHandle(handle.queue_id, handle.offset, seq))
+
+    def forward_to_dead_letter_queue(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Move the message to the group's dead-letter topic now (a client that gives up for good)."""
+        with self.state.lock:
+            lane, entry, _ = self._find(group, topic, receipt_handle)
+            self._dead_letter(lane, entry, self.backend.group_policy(group), reason="the consumer forwarded it")
+            self.state.commit([["A", lane.id, [entry.offset]]])
+
+    # ------------------------------------------------------------------------------ housekeeping
+    def inflight_count(self, group: str | None = None) -> int:
+        with self.state.lock:
+            return sum(len(lane.inflight) for lane in self.state.by_id.values()
+                       if group is None or lane.group == group)
+
+    def delete_group(self, group: str) -> int:
+        """Forget the group's progress and in-flight messages on every topic; returns lanes dropped."""
+        with self.state.lock:
+            return self.state.drop_lanes([lane for lane in list(self.state.by_id.values()) if lane.group == group])
+
+    def collect(self, known_topics: Iterable[str]) -> int:
+        """Drop the lanes of topics the broker no longer has; returns how many were dropped."""
+        known = set(known_topics)
+        with self.state.lock:
+            doomed = [lane for lane in list(self.state.by_id.values()) if lane.topic not in known]
+            dropped = self.state.drop_lanes(doomed)
+        if dropped:
+            log.info("pop lanes of unknown topics dropped", lanes=dropped,
+                     topics=sorted({lane.topic for lane in doomed}))
+        return dropped
+
+    def close(self) -> None:
+        with self._timer_lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None
+        self.state.close()

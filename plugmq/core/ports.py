@@ -1,0 +1,179 @@
+"""What clients use of a broker: small Protocols, one per kind of client.
+
+Producers, consumers, the transaction producer and the gRPC server are written against these, not
+against :class:`plugmq.core.broker.Broker`, so the data flows one way: the broker builds clients
+and hands itself over as the port they need; no client module imports the broker module. The
+Broker implements every port (mypy checks it where it builds each client).
+
+=====================  ==========================================================
+port                   used by
+=====================  ==========================================================
+``Sending``            Producer
+``TransactionSending`` TransactionProducer
+``Reading``            PullConsumer (with ``offsets``)
+``GroupConsuming``     PushConsumer
+``Subscribing``        SimpleConsumer (with the broker's PopService)
+``Serving``            the gRPC MessagingService
+=====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from plugmq.core.clock import Clock
+from plugmq.core.contracts import (
+    AllocateStrategy,
+    DelayScheduler,
+    Filter,
+    FilterCompiler,
+    TransactionService,
+)
+from plugmq.core.groups import GroupMember
+from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, StoredMessage
+from plugmq.core.offsets import OffsetStore
+from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
+from plugmq.core.pop import PopService
+
+__all__ = [
+    "GroupConsuming",
+    "Reading",
+    "Sending",
+    "Serving",
+    "Stoppable",
+    "Subscribing",
+    "TopicRouting",
+    "TransactionSending",
+]
+
+
+class TopicRouting(Protocol):
+    def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
+        """The queues of ``topic`` (auto-created when the broker allows it and ``create`` is not False)."""
+        ...
+
+
+class Sending(TopicRouting, Protocol):
+    def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False, reconsume_times: int = 0,
+            extra_properties: Mapping[str, str] | None = None) -> SendResult:
+        """Store one message on a queue of its topic (delayed ones go to the delay plugin)."""
+        ...
+
+    def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
+        """Store messages of one topic on one queue in one store batch."""
+        ...
+
+
+class TransactionSending(TopicRouting, Protocol):
+    name: str
+    transactions: TransactionService | None
+
+    def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
+                      extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
+                      born_host: str = "127.0.0.1:0") -> AppendRequest:
+        """The store request for a message (system properties filled in), for the transaction plugin."""
+        ...
+
+
+class Reading(TopicRouting, Protocol):
+    def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
+             consumer_group: str = "") -> PullResult:
+        ...
+
+    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
+        ...
+
+    def offsets(self, group: str) -> OffsetStore:
+        """The broker-kept offsets of a clustering group."""
+        ...
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        ...
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        ...
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        ...
+
+
+class Stoppable(Protocol):
+    def shutdown(self) -> None:
+        ...
+
+
+class GroupConsuming(Reading, Protocol):
+    name: str
+    clock: Clock
+
+    @property
+    def delay_available(self) -> bool:
+        """Whether delayed messages (and so retries through ``%RETRY%<group>``) are possible."""
+        ...
+
+    def group_policy(self, group: str) -> GroupPolicy:
+        ...
+
+    def member_offsets(self, group: str, member: str) -> OffsetStore:
+        """Offsets kept for one member of a broadcasting group."""
+        ...
+
+    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
+        ...
+
+    def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
+        ...
+
+    def join_group(self, member: GroupMember) -> None:
+        ...
+
+    def leave_group(self, member: GroupMember) -> None:
+        ...
+
+    def heartbeat(self, group: str, client_id: str) -> bool:
+        """Record a member's heartbeat; False if it was dropped and must join again."""
+        ...
+
+    def send_back(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:
+        """Retry ``message`` later through ``%RETRY%<group>``, or dead-letter it, as ``policy`` says."""
+        ...
+
+    def dead_letter(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:
+        ...
+
+    def register_consumer(self, consumer: Stoppable) -> None:
+        """Shut ``consumer`` down when the broker closes."""
+        ...
+
+    def unregister_consumer(self, consumer: Stoppable) -> None:
+        ...
+
+    def wake_consumers(self) -> None:
+        ...
+
+    def wait_for_messages(self, timeout: float) -> None:
+        ...
+
+
+class Subscribing(TopicRouting, Protocol):
+    clock: Clock
+
+    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
+        ...
+
+    def wait_for_messages(self, timeout: float) -> None:
+        ...
+
+
+class Serving(Sending, TransactionSending, Protocol):
+    clock: Clock
+    delay: DelayScheduler | None
+    filters: dict[str, FilterCompiler]
+    pop: PopService
+
+    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
+        ...
+
+    def cancel_delayed(self, msg_id: str) -> bool:
+        ...
