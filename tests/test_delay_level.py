@@ -449,7 +449,7 @@ def test_inside_a_broker_levels_retries_and_refusals(tmp_path: Path, clock: Manu
             broker.put(Message(TOPIC, b"at", deliver_at_ms=clock.now_ms() + 60_000), 0)
         with pytest.raises(DelayUnsupportedError, match="cannot cancel"):
             broker.cancel_delayed(sent.msg_id)
-        broker.send_back(got, "G1", max_reconsume_times=16)  # level 3 + 0 = 10 s
+        broker.send_back(got, "G1")  # the default policy: level 3 + 0 = 10 s
         retry = MessageQueue("%RETRY%G1", broker.name, 0)
         clock.advance(9.999)
         assert broker.max_offset(retry) == 0

@@ -15,8 +15,8 @@ from rocketmq.v5.util.signature import Signature
 
 from plugmq.core.config import load_config
 from plugmq.core.errors import ConfigError
-from plugmq.server.auth import Authenticator
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
+from plugmq.server.auth import Authenticator
 from plugmq.server.options import (
     ServerOptions,
     load_serve_config,
