@@ -459,17 +459,16 @@ class Broker:
         """The group's policy from ``[groups]`` (redelivery, FIFO), or the configured defaults."""
         return self.config.groups.policy(group)
 
-    def offsets(self, group: str) -> OffsetStore:
-        """The broker-kept offsets of a clustering group (one atomically rewritten file)."""
+    def offsets(self, group: str, member: str | None = None) -> OffsetStore:
+        """The broker-kept offsets of a clustering group (one atomically rewritten file), or with
+        ``member``, those of one member of a broadcasting group (each member keeps its own)."""
         validate_group(group)
+        if member is not None:
+            return OffsetStore.for_group(self.broker_dir, group, member)
         with self._lock:
             if group not in self._offset_stores:
                 self._offset_stores[group] = OffsetStore.for_group(self.broker_dir, group)
             return self._offset_stores[group]
-
-    def member_offsets(self, group: str, member: str) -> OffsetStore:
-        """Offsets of one member of a broadcasting group (each member keeps its own)."""
-        return OffsetStore.for_group(self.broker_dir, group, member)
 
     def delete_group(self, group: str) -> None:
         """Forget everything the broker keeps for ``group``: its offsets and its pop consumers'
@@ -599,6 +598,17 @@ class Broker:
                      end_ms: int | None = None) -> list[StoredMessage]:
         validate_topic(topic)
         return self.store.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms)
+
+    def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None) -> int:
+        """Where a group with no position on ``queue`` starts: its first message, its end (only
+        messages sent from now on), or the first message stored at or after ``timestamp_ms``."""
+        if consume_from is ConsumeFrom.FIRST_OFFSET:
+            return self.min_offset(queue)
+        if consume_from is ConsumeFrom.TIMESTAMP:
+            if timestamp_ms is None:
+                raise ValidationError("consume_from=TIMESTAMP needs a timestamp (consume_timestamp_ms)")
+            return self.offset_for_timestamp(queue, timestamp_ms)
+        return self.max_offset(queue)
 
     def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
         return self.store.offset_for_timestamp(queue.topic, queue.queue_id, timestamp_ms)

@@ -118,7 +118,7 @@ class PushConsumer:
         self._lock = threading.RLock()
         self._queue_locks: dict[MessageQueue, threading.Lock] = {}
         self._executor = ThreadPoolExecutor(max_workers=consume_threads, thread_name_prefix=f"plugmq-consume-{group}")
-        self._offsets = broker.offsets(group) if clustering else broker.member_offsets(group, self.client_id)
+        self._offsets = broker.offsets(group, None if clustering else self.client_id)
         self._started = False
         self._stopped = threading.Event()
         self._heartbeat: Timer | None = None
@@ -250,12 +250,9 @@ class PushConsumer:
         stored = self._offsets.read(queue)
         if stored is not None:
             return stored
-        if queue.topic.startswith(RETRY_PREFIX) or self.consume_from is ConsumeFrom.FIRST_OFFSET:
-            return self.broker.min_offset(queue)
-        if self.consume_from is ConsumeFrom.TIMESTAMP:
-            assert self.consume_timestamp_ms is not None
-            return self.broker.offset_for_timestamp(queue, self.consume_timestamp_ms)
-        return self.broker.max_offset(queue)
+        if queue.topic.startswith(RETRY_PREFIX):  # retries are consumed whole, whatever consume_from says
+            return self.broker.start_offset(queue, ConsumeFrom.FIRST_OFFSET)
+        return self.broker.start_offset(queue, self.consume_from, self.consume_timestamp_ms)
 
     # -------------------------------------------------------------------------- consuming
     def consume_available(self, max_rounds: int = 1_000_000) -> int:

@@ -108,11 +108,8 @@ class PopBackend(Protocol):
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None: ...
 
-    def min_offset(self, queue: MessageQueue) -> int: ...
-
-    def max_offset(self, queue: MessageQueue) -> int: ...
-
-    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int: ...
+    def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None
+                     ) -> int: ...
 
     def group_policy(self, group: str) -> GroupPolicy: ...
 
@@ -159,14 +156,8 @@ class PopService:
             raise ValidationError("consume_from=TIMESTAMP needs consume_timestamp_ms")
         queues = self.backend.topic_queues(topic, create=False)
         policy = self.backend.group_policy(group)
-
-        def start(queue: MessageQueue) -> int:
-            if consume_from is ConsumeFrom.LAST_OFFSET:
-                return self.backend.max_offset(queue)
-            if consume_from is ConsumeFrom.TIMESTAMP:
-                assert consume_timestamp_ms is not None
-                return self.backend.offset_for_timestamp(queue, consume_timestamp_ms)
-            return self.backend.min_offset(queue)
+        start = functools.partial(self.backend.start_offset, consume_from=consume_from,
+                                  timestamp_ms=consume_timestamp_ms)
 
         out: list[ReceivedMessage] = []
         with self.state.lock:
@@ -253,7 +244,7 @@ class PopService:
             return
         for entry in sorted(spent, key=lambda e: e.offset):
             self._dead_letter(lane, entry, policy, reason="max delivery attempts reached")
-        self.state.commit([["A", lane.id, [e.offset for e in spent]]])
+            self.state.commit([["A", lane.id, [entry.offset]]])  # one by one: a failure repeats none
 
     def _dead_letter(self, lane: Lane, entry: Inflight, policy: GroupPolicy, *, reason: str) -> None:
         stored = self.backend.read_message(entry.commit_log_offset, entry.size)
@@ -307,6 +298,8 @@ class PopService:
             # At ``deadline_ms`` at least: a clock's float seconds may read a millisecond early.
             following = self.revive(deadline_ms)
         except Exception:
+            if self._closed:
+                return  # the broker closed while the timer ran
             log.exception("dead-lettering timed-out messages failed; retried at the next deadline")
             with self.state.lock:
                 following = self._deadline_after(deadline_ms)
@@ -315,8 +308,17 @@ class PopService:
         self._arm(following)
 
     def start(self) -> None:
-        """Dead-letter what timed out while the broker was down; arm the timer for the rest."""
-        self._arm(self.revive())
+        """Dead-letter what timed out while the broker was down; arm the timer for the rest.
+
+        A failure here (a full disk refusing the DLQ copies) does not stop the broker: the
+        messages stay in flight and the timer tries again a second later.
+        """
+        try:
+            following = self.revive()
+        except Exception:
+            log.exception("dead-lettering messages that timed out while the broker was down failed; retrying")
+            following = self._clock.now_ms() + 1000
+        self._arm(following)
 
     # ------------------------------------------------------------------------------ ack & co
     def _find(self, group: str, topic: str, text: str) -> tuple[Lane, Inflight, ReceiptHandle]:

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import structlog
 
-from plugmq.core.errors import CorruptRecordError
+from plugmq.core.errors import ClientError, CorruptRecordError
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
 
@@ -148,7 +148,7 @@ class PopState:
         if not ops:
             return
         if self._closed:
-            raise CorruptRecordError(f"pop state in {self.directory} is closed; the broker is closing")
+            raise ClientError(f"pop state in {self.directory} is closed; the broker is closing")
         data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode()
         written = os.write(self._fd, data)
         while written < len(data):

@@ -32,6 +32,7 @@ from plugmq.core.contracts import (
 )
 from plugmq.core.groups import GroupMember
 from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, StoredMessage
+from plugmq.core.modes import ConsumeFrom
 from plugmq.core.offsets import OffsetStore
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.pop import PopService
@@ -84,17 +85,8 @@ class Reading(TopicRouting, Protocol):
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         ...
 
-    def offsets(self, group: str) -> OffsetStore:
-        """The broker-kept offsets of a clustering group."""
-        ...
-
-    def min_offset(self, queue: MessageQueue) -> int:
-        ...
-
-    def max_offset(self, queue: MessageQueue) -> int:
-        ...
-
-    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+    def offsets(self, group: str, member: str | None = None) -> OffsetStore:
+        """The broker-kept offsets of a clustering group (of one member of a broadcasting group)."""
         ...
 
 
@@ -115,8 +107,8 @@ class GroupConsuming(Reading, Protocol):
     def group_policy(self, group: str) -> GroupPolicy:
         ...
 
-    def member_offsets(self, group: str, member: str) -> OffsetStore:
-        """Offsets kept for one member of a broadcasting group."""
+    def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None) -> int:
+        """Where the group starts on a queue it has no position on."""
         ...
 
     def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
