@@ -234,14 +234,35 @@ def test_no_arithmetic_and_no_like() -> None:
 def test_comments_are_white_space() -> None:
     check([
         ("/* lead */ a = 'x'", {"a": "x"}, True),
-        ("a = 'x' -- trailing", {"a": "x"}, True),
+        ("a = 'x' -- trailing\n", {"a": "x"}, True),
         ("a = -- to the end of the line\n'x'", {"a": "x"}, True),
+        ("a = -- a carriage return ends it too\r'x'", {"a": "x"}, True),
+        ("-- a leading line\r\na = 'x'", {"a": "x"}, True),
         ("a /* in the middle */ = /**/ 'x'", {"a": "x"}, True),
         ("a = '--x'", {"a": "--x"}, True),  # not a comment inside a string
         ("a = '/*x*/'", {"a": "/*x*/"}, True),
         ("/* multi\nline ** */ a IS NULL", {}, True),
     ])
     assert syntax_error("a = 'x' /* open").position == 8
+
+
+def test_double_minus_without_a_line_break_is_two_minus_signs() -> None:
+    """RocketMQ's LINE_COMMENT needs a line break to end it; without one ``--`` is two minus signs."""
+    check([
+        ("a > --5", {"a": "6"}, True),
+        ("a > --5", {"a": "5"}, False),
+        ("a > --5", {"a": "-4"}, False),  # not a > -5
+        ("a = --5", {"a": "5"}, True),
+        ("a > ---5", {"a": "-4"}, True),  # three minus signs: a > -5
+        ("a > --5 AND b = 'x'", {"a": "6", "b": "x"}, True),  # nothing after -- is commented out
+        ("a BETWEEN --1 AND --3", {"a": "2"}, True),
+    ])
+    # With no line break after it, a trailing "--" note is not a comment but trailing input.
+    err = syntax_error("a = 'x' -- note")
+    assert err.position == 8
+    # A line break later in the text makes the whole rest of the line a comment, as in RocketMQ:
+    # here the comment swallows "5", leaving "a >" without a right-hand side.
+    assert syntax_error("a > --5\n").position == 8
 
 
 def test_unary_plus_and_minus_on_numbers() -> None:

@@ -147,6 +147,8 @@ def test_lexer_longest_match_like_javacc() -> None:
     assert kinds("<><=>=") == [(Kind.PUNCT, "<>"), (Kind.PUNCT, "<="), (Kind.PUNCT, ">=")]
     assert kinds("'a''b'") == [(Kind.STRING, "'a''b'")]
     assert kinds("a--x\nb") == [(Kind.ID, "a"), (Kind.ID, "b")]
+    assert kinds("a--x") == [(Kind.ID, "a"), (Kind.PUNCT, "-"), (Kind.PUNCT, "-"), (Kind.ID, "x")]
+    assert kinds("--5\r") == []
 
 
 def test_lexer_errors_are_reported_lazily_in_reading_order() -> None:

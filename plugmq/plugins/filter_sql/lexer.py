@@ -2,7 +2,9 @@
 
 Longest match wins, as in JavaCC: ``5e3`` is one decimal token, ``012`` is ``0`` then ``12``,
 ``INx`` is an identifier. Keywords are case-insensitive and win over identifiers of the same
-length. Comments (``/* */`` and ``--`` to the end of the line or input) are white space.
+length. Comments are white space: ``/* ... */``, and ``--`` up to and including a line break —
+as in RocketMQ's ``LINE_COMMENT`` token, a ``--`` that no line break follows is two minus signs
+(``a > --5`` is ``a > 5``; ``a = 'x' -- note`` without a line break is trailing input).
 
 Tokens are produced on demand, so a lexical error is reported only when the parser reaches it —
 the first problem in reading order is the one the user sees.
@@ -68,6 +70,14 @@ _STRING = re.compile(r"'(?:''|[^'])*'")
 _PUNCT = ("<>", "<=", ">=", "=", "<", ">", "(", ")", ",", "+", "-")
 
 
+def _line_break_after(text: str, start: int) -> int:
+    """Position of the first line break (LF or CR) at or after ``start``, -1 if none."""
+    newline, carriage = text.find("\n", start), text.find("\r", start)
+    if newline < 0 or carriage < 0:
+        return max(newline, carriage)
+    return min(newline, carriage)
+
+
 class TokenStream:
     """A cursor over the tokens of ``text`` with the two-token lookahead the grammar needs."""
 
@@ -96,11 +106,8 @@ class TokenStream:
             ch = text[pos]
             if ch in _WHITESPACE:
                 pos += 1
-            elif text.startswith("--", pos):
-                end = pos + 2
-                while end < n and text[end] not in "\r\n":
-                    end += 1
-                pos = end
+            elif text.startswith("--", pos) and (end := _line_break_after(text, pos + 2)) >= 0:
+                pos = end + 1
             elif text.startswith("/*", pos):
                 end = text.find("*/", pos + 2)
                 if end < 0:
