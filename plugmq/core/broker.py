@@ -332,13 +332,13 @@ class Broker:
     # Each event hook is emitted in one place, here: the stored, delivered, retried and
     # dead-lettered events of every way of sending and consuming.
     def _emit_stored(self, result: AppendResult) -> None:
-        if self.plugins.hooks.has_observers:
+        if self.plugins.hooks.observers.message_stored:
             stored = self.store.read(result.commit_log_offset, result.size)
             if stored is not None:
                 self.plugins.hooks.message_stored(self.name, stored)
 
     def _emit_delivered(self, group: str, messages: Sequence[StoredMessage]) -> None:
-        if group and messages and self.plugins.hooks.has_observers:
+        if group and messages and self.plugins.hooks.observers.message_delivered:
             for message in messages:
                 self.plugins.hooks.message_delivered(self.name, group, message)
 

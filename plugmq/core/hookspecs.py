@@ -2,15 +2,25 @@
 
 A plugin is a module (or object) registered under its entry-point name in group
 ``plugmq.plugins``. It implements some of the hooks below with ``@plugmq.core.hookimpl``.
-The broker registers only the plugins its config names, then:
+The broker registers only the plugins its config names; one assembly (``Broker(...)``,
+``Broker.open``, ``Broker.from_config``) then runs, in this order and each step once:
 
-1. calls ``plugmq_declare`` on each to learn its families, options and capabilities, and checks
-   cardinality (exactly one storage plugin; zero or one delay and transaction plugin; filter
-   expression types and allocation strategy names unique);
-2. validates each plugin's ``[plugins.<name>]`` table against its declared options class;
-3. calls the factory hooks in dependency order: storage, then delay and transaction (which get
-   the store), collecting filters and allocation strategies;
-4. emits the event hooks while it runs.
+1. ``plugmq_declare`` on every plugin (families, options, capabilities), then the cardinality
+   checks (exactly one storage plugin; zero or one delay and transaction plugin; filter
+   expression types and allocation strategy names unique — this asks ``plugmq_filter_compilers``
+   and ``plugmq_allocate_strategies``, whose merged answers the broker then reuses);
+2. each plugin's ``[plugins.<name>]`` table is validated against its declared options class;
+3. ``plugmq_configure`` on every plugin;
+4. the factories in dependency order: ``plugmq_make_store``, then ``plugmq_make_delay_scheduler``
+   and ``plugmq_make_transaction_service`` (which get the store);
+5. ``plugmq_broker_started``. The other event hooks fire while the broker runs;
+   ``plugmq_broker_stopping`` at its first ``close()``.
+
+Tools outside a broker load plugins too and so call ``plugmq_declare`` (and only the hooks they
+need): ``plugmq plugins`` and ``plugmq check-config``, ``plugmq.allocate`` /
+``plugmq.compile_filter`` (the keyed offers of every installed plugin, once per process), and
+``plugmq.core.components`` (the conformance suite and benchmarks open one store or delay
+scheduler without a broker, without ``plugmq_configure``).
 
 Core code never calls these hooks directly: it goes through ``plugmq.core.pluginmanager.Hooks``,
 a typed wrapper, so the arguments of every call are checked in one place.
@@ -52,9 +62,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def plugmq_declare() -> PluginDeclaration:
     """Say who this plugin is: its name, families, options class and capabilities.
 
-    Called by the broker (and ``plugmq plugins``) once per assembly, before any factory, on every
-    registered plugin. Every plugin must implement it; the declared ``name`` must equal the
-    plugin's entry-point name.
+    Called once each time a plugin set is loaded (``plugmq.core.pluginmanager.load_plugins``),
+    on every plugin of the set, before any other hook: once per broker assembly; tools that list
+    or check plugins (``plugmq plugins``, ``check-config``, the conformance suite) load a plugin
+    as often as they need, so keep it free of side effects. Every plugin must implement it; the
+    declared ``name`` must equal the plugin's entry-point name.
 
     :return: a :class:`~plugmq.core.contracts.PluginDeclaration`. Not firstresult: the core
         collects one declaration per plugin.
@@ -65,9 +77,11 @@ def plugmq_declare() -> PluginDeclaration:
 def plugmq_configure(context: PluginContext) -> None:
     """Receive the broker's context (options of every plugin, clock, data dir) before any factory.
 
-    Called once by the broker on every registered plugin right after options were validated.
-    Plugins without a factory (observers) read their options here with
-    ``context.options_for(<name>)``. Not firstresult; return value ignored.
+    Called by the broker once per assembly on every registered plugin, after every plugin's
+    options were validated and before ``plugmq_make_store``. Not called outside a broker
+    (``plugmq.core.components`` opens single components without it). Plugins without a factory
+    (observers) read their options here with ``context.options_for(<name>)``.
+    Not firstresult; return value ignored.
 
     :param context: broker name, data dir, clock and the validated options of every plugin.
     """
@@ -82,8 +96,10 @@ def plugmq_configure(context: PluginContext) -> None:
 def plugmq_make_store(context: PluginContext) -> MessageStore | None:
     """Open (creating or recovering) the broker's message store.
 
-    Called once by the broker while it is assembled, before every other factory. The core has
-    already checked that exactly one registered plugin declares the storage family.
+    Called by the broker once per assembly, after ``plugmq_configure`` and before every other
+    factory; also by ``plugmq.core.components.open_store`` (conformance suite, benchmarks) once
+    per store it opens, possibly many times on one directory. The core has already checked that
+    exactly one registered plugin declares the storage family.
 
     :param context: broker name, data dir, clock, store host and every plugin's options; the
         store keeps its files under ``context.plugin_dir(<plugin name>)``.
@@ -101,8 +117,10 @@ def plugmq_make_store(context: PluginContext) -> MessageStore | None:
 def plugmq_make_delay_scheduler(context: DelayContext) -> DelayScheduler | None:
     """Build the delay strategy that holds delayed messages until they are due.
 
-    Called once by the broker after the store exists. With no delay plugin registered the broker
-    refuses delayed sends with an error naming the installed delay plugins.
+    Called by the broker once per assembly, after the store exists, when a plugin declaring the
+    delay family is registered; also by ``plugmq.core.components.open_delay_scheduler``. With no
+    delay plugin registered the broker refuses delayed sends with an error naming the installed
+    delay plugins.
 
     :param context: as for storage, plus ``store`` (the broker's MessageStore) and ``deliver``
         (writes a due message back to its real topic/queue as a normal message).
@@ -120,8 +138,10 @@ def plugmq_make_delay_scheduler(context: DelayContext) -> DelayScheduler | None:
 def plugmq_filter_compilers() -> Mapping[str, FilterCompiler]:
     """Offer filter compilers, keyed by expression type ("TAG", "SQL92", ...).
 
-    Called once by the broker while it is assembled, and by ``plugmq.compile_filter`` over every
-    installed plugin. Two plugins offering the same expression type is an error naming both.
+    Called once per plugin set and cached: during broker assembly its cardinality check and the
+    broker share one call (asked again only if a plugin is registered or unregistered later);
+    ``plugmq.compile_filter`` and ``plugmq filter`` ask every installed plugin once per process.
+    Two plugins offering the same expression type is an error naming both.
 
     :return: expression type -> :class:`~plugmq.core.contracts.FilterCompiler`. Not firstresult:
         the core merges the mappings of all plugins.
@@ -137,9 +157,9 @@ def plugmq_filter_compilers() -> Mapping[str, FilterCompiler]:
 def plugmq_allocate_strategies() -> Mapping[str, AllocateStrategyFactory]:
     """Offer queue-allocation strategies, keyed by strategy name ("AVG", "CONSISTENT_HASH", ...).
 
-    Called once by the broker while it is assembled (rebalance uses the group's strategy), and
-    by ``plugmq.allocate`` over every installed plugin. Duplicate names are an error naming both
-    plugins.
+    Called once per plugin set and cached, like ``plugmq_filter_compilers``: once per broker
+    assembly (rebalance uses the group's strategy); ``plugmq.allocate`` and ``plugmq allocate``
+    ask every installed plugin once per process. Duplicate names are an error naming both plugins.
 
     :return: name -> factory; the factory takes the strategy's keyword parameters and returns an
         :class:`~plugmq.core.contracts.AllocateStrategy`. Not firstresult: mappings are merged.
@@ -155,8 +175,9 @@ def plugmq_allocate_strategies() -> Mapping[str, AllocateStrategyFactory]:
 def plugmq_make_transaction_service(context: TransactionContext) -> TransactionService | None:
     """Build the half-message store and check-back service.
 
-    Called once by the broker after the store (and delay scheduler) exist. With no transaction
-    plugin the broker refuses transactional sends with a clear error. The service keeps half
+    Called by the broker once per assembly, after the store and delay scheduler exist, when a
+    plugin declaring the transaction family is registered. With no transaction plugin the broker
+    refuses transactional sends with a clear error. The service keeps half
     messages invisible to consumers, records every decision durably before it takes effect,
     applies it at most once (also across a crash between recording and delivering), checks
     undecided ones back on ``context.clock`` with the producer group's live checker (the
@@ -179,7 +200,9 @@ def plugmq_make_transaction_service(context: TransactionContext) -> TransactionS
 def plugmq_broker_started(broker_name: str) -> None:
     """The broker finished assembly and started its services.
 
-    Called once by the broker at the end of its assembly (``Broker.open`` / ``from_config``).
+    Called by the broker once per broker, at the end of a successful assembly (``Broker(...)``,
+    ``Broker.open``, ``Broker.from_config``), after the delay and transaction services started,
+    in the thread that built the broker. Not called when assembly fails.
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
@@ -190,7 +213,9 @@ def plugmq_broker_started(broker_name: str) -> None:
 def plugmq_broker_stopping(broker_name: str) -> None:
     """The broker is about to stop its services and flush.
 
-    Called once by the broker at the start of ``close``, while the store is still open.
+    Called by the broker once per broker, at its first ``close()`` (later calls do nothing),
+    before push consumers shut down and offsets are persisted, while the store and services are
+    still open, in the closing thread. Not called for a broker whose assembly failed.
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
@@ -199,9 +224,14 @@ def plugmq_broker_stopping(broker_name: str) -> None:
 
 @hookspec
 def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
-    """A message was stored on a consumer-visible topic (a send, a delayed or committed write-back).
+    """A message was stored on a topic consumers read (a send, a retry or DLQ copy, a write-back).
 
-    Called by the broker after the store returned, in the storing thread; keep it cheap.
+    Called by the broker once per message, right after the store returned, in the storing
+    thread: every send (``put``; ``put_batch`` once per message of the batch), every retry or
+    dead-letter copy, and every write-back of the delay and transaction services (a delayed
+    message when it comes due, a committed transactional message, a discarded one on the discard
+    topic). Not for what those services keep to themselves (half messages, the schedule topic).
+    The broker reads the message back only when some plugin implements this hook; keep it cheap.
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
@@ -213,7 +243,10 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
 def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
     """A message was handed to a consumer (pull result or push listener).
 
-    Called by the broker for each message a pull returns to a named consumer group.
+    Called by the broker once per message that ``Broker.pull`` returns to a named consumer group
+    (``consumer_group=``), in the pulling thread, before the messages are handed over: push and
+    pull consumers and the gRPC server's receive pull that way; a pull without a group (admin
+    reads) calls nothing. A message pulled again (a retry, a redelivery) is delivered again.
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
@@ -228,8 +261,12 @@ def plugmq_message_retried(
 ) -> None:
     """A consumer asked to reconsume a message later; it goes to the group's retry topic.
 
-    Called by the broker's consumer code when a listener returns RECONSUME_LATER (or raises),
-    after the retry copy was accepted. Not firstresult; return value ignored.
+    Called by the broker (``Broker.send_back``) once per message sent back with retries left,
+    after the retry copy was accepted (held by the delay plugin for ``%RETRY%<group>``), in the
+    consuming thread: a concurrent push consumer sends back each message of a batch whose
+    listener returned RECONSUME_LATER or raised. Orderly consumers retry in place and do not
+    call it. A message without retries left is dead-lettered instead (see
+    ``plugmq_message_dead_lettered``). Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group whose listener failed.
@@ -242,8 +279,10 @@ def plugmq_message_retried(
 def plugmq_message_dead_lettered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
     """A message exhausted its retries and was moved to ``%DLQ%<group>``.
 
-    Called by the broker's consumer code after the dead-letter copy was stored.
-    Not firstresult; return value ignored.
+    Called by the broker (``Broker.dead_letter``) once per message, after the dead-letter copy
+    was stored, in the thread that gave up: ``send_back`` of a message without retries left, an
+    orderly push consumer after its last attempt, the gRPC server after the last delivery attempt
+    or on a client's forward-to-DLQ. Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group that gave up on the message.

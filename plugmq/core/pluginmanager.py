@@ -33,9 +33,11 @@ from plugmq.core.contracts import (
 )
 from plugmq.core.errors import ConfigError, PluginCardinalityError, PluginError
 from plugmq.core.message import StoredMessage
+from plugmq.core.plugin_options import build_plugin_options
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "EventObservers",
     "Hooks",
     "LoadedPlugins",
     "available_plugins",
@@ -71,12 +73,100 @@ def _load_entry_point(name: str, ep: EntryPoint) -> object:
         ) from exc
 
 
+_EVENT_HOOKS = {
+    "broker_started": "plugmq_broker_started",
+    "broker_stopping": "plugmq_broker_stopping",
+    "message_stored": "plugmq_message_stored",
+    "message_delivered": "plugmq_message_delivered",
+    "message_retried": "plugmq_message_retried",
+    "message_dead_lettered": "plugmq_message_dead_lettered",
+}
+
+
+@attrs.frozen
+class EventObservers:
+    """Which event hooks at least one registered plugin implements (one flag per event hook).
+
+    The core reads a flag before it does work only an observer needs (reading a stored message
+    back, looping over a pulled batch): ``if hooks.observers.message_stored: ...``.
+    """
+
+    broker_started: bool = False
+    broker_stopping: bool = False
+    message_stored: bool = False
+    message_delivered: bool = False
+    message_retried: bool = False
+    message_dead_lettered: bool = False
+
+    @property
+    def any(self) -> bool:
+        return any(attrs.astuple(self))
+
+
+class _PluginManager(pluggy.PluginManager):
+    """A pluggy manager that tells its listeners when plugins come or go.
+
+    Plugins may register after assembly (the gRPC server adds its observer to a running broker);
+    the hook wrapper keeps its per-hook flags and cached merges right through this.
+    """
+
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        registered = super().register(plugin, name)
+        self._changed()
+        return registered
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        removed = super().unregister(plugin, name)  # set_blocked unregisters through here too
+        self._changed()
+        return removed
+
+
 class Hooks:
-    """The typed wrapper over pluggy's hook relay: every hook call of the core goes through here."""
+    """The typed wrapper over pluggy's hook relay: every hook call of the core goes through here.
+
+    Keyed offers (filter compilers, allocation strategies) are asked once per plugin set and
+    cached; registering or unregistering a plugin later drops the cache and re-reads the
+    :class:`EventObservers` flags.
+    """
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self._pm = pm
         self._hook = pm.hook
+        self._keyed: dict[str, dict[str, Any]] = {}
+        self._tracked = isinstance(pm, _PluginManager)
+        self._observers = self._read_observers()
+        if isinstance(pm, _PluginManager):
+            pm.on_change(self._plugins_changed)
+
+    def _plugins_changed(self) -> None:
+        self._keyed = {}
+        self._observers = self._read_observers()
+
+    def _read_observers(self) -> EventObservers:
+        return EventObservers(**{
+            field: bool(getattr(self._hook, hook_name).get_hookimpls()) for field, hook_name in _EVENT_HOOKS.items()
+        })
+
+    @property
+    def observers(self) -> EventObservers:
+        """Per event hook, whether any registered plugin implements it (a cheap read on hot paths)."""
+        return self._observers if self._tracked else self._read_observers()
+
+    @property
+    def has_observers(self) -> bool:
+        """Whether any plugin implements any event hook; prefer the per-hook :attr:`observers`."""
+        return self.observers.any
 
     def _each(self, hook_name: str) -> list[tuple[str, Callable[[], Any]]]:
         caller = getattr(self._hook, hook_name)
@@ -123,6 +213,9 @@ class Hooks:
         return self._merge_keyed("plugmq_allocate_strategies", "allocation strategy")
 
     def _merge_keyed(self, hook_name: str, what: str) -> dict[str, Any]:
+        cached = self._keyed.get(hook_name)
+        if cached is not None:
+            return dict(cached)
         merged: dict[str, Any] = {}
         owner: dict[str, str] = {}
         for plugin_name, function in self._each(hook_name):
@@ -134,7 +227,8 @@ class Hooks:
                     )
                 owner[key] = plugin_name
                 merged[key] = value
-        return merged
+        self._keyed[hook_name] = merged
+        return dict(merged)
 
     # events -------------------------------------------------------------------------------
     def broker_started(self, broker_name: str) -> None:
@@ -157,10 +251,6 @@ class Hooks:
     def message_dead_lettered(self, broker_name: str, consumer_group: str, message: StoredMessage) -> None:
         self._hook.plugmq_message_dead_lettered(broker_name=broker_name, consumer_group=consumer_group, message=message)
 
-    @property
-    def has_observers(self) -> bool:
-        return bool(self._hook.plugmq_message_stored.get_hookimpls())
-
 
 @attrs.define
 class LoadedPlugins:
@@ -174,8 +264,8 @@ class LoadedPlugins:
         return [name for name, d in self.declarations.items() if family in d.families]
 
 
-def _new_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+def _new_manager() -> _PluginManager:
+    pm = _PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     return pm
 
@@ -266,26 +356,12 @@ def _check_cardinality(loaded: LoadedPlugins, config_path: str) -> None:
 
 
 def build_options(declaration: PluginDeclaration, table: Mapping[str, Any] | None, *, config_path: str) -> Any:
-    """Validate a plugin's config table against its declared options class and build it."""
-    table = dict(table or {})
-    options_type = declaration.options
-    if options_type is None:
-        if table:
-            raise ConfigError(
-                f"{config_path}: plugin {declaration.name!r} takes no options, got {', '.join(sorted(table))}"
-            )
-        return None
-    allowed = {f.name for f in attrs.fields(options_type)}
-    for key in table:
-        if key not in allowed:
-            raise ConfigError(
-                f"{config_path}: unknown option {key!r} for plugin {declaration.name!r}."
-                f"{_suggest(key, allowed)} Known options: {', '.join(sorted(allowed))}"
-            )
-    try:
-        return options_type(**table)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{config_path}: invalid options for plugin {declaration.name!r}: {exc}") from exc
+    """Validate a plugin's config table against its declared options class and build it.
+
+    ConfigError names the plugin, the key, the value and what is expected (see
+    :mod:`plugmq.core.plugin_options` for the rules every plugin's options follow).
+    """
+    return build_plugin_options(declaration.name, declaration.options, table, config_path=config_path)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -325,8 +401,9 @@ def installed_plugins() -> list[InstalledPlugin]:
 
 @functools.lru_cache(maxsize=1)
 def _installed_loaded() -> LoadedPlugins:
-    good = {p.name: p.module for p in installed_plugins() if p.module is not None}
-    for plugin in installed_plugins():
+    installed = installed_plugins()
+    good = {p.name: p.module for p in installed if p.module is not None}
+    for plugin in installed:
         if plugin.error:
             log.warning("plugin not usable", plugin=plugin.name, error=plugin.error)
     return load_plugins(sorted(good), objects=good, check_cardinality=False, config_path="installed plugins")
