@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.cli import ERROR_PREFIX
 from plugmq.core.errors import PlugmqError
 from plugmq.core.pluginmanager import installed_plugins
 
@@ -54,17 +55,14 @@ def plugins(as_json: bool) -> None:
 
 
 @click.command("check-config")
-@click.argument("config_file", type=click.Path(path_type=Path))
+@click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
 def check_config(config_file: Path) -> None:
     """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written)."""
     from plugmq.core.config import load_config
     from plugmq.core.pluginmanager import build_options, load_plugins
 
     errors: list[str] = []
-    try:
-        config = load_config(config_file)
-    except PlugmqError as exc:
-        raise click.ClickException(str(exc)) from exc
+    config = load_config(config_file)  # a bad file is one error line (plugmq.cli reports it)
     declarations = {}
     try:
         loaded = load_plugins(config.plugins, config_path=f"{config.source}: broker.plugins")
@@ -78,7 +76,7 @@ def check_config(config_file: Path) -> None:
             errors.append(str(exc))
     if errors:
         for error in errors:
-            click.echo(f"error: {error}", err=True)
+            click.echo(ERROR_PREFIX + error, err=True)
         raise SystemExit(1)
     table = Table(title=f"broker {config.name!r} from {config.source}")
     table.add_column("plugin")

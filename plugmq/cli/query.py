@@ -10,10 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from plugmq.core.broker import Broker
-from plugmq.core.errors import PlugmqError
 from plugmq.core.message import MessageQueue, StoredMessage
 
-_config_option = click.option("--config", "config_file", type=click.Path(exists=True, path_type=Path),
+_config_option = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                               required=True, help="The broker's config file (the broker must not be running).")
 
 
@@ -33,10 +32,7 @@ def _print(messages: list[StoredMessage], as_json: bool) -> None:
 
 
 def _open(config_file: Path) -> Broker:
-    try:
-        return Broker.from_config(config_file)
-    except PlugmqError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return Broker.from_config(config_file)  # errors become one line in plugmq.cli
 
 
 @click.group("query")
@@ -51,10 +47,7 @@ def command() -> None:
 def by_id(config_file: Path, msg_id: str, as_json: bool) -> None:
     """Find the message with offset message id MSG_ID (one read)."""
     with _open(config_file) as broker:
-        try:
-            found = broker.query_by_id(msg_id)
-        except PlugmqError as exc:
-            raise click.ClickException(str(exc)) from exc
+        found = broker.query_by_id(msg_id)
         if found is None:
             raise click.ClickException(f"no message with id {msg_id}")
         _print([found], as_json)
@@ -72,10 +65,7 @@ def by_key(config_file: Path, topic: str, key: str, max_results: int, begin_ms: 
            as_json: bool) -> None:
     """Messages of TOPIC whose keys (or unique id) equal KEY, stored in [begin, end]."""
     with _open(config_file) as broker:
-        try:
-            _print(broker.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms), as_json)
-        except PlugmqError as exc:
-            raise click.ClickException(str(exc)) from exc
+        _print(broker.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms), as_json)
 
 
 @command.command("offset")

@@ -6,8 +6,6 @@ import sys
 
 import click
 
-from plugmq.core.errors import PlugmqError
-
 __all__ = ["command"]
 
 
@@ -33,7 +31,4 @@ def command(config_path: str, listen: str | None) -> None:
         click.echo(f"plugmq serve: listening on {address} (broker {name}, data {data_dir})")
         sys.stdout.flush()
 
-    try:
-        run(config_path, listen, ready)
-    except PlugmqError as exc:
-        raise click.ClickException(str(exc)) from exc
+    run(config_path, listen, ready)  # a PlugmqError becomes one error line in plugmq.cli

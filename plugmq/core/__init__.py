@@ -32,6 +32,7 @@ from plugmq.core.errors import *  # noqa: F403 - the hierarchy is the module's w
 from plugmq.core.errors import __all__ as _error_names
 from plugmq.core.hashing import TAG_SEPARATOR, java_string_hash, split_tags, tags_code
 from plugmq.core.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     DEFAULT_MAX_BODY_SIZE,
     AppendRequest,
@@ -120,6 +121,7 @@ __all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "decode_msg_id",
     "dlq_topic",
     "encode_msg_id",
+    "get_logger",
     "hookimpl",
     "hookspec",
     "is_system_topic",

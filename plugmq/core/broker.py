@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.config import DEFAULT_PLUGINS, BrokerConfig, load_config
@@ -44,6 +43,7 @@ from plugmq.core.errors import (
 )
 from plugmq.core.groups import GroupMember, GroupRegistry
 from plugmq.core.hashing import tags_code
+from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     AppendRequest,
     AppendResult,
@@ -73,7 +73,7 @@ from plugmq.core.transactions import LocalTransaction, TransactionProducer
 
 __all__ = ["Broker"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _PULL_SCAN_FACTOR = 16  # entries scanned per wanted message before a filtered pull gives up
 

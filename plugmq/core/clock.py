@@ -196,6 +196,6 @@ class SystemClock:
             try:
                 timer.callback()
             except Exception:  # noqa: BLE001 - a failing timer must not kill every other timer
-                import structlog
+                from plugmq.core.logs import get_logger
 
-                structlog.stdlib.get_logger(__name__).exception("timer callback failed")
+                get_logger(__name__).exception("timer callback failed")

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.clock import SystemClock, Timer
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, DelayUnsupportedError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
 from plugmq.core.names import RETRY_PREFIX, Prop, retry_topic, validate_group, validate_topic
@@ -39,7 +39,7 @@ __all__ = [
     "Subscription",
 ]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 _client_counter = itertools.count(1)
 
 

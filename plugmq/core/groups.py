@@ -13,15 +13,15 @@ from collections.abc import Callable
 from typing import Protocol
 
 import attrs
-import structlog
 
 from plugmq.core.clock import Clock, Timer
+from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 
 __all__ = ["GroupMember", "GroupRegistry"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class GroupMember(Protocol):

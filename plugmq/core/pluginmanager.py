@@ -16,7 +16,6 @@ from typing import Any
 
 import attrs
 import pluggy
-import structlog
 
 from plugmq.core import hookspecs
 from plugmq.core.contracts import (
@@ -32,6 +31,7 @@ from plugmq.core.contracts import (
     TransactionService,
 )
 from plugmq.core.errors import ConfigError, PluginCardinalityError, PluginError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
 from plugmq.core.plugin_options import build_plugin_options
 
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "plugmq.plugins"
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def available_plugins() -> dict[str, EntryPoint]:

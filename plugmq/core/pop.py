@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import attrs
-import structlog
 
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ReceiptHandleError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import Prop
@@ -42,7 +42,7 @@ from plugmq.core.popstate import Inflight, Lane, PopState
 
 __all__ = ["PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _STORED_FIELDS = tuple(field.name for field in attrs.fields(StoredMessage))
 

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.errors import ClientError, CorruptRecordError
+from plugmq.core.logs import get_logger
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _SNAPSHOT = "pop-snapshot.json"
 _VERSION = 1

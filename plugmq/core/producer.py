@@ -8,16 +8,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import structlog
-
 from plugmq.core.errors import ClientError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import Message, MessageQueue, SendResult
 from plugmq.core.names import validate_group
 from plugmq.core.ports import Sending
 
 __all__ = ["Producer", "QueueSelector", "select_queue"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 """RocketMQ's MessageQueueSelector: (topic's queues, message, arg) -> the queue to use."""

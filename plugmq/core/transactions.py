@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.contracts import (
     TransactionChecker,
@@ -22,6 +21,7 @@ from plugmq.core.contracts import (
     TransactionService,
 )
 from plugmq.core.errors import ClientError, TransactionError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     AppendStatus,
     Message,
@@ -35,7 +35,7 @@ from plugmq.core.producer import QueueSelector, select_queue
 
 __all__ = ["LocalTransaction", "TransactionProducer", "TransactionSendResult"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 LocalTransaction = Callable[[Message, Any], TransactionDecision]
 """RocketMQ's executeLocalTransaction: (the message, the caller's arg) -> the local outcome."""

@@ -12,11 +12,11 @@ from typing import Any, Self
 
 import attrs
 import grpc
-import structlog
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
+from plugmq.core.logs import get_logger
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
@@ -24,7 +24,7 @@ from plugmq.server.wakeup import StoredObserver, Wakeup
 
 __all__ = ["PlugmqServer", "ServerThread", "run"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _OBSERVER_NAME = "plugmq-serve"
 

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import attrs
 import grpc
-import structlog
 from rocketmq.grpc_protocol import (
     ClientType,
     Code,
@@ -33,6 +32,7 @@ from rocketmq.grpc_protocol import (
 
 from plugmq.core.contracts import Filter, TransactionDecision
 from plugmq.core.errors import InvalidNameError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendStatus, SendStatus
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
@@ -47,7 +47,7 @@ from plugmq.server.wakeup import Wakeup
 
 __all__ = ["MessagingService"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 _ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import structlog
 from rocketmq.grpc_protocol import Code, Status
 
 from plugmq.core.errors import (
@@ -20,10 +19,11 @@ from plugmq.core.errors import (
     TransactionError,
     ValidationError,
 )
+from plugmq.core.logs import get_logger
 
 __all__ = ["RpcFailure", "failure_of", "ok", "status_of"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class RpcFailure(Exception):

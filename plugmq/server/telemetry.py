@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import structlog
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import ClientType, Code, Settings, TelemetryCommand
 
 from plugmq.core.contracts import TransactionDecision
 from plugmq.core.errors import InvalidNameError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
 from plugmq.core.names import MAX_NAME_LENGTH, validate_group
 from plugmq.server.convert import to_proto
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Session", "Sessions", "txn_group"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _CONSUMERS = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
 

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.broker import Broker
 from plugmq.core.clock import Clock
 from plugmq.core.consumer import ConsumeFrom, ConsumeStatus, PushConsumer
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import DelayUnsupportedError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, StoredMessage
 from plugmq.core.pluginmanager import build_options
 from plugmq.spark.experiments import Experiment
@@ -41,7 +41,7 @@ from plugmq.spark.workload import SEQ, topic_names
 
 __all__ = ["GroupState", "Replay", "run_experiment"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _DURABILITY_KEY = re.compile(r"flush|fsync|sync|wal", re.IGNORECASE)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from plugmq.core import AllocationError, MessageQueue
+from plugmq.core.logs import get_logger
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def check_inputs(

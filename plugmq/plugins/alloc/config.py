@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
-import structlog
 
 from plugmq.core import AllocationCapabilities, AllocationError, MessageQueue
+from plugmq.core.logs import get_logger
 from plugmq.plugins.alloc._common import take_params
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @attrs.frozen

@@ -18,8 +18,6 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 
-import structlog
-
 from plugmq.core import (
     SCHEDULE_TOPIC,
     AppendRequest,
@@ -31,6 +29,7 @@ from plugmq.core import (
     DelayUnsupportedError,
     Timer,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_level.lateness import Lateness
 from plugmq.plugins.delay_level.offsets import OffsetTable
 from plugmq.plugins.delay_level.options import DelayLevelOptions
@@ -39,7 +38,7 @@ from plugmq.plugins.delay_level.rewrite import dead_letter_copy, restore, to_sch
 __all__ = ["NAME", "LevelDelayScheduler", "capabilities_for"]
 
 NAME = "delay_level"
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _READ_CHUNK = 64
 

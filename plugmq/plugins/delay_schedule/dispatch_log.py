@@ -20,11 +20,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
-import structlog
+
+from plugmq.core.logs import get_logger
 
 __all__ = ["CANCELLED", "DELIVERED", "INTENT", "DispatchState", "encode_dispatch", "read_dispatch_log"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 INTENT = ord("I")
 DELIVERED = ord("D")

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-import structlog
 
 from plugmq.core import Clock, ConfigError, StoreError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.files import atomic_write
 from plugmq.plugins.delay_schedule.message_log import MessageLog
 from plugmq.plugins.delay_schedule.records import MessageLogRecord
@@ -28,7 +28,7 @@ from plugmq.plugins.delay_schedule.schedule_log import ScheduleLog, Segment
 
 __all__ = ["Checkpoint", "CheckpointStore", "LogIterator"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 OnAppended = Callable[[Segment, int, int, MessageLogRecord, bool], None]
 

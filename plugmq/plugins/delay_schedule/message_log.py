@@ -18,9 +18,8 @@ import struct
 import threading
 from pathlib import Path
 
-import structlog
-
 from plugmq.core import StoreError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.files import fsync_dir
 from plugmq.plugins.delay_schedule.records import (
     ML_HEAD,
@@ -31,7 +30,7 @@ from plugmq.plugins.delay_schedule.records import (
 
 __all__ = ["MessageLog"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _READ_CHUNK = 1 << 20
 _SUFFIX = ".log"

@@ -14,9 +14,9 @@ import struct
 from pathlib import Path
 
 import attrs
-import structlog
 
 from plugmq.core import StoreError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.dispatch_log import (
     DispatchState,
     encode_dispatch,
@@ -34,7 +34,7 @@ from plugmq.plugins.delay_schedule.records import (
 
 __all__ = ["ScheduleLog", "Segment"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _SEG = ".seg"
 _DISPATCH = ".dispatch"

@@ -26,7 +26,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 import attrs
-import structlog
 
 from plugmq.core import (
     AppendRequest,
@@ -43,6 +42,7 @@ from plugmq.core import (
     decode_msg_id,
     encode_msg_id,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
 from plugmq.plugins.delay_schedule.message_log import MessageLog
@@ -57,7 +57,7 @@ from plugmq.plugins.delay_schedule.wheel import HashedWheel, WheelEntry
 
 __all__ = ["PLUGIN_NAME", "ScheduleDelayScheduler", "capabilities_for"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 PLUGIN_NAME = "delay_schedule"
 _DELAY_PROPS = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)

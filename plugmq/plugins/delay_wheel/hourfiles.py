@@ -12,9 +12,8 @@ import os
 import struct
 from pathlib import Path
 
-import structlog
-
 from plugmq.core import CorruptRecordError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_wheel.codec import (
     HEAD,
     HEAD_FILE_SIZE,
@@ -34,7 +33,7 @@ from plugmq.plugins.delay_wheel.region import Region
 
 __all__ = ["HOUR_FILE_SUFFIXES", "HourFiles", "hour_file_stem"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _LOG_PREALLOC = 1 << 20
 _INDEX_PREALLOC = 1 << 16

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
-import structlog
 
 from plugmq.core import (
     AppendRequest,
@@ -30,6 +29,7 @@ from plugmq.core import (
     Prop,
     Timer,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_wheel.checkpoint import (
     CheckpointState,
     Phase,
@@ -49,7 +49,7 @@ from plugmq.plugins.delay_wheel.options import DelayWheelOptions
 
 __all__ = ["WheelDelayScheduler", "capabilities_for"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _WINDOW_HOURS = 2
 

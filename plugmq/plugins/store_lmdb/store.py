@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import lmdb
-import structlog
 
 from plugmq.core import (
     ConsumeQueueEntry,
@@ -32,9 +31,10 @@ from plugmq.core import (
 )
 from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_lmdb.options import LmdbOptions
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 CAPABILITIES = StoreCapabilities(
     sync_flush=True, async_flush=True, query_by_key=True, query_by_time=True, crash_recovery=True,

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
 from plugmq.core import StoreError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
 from plugmq.plugins.store_mmap.record import (
     BLANK,
@@ -29,7 +28,7 @@ from plugmq.plugins.store_mmap.record import (
 
 __all__ = ["CommitLog", "SegmentAllocator"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _NAME = re.compile(r"\d{20}")
 

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import structlog
 
 from plugmq.core import ConsumeQueueEntry, InvalidNameError, validate_topic
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "ConsumeQueues"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size

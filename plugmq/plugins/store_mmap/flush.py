@@ -16,13 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
-
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.commitlog import CommitLog
 
 __all__ = ["FlushService", "GroupCommit"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 PAGE = 4096
 

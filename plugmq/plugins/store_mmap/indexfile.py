@@ -26,14 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import structlog
 
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
 __all__ = ["IndexFile", "IndexService"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size  # 40

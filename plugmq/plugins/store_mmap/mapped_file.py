@@ -13,13 +13,12 @@ import os
 import threading
 from pathlib import Path
 
-import structlog
-
 from plugmq.core import StoreError
+from plugmq.core.logs import get_logger
 
 __all__ = ["MappedFile", "fsync_dir", "offset_name"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-import structlog
 
 from plugmq.core import Prop
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.checkpoint import CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueues
@@ -27,7 +27,7 @@ from plugmq.plugins.store_mmap.record import Decoded
 
 __all__ = ["RecoveryReport", "recover"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _INDEX_BATCH = 4096
 

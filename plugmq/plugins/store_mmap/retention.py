@@ -13,9 +13,8 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
-import structlog
-
 from plugmq.core import StoreFullError
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile
 from plugmq.plugins.store_mmap.options import MmapStoreOptions, parse_delete_when
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Retention"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Retention:

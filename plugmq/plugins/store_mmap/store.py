@@ -28,8 +28,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-import structlog
-
 from plugmq.core import (
     DEFAULT_MAX_BODY_SIZE,
     AppendRequest,
@@ -47,6 +45,7 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
 from plugmq.plugins.store_mmap.consumequeue import ENTRY as CQ_ENTRY
@@ -81,7 +80,7 @@ from plugmq.plugins.store_mmap.retention import Retention
 
 __all__ = ["CAPABILITIES", "MmapMessageStore"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 CAPABILITIES = StoreCapabilities(
     sync_flush=True,

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
-import structlog
 from rocksdict import (
     DBCompressionType,
     DBRecoveryMode,
@@ -39,9 +38,10 @@ from plugmq.core import (
 )
 from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_rocks.options import RocksOptions
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 CAPABILITIES = StoreCapabilities(
     sync_flush=True, async_flush=True, query_by_key=True, query_by_time=True, crash_recovery=True,

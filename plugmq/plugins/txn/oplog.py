@@ -28,11 +28,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
-import structlog
+
+from plugmq.core.logs import get_logger
 
 __all__ = ["CHECKED", "COMMIT", "DISCARD", "DONE", "LOST", "ROLLBACK", "WATERMARK", "OpLog", "OpState", "record"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 COMMIT = ord("C")
 ROLLBACK = ord("R")

@@ -24,8 +24,6 @@ from collections import Counter
 from collections.abc import Mapping
 from itertools import chain
 
-import structlog
-
 from plugmq.core import (
     TRANS_DISCARD_TOPIC,
     TRANS_HALF_TOPIC,
@@ -44,6 +42,7 @@ from plugmq.core import (
     decode_msg_id,
     validate_group,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.txn import oplog
 from plugmq.plugins.txn.halves import (
     HALF_QUEUE,
@@ -60,7 +59,7 @@ from plugmq.plugins.txn.schedule import OpenTxn, Schedule
 
 __all__ = ["PLUGIN_NAME", "TxnService", "capabilities_for"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 PLUGIN_NAME = "txn"
 _SCAN_CHUNK = 1024

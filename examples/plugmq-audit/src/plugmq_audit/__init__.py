@@ -9,11 +9,10 @@ import threading
 from collections import Counter
 
 import attrs
-import structlog
 
-from plugmq.core import Family, PluginContext, PluginDeclaration, StoredMessage, hookimpl
+from plugmq.core import Family, PluginContext, PluginDeclaration, StoredMessage, get_logger, hookimpl
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _lock = threading.Lock()
 #: broker name -> Counter of ("stored" | "delivered", topic)
