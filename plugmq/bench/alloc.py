@@ -15,6 +15,7 @@ Baseline, measured in the same run: a plain Python loop copying the queue list
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 import time
@@ -96,13 +97,14 @@ def measure(
     clock: Clock = time.process_time,
 ) -> dict[str, float]:
     picks = [ids[i * (len(ids) - 1) // max(1, samples - 1)] for i in range(samples)] if len(ids) > 1 else ids
-    cold = statistics.median(
-        _seconds(clock, lambda cid=cid: factory(**params).allocate("bench", cid, queues, ids)) for cid in picks
-    )
+    def fresh(cid: str) -> object:
+        return factory(**params).allocate("bench", cid, queues, ids)
+
+    cold = statistics.median(_seconds(clock, functools.partial(fresh, cid)) for cid in picks)
     shared = factory(**params)
     shared.allocate("bench", ids[0], queues, ids)
     warm = statistics.median(
-        _seconds(clock, lambda cid=cid: shared.allocate("bench", cid, queues, ids)) for cid in picks
+        _seconds(clock, functools.partial(shared.allocate, "bench", cid, queues, ids)) for cid in picks
     )
 
     strategy = factory(**params)

@@ -15,6 +15,7 @@ has to do. Ratios are rate / raw-read rate.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,10 +77,10 @@ def measure_sends(store: str, flush: str, sends: int, body_size: int) -> dict[st
                                                                     for _ in range(sends)])
                 txn = _producer(broker, lambda _m: TransactionDecision.UNKNOWN)
                 rates[f"txn COMMIT, op log {label}"] = _rate(
-                    sends, lambda txn=txn: _send_all(txn, sends, body, TransactionDecision.COMMIT))
+                    sends, functools.partial(_send_all, txn, sends, body, TransactionDecision.COMMIT))
                 if fsync:
                     rates["txn ROLLBACK, op log fsync"] = _rate(
-                        sends, lambda txn=txn: _send_all(txn, sends, body, TransactionDecision.ROLLBACK))
+                        sends, functools.partial(_send_all, txn, sends, body, TransactionDecision.ROLLBACK))
     return rates
 
 

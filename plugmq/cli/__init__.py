@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import click
 import structlog
+from structlog.typing import Processor
 
 from plugmq.core.errors import PlugmqError
 
@@ -44,7 +45,7 @@ _COMMANDS = {
 }
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler[Any]):
     """Writes to whatever ``sys.stderr`` is when a record comes (test runners swap it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -73,7 +74,7 @@ def configure_logging(json_lines: bool, level: str) -> None:
         cache_logger_on_first_use=False,
     )
     renderer: Any = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
-    rendering = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    rendering: list[Processor] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if json_lines:
         rendering.append(structlog.processors.format_exc_info)
     formatter = structlog.stdlib.ProcessorFormatter(

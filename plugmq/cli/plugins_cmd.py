@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import attrs
 import click
@@ -20,7 +21,8 @@ def _capabilities_text(value: object) -> str:
     if value is None:
         return "-"
     if attrs.has(type(value)):
-        shown = {k: v for k, v in attrs.asdict(value, recurse=False).items() if v not in (None, {}, ())}
+        shown = {k: v for k, v in attrs.asdict(cast(attrs.AttrsInstance, value), recurse=False).items()
+                 if v not in (None, {}, ())}
         return ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
     if isinstance(value, Mapping):  # keyed capabilities, e.g. one value per allocation strategy
         return "\n".join(f"{k}: {_capabilities_text(v)}" for k, v in value.items())
@@ -31,7 +33,7 @@ def _capabilities_text(value: object) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def plugins(as_json: bool) -> None:
     """List installed plugins (entry-point group plugmq.plugins): family, version, capabilities."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for plugin in installed_plugins():
         decl = plugin.declaration
         rows.append({

@@ -85,9 +85,9 @@ def main(argv: list[str]) -> int:
     topic = spec["topic"]
     broker.create_topic(topic, 1)
     if step in ("commit_before_visible", "commit_after_visible", "check_commit_before_visible"):
-        broker.store = _KillingStore(broker.store, topic, step == "commit_after_visible", die)  # type: ignore[assignment]
+        broker.store = _KillingStore(broker.store, topic, step == "commit_after_visible", die)
     elif step == "discard_before_visible":
-        broker.store = _KillingStore(broker.store, TRANS_DISCARD_TOPIC, False, die)  # type: ignore[assignment]
+        broker.store = _KillingStore(broker.store, TRANS_DISCARD_TOPIC, False, die)
 
     def local(_message: Message, _arg: object) -> TransactionDecision:
         if step == "in_local":

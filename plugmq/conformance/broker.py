@@ -144,7 +144,7 @@ class BrokerConformance:
         broker = open_broker()
         broker.create_topic(self.TOPIC, 4)
         seen: dict[str, list[int]] = defaultdict(list)
-        suspended = []
+        suspended: list[float] = []
 
         def listener(messages: list[StoredMessage]) -> OrderlyStatus:
             message = messages[0]

@@ -201,6 +201,7 @@ def _entry(tags: str | None) -> ConsumeQueueEntry:
 
 def _evaluate_cleanly(flt: Filter, properties: Mapping[str, str], tags: str | None) -> Any:
     """evaluate's result, or FilterEvaluationError's class; anything else propagates."""
+    result: bool | type[FilterEvaluationError] | None
     try:
         result = flt.evaluate(properties, tags)
     except FilterEvaluationError:

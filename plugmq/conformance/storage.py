@@ -159,6 +159,13 @@ def assert_stored(got: StoredMessage | None, req: AppendRequest, res: AppendResu
     assert got.store_host == store_host and got.msg_id == res.msg_id
 
 
+def read_present(store: MessageStore, commit_log_offset: int) -> StoredMessage:
+    """The message at ``commit_log_offset``, which the clause knows is there."""
+    got = store.read(commit_log_offset)
+    assert got is not None, f"message at commit-log offset {commit_log_offset} not found"
+    return got
+
+
 class Opener:
     """Opens stores of one plugin in one directory; closes whatever is still open at teardown."""
 
@@ -241,7 +248,7 @@ class StoreConformance:
             assert_stored(store.read(res.commit_log_offset), req, res)
         store = opener.reopen(store)
         entries = store.read_queue(TOPIC, 0, 0, 10)
-        assert [len(store.read(e.commit_log_offset).body) for e in entries] == [0, DEFAULT_MAX_BODY_SIZE, 5]
+        assert [len(read_present(store, e.commit_log_offset).body) for e in entries] == [0, DEFAULT_MAX_BODY_SIZE, 5]
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -570,7 +577,7 @@ class StoreConformance:
         res = store.append(request(queue_id=0, body=b"fresh"))
         assert res.queue_offset == 20
         store = opener.reopen(store)
-        assert store.max_offset(TOPIC, 0) == 21 and store.read(res.commit_log_offset).body == b"fresh"
+        assert store.max_offset(TOPIC, 0) == 21 and read_present(store, res.commit_log_offset).body == b"fresh"
 
     # -- model-based --------------------------------------------------------------------------
 
@@ -634,15 +641,15 @@ def _check_after_kill(store: MessageStore, acked: Mapping[int, tuple[int, int, i
         for entry in entries:
             got = store.read(entry.commit_log_offset)
             assert got is not None, f"queue {qid} entry {entry.queue_offset} points at no record after the kill"
-            index = child.index_of(got.body)
-            assert index is not None, f"a damaged record came back at commit-log offset {entry.commit_log_offset}"
+            found = child.index_of(got.body)
+            assert found is not None, f"a damaged record came back at commit-log offset {entry.commit_log_offset}"
             assert got.queue_offset == entry.queue_offset and got.queue_id == qid
-            indexes_seen.add(index)
+            indexes_seen.add(found)
     assert set(acked) <= indexes_seen, "acknowledged messages missing from their consume queues"
     before = store.max_offset("AfterCrash", 0)  # another topic: the writer's queues stay its own
     res = store.append(AppendRequest("AfterCrash", 0, b"after the crash"))
     assert res.queue_offset == before
-    assert store.read(res.commit_log_offset).body == b"after the crash"
+    assert read_present(store, res.commit_log_offset).body == b"after the crash"
 
 
 # ---------------------------------------------------------------------------------------------

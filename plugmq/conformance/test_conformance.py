@@ -85,7 +85,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("delay_plugin", _params(config, Family.DELAY), indirect=True)
     if "broker_plugins" in metafunc.fixturenames:
         params = []
-        for name in plugins_under_test(config) or [None]:
+        names: list[str | None] = [*plugins_under_test(config)] or [None]
+        for name in names:
             if name is None:
                 params.append(pytest.param(None, marks=pytest.mark.skip(reason="name a plugin with --plugmq-plugin NAME")))
                 continue

@@ -31,6 +31,7 @@ from plugmq.conformance._txn_support import body_for, open_producer
 from plugmq.core import (
     TRANS_DISCARD_TOPIC,
     TRANS_HALF_TOPIC,
+    Clock,
     Family,
     ManualClock,
     Message,
@@ -52,7 +53,7 @@ COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLL
 class Checks:
     """A check listener that records (virtual time, message) per call and answers ``answer``."""
 
-    def __init__(self, clock: ManualClock, answer: TransactionDecision | Callable[[StoredMessage], Any] = UNKNOWN):
+    def __init__(self, clock: Clock, answer: TransactionDecision | Callable[[StoredMessage], Any] = UNKNOWN):
         self.clock = clock
         self.answer = answer
         self.calls: list[tuple[float, StoredMessage]] = []
@@ -119,7 +120,7 @@ class TransactionConformance:
         return broker.transactions.capabilities
 
     def visible(self, broker: Broker, body: bytes | None = None) -> list[StoredMessage]:
-        found = []
+        found: list[StoredMessage] = []
         for queue in broker.topic_queues(self.TOPIC):
             found += broker.pull(queue, broker.min_offset(queue), 1024).messages
         return [m for m in found if body is None or m.body == body]
@@ -214,7 +215,8 @@ class TransactionConformance:
 
         sent_at = clock.now()
         result = open_producer(broker, self.GROUP, failing, checks).send_in_transaction(Message(self.TOPIC, b"raised"))
-        assert result.local_decision is UNKNOWN and not result.applied and "database unreachable" in result.local_error
+        assert result.local_decision is UNKNOWN and not result.applied
+        assert result.local_error is not None and "database unreachable" in result.local_error
         silent = open_producer(broker, self.GROUP, _by_arg, checks).send_in_transaction(
             Message(self.TOPIC, b"silent"), None)  # a local transaction that answers nothing
         assert silent.local_decision is UNKNOWN and not silent.applied
@@ -425,7 +427,7 @@ class TransactionConformance:
                     "the check made before the crash must still count after the restart"
         elif step == "discard_before_visible":
             assert (len(visible), len(dropped), len(checks.calls)) == (0, 1, 0)
-        assert broker.transactions.pending() == 0
+        assert broker.transactions is not None and broker.transactions.pending() == 0
         broker.close()
         again = Checks(clock, COMMIT)
         broker = open_broker(clock)

@@ -2,13 +2,19 @@
 
 The hook specs (``hookspecs.py``) say *when* a plugin is asked; these Protocols say *what* the
 returned components must do. Capabilities are frozen attrs values a plugin declares so the broker
-and the conformance suite can tell a missing feature from a broken one.
+and the conformance suite can tell a missing feature from a broken one. Each family's
+conformance suite (``plugmq.conformance``) checks exactly the rules written here.
+
+Data members of a Protocol (``capabilities``, ``name``, ``expression_type``, ...) are declared as
+read-only properties: an implementation may provide them as a class attribute, an instance
+attribute, an attrs field or a property, and type-checks as the Protocol either way. The core
+only reads them.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,17 +64,30 @@ class Family(enum.Enum):
     EVENTS = "events"  # any number
 
 
+def _families(value: Iterable[Family]) -> frozenset[Family]:
+    return frozenset(value)
+
+
 @attrs.frozen
 class PluginDeclaration:
     """What a plugin says about itself (returned by ``plugmq_declare``).
 
-    ``name`` must equal the plugin's entry-point name. ``options`` is an attrs class whose fields
-    (all with defaults) are the keys allowed in the plugin's ``[plugins.<name>]`` config table;
-    None means the plugin takes no options. ``capabilities`` is the family's capability value.
+    ``name`` must equal the plugin's entry-point name. ``families``: any iterable of
+    :class:`Family` (a set literal is fine). ``capabilities`` is the family's capability value
+    (for keyed families, a mapping key -> capability value).
+
+    ``options`` is an attrs class whose fields are the keys allowed in the plugin's
+    ``[plugins.<name>]`` config table (None: the plugin takes no options). Every field has a
+    default and a type annotation; the core checks each value against the annotation before the
+    class is built, so validators only see values of the declared type. Validators (attrs'
+    own, or functions raising ValueError / TypeError / ConfigError) say what else a value must
+    satisfy, in words a user can act on; ``metadata={"expected": "..."}`` words the expectation
+    when the type does not. The core reports any failure as one ConfigError naming the plugin,
+    the key, the value and what is expected (``plugmq.core.plugin_options``).
     """
 
     name: str
-    families: frozenset[Family] = attrs.field(converter=frozenset)
+    families: frozenset[Family] = attrs.field(converter=_families)
     description: str = ""
     options: type | None = None
     capabilities: Any = None
@@ -126,7 +145,9 @@ class MessageStore(Protocol):
     position that, with the store host, forms the message id (one read finds the message).
     """
 
-    capabilities: StoreCapabilities
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
 
     def append(self, request: AppendRequest) -> AppendResult:
         """Store one message; assign its queue offset, commit-log offset and store timestamp.
@@ -242,7 +263,9 @@ class DelayScheduler(Protocol):
     delivered with the request's real topic/queue and delay properties cleared, never early.
     """
 
-    capabilities: DelayCapabilities
+    @property
+    def capabilities(self) -> DelayCapabilities:
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
 
     def schedule(self, request: AppendRequest, *, deliver_at_ms: int, delay_level: int | None) -> AppendResult:
         """Accept a delayed message durably. ``delay_level`` is set for a level request.
@@ -289,8 +312,13 @@ class Filter(Protocol):
     whose property-name bloom is ``bits``).
     """
 
-    expression_type: str
-    expression: str
+    @property
+    def expression_type(self) -> str:
+        """The type it was compiled as ("TAG", "SQL92", ...)."""
+
+    @property
+    def expression(self) -> str:
+        """The subscription text it was compiled from, unchanged."""
 
     def precheck(self, entry: ConsumeQueueEntry) -> bool:
         """Broker-side check on the consume-queue entry alone. False only if the message surely
@@ -305,8 +333,15 @@ class Filter(Protocol):
 
 @runtime_checkable
 class FilterCompiler(Protocol):
-    expression_type: str
-    capabilities: FilterCapabilities
+    """Compiles subscription expressions of one type (the key it is offered under)."""
+
+    @property
+    def expression_type(self) -> str:
+        """The expression type it compiles; equal to the key of ``plugmq_filter_compilers``."""
+
+    @property
+    def capabilities(self) -> FilterCapabilities:
+        """What its filters offer the broker (e.g. a pre-check on consume-queue entries)."""
 
     def compile(self, expression: str) -> Filter:
         """Compile once per subscription. Raises FilterSyntaxError (with position) on bad input."""
@@ -331,8 +366,15 @@ class AllocationCapabilities:
 
 @runtime_checkable
 class AllocateStrategy(Protocol):
-    name: str
-    capabilities: AllocationCapabilities
+    """RocketMQ's AllocateMessageQueueStrategy: which queues one consumer of a group takes."""
+
+    @property
+    def name(self) -> str:
+        """The strategy name; equal to the key of ``plugmq_allocate_strategies``."""
+
+    @property
+    def capabilities(self) -> AllocationCapabilities:
+        """What the union of the consumers' answers covers."""
 
     def allocate(
         self,
@@ -410,7 +452,9 @@ class TransactionService(Protocol):
     delivering) and a settled transaction is never checked again, also after a restart.
     """
 
-    capabilities: TransactionCapabilities
+    @property
+    def capabilities(self) -> TransactionCapabilities:
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
 
     def prepare(self, request: AppendRequest, producer_group: str) -> AppendResult:
         """Store a half message for ``request`` (its real topic/queue), invisible to consumers.

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 __all__ = ["LibraryLogger", "get_logger"]
 
@@ -39,7 +39,7 @@ def _render_for_stdlib(_logger: WrappedLogger, _method: str, event_dict: EventDi
     return (message,), log_kwargs
 
 
-_UNCONFIGURED_PROCESSORS = [
+_UNCONFIGURED_PROCESSORS: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.PositionalArgumentsFormatter(),
     _render_for_stdlib,
