@@ -140,40 +140,100 @@ class StoreCapabilities:
 class MessageStore(Protocol):
     """A commit log with per-queue consume queues and indexes (RocketMQ's DefaultMessageStore).
 
-    Thread-safe: appends and reads may come from many threads. Offsets: ``queue_offset`` is the
-    dense 0-based index of a message in its (topic, queue); ``commit_log_offset`` is a store-wide
-    position that, with the store host, forms the message id (one read finds the message).
+    The rules below are what ``plugmq.conformance.storage`` checks, clause by clause (clause
+    names in brackets); a store that keeps them passes it.
+
+    Opening (``plugmq_make_store``), every time, also after a crash [restart_after_kill_mid_write,
+    corrupted_tail_never_returned]:
+      - Recover what was stored: every append that returned before a clean ``close`` — and, with
+        the ``crash_recovery`` capability, before a SIGKILL of the process (given the flush mode
+        makes it survive one) — reads back exactly as it was acknowledged.
+      - Verify the tail: a record that fails its integrity check (torn by a crash, damaged on
+        disk) is cut at open **together with everything stored after it**, and the consume-queue
+        entries and index entries of everything cut are removed with it. Never hand out a damaged
+        record, never keep an entry that points at nothing or at a damaged record, never leave a
+        hole in a queue. Damage must be noticed: a store that reads a damaged record back as
+        valid fails. After the cut, appends continue at the new max offset of each queue.
+      - Pick up the clock (``context.clock``; store timestamps come from it), the store host
+        (message ids) and the plugin's options; keep files under ``context.plugin_dir(name)``.
+
+    Names: re-check every topic name against the name rule (``plugmq.core.names``) before it
+    touches the file system, although ``AppendRequest`` already validated it — a request can be
+    built around validation. A bad name is refused with ValidationError (InvalidNameError) or
+    StoreError; nothing is written, no file or directory is created, and in a batch the valid
+    requests are not written either [badly_named_topic_rejected].
+
+    Appends [single_append_round_trip, batch_append_round_trip, empty_and_max_size_bodies,
+    queue_offsets_dense_and_monotonic, oversize_record_refused_and_store_usable]:
+      - ``queue_offset`` is the dense 0-based index of a message in its (topic, queue): no gaps,
+        no repeats. ``commit_log_offset`` is a store-wide position that grows with every append
+        and, with the store host, forms the message id (``encode_msg_id``; one read finds it).
+      - The stored message is exactly the request (topic, queue, body bytes, every property,
+        tags code, born timestamp and host, reconsume times, sys flag, prepared transaction
+        offset) plus the assigned offsets, size, store timestamp (``clock.now_ms()``), store host
+        and msg_id; bodies from empty to ``DEFAULT_MAX_BODY_SIZE`` bytes.
+      - A body above the limit is refused (MessageTooLargeError or StoreError); a refused append
+        or batch writes nothing at all and the store stays usable.
+
+    Reads [read_queue_paging, min_max_offsets_and_queues, query_by_id_and_unknown_ids]: see the
+    methods. A read of a position that holds no message returns None, never raises.
+
+    Threads [readers_never_see_past_max_offset, concurrent_writers_lose_and_interleave_nothing],
+    with the ``concurrent_writers`` capability: appends and reads from many threads; no offset
+    lost or doubled; the messages of one batch are consecutive in each queue (nothing from
+    another writer inside); one writer's appends keep their order; ``read_queue`` never shows an
+    entry that ``max_offset`` read afterwards does not count.
+
+    Durability [close_and_reopen_keep_everything, restart_after_kill_mid_write]: ``close`` keeps
+    everything; offsets, keys and ids are the same after reopening and appends continue after
+    the last offsets. ``close`` is idempotent.
+
+    Retention [retention_keeps_fresh_and_stays_consistent], with the ``retention`` capability:
+    ``clean_expired`` removes nothing that is not expired; after removing, each queue is readable
+    from its ``min_offset`` to its ``max_offset`` without holes, entries below ``min_offset`` are
+    not returned, and appends continue at the old max offset, also after a reopen.
+
+    A model-based clause [stateful_against_reference_model] mixes appends, batches, reads,
+    queries, clock steps and reopens and compares every answer with plain Python lists.
     """
 
     @property
     def capabilities(self) -> StoreCapabilities:
-        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``
+        [declares_storage_and_satisfies_protocol]."""
 
     def append(self, request: AppendRequest) -> AppendResult:
         """Store one message; assign its queue offset, commit-log offset and store timestamp.
 
         Returns PUT_OK, or FLUSH_DISK_TIMEOUT when sync flush did not complete in time (the
         message is stored but not known durable). Raises StoreError (StoreFullError when the disk
-        is above the critical watermark); a refused write leaves nothing behind.
+        is above the critical watermark), MessageTooLargeError or ValidationError (a topic name
+        that breaks the name rule); a refused write leaves nothing behind.
         """
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Store several messages atomically where the engine allows (one flush covers all).
 
-        Results are in request order; queue offsets are consecutive per queue.
+        Results are in request order; queue offsets are consecutive per queue, with no other
+        writer's message between them. An empty batch returns ``[]``. If any request is refused
+        (size, name), none is written.
         """
 
     def read(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message at ``commit_log_offset`` (``size`` is a hint), or None if there is none.
 
-        Never returns a record that fails its integrity check.
+        Never returns a record that fails its integrity check; None for any position past the
+        end, however far.
         """
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
         """Up to ``max_entries`` consume-queue entries from queue offset ``offset`` on, in order.
 
-        Empty when ``offset`` is at or past the max offset. Reading entries never touches the
-        commit log, so a broker-side pre-check can reject entries cheaply.
+        Each entry carries the message's commit-log offset, size and tags code. Empty when
+        ``offset`` is at or past the max offset, when ``max_entries`` is 0, and for an unknown
+        topic or queue; entries below ``min_offset`` are never returned. Reading
+        entries never touches the commit log, so a broker-side pre-check can reject entries
+        cheaply.
         """
 
     def min_offset(self, topic: str, queue_id: int) -> int:
@@ -183,24 +243,32 @@ class MessageStore(Protocol):
         """One past the last queue offset written (0 for an empty or unknown queue)."""
 
     def queues(self) -> Mapping[str, int]:
-        """Topic -> number of queues seen (highest queue id + 1), for recovery and admin."""
+        """Topic -> number of queues seen (highest queue id written + 1), for recovery and admin."""
 
     def query_by_id(self, msg_id: str) -> StoredMessage | None:
-        """Look a message up by its offset message id (one read); None if not found."""
+        """Look a message up by its offset message id (one read); None if not found (also for an
+        id past the end); never a damaged record."""
 
     def query_by_key(
         self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0, end_ms: int | None = None
     ) -> list[StoredMessage]:
-        """Messages of ``topic`` whose keys or unique id equal ``key``, stored in [begin, end]."""
+        """Messages of ``topic`` whose keys or unique id equal ``key``, stored in [begin, end].
+
+        ``Prop.KEYS`` holds space-separated keys, each a key; ``Prop.UNIQ_KEY`` is a key too. Both
+        bounds are inclusive store timestamps; at most ``max_results`` messages; ``[]`` for an
+        unknown topic or key. Only with the ``query_by_key`` capability
+        [query_by_key_and_time_range].
+        """
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset whose store time is >= ``timestamp_ms`` (max offset if none)."""
+        """The first queue offset whose store time is >= ``timestamp_ms``; the max offset if none
+        (0 for an empty queue). Only with the ``query_by_time`` capability [offset_for_timestamp]."""
 
     def flush(self) -> None:
         """Make everything appended so far durable."""
 
     def clean_expired(self, now_ms: int) -> int:
-        """Apply the retention policy; return how many segments/files were removed."""
+        """Apply the retention policy at ``now_ms``; return how many segments/files were removed."""
 
     def stats(self) -> Mapping[str, float]:
         """Counters for metrics (bytes written, messages, flushes, ...)."""
@@ -259,33 +327,61 @@ class DelayContext(PluginContext):
 class DelayScheduler(Protocol):
     """Holds delayed messages until due, then writes them back through ``context.deliver``.
 
-    Timing only through the context's clock (timers via ``clock.call_at``). A due message is
-    delivered with the request's real topic/queue and delay properties cleared, never early.
+    The rules ``plugmq.conformance.delay`` checks (clause names in brackets):
+
+    - Timing only through the context's clock (timers via ``clock.call_at``). Never early; late
+      by at most ``capabilities.resolution_ms`` [never_early_and_late_by_at_most_one_tick].
+    - The write-back is the original message: its real topic and queue, body, every property
+      except the delay ones, tags code, reconsume times, born timestamp and host, sys flag; each
+      accepted message is written back exactly once.
+    - Order: equal deliver times keep sending order (within one level for level strategies); a
+      message whose tick is earlier is written back first [order_within_a_level_or_tick].
+    - Restarts lose and repeat nothing: a clean close/reopen keeps ``pending()`` and delivers
+      nothing again [clean_restart_loses_and_repeats_nothing]; after a SIGKILL while scheduling,
+      while dispatching, or right after a write-back returned and before the strategy recorded
+      it, every accepted message is written back exactly once and nothing never accepted is
+      [restart_after_kill_mid_schedule, restart_after_kill_mid_dispatch,
+      kill_right_after_a_write_back] — ``context.was_delivered`` settles the in-doubt one.
+    - Overdue at start: what came due while the broker was down goes out at ``start()``,
+      oldest first, within one resolution; ``metrics()`` reports ``overdue_at_start`` and a
+      ``*late*max`` figure holding that lateness [overdue_at_start_oldest_first_and_in_metrics].
+    - Three simulated days with a restart match a reference heap
+      [three_simulated_days_match_a_reference_model].
     """
 
     @property
     def capabilities(self) -> DelayCapabilities:
-        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``, with default
+        options. Consistent: ``resolution_ms >= 1``; an arbitrary-delay strategy has no
+        ``levels_ms``; a level strategy lists positive levels and ``max_delay_ms`` is the
+        longest [declares_consistent_capabilities]."""
 
     def schedule(self, request: AppendRequest, *, deliver_at_ms: int, delay_level: int | None) -> AppendResult:
         """Accept a delayed message durably. ``delay_level`` is set for a level request.
 
-        Raises DelayUnsupportedError when the strategy cannot express the delay (and does not
-        clamp). The returned msg_id is what ``cancel`` takes.
+        Raises DelayUnsupportedError when the strategy cannot express the delay: a delay above
+        ``max_delay_ms`` (unless it ``clamps``: then it is delivered at the maximum delay)
+        [delay_above_max_clamped_or_refused_as_declared]; any non-level request to a strategy
+        without ``arbitrary_delay``, even one equal to a level
+        [arbitrary_delay_refused_by_level_strategy]. A refused request leaves nothing behind.
+        The returned msg_id is what ``cancel`` takes.
         """
 
     def start(self) -> None:
         """Begin dispatching; deliver what came due while the broker was down, oldest first."""
 
     def cancel(self, msg_id: str) -> bool:
-        """Cancel a not-yet-due message; True if it will not be delivered. Strategies without the
-        ``cancel`` capability raise DelayUnsupportedError."""
+        """Cancel a not-yet-due message; True if it will not be delivered (also across a
+        restart), False if it was already delivered [cancel_honoured]. Strategies without the
+        ``cancel`` capability raise DelayUnsupportedError and keep the message scheduled
+        [cancel_refused_where_not_declared]."""
 
     def pending(self) -> int:
         """How many accepted messages are not delivered (or cancelled) yet."""
 
     def metrics(self) -> Mapping[str, float]:
-        """Counters and lateness figures (e.g. delivered, late_ms_max, overdue_at_start)."""
+        """Counters and lateness figures: at least ``delivered``, ``overdue_at_start`` and a
+        maximum lateness whose key contains ``late`` and ends with ``max`` (e.g. ``late_ms_max``)."""
 
     def close(self) -> None:
         """Stop timers and persist state. Idempotent."""
@@ -306,10 +402,20 @@ class FilterCapabilities:
 class Filter(Protocol):
     """A compiled subscription expression.
 
-    Optional extras a broker may use when present: ``precheck_many(codes)`` (a numpy bool mask
-    over an int64 array of tag codes; must agree with ``precheck``) and ``precheck_bloom(bits)``
-    (False only when a property the expression needs for TRUE is surely absent from a message
-    whose property-name bloom is ``bits``).
+    The rules ``plugmq.conformance.filters`` checks (clause names in brackets):
+
+    - ``expression_type`` is the compiler's and ``expression`` the compiled text, unchanged
+      [valid_expressions_compile_to_a_filter].
+    - The pre-checks are sound: none of them rejects a message the exact check accepts
+      [precheck_never_rejects_a_message_the_exact_check_accepts]. Optional extras a broker may
+      use when present: ``precheck_many(codes)`` (a numpy bool mask over an int64 array of tag
+      codes; must agree with ``precheck`` entry by entry) and ``precheck_bloom(bits)`` with
+      ``bits = property_bloom(properties, tags)`` (False only when a property the expression
+      needs for TRUE is surely absent).
+    - ``evaluate`` returns exactly True, False or None (the bool singletons, not truthy stand-ins)
+      or raises FilterEvaluationError — no other exception, for any properties and tags, also
+      for filters compiled from fuzzed input; ``matches`` is True exactly when ``evaluate`` is
+      True; ``precheck`` never raises [evaluate_is_three_valued_and_matches_agrees, fuzzed_*].
     """
 
     @property
@@ -341,10 +447,15 @@ class FilterCompiler(Protocol):
 
     @property
     def capabilities(self) -> FilterCapabilities:
-        """What its filters offer the broker (e.g. a pre-check on consume-queue entries)."""
+        """What its filters offer the broker; ``capabilities.expression_type`` equals
+        ``expression_type`` [capabilities_name_the_expression_type]."""
 
     def compile(self, expression: str) -> Filter:
-        """Compile once per subscription. Raises FilterSyntaxError (with position) on bad input."""
+        """Compile once per subscription. Bad input of any kind (fuzzed text, token soup, decoded
+        random bytes, nesting thousands deep) raises FilterSyntaxError only, with a message and a
+        position that is None or inside the expression, in bounded time (no RecursionError, no
+        hang) [fuzzed_text/bytes/token_soup_raise_only_filter_syntax_errors,
+        pathological_nesting_is_refused_or_compiled_cleanly]."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,7 +477,27 @@ class AllocationCapabilities:
 
 @runtime_checkable
 class AllocateStrategy(Protocol):
-    """RocketMQ's AllocateMessageQueueStrategy: which queues one consumer of a group takes."""
+    """RocketMQ's AllocateMessageQueueStrategy: which queues one consumer of a group takes.
+
+    The rules ``plugmq.conformance.allocation`` checks (clause names in brackets), for inputs
+    of distinct queues and distinct consumer ids sorted as the rebalance sorts them, with the
+    ``example_params`` the plugin declares for the strategy:
+
+    - Every queue goes to exactly one consumer: the consumers' answers, each computed with the
+      consumer's own id over the same lists, are disjoint and cover every queue — unless the
+      declared capabilities say ``may_leave_queues_unassigned`` (then disjoint only)
+      [every_queue_assigned_exactly_once].
+    - Everyone computes the same assignment: members that learned queues and ids in any order
+      and sorted them (``rocketmq_sorted``) get the same answers from fresh strategy instances
+      [all_consumers_compute_the_same_assignment].
+    - Deterministic and pure: the same instance and a fresh one answer the same for the same
+      input; the input lists are not modified (never sort or edit them)
+      [deterministic_and_leaves_input_alone].
+    - More consumers than queues: answers are lists of MessageQueue; every queue still assigned
+      once and at least ``consumers - queues`` consumers idle (unless it may leave queues
+      unassigned) [more_consumers_than_queues].
+    - A consumer id not in the list gets ``[]`` [consumer_not_in_list_gets_nothing].
+    """
 
     @property
     def name(self) -> str:
@@ -374,7 +505,8 @@ class AllocateStrategy(Protocol):
 
     @property
     def capabilities(self) -> AllocationCapabilities:
-        """What the union of the consumers' answers covers."""
+        """What the union of the consumers' answers covers (the suite reads the capabilities the
+        plugin declares for this strategy name)."""
 
     def allocate(
         self,
@@ -447,9 +579,39 @@ transaction id as ``msg_id``), the state of its local transaction now."""
 class TransactionService(Protocol):
     """Half messages, decisions (an op log) and the check-back service.
 
-    A decision is durable before it takes effect, takes effect at most once (a second commit or
-    rollback of the same transaction changes nothing, also across a crash between recording and
-    delivering) and a settled transaction is never checked again, also after a restart.
+    The rules ``plugmq.conformance.transactions`` checks, in a broker, on a ManualClock (clause
+    names in brackets):
+
+    - A half message is invisible to consumers until committed — also while the local
+      transaction runs and while it is UNKNOWN; a committed one appears once on its real topic
+      and queue with its body, tags, keys, properties and unique id [invisible_until_commit,
+      unknown_stays_invisible_and_is_never_on_the_real_topic_early]. A rollback is never
+      visible and never checked [rollback_never_visible_never_checked]; a local transaction that
+      raises or answers nothing counts as UNKNOWN and is checked after the timeout
+      [exception_or_no_answer_in_local_transaction_counts_as_unknown].
+    - Check-back follows the declared schedule: the first check ``transaction_timeout_ms``
+      after the half was stored, then one per ``check_interval_ms``, each within
+      ``schedule_resolution_ms``, at most ``check_max`` checks; then the message moves to
+      ``TRANS_DISCARD_TOPIC`` (``Prop.REAL_TOPIC`` set, unique id kept) with a warning logged,
+      and is never checked again [check_schedule_timeout_interval_max_then_discard]. The
+      listener gets the half message with its real topic, keys, properties and the transaction
+      id as ``msg_id`` [check_listener_sees_the_real_topic_and_the_transaction_id]; its COMMIT
+      or ROLLBACK settles the transaction [check_answer_settles].
+    - ``Prop.CHECK_IMMUNITY_SECONDS`` (with ``check_immunity``) delays the first check without
+      counting checks [check_immunity_delays_first_check_without_burning_counts]; checks of a
+      group without a live listener wait uncounted and come due within one interval of a
+      listener registering [group_without_live_checker_waits_uncounted].
+    - A decision is durable before it takes effect and takes effect at most once: a second
+      COMMIT or ROLLBACK of the same transaction changes nothing and returns False, also when
+      several threads commit at once (exactly one True each) [decision_twice_has_no_second_effect,
+      concurrent_commits_apply_once].
+    - Restarts: a clean restart keeps open transactions (checked again) and settled ones (never
+      checked again) [clean_restart_keeps_open_and_settled_transactions]; a SIGKILL at any step
+      of a transaction's life — in the local transaction, before or after a commit became
+      visible, after a rollback, during a check, before a check's commit or a discard became
+      visible — ends, after recovery, with the message visible exactly once, discarded exactly
+      once or gone, as its decision says, and with checks already made still counted when
+      ``persistent_check_count`` [restart_after_kill].
     """
 
     @property
@@ -460,14 +622,17 @@ class TransactionService(Protocol):
         """Store a half message for ``request`` (its real topic/queue), invisible to consumers.
 
         The returned ``msg_id`` is the transaction id that ``end`` takes. Raises TransactionError
-        for a request the service cannot hold (e.g. a delayed one without that capability).
+        for a request the service cannot hold — a delayed one without ``delayed_transactions``
+        — and then stores nothing, not even on the half topic
+        [delayed_transactional_message_refused].
         """
 
     def end(self, msg_id: str, decision: TransactionDecision, *, from_check: bool = False) -> bool:
         """Record and apply a decision; False if the transaction was already settled.
 
         UNKNOWN records nothing (the check-back will ask) and returns whether it is still open.
-        Raises TransactionError for an id that names no half message.
+        Raises TransactionError for an id that names no half message
+        [unknown_transaction_id_is_an_error].
         """
 
     def register_checker(self, producer_group: str, checker: TransactionChecker) -> None:
