@@ -6,7 +6,8 @@ opens, closes and reopens stores itself (``plugmq.core.components.open_store``) 
 ``tmp_path`` on a ManualClock; the kill clause runs a real child process and SIGKILLs it.
 Capabilities come from the plugin's declaration; a clause whose capability is not declared is a
 skip that says so. The corrupted-tail clause needs the store's own ``corrupt_tail`` hook (only
-the store knows its file format) and is a skip without one.
+the store knows its file format) and is a skip without one; it is the one clause that damages
+the plugin's files on purpose (marker ``plugmq_damages_files``, listed by the runner).
 """
 
 from __future__ import annotations
@@ -394,7 +395,10 @@ class StoreConformance:
             _check_after_kill(store, acked if sut.acks_survive_kill else {})
             store.close()
 
+    @pytest.mark.plugmq_damages_files("flips bytes inside the newest records of a closed store (StoreUnderTest.corrupt_tail)")
     def test_corrupted_tail_never_returned(self, opener: Opener) -> None:
+        """Damages the store's files on purpose (its ``corrupt_tail`` hook, under ``tmp_path``), then
+        reopens: the damaged records and everything after them are cut, nothing damaged is returned."""
         sut = opener.sut
         if sut.corrupt_tail is None:
             pytest.skip(f"{sut.plugin}: no corrupt_tail hook given (only the store knows its file format)")

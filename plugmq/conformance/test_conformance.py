@@ -1,8 +1,10 @@
 """The conformance suite for installed plugins named with ``--plugmq-plugin NAME``.
 
 Run as ``plugmq conformance --plugin NAME`` or ``pytest --pyargs plugmq.conformance --plugmq-plugin NAME``.
-Each family's base class runs for every named plugin that declares that family; a plugin of
-another family turns the class into a skip that says so.
+Each family's base class runs for every named plugin that declares that family; a family no named
+plugin declares is left out (deselected and counted, see ``pytest_plugin``), not a pile of skips.
+The broker clauses run for every named plugin: it is put in a working broker beside companion
+plugins of the families it does not provide.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from plugmq.conformance.pytest_plugin import plugins_under_test
+from plugmq.conformance.pytest_plugin import NOT_APPLICABLE, plugins_under_test
 from plugmq.core.contracts import AllocationCapabilities, Family, PluginDeclaration
 from plugmq.core.pluginmanager import installed_plugins, load_plugins
 
@@ -46,14 +48,9 @@ def _params(config: pytest.Config, family: Family) -> list[Any]:
     names = plugins_under_test(config)
     if not names:
         return [pytest.param(None, marks=pytest.mark.skip(reason="name a plugin with --plugmq-plugin NAME"))]
-    params = []
-    for name in names:
-        declaration = _declaration(name)
-        if family not in declaration.families:
-            params.append(pytest.param(None, id=name, marks=pytest.mark.skip(
-                reason=f"plugin {name!r} does not declare the {family.value} family")))
-            continue
-        params.append(pytest.param(name, id=name))
+    params = [pytest.param(name, id=name) for name in names if family in _declaration(name).families]
+    if not params:  # deselected by the pytest plugin: not this plugin's family
+        return [pytest.param(None, id=f"no-{family.value}-plugin", marks=getattr(pytest.mark, NOT_APPLICABLE)(family.value))]
     return params
 
 
@@ -61,7 +58,7 @@ def _keyed(config: pytest.Config, family: Family, hook: str) -> list[Any]:
     params = []
     for param in _params(config, family):
         name = param.values[0]
-        if name is None:
+        if name is None:  # not applicable, or no plugin named
             params.append(param)
             continue
         loaded = load_plugins([name], check_cardinality=False)
