@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from plugmq import Broker, ManualClock, Message
+from plugmq import Broker, ConsumeFrom, ConsumeStatus, ManualClock, Message
 from plugmq.core import Family, PluginDeclaration, StoredMessage, hookimpl
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.core.names import dlq_topic, retry_topic
 
 PLUGINS = ["store_lmdb", "delay_wheel", "alloc"]

@@ -243,11 +243,12 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
 def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
     """A message was handed to a consumer (pull result or push listener).
 
-    Called by the broker once per message that ``Broker.pull`` returns to a named consumer group
-    (``consumer_group=``), in the pulling thread, before the messages are handed over: push and
-    pull consumers and the gRPC server's receive pull that way; a pull without a group (admin
-    reads) calls nothing. A message pulled again (a retry, a redelivery) is delivered again.
-    Not firstresult; return value ignored.
+    Called by the broker once per message handed to a named consumer group, in the consuming
+    thread, before the messages are handed over: every message ``Broker.pull`` returns with
+    ``consumer_group=`` (push and pull consumers, a simple consumer's first delivery), and every
+    redelivery of pop consumption (simple consumers, the gRPC server: a message whose invisible
+    time ran out, handed out again). A pull without a group (admin reads) calls nothing. A retry
+    copy consumed from the retry topic is delivered again. Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group the consumer belongs to.
@@ -261,28 +262,34 @@ def plugmq_message_retried(
 ) -> None:
     """A consumer asked to reconsume a message later; it goes to the group's retry topic.
 
-    Called by the broker (``Broker.send_back``) once per message sent back with retries left,
-    after the retry copy was accepted (held by the delay plugin for ``%RETRY%<group>``), in the
-    consuming thread: a concurrent push consumer sends back each message of a batch whose
-    listener returned RECONSUME_LATER or raised. Orderly consumers retry in place and do not
-    call it. A message without retries left is dead-lettered instead (see
-    ``plugmq_message_dead_lettered``). Not firstresult; return value ignored.
+    Called by the broker once per message a consumer gives up on while the group's redelivery
+    policy has attempts left, in the consuming thread: ``Broker.send_back`` (a concurrent push
+    consumer sends back each message of a batch whose listener returned RECONSUME_LATER or
+    raised), after the retry copy was accepted for ``%RETRY%<group>``; and pop consumption
+    (simple consumers, the gRPC server) when the consumer asks for the message again later
+    (``change_invisible_duration`` after a failure, e.g. a push client's nack). A pop message
+    whose invisible time simply ran out is redelivered without this event; orderly push
+    consumers retry in place and do not call it. Without attempts left the message is
+    dead-lettered instead (``plugmq_message_dead_lettered``). Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group whose listener failed.
     :param message: the message as it was consumed.
-    :param reconsume_times: how many times it will have been reconsumed after this retry.
+    :param reconsume_times: the delivery attempt that failed (1 for the first delivery), i.e.
+        how many times it will have been reconsumed after this retry.
     """
 
 
 @hookspec
 def plugmq_message_dead_lettered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
-    """A message exhausted its retries and was moved to ``%DLQ%<group>``.
+    """A message exhausted its retries and was moved to the group's dead-letter topic.
 
     Called by the broker (``Broker.dead_letter``) once per message, after the dead-letter copy
-    was stored, in the thread that gave up: ``send_back`` of a message without retries left, an
-    orderly push consumer after its last attempt, the gRPC server after the last delivery attempt
-    or on a client's forward-to-DLQ. Not firstresult; return value ignored.
+    was stored on ``%DLQ%<group>`` (or the topic the group's redelivery policy names), in the
+    thread that gave up: ``send_back`` of a message whose last attempt failed, an orderly push
+    consumer after its last attempt, pop consumption (simple consumers, the gRPC server) after
+    the last delivery attempt or when the consumer forwards the message to the DLQ.
+    Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group that gave up on the message.
