@@ -66,6 +66,7 @@ from plugmq.core.names import (
     validate_group,
     validate_topic,
 )
+from plugmq.core.retention import RetentionFloor
 
 __all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "DEFAULT_DELAY_LEVELS",
@@ -100,6 +101,7 @@ __all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "MessageQueue",
     "MessageStore",
     "PluginContext",
+    "RetentionFloor",
     "PluginDeclaration",
     "Prop",
     "PullResult",

@@ -31,6 +31,7 @@ from plugmq.core.contracts import (
     TransactionContext,
     TransactionService,
 )
+from plugmq.core.datadir import prepare_data_dir
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import (
     ClientError,
@@ -67,6 +68,7 @@ from plugmq.core.pop import PopService
 from plugmq.core.popstate import PopState, adopt_legacy_state
 from plugmq.core.ports import Stoppable
 from plugmq.core.producer import Producer
+from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor
 from plugmq.core.simple import FilterExpression, SimpleConsumer
 from plugmq.core.topics import TopicTable
 from plugmq.core.transactions import LocalTransaction, TransactionProducer
@@ -105,10 +107,12 @@ class Broker:
             name: build_options(decl, config.plugin_options.get(name), config_path=f"{config.source}: plugins.{name}")
             for name, decl in self.plugins.declarations.items()
         }
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        prepare_data_dir(self.data_dir, config.source)
+        self.retention_floor = RetentionFloor()
+        self.retention = RetentionSchedule(self.clock)
         base: dict[str, Any] = {"broker_name": self.name, "data_dir": self.data_dir, "clock": self.clock,
                                 "store_host": config.store_host, "max_message_size": config.max_message_size,
-                                "options": options}
+                                "options": options, "retention": self.retention_floor}
         hooks = self.plugins.hooks
         context = PluginContext(**base)
         hooks.configure(context)
@@ -139,6 +143,7 @@ class Broker:
             if self.transactions is not None:
                 self.transactions.start()
             self.pop.start()
+            self._start_retention()
         except BaseException:
             self._close_services()
             raise
@@ -619,12 +624,26 @@ class Broker:
     def max_offset(self, queue: MessageQueue) -> int:
         return self.store.max_offset(queue.topic, queue.queue_id)
 
+    # ------------------------------------------------------------------------------ retention
+    def _start_retention(self) -> None:
+        """Retention on the broker's clock for the store and services; never below what a
+        consumer group has not consumed (its committed offsets) - see plugmq.core.retention."""
+        offsets_dir = self.broker_dir / "offsets"
+        self.retention_floor.hold("consumer groups",
+                                  lambda: consumer_group_floor(offsets_dir, self.name, self.store))
+        self.retention.add("store", self.store)
+        self.retention.add("delay", self.delay)
+        self.retention.add("transactions", self.transactions)
+        self.retention.start()
+
     # ------------------------------------------------------------------------------ lifecycle
     def _check_open(self) -> None:
         if self._closed:
             raise ClientError(f"broker {self.name!r} is closed")
 
     def _close_services(self) -> None:
+        if hasattr(self, "retention"):
+            self.retention.close()
         pop: PopService | None = getattr(self, "pop", None)
         if pop is not None:
             pop.close()

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from plugmq.core.datadir import check_data_dir_value
 from plugmq.core.errors import ConfigError, InvalidNameError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, _host_bytes
 from plugmq.core.names import validate_topic
@@ -95,7 +96,7 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
             except InvalidNameError as exc:
                 raise ConfigError(f"{path}: {exc}") from exc
         elif key == "data_dir":
-            value = Path(_expect(path, value, (str, os.PathLike), "a path"))
+            value = check_data_dir_value(_expect(path, value, (str, os.PathLike), "a path"), source)
             if base_dir is not None and not value.is_absolute():
                 value = base_dir / value
         elif key == "plugins":

@@ -28,6 +28,7 @@ from plugmq.core.message import (
     MessageQueue,
     StoredMessage,
 )
+from plugmq.core.retention import RetentionFloor
 
 __all__ = [
     "AllocateStrategy",
@@ -100,6 +101,11 @@ class PluginContext:
     ``options`` maps plugin name -> that plugin's validated options object; a plugin reads its own
     with ``context.options_for("store_mmap")``. ``plugin_dir(name)`` is the directory a plugin
     owns under the broker's data dir (created on first use).
+
+    ``retention`` (None outside a broker) is the floor retention never cleans below: a store asks
+    ``retention.lowest()`` for the lowest commit-log offset a consumer group or a service still
+    needs; a service that keeps messages in the store registers what it needs with
+    ``retention.hold(name, source)``.
     """
 
     broker_name: str
@@ -108,6 +114,7 @@ class PluginContext:
     store_host: str = "127.0.0.1:10911"
     max_message_size: int = 4 * 1024 * 1024
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    retention: RetentionFloor | None = None
 
     def options_for(self, plugin: str) -> Any:
         return self.options.get(plugin)
@@ -268,7 +275,12 @@ class MessageStore(Protocol):
         """Make everything appended so far durable."""
 
     def clean_expired(self, now_ms: int) -> int:
-        """Apply the retention policy at ``now_ms``; return how many segments/files were removed."""
+        """Apply the retention policy at ``now_ms``; return how many segments/files were removed.
+
+        Called by the broker every few seconds of its clock. Never removes a record at or above
+        ``context.retention.lowest()`` (what a consumer group or a service still needs) unless
+        the disk forces it, which is logged and counted.
+        """
 
     def stats(self) -> Mapping[str, float]:
         """Counters for metrics (bytes written, messages, flushes, ...)."""
@@ -382,6 +394,14 @@ class DelayScheduler(Protocol):
     def metrics(self) -> Mapping[str, float]:
         """Counters and lateness figures: at least ``delivered``, ``overdue_at_start`` and a
         maximum lateness whose key contains ``late`` and ends with ``max`` (e.g. ``late_ms_max``)."""
+
+    def clean_expired(self, now_ms: int) -> int:
+        """Remove the strategy's files that are no longer needed (delay logs all delivered or
+        cancelled, done segments); return how many were removed. Never removes anything still
+        needed to deliver a pending message or to avoid a duplicate after a restart.
+
+        Called by the broker every few seconds of its clock (RocketMQ's cleanResourceInterval).
+        """
 
     def close(self) -> None:
         """Stop timers and persist state. Idempotent."""
@@ -650,6 +670,14 @@ class TransactionService(Protocol):
 
     def metrics(self) -> Mapping[str, float]:
         """Counters (prepared, committed, rolled_back, checks, discarded, ...)."""
+
+    def clean_expired(self, now_ms: int) -> int:
+        """Remove files no longer needed (op-log records of settled transactions); return how
+        many were removed. Never removes anything an open or undelivered transaction needs.
+
+        Called by the broker every few seconds of its clock. Half messages live in the store: the
+        service keeps open ones from the store's retention through ``context.retention``.
+        """
 
     def start(self) -> None:
         """Recover (finish recorded decisions, reload open transactions) and start checking."""

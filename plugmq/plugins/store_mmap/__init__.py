@@ -38,4 +38,5 @@ def plugmq_make_store(context: PluginContext) -> MessageStore | None:
         clock=context.clock,
         store_host=context.store_host,
         max_message_size=context.max_message_size,
+        retention=context.retention,
     )

@@ -2,8 +2,12 @@
 
 A commit-log segment's last write is the store time of the first record of the next segment
 (the roll-over happens in the same locked step), or of its own last record when the next one is
-still empty. Segments are removed oldest first, never the one being written. Consume-queue and
-index files that only point at removed segments go too, and queue min offsets move up.
+still empty. Segments are removed oldest first, never the one being written, and never one
+holding a record at or above the retention floor (what a consumer group or a service still
+needs, ``store.retention``) - unless disk use passes ``disk_force_clean_ratio``, which removes
+the oldest segment anyway and says so in a warning and in the ``forced_*`` counters.
+Consume-queue and index files that only point at removed segments go too, and queue min offsets
+move up. The broker calls ``clean`` every few seconds of its clock (plugmq.core.retention).
 Times come from the store's Clock (store timestamps and ``now_ms``); the hour of day is local time.
 """
 
@@ -40,6 +44,10 @@ class Retention:
         self.disk_ratio = 0.0
         self.full = False
         self.deleted = 0
+        self.forced = 0  # segments removed by the force-clean watermark
+        self.forced_unconsumed_bytes = 0  # of them, bytes some consumer had not consumed yet
+        self.held = False  # an expired segment is kept for a consumer right now
+        self._held_logged: int | None = None
         self.refresh(force=True)
 
     # -- disk watermarks ----------------------------------------------------------------------
@@ -88,6 +96,39 @@ class Retention:
             self._last_write[seg.start] = when
         return when
 
+    def _choose(self, now_ms: int, floor: int | None, force: bool) -> tuple[list[MappedFile], MappedFile | None]:
+        """Segments to delete, oldest first: expired ones below the floor; with ``force`` and
+        nothing else to delete, the oldest one regardless (returned second as well)."""
+        cl = self._store.commit_log
+        segments = cl.segments
+        victims: list[MappedFile] = []
+        held: MappedFile | None = None
+        for i, seg in enumerate(segments[:-1]):
+            if seg is cl.cur:
+                break
+            last = self._last_write_of(segments, i)
+            expired = last is not None and now_ms - last >= self._reserved_ms
+            if expired and floor is not None and seg.end > floor:
+                held = seg
+                break
+            if not expired:
+                break
+            victims.append(seg)
+        if held is not None and held.start != self._held_logged:
+            self._held_logged = held.start
+            log.info("expired commit-log segment kept: a consumer group or service has not consumed it",
+                     segment=held.path.name, floor=floor, holders=self._holders())
+        self.held = held is not None
+        forced = None
+        if force and not victims and len(segments) > 1 and segments[0] is not cl.cur:
+            forced = segments[0]
+            victims.append(forced)
+        return victims, forced
+
+    def _holders(self) -> dict[str, int | None]:
+        floor = self._store.retention
+        return floor.holders() if floor is not None else {}
+
     def clean(self, now_ms: int) -> int:
         """Delete what the policy allows at ``now_ms``; return how many files went."""
         self.refresh(force=True)
@@ -98,18 +139,20 @@ class Retention:
             return 0
         store = self._store
         cl = store.commit_log
+        floor_source = store.retention
+        floor = floor_source.lowest() if floor_source is not None else None
+        victims, forced = self._choose(now_ms, floor, force)
+        if not victims:
+            return 0
         store.drain_index()  # keys still queued would otherwise land in the index after the cut
-        victims: list[MappedFile] = []
         with store.put_lock:
             segments = cl.segments
-            for i, seg in enumerate(segments[:-1]):
-                if seg is cl.cur:
-                    break
-                last = self._last_write_of(segments, i)
-                expired = last is not None and now_ms - last >= self._reserved_ms
-                if not expired and not (force and not victims):
-                    break
-                victims.append(seg)
+            # Appends only add segments at the end; check the chosen ones are still the oldest.
+            still = 0
+            while still < len(victims) and still < len(segments) and victims[still] is segments[still] \
+                    and victims[still] is not cl.cur:
+                still += 1
+            victims = victims[:still]
             for seg in victims:
                 cl.detach_first(seg)
             commit_log_min = cl.min_offset
@@ -120,6 +163,16 @@ class Retention:
             self._last_write.pop(seg.start, None)
             seg.destroy()
         removed += store.index.drop_expired(commit_log_min)
+        if forced is not None and forced in victims:
+            self.forced += 1
+            unconsumed = max(0, forced.end - max(forced.start, floor)) if floor is not None else 0
+            self.forced_unconsumed_bytes += unconsumed
+            log.warning(
+                "disk above the force-clean watermark: oldest commit-log segment removed regardless of age"
+                + (" and of consumers: messages not yet consumed are gone" if unconsumed else ""),
+                segment=forced.path.name, disk_used=round(self.disk_ratio, 4), force_ratio=self._force,
+                unconsumed_bytes=unconsumed, floor=floor, holders=self._holders() if unconsumed else {},
+            )  # fmt: skip
         if removed:
             log.info(
                 "retention removed files", segments=len(victims), files=removed, commit_log_min=commit_log_min,

@@ -36,6 +36,7 @@ from plugmq.core import (
     Clock,
     ConsumeQueueEntry,
     Prop,
+    RetentionFloor,
     StoreCapabilities,
     StoredMessage,
     StoreError,
@@ -118,8 +119,10 @@ class MmapMessageStore:
         clock: Clock,
         store_host: str = "127.0.0.1:10911",
         max_message_size: int = DEFAULT_MAX_BODY_SIZE,
+        retention: RetentionFloor | None = None,
     ) -> None:
         self.options = opts = options or MmapStoreOptions()
+        self.retention = retention  # what consumers still need; retention never cleans below it
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
@@ -510,6 +513,9 @@ class MmapMessageStore:
             "index_pending": len(self._pending),
             "disk_used_ratio": self._retention.disk_ratio,
             "files_deleted": self._retention.deleted,
+            "retention_forced_segments": self._retention.forced,
+            "retention_forced_unconsumed_bytes": self._retention.forced_unconsumed_bytes,
+            "retention_held": float(self._retention.held),
             "recovered_redispatched": self.recovery.redispatched,
         }
 
