@@ -46,6 +46,11 @@ class Checkpoint:
         self.path = path
         if path.exists() and os.path.getsize(path) == _SIZE:
             self._mf = MappedFile.open(path, 0)
+            try:
+                self._mf.allocate()  # older versions left it sparse until its first write
+            except BaseException:
+                self._mf.close()
+                raise
         else:
             self._mf = MappedFile.create(path, 0, _SIZE, sync_dir=True)
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from plugmq.core import StoreError
+from plugmq.core import StoreError, StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
 from plugmq.plugins.store_mmap.record import (
@@ -66,7 +66,7 @@ class SegmentAllocator:
 
     def take(self, start: int, *, rolling: bool = True) -> MappedFile:
         """The segment starting at ``start``: the pre-allocated one, or created now (counted as a
-        wait when a roll-over had to do it)."""
+        wait when a roll-over had to do it). StoreFullError when the disk has no room for it."""
         with self._cond:
             while self._busy == start:
                 self._cond.wait()
@@ -78,6 +78,18 @@ class SegmentAllocator:
         if rolling:
             self.waits += 1
         return self._create(start)
+
+    def prepare(self, start: int) -> None:
+        """Create the segment starting at ``start`` now unless it is ready (StoreFullError when
+        the disk has no room), so a later ``take`` cannot fail."""
+        with self._cond:
+            while self._busy == start:
+                self._cond.wait()
+            if start in self._ready:
+                return
+        made = self._create(start)
+        with self._cond:
+            self._ready[start] = made
 
     def _run(self) -> None:
         while True:
@@ -92,11 +104,12 @@ class SegmentAllocator:
             try:
                 if not (self._dir / offset_name(start)).exists():
                     made = self._create(start)
-            except OSError:
-                log.exception("pre-allocating a commit-log segment failed", start=start)
+            except (OSError, StoreError) as exc:
+                # Not fatal: the roll-over tries again and refuses the append if there is still no room.
+                log.warning("pre-allocating the next commit-log segment failed", start=start, error=str(exc))
             with self._cond:
                 if made is not None:
-                    for old in [k for k in self._ready if k != start]:
+                    for old in [k for k in self._ready if k < start]:
                         self._ready.pop(old).destroy()
                     self._ready[start] = made
                 self._busy = None
@@ -129,6 +142,7 @@ class CommitLog:
         self.flushed = 0  # everything below is durable
         self.flush_lock = threading.Lock()
         self.flush_count = 0
+        self.sparse_tail: MappedFile | None = None  # the current segment, if it could not be allocated yet
         self.allocator = SegmentAllocator(directory, segment_size, warm=warm, enabled=preallocate)
 
     # -- segments -----------------------------------------------------------------------------
@@ -177,24 +191,72 @@ class CommitLog:
         return segments[0].start if segments else self.wrote
 
     def open_for_write(self, position: int) -> None:
-        """Set the write position (after recovery) and make sure a segment holds it."""
+        """Set the write position (after recovery) and make sure a segment holds it.
+
+        On a full disk the store still opens: if the segment for ``position`` cannot be created,
+        the last segment stays current (full), and the first append tries again (StoreFullError
+        until there is room). The current segment's blocks are allocated now, so a sparse file
+        left by an older version cannot SIGBUS later."""
         self.wrote = self.flushed = position
         seg = self.segment_for(position)
         if seg is None:
-            seg = self.allocator.take(position, rolling=False)
+            try:
+                seg = self.allocator.take(position, rolling=False)
+            except StoreFullError:
+                if not self._segments or self._segments[-1].end != position:
+                    raise
+                log.warning("no room for the next commit-log segment; appends are refused until space is freed",
+                            start=position)
+                self.cur = self._segments[-1]
+                return
             self._set_segments([*list(self._segments), seg])
+        else:
+            try:
+                seg.allocate()
+            except StoreFullError:
+                # Appends into the unallocated part would SIGBUS: start a new segment instead.
+                log.warning("the current commit-log segment is sparse and the disk is full; appends are refused "
+                            "until space is freed", segment=seg.path.name)
+                self.sparse_tail = seg
         self.cur = seg
         self.allocator.request(seg.end)
+
+    def ensure_room(self, sizes: list[int]) -> None:
+        """Under the put lock, before a batch writes anything: create every segment the records
+        of ``sizes`` will roll into (StoreFullError if the disk has no room), so a batch is never
+        cut short half-way by a full disk."""
+        cur = self.cur
+        assert cur is not None
+        pos = self.wrote - cur.start
+        size, start = cur.size, cur.start
+        if self.sparse_tail is cur:
+            self._allocate_sparse_tail()
+        for total in sizes:
+            if pos + total + END_FILE_MIN_BLANK > size:
+                start, pos, size = start + size, 0, self.segment_size
+                self.allocator.prepare(start)
+            pos += total
+
+    def _allocate_sparse_tail(self) -> None:
+        seg = self.sparse_tail
+        if seg is not None:
+            seg.allocate()
+            self.sparse_tail = None
 
     def reserve(self, total: int) -> tuple[MappedFile, int]:
         """Under the put lock: the segment and in-file position for a record of ``total`` bytes,
         rolling to a new segment (after writing the blank filler) when it does not fit."""
         cur = self.cur
         assert cur is not None
+        if self.sparse_tail is cur:
+            self._allocate_sparse_tail()
         pos = self.wrote - cur.start
         if pos + total + END_FILE_MIN_BLANK > cur.size:
-            BLANK.pack_into(cur.mm, pos, cur.size - pos, BLANK_MAGIC)
-            cur = self.allocator.take(cur.end)
+            # The next segment first: a full disk refuses the append before anything is written.
+            nxt = self.allocator.take(cur.end)
+            if pos + BLANK.size <= cur.size:
+                BLANK.pack_into(cur.mm, pos, cur.size - pos, BLANK_MAGIC)
+            cur = nxt
             self._set_segments([*list(self._segments), cur])
             self.cur = cur
             self.wrote = cur.start

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plugmq.core import ConsumeQueueEntry, InvalidNameError, validate_topic
+from plugmq.core import ConsumeQueueEntry, InvalidNameError, StoreFullError, validate_topic
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
@@ -39,6 +39,7 @@ class ConsumeQueue:
         "_cur",
         "_cur_base",
         "_files",
+        "_unallocated",
         "dir",
         "file_bytes",
         "flushed_upto",
@@ -61,6 +62,7 @@ class ConsumeQueue:
         self.flushed_upto = 0
         self._cur: MappedFile | None = None
         self._cur_base = 0
+        self._unallocated: MappedFile | None = None  # a sparse last file the disk had no room for
 
     # -- files --------------------------------------------------------------------------------
 
@@ -89,6 +91,11 @@ class ConsumeQueue:
             log.warning("consume queue files inconsistent; will rebuild", topic=self.topic, queue=self.queue_id)
             return False
         self._files = tuple(files)
+        if files:
+            try:  # files of older versions may be sparse; new entries go into the last one
+                files[-1].allocate()
+            except StoreFullError:
+                self._unallocated = files[-1]
         return True
 
     def _file_for(self, qoff: int) -> MappedFile | None:
@@ -119,6 +126,23 @@ class ConsumeQueue:
         return found
 
     # -- writing (under the put lock) ---------------------------------------------------------
+
+    def prepare(self, first: int, count: int = 1) -> None:
+        """Before a record is written: make sure files for entries ``first .. first+count-1``
+        exist and are allocated (StoreFullError otherwise), and make the first one current, so a
+        full disk refuses the append before the commit log holds a record without its entry."""
+        f = self._file_for(first)
+        if f is None:
+            f = self._create_until(first)
+        if f is self._unallocated:
+            f.allocate()
+            self._unallocated = None
+        last = first + max(count, 1) - 1
+        if self._file_for(last) is None:
+            self._create_until(last)
+        self._cur = f
+        self._cur_base = self._base(f)
+
 
     def put(self, qoff: int, phys: int, size: int, tags: int) -> None:
         cur = self._cur

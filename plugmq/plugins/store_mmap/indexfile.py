@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plugmq.core import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
@@ -207,6 +208,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
         self.indexed_upto = 0  # commit-log offset: every record below it is indexed
+        self._unallocated: IndexFile | None = None  # a sparse last file the disk had no room for
         self._dirty: set[IndexFile] = set()
 
     def load(self) -> bool:
@@ -226,6 +228,11 @@ class IndexService:
                 complete = False
                 continue
             self.files.append(IndexFile(mf, self.slot_count, self.max_entries))
+        if self.files:
+            try:  # files of older versions may be sparse; new entries go into the last one
+                self.files[-1].mf.allocate()
+            except StoreFullError:
+                self._unallocated = self.files[-1]
         return complete
 
     def cut(self, end_phys: int) -> None:
@@ -265,6 +272,9 @@ class IndexService:
                 f = self.files[-1] if self.files else None
                 if f is None or f.room <= 0:
                     f = self._new_file(int(phys_arr[done]))
+                elif f is self._unallocated:
+                    f.mf.allocate()
+                    self._unallocated = None
                 n = min(f.room, len(texts) - done)
                 f.insert(hashes[done : done + n], phys_arr[done : done + n], ts_arr[done : done + n])
                 self._dirty.add(f)

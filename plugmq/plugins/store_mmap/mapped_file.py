@@ -1,5 +1,8 @@
 """One fixed-size file mapped into memory (RocketMQ's MappedFile), with reference counting.
 
+Every file is allocated before it is mapped (posix_fallocate), never left sparse: a store on a
+full file system then gets a StoreFullError when it creates a file, never a SIGBUS when it writes.
+
 Readers ``acquire()`` a file before touching its mapping and ``release()`` it after; retention calls
 ``destroy()``, which unlinks the file at once but unmaps it only when the last reader has let go,
 so a read in progress never faults on a closed mapping.
@@ -14,6 +17,7 @@ import threading
 from pathlib import Path
 
 from plugmq.core import StoreError
+from plugmq.core.diskspace import disk_full_error, is_disk_full
 from plugmq.core.logs import get_logger
 
 __all__ = ["MappedFile", "fsync_dir", "offset_name"]
@@ -22,6 +26,12 @@ log = get_logger(__name__)
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
+
+
+def _file_error(exc: OSError, path: Path, size: int) -> StoreError:
+    if is_disk_full(exc):
+        return disk_full_error(path.parent, f"a new {size}-byte file {path.name}")
+    return StoreError(f"cannot create or size {path} ({size} bytes): {exc.strerror or exc}")
 
 
 def offset_name(offset: int) -> str:
@@ -59,19 +69,26 @@ class MappedFile:
     @classmethod
     def create(cls, path: Path, start: int, size: int, *, warm: bool = False, sync_dir: bool = False) -> MappedFile:
         """Create a zero-filled file atomically (written under a temporary name, then renamed),
-        so a crash never leaves a short file under a real name."""
+        so a crash never leaves a short file under a real name.
+
+        Its blocks are allocated (posix_fallocate) before it is mapped: a write into a sparse page
+        on a full file system kills the process with SIGBUS, an allocation that finds no room is
+        a StoreFullError here, before anything is written. ``warm`` also faults the pages in, so
+        the first writes into the file do not page-fault (RocketMQ's warmMappedFile)."""
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, size)
-            if warm:
-                # Reserving the blocks up front turns a full disk into an error here instead of
-                # a SIGBUS on a later write into a sparse page.
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise _file_error(exc, path, size) from exc
+        try:
+            try:
                 os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                raise _file_error(exc, path, size) from exc
             os.replace(tmp, path)
             if sync_dir:
                 fsync_dir(path.parent)
-            return cls(path, start, fd, size)
+            made = cls(path, start, fd, size)
         except BaseException:
             os.close(fd)
             try:
@@ -79,18 +96,43 @@ class MappedFile:
             except FileNotFoundError:
                 pass
             raise
+        if warm:
+            made.warm()
+        return made
 
     @classmethod
-    def open(cls, path: Path, start: int) -> MappedFile:
+    def open(cls, path: Path, start: int, *, size: int | None = None) -> MappedFile:
+        """Map an existing file; with ``size``, a shorter file (a truncated one) is first grown
+        back to it, the new part zero-filled and allocated."""
         fd = os.open(path, os.O_RDWR)
         try:
-            size = os.fstat(fd).st_size
-            if size <= 0:
+            actual = os.fstat(fd).st_size
+            if size is not None and actual < size:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    raise _file_error(exc, path, size) from exc
+                actual = size
+            if actual <= 0:
                 raise StoreError(f"{path} is empty; a store file must have its full size (delete it to rebuild)")
-            return cls(path, start, fd, size)
+            return cls(path, start, fd, actual)
         except BaseException:
             os.close(fd)
             raise
+
+    def allocate(self) -> None:
+        """Make sure every block of the file is allocated (files written by older versions, or
+        copied, may be sparse): StoreFullError now instead of SIGBUS on a later write."""
+        try:
+            os.posix_fallocate(self.fd, 0, self.size)
+        except OSError as exc:
+            raise _file_error(exc, self.path, self.size) from exc
+
+    def warm(self) -> None:
+        """Fault every page in for writing (one write per page), so appends do not page-fault."""
+        mm = self.mm
+        for pos in range(0, self.size, mmap.PAGESIZE):
+            mm[pos] = mm[pos]
 
     # -- reference counting -------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ class Retention:
         self._last_write: dict[int, int] = {}
         self.disk_ratio = 0.0
         self.full = False
+        self.over_critical = False
         self.deleted = 0
         self.forced = 0  # segments removed by the force-clean watermark
         self.forced_unconsumed_bytes = 0  # of them, bytes some consumer had not consumed yet
@@ -63,16 +64,24 @@ class Retention:
         # Like df: used / (used + available to unprivileged writers); 100 % is where writes fail.
         room = usage.used + usage.free
         self.disk_ratio = usage.used / room if room else 0.0
-        full = self.disk_ratio > self._critical
-        if full != self.full:
-            log.warning("disk watermark crossed", disk_used=round(self.disk_ratio, 4), refusing_writes=full)
-        self.full = full
+        over = self.disk_ratio > self._critical
+        if over != self.over_critical:
+            log.warning("disk watermark crossed", disk_used=round(self.disk_ratio, 4), refusing_writes=over)
+        self.over_critical = over
+        # ``full`` makes every append come through check_disk (the append path reads it unlocked).
+        self.full = over or self._store.commit_log.sparse_tail is not None
 
     def check_disk(self) -> None:
-        """Raise StoreFullError while disk use is above the critical watermark."""
+        """Raise StoreFullError while disk use is above the critical watermark, or while the
+        segment being written could not be allocated (a write into it could SIGBUS)."""
         if time.monotonic() >= self.next_check:
             self.refresh()
-        if self.full:
+        cl = self._store.commit_log
+        if cl.sparse_tail is not None:
+            with self._store.put_lock:
+                cl.ensure_room([])  # allocates it, or raises StoreFullError
+            self.full = self.over_critical
+        if self.over_critical:
             raise StoreFullError(
                 f"disk holding {self._store.dir} is {self.disk_ratio:.1%} used, above "
                 f"store_mmap.disk_critical_ratio {self._critical:.0%}; writes are refused until retention "

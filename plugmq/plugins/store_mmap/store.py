@@ -40,12 +40,14 @@ from plugmq.core import (
     StoreCapabilities,
     StoredMessage,
     StoreError,
+    StoreFullError,
     ValidationError,
     check_body_size,
     decode_msg_id,
     encode_msg_id,
     validate_topic,
 )
+from plugmq.core.diskspace import is_disk_full
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
@@ -106,6 +108,20 @@ _KEYS = Prop.KEYS
 _UNIQ = Prop.UNIQ_KEY
 
 
+def _mark_open(abort: Path) -> None:
+    """Create the abort file (it says "open"; found at the next open it says "crashed"). Its
+    content, the pid, is only informative: on a full disk the empty file still says it."""
+    fd = os.open(abort, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+    finally:
+        os.close(fd)
+    fsync_dir(abort.parent)
+
+
 class MmapMessageStore:
     """The default store. Thread-safe; one instance per directory (enforced with a file lock)."""
 
@@ -157,12 +173,12 @@ class MmapMessageStore:
     def _open(self, opts: MmapStoreOptions) -> None:
         abort = self.dir / "abort"
         crashed = abort.exists()
-        abort.write_text(str(os.getpid()))
-        fsync_dir(self.dir)
+        _mark_open(abort)
 
         self._put_lock = threading.Lock()
         self._derived_lock = threading.Lock()
         self._pending: list[tuple[str, str | None, str | None, int, int]] = []
+        self._index_full_logged = -60_000  # store time of the last "index full" warning
         self._topics: dict[str, tuple[bytes, bytes, int]] = {}  # topic -> (prefix, bare tail, its CRC)
         self._index_batch = opts.index_batch
         self._now_ms = self._clock.now_ms
@@ -292,6 +308,8 @@ class MmapMessageStore:
         if cq is None:
             cq = self._cqs.create(topic, qid)
         qoff = cq.max_offset
+        if cq._cur is None or not 0 <= qoff - cq._cur_base < cq.per_file:
+            cq.prepare(qoff)  # the entry's file exists before the record is written (a full disk refuses here)
         total = len(record)
         cl = self._cl
         seg = cl.cur
@@ -332,6 +350,19 @@ class MmapMessageStore:
             raise StoreError(f"store {self.dir} is closed")
         self._retention.check_disk()
 
+    def _make_room(self, requests: Sequence[AppendRequest], encoded: list[tuple[bytes, int]]) -> None:
+        """Under the put lock, before a batch writes anything: every commit-log segment and
+        consume-queue file it will write into exists, so a full disk refuses the whole batch
+        (StoreFullError) instead of storing part of it."""
+        self._cl.ensure_room([len(record) for record, _crc in encoded])
+        counts: dict[tuple[str, int], int] = {}
+        for request in requests:
+            key = (request.topic, request.queue_id)
+            counts[key] = counts.get(key, 0) + 1
+        for (topic, queue_id), count in counts.items():
+            cq = self._cqs.queues.get((topic, queue_id)) or self._cqs.create(topic, queue_id)
+            cq.prepare(cq.max_offset, count)
+
     def append(self, request: AppendRequest) -> AppendResult:
         record, tail_crc = self._encode(request)
         retention = self._retention
@@ -355,6 +386,7 @@ class MmapMessageStore:
         self._check_writable()
         put = self._put
         with self._put_lock:
+            self._make_room(requests, encoded)
             placed = [put(r, rec, crc) for r, (rec, crc) in zip(requests, encoded)]
         status = PUT_OK
         group = self._group
@@ -370,13 +402,25 @@ class MmapMessageStore:
     # -- index dispatch -----------------------------------------------------------------------
 
     def drain_index(self) -> int:
-        """Index every noted key; returns the commit-log offset the index now covers."""
+        """Index every noted key; returns the commit-log offset the index now covers.
+
+        Never raises for a full disk (it runs after appends were acknowledged): the keys stay
+        queued, the checkpoint keeps the older index offset, and the next drain tries again."""
         with self._index.lock:
             with self._put_lock:
                 batch = self._pending
                 self._pending = []
                 upto = self._cl.wrote
-            self._index.add(batch)
+            try:
+                self._index.add(batch)
+            except StoreFullError as exc:
+                with self._put_lock:
+                    self._pending[:0] = batch  # duplicates of entries already added are harmless
+                if self._index_full_logged + 60_000 <= self._now_ms():
+                    self._index_full_logged = self._now_ms()
+                    log.warning("key index cannot grow: disk full; keys stay queued", queued=len(self._pending),
+                                error=str(exc))
+                return self._index.indexed_upto
             self._index.indexed_upto = upto
         return upto
 
