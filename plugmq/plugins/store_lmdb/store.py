@@ -14,7 +14,7 @@ crash leaves all of them or none (LMDB's copy-on-write B-tree never exposes a ha
 
 from __future__ import annotations
 
-import threading
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,55 +29,21 @@ from plugmq.core import (
     StoreError,
     StoreFullError,
 )
+from plugmq.core.diskspace import disk_full_error, free_bytes, is_disk_full
 from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.core.kvstore.gate import ReadGate
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_lmdb.options import LmdbOptions
 
 log = get_logger(__name__)
 
+_FULL_BELOW = 8 << 20  # an I/O error with less room than this left is taken as a full disk
+
 CAPABILITIES = StoreCapabilities(
     sync_flush=True, async_flush=True, query_by_key=True, query_by_time=True, crash_recovery=True,
     retention=True, concurrent_writers=True,
 )
-
-
-class _ReadGate:
-    """Readers share it; map growth takes it alone (LMDB forbids set_mapsize under a live txn)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._resizing = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._resizing = False
-                self._cond.notify_all()
 
 
 class _TxnReader:
@@ -134,13 +100,19 @@ class LmdbStore(KeyValueMessageStore[LmdbOptions]):
             raise StoreError(f"cannot open LMDB environment in {self._dir}: {exc}") from exc
         # A map grown in an earlier run stays that size; keep our notion of it in step.
         self._map_size = max(self._options.map_size, self._env.info()["map_size"])
+        if self._options.writemap:
+            try:
+                self._reserve_map(self._map_size)
+            except BaseException:
+                self._env.close()
+                raise
         self._msg = self._env.open_db(b"msg")
         self._cq = self._env.open_db(b"cq")
         self._idx = self._env.open_db(b"idx")
         self._qstate = self._env.open_db(b"queues")
         self._meta = self._env.open_db(b"meta")
         self._dbs = {"msg": self._msg, "cq": self._cq, "idx": self._idx, "queues": self._qstate, "meta": self._meta}
-        self._gate = _ReadGate()
+        self._gate = ReadGate()
 
     def _close_engine(self) -> None:
         self._closed = True
@@ -202,6 +174,8 @@ class LmdbStore(KeyValueMessageStore[LmdbOptions]):
                 self._grow_map()
             except lmdb.Error as exc:
                 txn.abort()
+                if self._disk_full(exc):
+                    raise disk_full_error(self._dir, "an LMDB commit") from exc
                 raise StoreError(f"LMDB write failed in {self._dir}: {exc}") from exc
             except BaseException:
                 txn.abort()
@@ -216,9 +190,42 @@ class LmdbStore(KeyValueMessageStore[LmdbOptions]):
         new_size = min(self._map_size * 2, self._options.max_map_size)
         with self._gate.exclusive():
             self._env.set_mapsize(new_size)
+            if self._options.writemap:
+                try:
+                    self._reserve_map(new_size)
+                except StoreFullError:
+                    self._env.set_mapsize(self._map_size)
+                    raise
         self._log.info("lmdb map grown", old=self._map_size, new=new_size)
         self._map_size = new_size
         self._stats["map_grows"] += 1
+
+    def _reserve_map(self, size: int) -> None:
+        """With writemap, LMDB writes through a mapping of a sparse file: a page the full disk has
+        no block for would kill the process with SIGBUS. Allocating the map's blocks up front turns
+        that into a StoreFullError here."""
+        path = self._dir / "data.mdb"
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(self._dir, f"reserving the {size}-byte LMDB map (writemap=true)",
+                                      frees="free space on that file system, lower map_size, or set "
+                                            "writemap=false (then the map costs no disk until used)") from exc
+            raise StoreError(f"cannot reserve the LMDB map of {path}: {exc}") from exc
+        finally:
+            os.close(fd)
+
+    def _disk_full(self, exc: lmdb.Error) -> bool:
+        """LMDB reports a write that found no room as EIO ("Input/output error") or ENOSPC; with
+        the file system out of room, that is a full disk, not a broken one."""
+        if is_disk_full(exc) or isinstance(exc, lmdb.DiskError):
+            return True
+        if "Input/output error" not in str(exc):
+            return False
+        free = free_bytes(self._dir)
+        return free is not None and free < _FULL_BELOW
 
     # ------------------------------------------------------------------------------------------
     # reads

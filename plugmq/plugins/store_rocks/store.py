@@ -15,11 +15,13 @@ and tail cuts use ``delete_range`` (one tombstone for a run of records) where ke
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     DBCompressionType,
     DBRecoveryMode,
     Options,
@@ -35,9 +37,12 @@ from plugmq.core import (
     PluginContext,
     StoreCapabilities,
     StoreError,
+    StoreFullError,
 )
+from plugmq.core.diskspace import disk_full_error, free_bytes, is_disk_full
 from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.core.kvstore.gate import ReadGate
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_rocks.options import RocksOptions
 
@@ -48,6 +53,7 @@ CAPABILITIES = StoreCapabilities(
     retention=True, concurrent_writers=True,
 )
 _FAMILIES = ("msg", "cq", "idx", "queues", "meta")
+_REOPEN_MARGIN = 256 << 10  # room beyond the WAL's size a reopen needs (manifest, options, info log)
 
 
 def _db_options(options: RocksOptions) -> Options:
@@ -70,7 +76,7 @@ class _LiveReader:
         self._store = store
 
     def get(self, family: str, key: bytes) -> bytes | None:
-        return self._store._point_get(family, key)
+        return self._store._raw_get(family, key)
 
     def scan(self, family: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         it = self._store._cf[family].iter(ReadOptions())
@@ -115,29 +121,91 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         super().__init__(context, options, root=root, data_dir=root / "db", logger=log)
 
     def _open_engine(self) -> None:
-        db_opts = _db_options(self._options)
-        try:
-            self._db = Rdict(str(self._dir), db_opts,
-                             column_families={name: _db_options(self._options) for name in _FAMILIES})
-        except Exception as exc:  # rocksdict raises plain Exception for engine errors
-            raise StoreError(f"cannot open RocksDB in {self._dir}: {exc}") from exc
-        self._cf = {name: self._db.get_column_family(name) for name in _FAMILIES}
-        self._handle = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
+        self._gate = ReadGate()
+        self._read_only = False  # opened read-only: the disk had no room to replay the WAL
+        self._broken = False  # a write hit a full disk; RocksDB refuses writes until reopened
+        self._deferred_cut: int | None = None
         self._write_opts = WriteOptions()
         self._write_opts.sync = self._options.flush == "sync"
         self._write_opts.disable_wal = self._options.disable_wal
         self._reader = _LiveReader(self)
+        try:
+            self._connect(read_only=False)
+        except StoreFullError as exc:
+            # Opening replays the WAL into new table files; with no room for them, open read-only
+            # (every acknowledged write is readable) and reopen for writing once there is room.
+            self._log.warning("disk full at open: store_rocks is read-only until space is freed", error=str(exc))
+            try:
+                self._connect(read_only=True)
+            except StoreError:
+                raise exc from None
+            self._read_only = True
+
+    def _connect(self, *, read_only: bool) -> None:
+        db_opts = _db_options(self._options)
+        try:
+            self._db = Rdict(str(self._dir), db_opts,
+                             column_families={name: _db_options(self._options) for name in _FAMILIES},
+                             access_type=AccessType.read_only() if read_only else AccessType.read_write())
+        except Exception as exc:  # rocksdict raises plain Exception for engine errors
+            if is_disk_full(exc):
+                raise disk_full_error(self._dir, "opening RocksDB (WAL replay writes table files)") from exc
+            raise StoreError(f"cannot open RocksDB in {self._dir}: {exc}") from exc
+        self._cf = {name: self._db.get_column_family(name) for name in _FAMILIES}
+        self._handle = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
+
+    def _disconnect(self) -> None:
+        """Close the engine, whatever state it is in: a close after a disk-full error reports the
+        error RocksDB kept, but still releases the database (its WAL holds every acknowledged write)."""
+        # Column-family objects keep RocksDB alive; drop them before the DB itself.
+        self._cf.clear()
+        self._handle.clear()
+        try:
+            self._db.close()  # rocksdict flushes the memtables to SST files on the way out
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception; logged, the WAL keeps the data
+            self._log.warning("rocksdb reported an error while closing; unflushed memtables are replayed from the "
+                              "WAL at the next open", error=str(exc))
+        del self._db
+        gc.collect()  # rocksdict releases the DB (and its LOCK) only when the last reference is collected
 
     def _close_engine(self) -> None:
         try:
-            self.flush()
+            if not (self._broken or self._read_only):
+                self.flush()
+        except StoreError as exc:
+            self._log.warning("final rocksdb flush failed", error=str(exc))
         finally:
             self._closed = True
-            # Column-family objects keep RocksDB alive; drop them before the DB itself.
-            self._cf.clear()
-            self._handle.clear()
-            self._db.close()  # rocksdict flushes the memtables to SST files on the way out
-            del self._db
+            with self._gate.exclusive():
+                self._disconnect()
+
+    def _ensure_writable(self) -> None:
+        """After a disk-full error (or a read-only open) RocksDB must be reopened to write again:
+        done here once the file system has room, else StoreFullError at once."""
+        if not (self._broken or self._read_only):
+            return
+        need = _REOPEN_MARGIN + sum(f.stat().st_size for f in self._dir.glob("*.log"))
+        free = free_bytes(self._dir)
+        if free is not None and free < need:
+            raise disk_full_error(self._dir, f"reopening RocksDB for writing ({need} bytes needed to replay its WAL)")
+        with self._gate.exclusive():
+            self._disconnect()
+            try:
+                self._connect(read_only=False)
+            except StoreError:
+                try:
+                    self._connect(read_only=True)
+                except StoreError:
+                    self._closed = True  # not even readable: a new store must be opened
+                    self._log.error("store_rocks could not be reopened; open it again when the disk has room")
+                    raise
+                self._read_only = True
+                raise
+            self._read_only = self._broken = False
+        self._log.info("store_rocks writable again after a full disk")
+        if self._deferred_cut is not None:
+            cut, self._deferred_cut = self._deferred_cut, None
+            self._truncate(cut)
 
     # ------------------------------------------------------------------------------------------
     # writes
@@ -147,6 +215,7 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         self, msg: list[tuple[bytes, bytes]], cq: list[tuple[bytes, bytes]], idx: list[tuple[bytes, bytes]],
         queues: list[tuple[bytes, bytes]], state: bytes,
     ) -> None:
+        self._ensure_writable()  # before any column-family handle is held: a reopen needs them all released
         wb = WriteBatch(raw_mode=True)
         put, handle = wb.put, self._handle
         msg_cf, cq_cf, idx_cf, q_cf = handle["msg"], handle["cq"], handle["idx"], handle["queues"]
@@ -159,6 +228,8 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         for key, value in queues:
             put(key, value, q_cf)
         put(STATE_KEY, state, handle["meta"])
+        # A failed write's traceback keeps this frame: it must not keep the DB alive through handles.
+        del put, handle, msg_cf, cq_cf, idx_cf, q_cf
         self._write(wb)
 
     def _batch(self, changes: WriteSet) -> WriteBatch:
@@ -172,6 +243,7 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         return wb
 
     def _apply(self, changes: WriteSet) -> None:
+        self._ensure_writable()
         self._write(self._batch(changes))
 
     def _write_tail_cut(self, changes: WriteSet) -> None:
@@ -180,22 +252,48 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         try:
             self._db.write(self._batch(changes), write_opts)
         except Exception as exc:
+            if is_disk_full(exc):
+                self._broken = True
+                raise disk_full_error(self._dir, "cutting the damaged log tail") from exc
             raise StoreError(f"cutting the damaged log tail in {self._dir} failed: {exc}") from exc
+
+    def _truncate(self, cut: int) -> None:
+        if self._read_only:  # cut once writable; reads never return the damaged records meanwhile
+            self._log.warning("damaged log tail found while read-only; it is cut when space allows writes",
+                              cut_offset=cut)
+            self._deferred_cut = cut
+            self._next_offset = max(self._next_offset, cut)
+            return
+        super()._truncate(cut)
 
     def _write(self, wb: WriteBatch) -> None:
         try:
             self._db.write(wb, self._write_opts)
-        except Exception as exc:  # rocksdict raises plain Exception for engine errors
+        except Exception as exc:
+            if is_disk_full(exc):
+                self._broken = True  # RocksDB keeps refusing writes until it is reopened
+                raise disk_full_error(self._dir, "a RocksDB write") from exc
             raise StoreError(f"RocksDB write failed in {self._dir}: {exc}") from exc
 
     # ------------------------------------------------------------------------------------------
     # reads
     # ------------------------------------------------------------------------------------------
 
-    def _reading(self) -> nullcontext[_LiveReader]:
-        return nullcontext(self._reader)
+    @contextmanager
+    def _reading(self) -> Iterator[_LiveReader]:
+        with self._gate.shared():
+            if self._closed:
+                raise StoreError("store_rocks is closed")
+            yield self._reader
 
     def _point_get(self, family: str, key: bytes) -> bytes | None:
+        with self._gate.shared():
+            if self._closed:
+                raise StoreError("store_rocks is closed")
+            return self._raw_get(family, key)
+
+    def _raw_get(self, family: str, key: bytes) -> bytes | None:
+        """A read inside the gate (``_reading`` or ``_point_get`` holds it)."""
         try:
             return self._cf[family].get(key)
         except Exception as exc:  # noqa: BLE001 - a damaged block surfaces as an engine error: no record, logged
@@ -204,6 +302,12 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
             return None
 
     def _read_entries(self, prefix: bytes, start: int, limit: int) -> list[ConsumeQueueEntry]:
+        with self._gate.shared():
+            if self._closed:
+                raise StoreError("store_rocks is closed")
+            return self._scan_entries(prefix, start, limit)
+
+    def _scan_entries(self, prefix: bytes, start: int, limit: int) -> list[ConsumeQueueEntry]:
         plen = len(prefix)
         read_opts = ReadOptions()
         read_opts.set_iterate_upper_bound(prefix + b"\xff" * 8 + b"\x00")
@@ -225,6 +329,13 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
     # ------------------------------------------------------------------------------------------
 
     def _sync(self) -> None:
+        if self._broken or self._read_only:
+            return  # writes are refused meanwhile: nothing new to make durable
+        with self._gate.shared():
+            if not self._closed:
+                self._sync_engine()
+
+    def _sync_engine(self) -> None:
         try:
             if self._options.disable_wal:
                 for family in self._cf.values():
