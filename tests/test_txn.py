@@ -213,17 +213,44 @@ def test_op_log_replay_rules(tmp_path: Path) -> None:
     assert state.terminal == {6, 8}
 
 
-def test_half_lost_to_store_retention_is_reported(tmp_path: Path, clock: ManualClock) -> None:
+def test_open_half_is_held_against_store_retention(tmp_path: Path, clock: ManualClock) -> None:
+    """An undecided half stays in the store however old it gets: the service holds it through
+    the broker's retention floor, and the broker's own retention rounds leave it alone."""
     options = {"store_lmdb": {"file_reserved_hours": 0.001}}  # 3.6 s
     with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
         broker.create_topic(TOPIC, 1)
         checks = Recorder(COMMIT)
+        TransactionProducer(broker, "pg", by_arg, Recorder()).send_in_transaction(Message(TOPIC, b"x"), UNKNOWN)
+        TransactionProducer(broker, "pg", by_arg, Recorder()).send_in_transaction(Message(TOPIC, b"y"), ROLLBACK)
+        clock.advance(5)  # a broker retention round ran meanwhile
+        assert broker.store.clean_expired(clock.now_ms()) == 0, "the first half is open: nothing may go"
+        assert broker.store.stats()["retention_held"] == 1
+        TransactionProducer(broker, "pg", by_arg, checks)
+        clock.advance(1)  # the first check (6 s after the half) commits it
+        assert checks.bodies == [b"x"] and visible(broker) == [b"x"]
+        assert broker.transactions.metrics().get("lost", 0) == 0
+        clock.advance(20)  # settled: the halves (and the unconsumed commit) are free to go now
+        assert broker.store.min_offset(TRANS_HALF_TOPIC, 0) == 2 and visible(broker) == []
+
+
+def test_half_lost_to_forced_retention_is_reported(tmp_path: Path, clock: ManualClock) -> None:
+    """Only the disk watermark may remove an open half (store_mmap's force-clean): the service
+    then reports the loss instead of checking a message that is gone."""
+    options = {"store_mmap": {"commit_log_segment_size": 16_384, "disk_force_clean_ratio": 0.0,
+                              "disk_max_used_ratio": 1.0, "disk_critical_ratio": 1.0}}
+    with Broker.open(tmp_path, plugins=["store_mmap", "txn"], options=options, clock=clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        checks = Recorder(COMMIT)
         TransactionProducer(broker, "pg", by_arg, checks).send_in_transaction(Message(TOPIC, b"x"), UNKNOWN)
-        clock.advance(5)
-        assert broker.store.clean_expired(clock.now_ms()) >= 1
+        with structlog.testing.capture_logs() as forced:
+            for i in range(12):  # pushes the half's segment out of the way of the one being written
+                broker.put(Message(TOPIC, bytes([i]) * 3000), 0)
+            assert broker.store.clean_expired(clock.now_ms()) >= 1
+        assert any("force-clean" in e["event"] and e["unconsumed_bytes"] > 0 for e in forced)
+        assert broker.store.stats()["retention_forced_unconsumed_bytes"] > 0
         with structlog.testing.capture_logs() as logs:
-            clock.advance(5)
-        assert checks.bodies == [] and broker.transactions.pending() == 0 and visible(broker) == []
+            clock.advance(10)
+        assert checks.bodies == [] and broker.transactions.pending() == 0
         assert broker.transactions.metrics()["lost"] == 1
         assert any(e["log_level"] == "error" for e in logs)
 

@@ -138,7 +138,9 @@ class KeyValueMessageStore(ABC, Generic[O]):
         self._next_offset = 0
         self._last_ts = 0
         self._stats = {"messages": 0.0, "bytes": 0.0, **dict.fromkeys(self._ENGINE_STATS, 0.0),
-                       "corrupt_records": 0.0, "flushes": 0.0, "truncated_records": 0.0, "expired_records": 0.0}
+                       "corrupt_records": 0.0, "flushes": 0.0, "truncated_records": 0.0, "expired_records": 0.0,
+                       "retention_held": 0.0}
+        self._floor = context.retention  # never clean at or above what consumers still need
         self._recover()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -400,30 +402,41 @@ class KeyValueMessageStore(ABC, Generic[O]):
                 self._log.exception(self._FLUSH_FAILED_EVENT)
 
     def clean_expired(self, now_ms: int) -> int:
-        """Delete messages stored more than ``file_reserved_hours`` before ``now_ms``.
+        """Delete messages stored more than ``file_reserved_hours`` before ``now_ms`` - never one
+        at or above the retention floor (``context.retention``: what a consumer group or a
+        service has not consumed yet).
 
         Returns how many message records were removed (a key-value engine has no segment files).
+        A key-value store has no force-clean watermark: deleting records does not shrink an LMDB
+        file (freed pages are reused) and RocksDB frees space only at compaction, so a disk-use
+        trigger would delete far more than needed; a full disk refuses writes instead.
         """
         self._check_open()
         cutoff = now_ms - int(self._options.file_reserved_hours * 3_600_000)
+        floor = self._floor.lowest() if self._floor is not None else None
         removed = 0
+        held = False
         while True:
             with self._commit.exclusive():
-                count, more = self._clean_chunk(cutoff)
+                count, more, held = self._clean_chunk(cutoff, floor)
             removed += count
             if not more:
                 break
         if removed:
             self._stats["expired_records"] += removed
             self._log.info("expired messages removed", count=removed, cutoff_ms=cutoff)
+        if held and not self._stats["retention_held"]:
+            self._log.info("expired messages kept: a consumer group or service has not consumed them",
+                           floor=floor, holders=self._floor.holders() if self._floor is not None else {})
+        self._stats["retention_held"] = float(held)
         return removed
 
-    def _clean_chunk(self, cutoff: int) -> tuple[int, bool]:
+    def _clean_chunk(self, cutoff: int, floor: int | None = None) -> tuple[int, bool, bool]:
         doomed: list[bytes] = []
         undecodable: list[bytes] = []
         changes = WriteSet()
         new_min: dict[bytes, int] = {}
-        more = False
+        more = held = False
         with self._reading() as reader:
             for key, raw in reader.scan("msg"):
                 if len(doomed) + len(undecodable) >= self._options.retention_batch:
@@ -437,6 +450,9 @@ class KeyValueMessageStore(ABC, Generic[O]):
                     continue
                 if message.store_timestamp_ms >= cutoff:
                     break
+                if floor is not None and message.commit_log_offset >= floor:
+                    held = True
+                    break
                 doomed.extend(undecodable)
                 undecodable.clear()
                 doomed.append(key)
@@ -445,7 +461,7 @@ class KeyValueMessageStore(ABC, Generic[O]):
                 qkey = codec.queue_prefix(message.topic, message.queue_id)
                 new_min[qkey] = max(new_min.get(qkey, 0), message.queue_offset + 1)
         if not doomed:
-            return 0, False
+            return 0, False, held
         # The doomed records are the first ones of the log, contiguous: one range.
         changes.delete_range("msg", doomed[0], codec.OFFSET.pack(codec.OFFSET.unpack(doomed[-1])[0] + 1))
         q_new: dict[bytes, int] = {}
@@ -458,7 +474,7 @@ class KeyValueMessageStore(ABC, Generic[O]):
         self._apply(changes)
         for qkey, low in q_new.items():
             self._queues[qkey][0] = low
-        return len(doomed), more
+        return len(doomed), more, held
 
     def _recover(self) -> None:
         with self._reading() as reader:

@@ -63,6 +63,7 @@ log = get_logger(__name__)
 
 PLUGIN_NAME = "txn"
 _SCAN_CHUNK = 1024
+_CLEAN_MIN_BYTES = 64 << 10  # retention leaves a smaller op log alone (rewriting it gains nothing)
 
 
 def capabilities_for(options: TxnOptions) -> TransactionCapabilities:
@@ -88,6 +89,7 @@ class TxnService:
         self._lock = threading.RLock()
         self._schedule = Schedule()
         self._decided: dict[int, tuple[int, int]] = {}  # decided, effect not yet recorded as done
+        self._decided_at: dict[int, int] = {}  # their halves' commit-log offsets (retention keeps them)
         self._terminal: set[int] = set()  # settled halves at or above the watermark
         self._watermark = 0
         self._half_high = 0
@@ -100,6 +102,9 @@ class TxnService:
         self._started = False
         self._closed = False
         self._metrics: Counter[str] = Counter()
+        if context.retention is not None:
+            # Open and undelivered halves stay in the store however old they get.
+            context.retention.hold(PLUGIN_NAME, self._lowest_needed)
 
     # ------------------------------------------------------------------------------ contract
     def prepare(self, request: AppendRequest, producer_group: str) -> AppendResult:
@@ -170,6 +175,33 @@ class TxnService:
     def metrics(self) -> Mapping[str, float]:
         with self._lock:
             return {**self._metrics, "open": len(self._schedule), "op_log_bytes": self._oplog.size}
+
+    def clean_expired(self, now_ms: int) -> int:
+        """Rewrite the op log without the records of settled transactions once they make up most
+        of it (at least ``_CLEAN_MIN_BYTES``), instead of waiting for ``compact_bytes``; returns 1
+        when the old op log file was replaced, else 0. Half messages live in the store, whose
+        retention removes them; open and undelivered ones are held there (``_lowest_needed``)."""
+        with self._lock:
+            if self._closed or not self._started or self._preparing:
+                return 0
+            live = 1 + len(self._decided) + len(self._terminal) + sum(
+                1 for t in self._schedule.open.values() if t.checks)
+            if self._oplog.size < max(_CLEAN_MIN_BYTES, 2 * live * oplog.RECORD_SIZE):
+                return 0
+            before = self._oplog.size
+            self._compact()
+            log.info("transaction op log compacted by retention", bytes_before=before, bytes_after=self._oplog.size,
+                     watermark=self._watermark)
+            return 1
+
+    def _lowest_needed(self) -> int | None:
+        """The lowest commit-log offset of a half still needed: open, or decided but not yet
+        delivered (a restart delivers it from the store). Before ``start`` every half is."""
+        with self._lock:
+            if not self._started:
+                return 0
+            return min(chain((t.commit_log_offset for t in self._schedule.open.values()),
+                             self._decided_at.values()), default=None)
 
     def start(self) -> None:
         with self._lock:
@@ -245,6 +277,7 @@ class TxnService:
                     self._metrics["rolled_back"] += 1
                 else:
                     self._decided[txn.half] = (kind, mark)
+                    self._decided_at[txn.half] = txn.commit_log_offset
                     effects.append((txn.half, kind, mark, stored, txn.checks))
             self._maybe_compact()
         self._oplog.sync_to(position)  # durable before any effect (group commit across threads)
@@ -274,6 +307,7 @@ class TxnService:
             # makes recovery look for the message before skipping the delivery.
             self._oplog.append(record(oplog.DONE, half))
             self._decided.pop(half, None)
+            self._decided_at.pop(half, None)
             self._terminal.add(half)
             self._metrics["committed" if kind == oplog.COMMIT else "discarded"] += 1
             self._maybe_compact()
@@ -454,6 +488,7 @@ class TxnService:
                 decided = state.decided.get(half)
                 if decided is not None:
                     self._decided[half] = decided
+                    self._decided_at[half] = entry.commit_log_offset
                     redo.append((half, decided, stored, checks))
                     continue
                 self._schedule.add(OpenTxn(half, entry.commit_log_offset, entry.size,
@@ -474,6 +509,10 @@ class TxnService:
         """Rewrite the op log as the open state once it outgrew ``compact_bytes`` (lock held)."""
         if self._oplog.size < self._compact_at or self._closed or self._preparing:
             return
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the op log as the open state (lock held)."""
         low = min(chain(self._schedule.open, self._decided), default=self._half_high)
         records = [record(oplog.WATERMARK, low)]
         records += [record(oplog.CHECKED, t.half, t.checks) for t in self._schedule.open.values() if t.checks]
