@@ -409,7 +409,10 @@ class Broker:
                 if subscription is not None and not subscription.precheck(entry):
                     continue
                 message = store.read(entry.commit_log_offset, entry.size)
-                if message is None:
+                if message is None or message.queue_offset != entry.queue_offset:
+                    if self._repair_entry(queue, entry.queue_offset):
+                        next_offset = entry.queue_offset  # rebuilt from the commit log: read it again
+                        break
                     continue
                 if subscription is not None and not subscription.matches(message.properties, message.tags):
                     continue
@@ -419,6 +422,17 @@ class Broker:
         self._emit_delivered(consumer_group, found)
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), next_offset, low, high)
+
+    def _repair_entry(self, queue: MessageQueue, offset: int) -> bool:
+        """A consume-queue entry led to no message: let the store rebuild damaged entries from
+        its log (``repair_queue``, optional for a store); True when the entry should be read again.
+        An entry that stays unreadable is skipped - the store logged and counted its loss."""
+        repair = getattr(self.store, "repair_queue", None)
+        if repair is not None and repair(queue.topic, queue.queue_id, offset):
+            return True
+        log.warning("consume-queue entry unreadable; message skipped", topic=queue.topic, queue=queue.queue_id,
+                    queue_offset=offset)
+        return False
 
     # ------------------------------------------------------------------------------ clients
     def producer(self, group: str, **options: Any) -> Producer:

@@ -143,6 +143,7 @@ class CommitLog:
         self.flush_lock = threading.Lock()
         self.flush_count = 0
         self.sparse_tail: MappedFile | None = None  # the current segment, if it could not be allocated yet
+        self.regrown: list[int] = []  # starts of segments load() found truncated and grew back
         self.allocator = SegmentAllocator(directory, segment_size, warm=warm, enabled=preallocate)
 
     # -- segments -----------------------------------------------------------------------------
@@ -152,22 +153,50 @@ class CommitLog:
         return self._segments
 
     def load(self) -> None:
-        """Map the existing segment files and check that they are contiguous."""
+        """Map the existing segment files and check that they are contiguous.
+
+        A segment shorter than its successor's name says (truncated by a crash of the file system
+        or by hand) is grown back to that size, zero-filled: recovery then cuts or skips what was
+        lost instead of refusing to start. A gap the size of a whole segment or more (a missing
+        file) is still refused: that is not something to guess about."""
         for leftover in self.dir.glob("*.tmp"):
             leftover.unlink()
         names = sorted(p.name for p in self.dir.iterdir() if _NAME.fullmatch(p.name))
+        sizes = [(self.dir / name).stat().st_size for name in names]
+        native = max([self.segment_size, *sizes])
+        if names and sizes[-1] == 0:
+            # An empty newest file holds nothing; it is re-created when needed.
+            log.warning("empty newest commit-log segment removed", segment=names[-1])
+            (self.dir / names.pop()).unlink()
+            sizes.pop()
+        self.regrown = []
         segments: list[MappedFile] = []
-        for name in names:
-            seg = MappedFile.open(self.dir / name, int(name))
-            if segments and segments[-1].end != seg.start:
-                prev = segments[-1]
-                for s in [*segments, seg]:
-                    s.close()
-                raise StoreError(
-                    f"commit log {self.dir} has a gap: {prev.path.name} ends at {prev.end} but the next file "
-                    f"starts at {seg.start}; a segment file is missing or has the wrong size"
-                )
-            segments.append(seg)
+        try:
+            for i, name in enumerate(names):
+                start = int(name)
+                want = None
+                if i + 1 < len(names):
+                    room = int(names[i + 1]) - start
+                    if sizes[i] < room <= native:
+                        want = room
+                seg = MappedFile.open(self.dir / name, start, size=want)
+                if want is not None:
+                    log.error("truncated commit-log segment grown back to its size; what it lost is cut or "
+                              "skipped by recovery", segment=name, had_bytes=sizes[i], size=want)
+                    self.regrown.append(start)
+                if segments and segments[-1].end != seg.start:
+                    prev = segments[-1]
+                    segments.append(seg)
+                    raise StoreError(
+                        f"commit log {self.dir} has a gap: {prev.path.name} ends at {prev.end} but the next file "
+                        f"starts at {seg.start}; a segment file is missing or has the wrong size (restore it from "
+                        "a backup, or move the files after the gap away to keep the log before it)"
+                    )
+                segments.append(seg)
+        except BaseException:
+            for seg in segments:
+                seg.close()
+            raise
         self._set_segments(segments)
         if segments:
             self.wrote = self.flushed = segments[0].start

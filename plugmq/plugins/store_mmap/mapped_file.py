@@ -189,7 +189,7 @@ class MappedFile:
         mapping (Linux keeps one page cache) and, unlike mmap.flush, releases the GIL meanwhile."""
         os.fdatasync(self.fd)
 
-    def _data_ranges(self, begin: int, end: int) -> list[tuple[int, int]]:
+    def data_ranges(self, begin: int, end: int) -> list[tuple[int, int]]:
         """The parts of [begin, end) that hold allocated data; holes of a sparse file are skipped,
         so checking the empty tail of a 1 GiB segment costs no page faults."""
         ranges = []
@@ -214,7 +214,7 @@ class MappedFile:
     def is_zero(self, begin: int, end: int | None = None) -> bool:
         end = self.size if end is None else min(end, self.size)
         mm = self.mm
-        for first, last in self._data_ranges(begin, end):
+        for first, last in self.data_ranges(begin, end):
             for pos in range(first, last, _ZERO_CHUNK):
                 if mm[pos : min(pos + _ZERO_CHUNK, last)].strip(b"\0"):
                     return False
@@ -226,7 +226,7 @@ class MappedFile:
         end = self.size if end is None else min(end, self.size)
         mm = self.mm
         written = 0
-        for first, last in self._data_ranges(begin, end):
+        for first, last in self.data_ranges(begin, end):
             for pos in range(first, last, _ZERO_CHUNK):
                 stop = min(pos + _ZERO_CHUNK, last)
                 if mm[pos:stop].strip(b"\0"):

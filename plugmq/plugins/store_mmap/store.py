@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -78,7 +78,7 @@ from plugmq.plugins.store_mmap.record import (
     serialize_properties,
     topic_part,
 )
-from plugmq.plugins.store_mmap.recovery import recover
+from plugmq.plugins.store_mmap.recovery import recover, repair_queue
 from plugmq.plugins.store_mmap.retention import Retention
 
 __all__ = ["CAPABILITIES", "MmapMessageStore"]
@@ -106,6 +106,7 @@ FLUSH_DISK_TIMEOUT = AppendStatus.FLUSH_DISK_TIMEOUT
 _NO_HOST = bytes(8)
 _KEYS = Prop.KEYS
 _UNIQ = Prop.UNIQ_KEY
+_REPAIR_WINDOW = 4096  # entries checked on each side of a read miss (a 4 KiB page holds 204)
 
 
 def _mark_open(abort: Path) -> None:
@@ -179,6 +180,9 @@ class MmapMessageStore:
         self._derived_lock = threading.Lock()
         self._pending: list[tuple[str, str | None, str | None, int, int]] = []
         self._index_full_logged = -60_000  # store time of the last "index full" warning
+        self._repair_lock = threading.Lock()
+        self._queue_entries_repaired = 0
+        self._records_lost = 0
         self._topics: dict[str, tuple[bytes, bytes, int]] = {}  # topic -> (prefix, bare tail, its CRC)
         self._index_batch = opts.index_batch
         self._now_ms = self._clock.now_ms
@@ -197,7 +201,7 @@ class MmapMessageStore:
         self._index = IndexService(self.dir / "index", opts.index_slot_count, opts.index_max_entries)
         self._checkpoint = Checkpoint(self.dir / "checkpoint")
         try:
-            self.recovery = recover(
+            recovered = recover(
                 self._cl,
                 self._cqs,
                 self._index,
@@ -207,6 +211,9 @@ class MmapMessageStore:
                 index_unique_id=opts.index_unique_id,
                 dispatch_cq=self._redispatch_cq,
             )
+            self.recovery = recovered.report
+            self._pending = recovered.unindexed
+            self._lost_entries = recovered.lost_entries
             self._cl.open_for_write(self.recovery.end)
             self._max_record = self._cl.max_record
         except BaseException:
@@ -495,6 +502,42 @@ class MmapMessageStore:
                 hi = mid
         return lo
 
+    # -- consume-queue repair -----------------------------------------------------------------
+
+    def repair_queue(self, topic: str, queue_id: int, offset: int) -> bool:
+        """The entry at ``offset`` of a queue led to no message, or to another one: check the
+        entries around it against the commit log and rebuild the damaged ones from the log.
+
+        Returns True when entries were rewritten (read them again). False when the entry is sound
+        but its record is damaged, or the record is gone with it: the message is lost, which is
+        logged and counted once (``records_lost``); readers skip it.
+        """
+        cq = self._cqs.queues.get((topic, queue_id))
+        if cq is None or self._closed or not cq.min_offset <= offset < cq.max_offset:
+            return False
+        known = self._lost_entries.setdefault((topic, queue_id), set())
+        if offset in known:
+            return False
+        lo = max(cq.min_offset, offset - _REPAIR_WINDOW)
+        hi = min(cq.max_offset, offset + _REPAIR_WINDOW)
+        with self._repair_lock:
+            fixed, gone = repair_queue(self._cl, cq, lo, hi, self._cl.wrote, write=self._under_put_lock)
+            self._queue_entries_repaired += fixed
+            if offset not in gone and not fixed:
+                entry = cq.entry(offset)
+                if entry is not None and self._cl.read(entry[0]) is None:
+                    gone.append(offset)  # the entry is sound, the record it points at is damaged
+                    log.error("damaged commit-log record: its message is lost", topic=topic, queue=queue_id,
+                              queue_offset=offset, commit_log_offset=entry[0])
+            fresh = [q for q in gone if q not in known]
+            known.update(fresh)
+            self._records_lost += len(fresh)
+        return fixed > 0
+
+    def _under_put_lock(self, write: Callable[[], None]) -> None:
+        with self._put_lock:
+            write()
+
     # -- flushing -----------------------------------------------------------------------------
 
     def _write_checkpoint(self, derived_upto: int, ts: int) -> None:
@@ -561,6 +604,10 @@ class MmapMessageStore:
             "retention_forced_unconsumed_bytes": self._retention.forced_unconsumed_bytes,
             "retention_held": float(self._retention.held),
             "recovered_redispatched": self.recovery.redispatched,
+            "recovered_damaged_bytes": self.recovery.damaged_bytes,
+            "recovered_cut_bytes": self.recovery.cut_bytes,
+            "queue_entries_repaired": self.recovery.queue_entries_repaired + self._queue_entries_repaired,
+            "records_lost": self.recovery.queue_entries_lost + self._records_lost,
         }
 
     def close(self) -> None:
