@@ -61,6 +61,7 @@ def plugins(as_json: bool) -> None:
 def check_config(config_file: Path) -> None:
     """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written)."""
     from plugmq.core.config import load_config
+    from plugmq.core.datadir import check_data_dir
     from plugmq.core.pluginmanager import build_options, load_plugins
 
     errors: list[str] = []
@@ -76,6 +77,10 @@ def check_config(config_file: Path) -> None:
             build_options(declaration, config.plugin_options.get(name), config_path=f"{config.source}: plugins.{name}")
         except PlugmqError as exc:
             errors.append(str(exc))
+    try:
+        check_data_dir(config.data_dir, config.source)  # usable, or creatable (nothing is created)
+    except PlugmqError as exc:
+        errors.append(str(exc))
     if errors:
         for error in errors:
             click.echo(ERROR_PREFIX + error, err=True)
