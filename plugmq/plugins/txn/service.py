@@ -184,7 +184,8 @@ class TxnService:
         with self._lock:
             if self._closed or not self._started or self._preparing:
                 return 0
-            live = 1 + len(self._decided) + len(self._terminal) + sum(
+            low = min(chain(self._schedule.open, self._decided), default=self._half_high)
+            live = 1 + len(self._decided) + sum(1 for h in self._terminal if h >= low) + sum(
                 1 for t in self._schedule.open.values() if t.checks)
             if self._oplog.size < max(_CLEAN_MIN_BYTES, 2 * live * oplog.RECORD_SIZE):
                 return 0
