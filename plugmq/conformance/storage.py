@@ -49,6 +49,7 @@ from plugmq.core import (
     MessageStore,
     MessageTooLargeError,
     Prop,
+    RetentionFloor,
     StoreCapabilities,
     StoredMessage,
     StoreError,
@@ -175,10 +176,11 @@ class Opener:
         self.data_dir = data_dir
         self.clock = clock
         self.opened: list[MessageStore] = []
+        self.floor = RetentionFloor()  # what a broker passes as context.retention; holds nothing by default
 
     def __call__(self) -> MessageStore:
         store = open_store(self.sut.plugin, self.data_dir, clock=self.clock, options=dict(self.sut.options),
-                           store_host=STORE_HOST)
+                           store_host=STORE_HOST, retention=self.floor)
         self.opened.append(store)
         return store
 
@@ -582,6 +584,29 @@ class StoreConformance:
         assert res.queue_offset == 20
         store = opener.reopen(store)
         assert store.max_offset(TOPIC, 0) == 21 and read_present(store, res.commit_log_offset).body == b"fresh"
+
+    def test_retention_never_removes_what_the_floor_holds(self, opener: Opener, clock: ManualClock) -> None:
+        """Records at or above ``context.retention.lowest()`` (what consumer groups and services
+        still need) survive any age; only a store's own disk watermark may force them out."""
+        require(opener.sut, "retention")
+        store = opener()
+        written = [store.append(request(queue_id=i % 2, body=f"h{i}".encode() * 50)) for i in range(40)]
+        floor = written[25].commit_log_offset
+        opener.floor.hold("conformance", lambda: floor)
+        try:
+            for _ in range(3):
+                clock.advance(10 * 365 * 86400)
+                store.clean_expired(clock.now_ms())
+            for res in written[25:]:
+                message = store.read(res.commit_log_offset)
+                assert message is not None and message.queue_offset == res.queue_offset, (
+                    "a record at or above the retention floor was removed"
+                )
+            for queue_id in (0, 1):
+                held = next(r for i, r in enumerate(written) if i >= 25 and i % 2 == queue_id)
+                assert store.min_offset(TOPIC, queue_id) <= held.queue_offset
+        finally:
+            opener.floor.release("conformance")
 
     # -- model-based --------------------------------------------------------------------------
 

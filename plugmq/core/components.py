@@ -18,6 +18,7 @@ from plugmq.core.contracts import (
 )
 from plugmq.core.errors import PluginError
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, load_plugins
+from plugmq.core.retention import RetentionFloor
 
 __all__ = ["open_delay_scheduler", "open_store", "plugin_declaration"]
 
@@ -48,12 +49,14 @@ def open_store(
     store_host: str = "127.0.0.1:10911",
     broker_name: str = "broker-a",
     objects: Mapping[str, object] | None = None,
+    retention: RetentionFloor | None = None,
 ) -> MessageStore:
-    """Open (or recover) a store from the named storage plugin in ``data_dir``."""
+    """Open (or recover) a store from the named storage plugin in ``data_dir``; ``retention`` is
+    the floor its retention must not clean below (None: nothing is held)."""
     loaded = _single(plugin, Family.STORAGE, objects)
     context = PluginContext(
         broker_name=broker_name, data_dir=Path(data_dir), clock=clock or SystemClock(),
-        store_host=store_host, **_context_args(loaded, plugin, options),
+        store_host=store_host, retention=retention, **_context_args(loaded, plugin, options),
     )
     store = loaded.hooks.make_store(context)
     if store is None:
