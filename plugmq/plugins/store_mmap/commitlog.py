@@ -98,7 +98,9 @@ class SegmentAllocator:
                     self._cond.wait()
                 if self._stopped:
                     return
-                start, self._wanted = self._wanted, None
+                start = self._wanted
+                assert start is not None
+                self._wanted = None
                 self._busy = start
             made: MappedFile | None = None
             try:

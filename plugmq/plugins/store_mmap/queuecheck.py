@@ -171,13 +171,13 @@ def rebuild_entries(
                 end = entry[0]
         found: dict[int, tuple[int, int, int]] = {}
 
-        def visit(rec: Decoded, first: int = first, last: int = last, found: dict = found) -> None:  # type: ignore[type-arg]
+        def visit(rec: Decoded, first: int = first, last: int = last, found: dict[int, tuple[int, int, int]] = found) -> None:
             if rec.topic == cq.topic and rec.queue_id == cq.queue_id and first <= rec.queue_offset <= last:
                 found[rec.queue_offset] = (rec.phys, rec.total, rec.tags_code)
 
         scan(begin, end, visit)
 
-        def put(found: dict = found) -> None:  # type: ignore[type-arg]
+        def put(found: dict[int, tuple[int, int, int]] = found) -> None:
             for qoff, (phys, total, tags) in found.items():
                 cq.put(qoff, phys, total, tags)
 

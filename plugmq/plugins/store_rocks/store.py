@@ -127,7 +127,8 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
         self._deferred_cut: int | None = None
         self._write_opts = WriteOptions()
         self._write_opts.sync = self._options.flush == "sync"
-        self._write_opts.disable_wal = self._options.disable_wal
+        # rocksdict's stub declares disable_wal a method; at run time it is a settable property.
+        self._write_opts.disable_wal = self._options.disable_wal  # type: ignore[method-assign, assignment]
         self._reader = _LiveReader(self)
         try:
             self._connect(read_only=False)
