@@ -141,6 +141,7 @@ class KeyValueMessageStore(ABC, Generic[O]):
                        "corrupt_records": 0.0, "flushes": 0.0, "truncated_records": 0.0, "expired_records": 0.0,
                        "retention_held": 0.0}
         self._floor = context.retention  # never clean at or above what consumers still need
+        self._oldest_ts: int | None = None  # store time of the oldest record, once looked up
         self._recover()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -413,6 +414,10 @@ class KeyValueMessageStore(ABC, Generic[O]):
         """
         self._check_open()
         cutoff = now_ms - int(self._options.file_reserved_hours * 3_600_000)
+        if self._oldest_ts is None:
+            self._oldest_ts = self._first_store_ts()
+        if self._oldest_ts is None or self._oldest_ts >= cutoff:
+            return 0  # nothing has expired: the common case, answered without touching the engine
         floor = self._floor.lowest() if self._floor is not None else None
         removed = 0
         held = False
@@ -425,11 +430,20 @@ class KeyValueMessageStore(ABC, Generic[O]):
         if removed:
             self._stats["expired_records"] += removed
             self._log.info("expired messages removed", count=removed, cutoff_ms=cutoff)
+        self._oldest_ts = None if removed else self._oldest_ts
         if held and not self._stats["retention_held"]:
             self._log.info("expired messages kept: a consumer group or service has not consumed them",
                            floor=floor, holders=self._floor.holders() if self._floor is not None else {})
         self._stats["retention_held"] = float(held)
         return removed
+
+    def _first_store_ts(self) -> int | None:
+        """Store time of the oldest record (None for an empty log); an unreadable one counts as
+        expired, so that a round looks closer."""
+        with self._reading() as reader:
+            for _key, raw in reader.scan("msg"):
+                return self._store_ts(raw) or 0
+        return None
 
     def _clean_chunk(self, cutoff: int, floor: int | None = None) -> tuple[int, bool, bool]:
         doomed: list[bytes] = []

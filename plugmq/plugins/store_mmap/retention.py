@@ -105,18 +105,25 @@ class Retention:
             self._last_write[seg.start] = when
         return when
 
-    def _choose(self, now_ms: int, floor: int | None, force: bool) -> tuple[list[MappedFile], MappedFile | None]:
+    def _choose(self, now_ms: int, force: bool) -> tuple[list[MappedFile], MappedFile | None, int | None]:
         """Segments to delete, oldest first: expired ones below the floor; with ``force`` and
-        nothing else to delete, the oldest one regardless (returned second as well)."""
+        nothing else to delete, the oldest one regardless (returned second as well). The floor
+        (returned third) is only asked for once a segment has expired."""
         cl = self._store.commit_log
         segments = cl.segments
         victims: list[MappedFile] = []
         held: MappedFile | None = None
+        floor: int | None = None
+        asked = False
         for i, seg in enumerate(segments[:-1]):
             if seg is cl.cur:
                 break
             last = self._last_write_of(segments, i)
             expired = last is not None and now_ms - last >= self._reserved_ms
+            if expired and not asked:
+                source = self._store.retention
+                floor = source.lowest() if source is not None else None
+                asked = True
             if expired and floor is not None and seg.end > floor:
                 held = seg
                 break
@@ -132,7 +139,10 @@ class Retention:
         if force and not victims and len(segments) > 1 and segments[0] is not cl.cur:
             forced = segments[0]
             victims.append(forced)
-        return victims, forced
+            if not asked:
+                source = self._store.retention
+                floor = source.lowest() if source is not None else None
+        return victims, forced, floor
 
     def _holders(self) -> dict[str, int | None]:
         floor = self._store.retention
@@ -148,9 +158,7 @@ class Retention:
             return 0
         store = self._store
         cl = store.commit_log
-        floor_source = store.retention
-        floor = floor_source.lowest() if floor_source is not None else None
-        victims, forced = self._choose(now_ms, floor, force)
+        victims, forced, floor = self._choose(now_ms, force)
         if not victims:
             return 0
         store.drain_index()  # keys still queued would otherwise land in the index after the cut
