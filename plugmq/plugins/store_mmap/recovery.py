@@ -1,14 +1,22 @@
 """Opening a store: find the true end of the commit log and bring consume queues and index in line.
 
-1. Choose where to start checking records. After a clean shutdown (no abort file) the checkpoint
+1. Load the segments. One shorter than its successor's name says (truncated) is grown back to
+   its size, zero-filled, and checked from its start: what it lost is cut (newest segment) or
+   skipped (an older one); an empty newest file is dropped.
+2. Choose where to start checking records. After a clean shutdown (no abort file) the checkpoint
    is trusted: only the last ``recover_check_segments`` segments are re-read. After a crash, or
    without a readable checkpoint, checking starts at the oldest offset any checkpointed part
    (commit log, consume queues, index) vouches for - or at the start of the log.
-2. Walk the records from there (magic, sizes, offset, both CRCs); the first record that fails is
-   the end. Everything after it is zeroed, later segments are deleted: a torn tail is cut.
-3. Consume queues and index drop entries at or past the offset they were durable to (or past the
+3. Walk the records from there (magic, sizes, offset, both CRCs). An unsound record followed by
+   sound ones (found by their magic, then checked whole) is damage: skipped, logged and counted.
+   The first unsound record nothing sound follows is the end: everything after it is zeroed and
+   later segments are deleted - a torn tail is cut.
+4. Consume queues and index drop entries at or past the offset they were durable to (or past the
    end), and the records from that offset to the end are dispatched to them again. A missing
    ``consumequeue`` or ``index`` directory makes that offset the start of the log: a full rebuild.
+5. After an unclean stop (or any damage found) every consume-queue entry is checked against the
+   record it points at; damaged entries are rebuilt from the log (``queuecheck``). The same repair
+   runs later on any read miss (``MmapMessageStore.repair_queue``).
 """
 
 from __future__ import annotations
