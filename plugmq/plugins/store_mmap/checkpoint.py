@@ -47,7 +47,7 @@ class Checkpoint:
         if path.exists() and os.path.getsize(path) == _SIZE:
             self._mf = MappedFile.open(path, 0)
             try:
-                self._mf.allocate()  # older versions left it sparse until its first write
+                self._mf.reserve(_SIZE)  # older versions left it sparse until its first write
             except BaseException:
                 self._mf.close()
                 raise

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plugmq.core import ConsumeQueueEntry, InvalidNameError, StoreFullError, validate_topic
+from plugmq.core import ConsumeQueueEntry, InvalidNameError, validate_topic
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
@@ -30,6 +30,7 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size
 _DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _NAME = re.compile(r"\d{20}")
+_ALLOCATION_CHUNK = 4096 * ENTRY_SIZE  # entries given blocks at a time ahead of the writes
 
 
 class ConsumeQueue:
@@ -39,7 +40,6 @@ class ConsumeQueue:
         "_cur",
         "_cur_base",
         "_files",
-        "_unallocated",
         "dir",
         "file_bytes",
         "flushed_upto",
@@ -47,6 +47,7 @@ class ConsumeQueue:
         "min_offset",
         "per_file",
         "queue_id",
+        "room",
         "topic",
     )
 
@@ -62,7 +63,7 @@ class ConsumeQueue:
         self.flushed_upto = 0
         self._cur: MappedFile | None = None
         self._cur_base = 0
-        self._unallocated: MappedFile | None = None  # a sparse last file the disk had no room for
+        self.room = 0  # entries of the current file that have blocks (writes beyond reserve first)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -91,11 +92,6 @@ class ConsumeQueue:
             log.warning("consume queue files inconsistent; will rebuild", topic=self.topic, queue=self.queue_id)
             return False
         self._files = tuple(files)
-        if files:
-            try:  # files of older versions may be sparse; new entries go into the last one
-                files[-1].allocate()
-            except StoreFullError:
-                self._unallocated = files[-1]
         return True
 
     def _file_for(self, qoff: int) -> MappedFile | None:
@@ -113,13 +109,13 @@ class ConsumeQueue:
         want = qoff // self.per_file * self.file_bytes
         files = list(self._files)
         if not files:
-            files.append(MappedFile.create(self.dir / offset_name(want), want, self.file_bytes))
+            files.append(MappedFile.create(self.dir / offset_name(want), want, self.file_bytes, reserve=0))
         while files[-1].end <= want:
             start = files[-1].end
-            files.append(MappedFile.create(self.dir / offset_name(start), start, self.file_bytes))
+            files.append(MappedFile.create(self.dir / offset_name(start), start, self.file_bytes, reserve=0))
         while files[0].start > want:
             start = files[0].start - self.file_bytes
-            files.insert(0, MappedFile.create(self.dir / offset_name(start), start, self.file_bytes))
+            files.insert(0, MappedFile.create(self.dir / offset_name(start), start, self.file_bytes, reserve=0))
         self._files = tuple(files)
         found = self._file_for(qoff)
         assert found is not None
@@ -128,21 +124,23 @@ class ConsumeQueue:
     # -- writing (under the put lock) ---------------------------------------------------------
 
     def prepare(self, first: int, count: int = 1) -> None:
-        """Before a record is written: make sure files for entries ``first .. first+count-1``
-        exist and are allocated (StoreFullError otherwise), and make the first one current, so a
-        full disk refuses the append before the commit log holds a record without its entry."""
-        f = self._file_for(first)
-        if f is None:
-            f = self._create_until(first)
-        if f is self._unallocated:
-            f.allocate()
-            self._unallocated = None
+        """Before a record is written: make sure the files for entries ``first .. first+count-1``
+        exist and have blocks for them (StoreFullError otherwise), and make the first one current
+        with ``room`` set to its allocated entries, so a full disk refuses the append before the
+        commit log holds a record without its entry."""
         last = first + max(count, 1) - 1
-        if self._file_for(last) is None:
-            self._create_until(last)
+        q = first
+        while q <= last:
+            f = self._file_for(q) or self._create_until(q)
+            base = self._base(f)
+            upto = min(last, base + self.per_file - 1)
+            f.reserve((upto - base + 1) * ENTRY_SIZE, _ALLOCATION_CHUNK)
+            q = upto + 1
+        f = self._file_for(first)
+        assert f is not None
         self._cur = f
         self._cur_base = self._base(f)
-
+        self.room = f.allocated // ENTRY_SIZE
 
     def put(self, qoff: int, phys: int, size: int, tags: int) -> None:
         cur = self._cur
@@ -152,6 +150,9 @@ class ConsumeQueue:
             self._cur = cur
             self._cur_base = self._base(cur)
             rel = qoff - self._cur_base
+        if (rel + 1) * ENTRY_SIZE > cur.allocated:
+            cur.reserve((rel + 1) * ENTRY_SIZE, _ALLOCATION_CHUNK)
+            self.room = cur.allocated // ENTRY_SIZE
         ENTRY.pack_into(cur.mm, rel * ENTRY_SIZE, phys, size, tags)
         if qoff >= self.max_offset:
             self.max_offset = qoff + 1
@@ -197,7 +198,9 @@ class ConsumeQueue:
         self.max_offset = 0
         while files:
             f = files[-1]
-            arr = np.frombuffer(f.mm, dtype=_DTYPE)
+            # Only the part holding data: past it there are holes, which a tmpfs mapping would have
+            # to allocate to read (SIGBUS on a full file system).
+            arr = np.frombuffer(f.mm, dtype=_DTYPE, count=min(self.per_file, f.data_end() // ENTRY_SIZE))
             written = arr["size"] > 0
             keep = np.flatnonzero(written & (arr["phys"] < end_phys))
             last_keep = int(keep[-1]) if keep.size else -1

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from plugmq.core import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
@@ -44,6 +43,7 @@ _DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("tdiff", ">i4"), ("prev", 
 _SLOT = struct.Struct(">i")
 _NAME = re.compile(r"\d{20}")
 _INT32_MAX = 0x7FFFFFFF
+_ALLOCATION_CHUNK = 65_536 * ENTRY_SIZE  # entry bytes given disk blocks at a time
 
 
 class IndexFile:
@@ -58,6 +58,11 @@ class IndexFile:
         self.count = max(self.count, 1)
         self.slots = np.frombuffer(mf.mm, dtype=">i4", count=slot_count, offset=HEADER_SIZE)
         self.entries = np.frombuffer(mf.mm, dtype=_DTYPE, count=max_entries, offset=self._entries_at)
+
+    def reserve_entries(self, count: int) -> None:
+        """Before entries below ``count`` are written: give them (and header and slots) disk
+        blocks, or StoreFullError."""
+        self.mf.reserve(self._entries_at + count * ENTRY_SIZE, _ALLOCATION_CHUNK)
 
     @staticmethod
     def file_size(slot_count: int, max_entries: int) -> int:
@@ -208,7 +213,6 @@ class IndexService:
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
         self.indexed_upto = 0  # commit-log offset: every record below it is indexed
-        self._unallocated: IndexFile | None = None  # a sparse last file the disk had no room for
         self._dirty: set[IndexFile] = set()
 
     def load(self) -> bool:
@@ -228,11 +232,6 @@ class IndexService:
                 complete = False
                 continue
             self.files.append(IndexFile(mf, self.slot_count, self.max_entries))
-        if self.files:
-            try:  # files of older versions may be sparse; new entries go into the last one
-                self.files[-1].mf.allocate()
-            except StoreFullError:
-                self._unallocated = self.files[-1]
         return complete
 
     def cut(self, end_phys: int) -> None:
@@ -272,17 +271,17 @@ class IndexService:
                 f = self.files[-1] if self.files else None
                 if f is None or f.room <= 0:
                     f = self._new_file(int(phys_arr[done]))
-                elif f is self._unallocated:
-                    f.mf.allocate()
-                    self._unallocated = None
                 n = min(f.room, len(texts) - done)
+                f.reserve_entries(f.count + n)
                 f.insert(hashes[done : done + n], phys_arr[done : done + n], ts_arr[done : done + n])
                 self._dirty.add(f)
                 done += n
 
     def _new_file(self, begin_phys: int) -> IndexFile:
         size = IndexFile.file_size(self.slot_count, self.max_entries)
-        mf = MappedFile.create(self.dir / offset_name(begin_phys), begin_phys, size)
+        # Header and slots (written anywhere) get blocks now, entries as they are added.
+        mf = MappedFile.create(self.dir / offset_name(begin_phys), begin_phys, size,
+                               reserve=HEADER_SIZE + self.slot_count * 4)
         f = IndexFile(mf, self.slot_count, self.max_entries)
         self.files.append(f)
         return f

@@ -1,7 +1,8 @@
 """One fixed-size file mapped into memory (RocketMQ's MappedFile), with reference counting.
 
-Every file is allocated before it is mapped (posix_fallocate), never left sparse: a store on a
-full file system then gets a StoreFullError when it creates a file, never a SIGBUS when it writes.
+Files are created sparse, but every byte gets its blocks (posix_fallocate, :meth:`reserve`)
+before it is written through the mapping: a store on a full file system gets a StoreFullError
+before a write, never a SIGBUS during one - and a 1 GiB segment costs disk only as it fills.
 
 Readers ``acquire()`` a file before touching its mapping and ``release()`` it after; retention calls
 ``destroy()``, which unlinks the file at once but unmaps it only when the last reader has let go,
@@ -49,9 +50,13 @@ def fsync_dir(path: Path) -> None:
 
 
 class MappedFile:
-    """A file of ``size`` bytes starting at logical offset ``start``, mapped read-write."""
+    """A file of ``size`` bytes starting at logical offset ``start``, mapped read-write.
 
-    __slots__ = ("_available", "_lock", "_refs", "end", "fd", "mm", "path", "size", "start")
+    ``allocated``: the first that many bytes have blocks on disk (for an opened file: 0 until
+    :meth:`reserve` says otherwise). Every writer reserves the bytes it will write before writing
+    them; reading a sparse part only sees zeros and costs nothing."""
+
+    __slots__ = ("_available", "_lock", "_refs", "allocated", "end", "fd", "mm", "path", "size", "start")
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
         self.path = path
@@ -60,6 +65,7 @@ class MappedFile:
         self.end = start + size
         self.fd = fd
         self.mm = mmap.mmap(fd, size)
+        self.allocated = 0
         self._refs = 1  # the owner's reference, dropped by destroy()/close()
         self._available = True
         self._lock = threading.Lock()
@@ -67,28 +73,33 @@ class MappedFile:
     # -- creation ---------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: Path, start: int, size: int, *, warm: bool = False, sync_dir: bool = False) -> MappedFile:
+    def create(cls, path: Path, start: int, size: int, *, reserve: int | None = None, warm: bool = False,
+               sync_dir: bool = False) -> MappedFile:
         """Create a zero-filled file atomically (written under a temporary name, then renamed),
         so a crash never leaves a short file under a real name.
 
-        Its blocks are allocated (posix_fallocate) before it is mapped: a write into a sparse page
-        on a full file system kills the process with SIGBUS, an allocation that finds no room is
-        a StoreFullError here, before anything is written. ``warm`` also faults the pages in, so
-        the first writes into the file do not page-fault (RocketMQ's warmMappedFile)."""
+        Its first ``reserve`` bytes (all of it by default) get their blocks now (posix_fallocate):
+        no room is a StoreFullError here, before anything is written. ``warm`` allocates all of
+        it and faults the pages in, so the first writes do not page-fault (RocketMQ's
+        warmMappedFile)."""
         tmp = path.with_name(path.name + ".tmp")
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise _file_error(exc, path, size) from exc
         try:
+            first = size if reserve is None or warm else min(size, reserve)
             try:
-                os.posix_fallocate(fd, 0, size)
+                os.ftruncate(fd, size)
+                if first:
+                    os.posix_fallocate(fd, 0, first)
             except OSError as exc:
                 raise _file_error(exc, path, size) from exc
             os.replace(tmp, path)
             if sync_dir:
                 fsync_dir(path.parent)
             made = cls(path, start, fd, size)
+            made.allocated = first
         except BaseException:
             os.close(fd)
             try:
@@ -103,15 +114,12 @@ class MappedFile:
     @classmethod
     def open(cls, path: Path, start: int, *, size: int | None = None) -> MappedFile:
         """Map an existing file; with ``size``, a shorter file (a truncated one) is first grown
-        back to it, the new part zero-filled and allocated."""
+        back to it (the new part reads as zeros; it is allocated when written)."""
         fd = os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
             if size is not None and actual < size:
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as exc:
-                    raise _file_error(exc, path, size) from exc
+                os.ftruncate(fd, size)
                 actual = size
             if actual <= 0:
                 raise StoreError(f"{path} is empty; a store file must have its full size (delete it to rebuild)")
@@ -120,16 +128,25 @@ class MappedFile:
             os.close(fd)
             raise
 
-    def allocate(self) -> None:
-        """Make sure every block of the file is allocated (files written by older versions, or
-        copied, may be sparse): StoreFullError now instead of SIGBUS on a later write."""
+    def reserve(self, upto: int, chunk: int = 0) -> None:
+        """Make sure bytes ``[0, upto)`` have blocks on disk before anyone writes them, reserving
+        ``chunk`` more while at it (fewer calls). A write into a sparse page on a full file
+        system kills the process with SIGBUS; this raises StoreFullError instead."""
+        if upto <= self.allocated:
+            return
+        target = min(self.size, max(upto, self.allocated + chunk))
         try:
-            os.posix_fallocate(self.fd, 0, self.size)
+            os.posix_fallocate(self.fd, self.allocated, target - self.allocated)
         except OSError as exc:
+            if target > upto:  # the chunk may not fit where the write itself does
+                self.reserve(upto)
+                return
             raise _file_error(exc, self.path, self.size) from exc
+        self.allocated = target
 
     def warm(self) -> None:
-        """Fault every page in for writing (one write per page), so appends do not page-fault."""
+        """Allocate everything and fault every page in for writing (one write per page)."""
+        self.reserve(self.size)
         mm = self.mm
         for pos in range(0, self.size, mmap.PAGESIZE):
             mm[pos] = mm[pos]
@@ -210,6 +227,13 @@ class MappedFile:
         except OSError:  # a file system without SEEK_DATA: look at everything
             return [(begin, end)]
         return ranges
+
+    def data_end(self) -> int:
+        """Where the file's last stretch of data ends (page-granular); past it there are only
+        holes. Readers that scan for the end stop here: reading a hole through a tmpfs mapping
+        allocates a page, which on a full file system is a SIGBUS."""
+        ranges = self.data_ranges(0, self.size)
+        return ranges[-1][1] if ranges else 0
 
     def is_zero(self, begin: int, end: int | None = None) -> bool:
         end = self.size if end is None else min(end, self.size)

@@ -72,10 +72,11 @@ class MmapStoreOptions:
     refused. ``disk_check_interval_ms`` bounds how stale the disk-use figure may be.
     Index: ``index_unique_id`` also indexes each message's unique id (Prop.UNIQ_KEY), like RocketMQ;
     keys are queued by the append path and indexed ``index_batch`` at a time (queries, flushes and
-    retention index whatever is queued first). Files: every file's blocks are allocated
-    (posix_fallocate) when it is created, so a full disk is a StoreFullError, never a SIGBUS;
-    ``preallocate_next_segment`` creates the next commit-log segment on a background thread;
-    ``warm_segments`` also faults its pages in (one write per page, RocketMQ's warmMappedFile).
+    retention index whatever is queued first). Files: every byte gets its disk blocks
+    (posix_fallocate, 16 MiB of a segment at a time) before it is written, so a full disk is a
+    StoreFullError, never a SIGBUS; ``preallocate_next_segment`` creates the next commit-log
+    segment on a background thread; ``warm_segments`` allocates it whole and faults its pages in
+    (one write per page, RocketMQ's warmMappedFile).
     Recovery after a clean shutdown re-checks the last ``recover_check_segments`` segments record
     by record.
     """

@@ -62,17 +62,22 @@ def _next_sound(cl: CommitLog, bad: int) -> int | None:
     rel = bad - seg.start + 1
     while seg is not None:
         mm = seg.mm
+        # Only stretches holding data are searched (and read): holes hold no record, and reading
+        # one through a tmpfs mapping on a full file system is a SIGBUS.
         for first, last in seg.data_ranges(rel, seg.size):
+            last = min(last, seg.size - END_FILE_MIN_BLANK)
             at = mm.find(_MAGIC_BYTES, max(first, rel) + _MAGIC_AT, last)
             while at >= 0:
                 pos = at - _MAGIC_AT
-                if decode(mm, pos, seg.size - END_FILE_MIN_BLANK - pos, seg.start + pos) is not None:
+                if pos >= first and decode(mm, pos, last - pos, seg.start + pos) is not None:
                     return seg.start + pos
                 at = mm.find(_MAGIC_BYTES, at + 1, last)
         seg = cl.segment_for(seg.end)
         rel = 0
-        if seg is not None and decode(seg.mm, 0, seg.size - END_FILE_MIN_BLANK, seg.start) is not None:
-            return seg.start
+        if seg is not None:
+            readable = min(seg.data_end(), seg.size - END_FILE_MIN_BLANK)
+            if decode(seg.mm, 0, readable, seg.start) is not None:
+                return seg.start
     return None
 
 

@@ -67,20 +67,12 @@ class Retention:
         over = self.disk_ratio > self._critical
         if over != self.over_critical:
             log.warning("disk watermark crossed", disk_used=round(self.disk_ratio, 4), refusing_writes=over)
-        self.over_critical = over
-        # ``full`` makes every append come through check_disk (the append path reads it unlocked).
-        self.full = over or self._store.commit_log.sparse_tail is not None
+        self.over_critical = self.full = over  # ``full``: read unlocked by the append path
 
     def check_disk(self) -> None:
-        """Raise StoreFullError while disk use is above the critical watermark, or while the
-        segment being written could not be allocated (a write into it could SIGBUS)."""
+        """Raise StoreFullError while disk use is above the critical watermark."""
         if time.monotonic() >= self.next_check:
             self.refresh()
-        cl = self._store.commit_log
-        if cl.sparse_tail is not None:
-            with self._store.put_lock:
-                cl.ensure_room([])  # allocates it, or raises StoreFullError
-            self.full = self.over_critical
         if self.over_critical:
             raise StoreFullError(
                 f"disk holding {self._store.dir} is {self.disk_ratio:.1%} used, above "

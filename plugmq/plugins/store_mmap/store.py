@@ -315,14 +315,16 @@ class MmapMessageStore:
         if cq is None:
             cq = self._cqs.create(topic, qid)
         qoff = cq.max_offset
-        if cq._cur is None or not 0 <= qoff - cq._cur_base < cq.per_file:
-            cq.prepare(qoff)  # the entry's file exists before the record is written (a full disk refuses here)
+        if cq._cur is None or not 0 <= qoff - cq._cur_base < cq.room:
+            cq.prepare(qoff)  # the entry has disk blocks before the record is written (a full disk refuses here)
         total = len(record)
         cl = self._cl
         seg = cl.cur
         pos = cl.wrote - seg.start
         if pos + total + END_FILE_MIN_BLANK > seg.size:
             seg, pos = cl.reserve(total)
+        if pos + total + END_FILE_MIN_BLANK > seg.allocated:
+            cl.allocate(seg, pos + total + END_FILE_MIN_BLANK)  # blocks first: StoreFullError, never SIGBUS
         phys = seg.start + pos
         ts = self._now_ms()
         ts = max(ts, self._last_ts)
