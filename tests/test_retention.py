@@ -224,3 +224,20 @@ def test_a_service_without_clean_expired_is_skipped_with_a_line(tmp_path: Path) 
         clock.advance(60)
         assert broker.retention.failures == 0 and broker.retention.rounds == 6
         assert [m.body for m in broker.pull(MessageQueue(TOPIC, broker.name, 0), 0).messages] == [b"later"]
+
+
+def test_what_a_pop_group_has_not_acked_survives(tmp_path: Path) -> None:
+    clock = ManualClock(local(1))
+    with open_broker(tmp_path, clock, "store_lmdb") as broker:
+        broker.create_topic("Pop", 1)
+        offsets = [int(broker.put(Message("Pop", bytes([i]) * 100), 0).msg_id[-16:], 16) for i in range(50)]
+        consumer = broker.simple_consumer("P", {"Pop": "*"})
+        got = consumer.receive(30, invisible_duration_s=10 * 3600)
+        assert len(got) == 30
+        for message in got:
+            if message.body[0] != 7:
+                consumer.ack(message)  # message 7 stays in flight
+        clock.set(local(4, 30))
+        kept = readable(broker, offsets)
+        assert kept == [i >= 7 for i in range(50)], "in flight and not yet received: kept; acked before them: gone"
+        consumer.close()

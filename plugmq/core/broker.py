@@ -68,7 +68,7 @@ from plugmq.core.pop import PopService
 from plugmq.core.popstate import PopState, adopt_legacy_state
 from plugmq.core.ports import Stoppable
 from plugmq.core.producer import Producer
-from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor
+from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor, pop_consumer_floor
 from plugmq.core.simple import FilterExpression, SimpleConsumer
 from plugmq.core.topics import TopicTable
 from plugmq.core.transactions import LocalTransaction, TransactionProducer
@@ -645,6 +645,7 @@ class Broker:
         offsets_dir = self.broker_dir / "offsets"
         self.retention_floor.hold("consumer groups",
                                   lambda: consumer_group_floor(offsets_dir, self.name, self.store))
+        self.retention_floor.hold("pop consumers", lambda: pop_consumer_floor(self.pop.state, self.store))
         self.retention.add("store", self.store)
         self.retention.add("delay", self.delay)
         self.retention.add("transactions", self.transactions)

@@ -29,7 +29,14 @@ import structlog
 
 from plugmq.core.clock import Clock, ManualClock, Timer
 
-__all__ = ["RETENTION_INTERVAL_S", "FloorSource", "RetentionFloor", "RetentionSchedule", "consumer_group_floor"]
+__all__ = [
+    "RETENTION_INTERVAL_S",
+    "FloorSource",
+    "RetentionFloor",
+    "RetentionSchedule",
+    "consumer_group_floor",
+    "pop_consumer_floor",
+]
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -128,7 +135,6 @@ def consumer_group_floor(offsets_dir: Path, broker_name: str, store: _QueueReade
     queue a group consumed completely holds nothing; a group holds a queue only once it
     committed an offset for it (RocketMQ holds nothing at all).
     """
-    low: int | None = None
     needed: dict[tuple[str, int], int] = {}
     for _path, table in _offset_tables(offsets_dir):
         if "*" in table:
@@ -144,6 +150,14 @@ def consumer_group_floor(offsets_dir: Path, broker_name: str, store: _QueueReade
             queue = (parts[0], int(parts[2]))
             if queue not in needed or offset < needed[queue]:
                 needed[queue] = offset
+    return _commit_log_floor(store, needed)
+
+
+def _commit_log_floor(store: _QueueReader, needed: Mapping[tuple[str, int], int],
+                      extra: Iterable[int] = ()) -> int | None:
+    """The lowest commit-log offset among the records at the queue offsets in ``needed`` (a
+    queue consumed to its end holds nothing) and the commit-log offsets in ``extra``."""
+    low = min(extra, default=None)
     for (topic, queue_id), offset in needed.items():
         if offset >= store.max_offset(topic, queue_id):
             continue
@@ -153,6 +167,26 @@ def consumer_group_floor(offsets_dir: Path, broker_name: str, store: _QueueReade
         if low is None or phys < low:
             low = phys
     return low
+
+
+class _PopLanes(Protocol):
+    """The part of the core's PopState the pop floor reads."""
+
+    lock: Any
+    lanes: Mapping[Any, Any]
+
+
+def pop_consumer_floor(state: _PopLanes, store: _QueueReader) -> int | None:
+    """The lowest commit-log offset a pop consumer group still needs: its messages in flight
+    (received, not acked) and everything from its cursor on."""
+    needed: dict[tuple[str, int], int] = {}
+    inflight: list[int] = []
+    with state.lock:
+        for lane in state.lanes.values():
+            queue = (lane.topic, lane.queue_id)
+            needed[queue] = min(needed.get(queue, lane.next_offset), lane.next_offset)
+            inflight.extend(m.commit_log_offset for m in lane.inflight.values())
+    return _commit_log_floor(store, needed, inflight)
 
 
 class RetentionSchedule:
