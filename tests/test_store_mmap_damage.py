@@ -101,6 +101,8 @@ def test_truncated_newest_segment_with_preallocated_successor(tmp_path: Path, ke
         assert numbers[: len(survivors)] == survivors
         lost = len(results) - len(numbers)
         assert lost > 0 and numbers == list(range(len(numbers))), "only the truncated tail is lost"
+        assert report.records_cut == lost, "every message lost with the cut is counted"
+        assert any(e["event"] == "messages lost with the cut tail" for e in logs)
         more = send(broker, 1000, 60)  # writes resume and roll over past the regrown segment
     with open_broker(tmp_path, clock) as broker:
         assert not broker.store.recovery.crashed  # type: ignore[attr-defined]
@@ -110,7 +112,7 @@ def test_truncated_newest_segment_with_preallocated_successor(tmp_path: Path, ke
     assert sorted(p.name for p in logdir.iterdir())[: len(names)] != [], "files stay in place"
     print(f"\nFIGURES truncated newest segment ({keep}): segment of {SEG} B cut to {cut_at} B; "
           f"{len(results)} acked, {lost} lost with the cut bytes, {len(numbers)} readable; regrown 1; "
-          f"cut_bytes={report.cut_bytes}")
+          f"cut_bytes={report.cut_bytes}, records_cut={report.records_cut}")
 
 
 # -- bit flips in consume queues ----------------------------------------------------------------

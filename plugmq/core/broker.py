@@ -427,6 +427,8 @@ class Broker:
         """A consume-queue entry led to no message: let the store rebuild damaged entries from
         its log (``repair_queue``, optional for a store); True when the entry should be read again.
         An entry that stays unreadable is skipped - the store logged and counted its loss."""
+        if offset < self.store.min_offset(queue.topic, queue.queue_id):
+            return False  # retention removed it meanwhile: nothing is damaged
         repair = getattr(self.store, "repair_queue", None)
         if repair is not None and repair(queue.topic, queue.queue_id, offset):
             return True

@@ -259,7 +259,8 @@ class CommitLog:
         cur = self.cur
         assert cur is not None
         pos = self.wrote - cur.start
-        size, start, seg = cur.size, cur.start, cur
+        size, start = cur.size, cur.start
+        seg: MappedFile | None = cur  # None once the records roll into segments yet to be made
         for total in sizes:
             if pos + total + END_FILE_MIN_BLANK > size:
                 if seg is not None:

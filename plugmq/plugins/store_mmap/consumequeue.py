@@ -136,11 +136,11 @@ class ConsumeQueue:
             upto = min(last, base + self.per_file - 1)
             f.reserve((upto - base + 1) * ENTRY_SIZE, _ALLOCATION_CHUNK)
             q = upto + 1
-        f = self._file_for(first)
-        assert f is not None
-        self._cur = f
-        self._cur_base = self._base(f)
-        self.room = f.allocated // ENTRY_SIZE
+        current = self._file_for(first)
+        assert current is not None
+        self._cur = current
+        self._cur_base = self._base(current)
+        self.room = current.allocated // ENTRY_SIZE
 
     def put(self, qoff: int, phys: int, size: int, tags: int) -> None:
         cur = self._cur
@@ -185,7 +185,8 @@ class ConsumeQueue:
         if f is None or not f.acquire():
             return None
         try:
-            return ENTRY.unpack_from(f.mm, (qoff - self._base(f)) * ENTRY_SIZE)  # type: ignore[return-value]
+            phys, size, tags = ENTRY.unpack_from(f.mm, (qoff - self._base(f)) * ENTRY_SIZE)
+            return phys, size, tags
         finally:
             f.release()
 
@@ -216,6 +217,16 @@ class ConsumeQueue:
         self._files = tuple(files)
         self._cur = None
         self.flushed_upto = 0
+
+    def written_top(self) -> int:
+        """One past the highest entry the files hold (read before recovery cuts anything)."""
+        for f in reversed(self._files):
+            arr = np.frombuffer(f.mm, dtype=_DTYPE, count=min(self.per_file, f.data_end() // ENTRY_SIZE))
+            hit = np.flatnonzero(arr["size"] > 0)
+            del arr
+            if hit.size:
+                return self._base(f) + int(hit[-1]) + 1
+        return 0
 
     def fix_min_offset(self, commit_log_min: int) -> None:
         """The first entry whose message is still in the commit log (retention moves it)."""

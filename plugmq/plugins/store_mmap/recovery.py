@@ -113,6 +113,7 @@ class RecoveryReport:
     redispatched: int
     last_store_ts: int
     regrown_segments: int = 0  # truncated segments grown back to their size (their lost tail cut)
+    records_cut: int = 0  # messages whose consume-queue entries pointed into the cut tail
     damaged_ranges: int = 0  # unsound stretches skipped because sound records follow them
     damaged_bytes: int = 0
     queue_entries_checked: int = 0  # consume-queue entries checked against the log (unclean stop)
@@ -182,6 +183,7 @@ def recover(
     if not index_complete:
         index_from = first
 
+    tops = {(cq.topic, cq.queue_id): cq.written_top() for cq in cqs}
     for cq in cqs:
         cq.cut(cq_from)
     index.cut(index_from)
@@ -225,8 +227,14 @@ def recover(
             log.error("re-dispatch stopped early", start=start, reached=reached, end=end)
         add_to_index()
     index.indexed_upto = index_from if index_full else end
+    records_cut = 0
     for cq in cqs:
         cq.fix_min_offset(first)
+        lost_here = tops.get((cq.topic, cq.queue_id), 0) - cq.max_offset
+        if lost_here > 0:  # the queue had entries for records the cut tail held
+            records_cut += lost_here
+            log.warning("messages lost with the cut tail", topic=cq.topic, queue=cq.queue_id, count=lost_here,
+                        first_queue_offset=cq.max_offset)
 
     checked = repaired = 0
     lost: dict[tuple[str, int], set[int]] = {}
@@ -252,6 +260,7 @@ def recover(
         redispatched=redispatched,
         last_store_ts=last_ts[0],
         regrown_segments=len(cl.regrown),
+        records_cut=records_cut,
         damaged_ranges=len(damage),
         damaged_bytes=sum(d.end - d.start for d in damage),
         queue_entries_checked=checked,

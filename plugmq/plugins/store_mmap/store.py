@@ -608,6 +608,7 @@ class MmapMessageStore:
             "recovered_redispatched": self.recovery.redispatched,
             "recovered_damaged_bytes": self.recovery.damaged_bytes,
             "recovered_cut_bytes": self.recovery.cut_bytes,
+            "recovered_records_cut": self.recovery.records_cut,
             "queue_entries_repaired": self.recovery.queue_entries_repaired + self._queue_entries_repaired,
             "records_lost": self.recovery.queue_entries_lost + self._records_lost,
         }
