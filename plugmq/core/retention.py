@@ -25,9 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
 from plugmq.core.clock import Clock, ManualClock, Timer
+from plugmq.core.logs import get_logger
 
 __all__ = [
     "RETENTION_INTERVAL_S",
@@ -38,7 +37,7 @@ __all__ = [
     "pop_consumer_floor",
 ]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 #: RocketMQ's cleanResourceInterval: how often (clock seconds) the broker runs retention.
 RETENTION_INTERVAL_S = 10.0
@@ -172,8 +171,11 @@ def _commit_log_floor(store: _QueueReader, needed: Mapping[tuple[str, int], int]
 class _PopLanes(Protocol):
     """The part of the core's PopState the pop floor reads."""
 
-    lock: Any
-    lanes: Mapping[Any, Any]
+    @property
+    def lock(self) -> Any: ...
+
+    @property
+    def lanes(self) -> Mapping[Any, Any]: ...
 
 
 def pop_consumer_floor(state: _PopLanes, store: _QueueReader) -> int | None:

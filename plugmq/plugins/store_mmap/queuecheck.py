@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import structlog
 
+from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueue
 from plugmq.plugins.store_mmap.record import HEAD, HEADER_SIZE, MESSAGE_MAGIC, Decoded
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["bad_entries", "rebuild_entries"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _CHUNK = 16_384  # entries gathered per numpy step (bounds the temporary index arrays)
 _ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
