@@ -8,6 +8,7 @@ client module imports this one.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ from plugmq.core.producer import Producer
 from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor, pop_consumer_floor
 from plugmq.core.simple import FilterExpression, SimpleConsumer
 from plugmq.core.topics import TopicTable
+from plugmq.core.traffic import Traffic
 from plugmq.core.transactions import LocalTransaction, TransactionProducer
 
 __all__ = ["Broker"]
@@ -100,6 +102,7 @@ class Broker:
         self._consumers: list[Stoppable] = []
         self._offset_stores: dict[str, OffsetStore] = {}
         self._queue_cache: dict[str, tuple[MessageQueue, ...]] = {}
+        self.traffic = Traffic()  # messages in/out and append latency, for metrics
         self.plugins: LoadedPlugins = load_plugins(
             config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
         )
@@ -257,9 +260,11 @@ class Broker:
         if message.is_delayed:
             result = self._schedule(message, request)
         else:
-            result = self.store.append(request)
+            result = self._append(request)
             self._emit_stored(result)
             self.wake_consumers()
+        kind = "delay" if message.is_delayed else "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
+        self.traffic.sent(message.topic, kind, 1, len(message.body))
         return self._send_result(result, request, queues[queue_id])
 
     def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
@@ -285,7 +290,10 @@ class Broker:
         if not 0 <= queue_id < len(queues):
             raise ValidationError(f"queue id {queue_id} is out of range for topic {topic!r}")
         requests = [self.build_request(m, queue_id) for m in messages]
+        started = time.perf_counter()
         results = self.store.append_batch(requests)
+        self.traffic.appended(time.perf_counter() - started)
+        self.traffic.sent(topic, "normal", len(messages), total)
         for result in results:
             self._emit_stored(result)
         self.wake_consumers()
@@ -317,9 +325,15 @@ class Broker:
     def _deliver(self, request: AppendRequest) -> AppendResult:
         """Write-back used by the delay and transaction services: a normal message on its topic."""
         self.topics.ensure(request.topic, request.queue_id + 1)
-        result = self.store.append(request)
+        result = self._append(request)
         self._emit_stored(result)
         self.wake_consumers()
+        return result
+
+    def _append(self, request: AppendRequest) -> AppendResult:
+        started = time.perf_counter()
+        result = self.store.append(request)
+        self.traffic.appended(time.perf_counter() - started)
         return result
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
@@ -343,6 +357,8 @@ class Broker:
                 self.plugins.hooks.message_stored(self.name, stored)
 
     def _emit_delivered(self, group: str, messages: Sequence[StoredMessage]) -> None:
+        if group and messages:
+            self.traffic.delivered(group, messages)
         if group and messages and self.plugins.hooks.observers.message_delivered:
             for message in messages:
                 self.plugins.hooks.message_delivered(self.name, group, message)

@@ -9,7 +9,7 @@ consumed by two members at once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 import attrs
@@ -89,6 +89,26 @@ class GroupRegistry:
     def members(self, group: str) -> list[str]:
         with self._lock:
             return list(self._groups.get(group, {}))
+
+    def reposition(self, group: str, queues: Collection[MessageQueue], move: Callable[[], None]) -> list[str]:
+        """Run ``move`` (which rewrites the group's committed offsets of ``queues``) while no member
+        consumes those queues: their owners release them first (committing where they were) and
+        take them back afterwards, starting from the offsets ``move`` wrote. Returns the client ids
+        of the members that held any of them."""
+        wanted = set(queues)
+        with self._lock:
+            held: list[tuple[GroupMember, set[MessageQueue]]] = []
+            try:
+                for membership in list(self._groups.get(group, {}).values()):
+                    owned = membership.member.owned_queues() & wanted
+                    if owned:
+                        membership.member.release_queues(owned)
+                        held.append((membership.member, owned))
+                move()
+            finally:
+                for member, owned in held:
+                    member.take_queues(owned)
+            return [member.client_id for member, _ in held]
 
     def expire(self) -> list[str]:
         """Drop members whose last heartbeat is older than the timeout; rebalance their groups."""

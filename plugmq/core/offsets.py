@@ -49,6 +49,14 @@ class OffsetStore:
         (root / "offsets" / f"{group}.json").unlink(missing_ok=True)
         shutil.rmtree(root / "offsets" / "broadcast" / group, ignore_errors=True)
 
+    @staticmethod
+    def group_names(root: Path) -> list[str]:
+        """Clustering groups with an offset file under ``root`` (sorted)."""
+        directory = root / "offsets"
+        if not directory.is_dir():
+            return []
+        return sorted(path.stem for path in directory.glob("*.json"))
+
     @classmethod
     def for_group(cls, root: Path, group: str, member: str | None = None) -> OffsetStore:
         validate_group(group)
@@ -64,6 +72,17 @@ class OffsetStore:
     def read(self, queue: MessageQueue) -> int | None:
         with self._lock:
             return self._offsets.get(_key(queue))
+
+    def entries(self, broker_name: str) -> dict[tuple[str, int], int]:
+        """The committed offsets on queues of broker ``broker_name``: (topic, queue id) -> offset."""
+        out: dict[tuple[str, int], int] = {}
+        with self._lock:
+            for key, offset in self._offsets.items():
+                rest, _, queue_id = key.rpartition("@")
+                topic, _, broker = rest.rpartition("@")
+                if broker == broker_name and queue_id.isdigit():
+                    out[(topic, int(queue_id))] = offset
+        return out
 
     def update(self, queue: MessageQueue, offset: int, *, persist: bool = True) -> None:
         """Record that everything before ``offset`` of ``queue`` was consumed."""

@@ -40,7 +40,7 @@ from plugmq.core.names import Prop
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.popstate import Inflight, Lane, PopState
 
-__all__ = ["PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
+__all__ = ["LaneProgress", "PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
 
 log = get_logger(__name__)
 
@@ -94,6 +94,19 @@ class ReceiptHandle:
             raise ReceiptHandleError(f"receipt handle {text!r} was not issued by this broker; pass the "
                                      "receipt_handle of a received message") from None
         return cls(queue_id, offset, seq)
+
+
+@attrs.frozen
+class LaneProgress:
+    """A pop group's position on one queue: offsets below ``done_below`` are done (acked or
+    dead-lettered); from there to ``next_offset`` only the ``inflight`` ones are not."""
+
+    group: str
+    topic: str
+    queue_id: int
+    next_offset: int
+    inflight: int
+    done_below: int
 
 
 class PopBackend(Protocol):
@@ -382,6 +395,39 @@ class PopService:
         with self.state.lock:
             return sum(len(lane.inflight) for lane in self.state.by_id.values()
                        if group is None or lane.group == group)
+
+    def groups(self) -> list[str]:
+        """Groups with pop progress on any queue (sorted)."""
+        with self.state.lock:
+            return sorted({lane.group for lane in self.state.by_id.values()})
+
+    def progress(self, group: str) -> list[LaneProgress]:
+        """The group's position on every queue it has received from, ordered by topic and queue."""
+        with self.state.lock:
+            lanes = [lane for lane in self.state.by_id.values() if lane.group == group]
+            out = [LaneProgress(lane.group, lane.topic, lane.queue_id, lane.next_offset, len(lane.inflight),
+                                min(lane.inflight, default=lane.next_offset)) for lane in lanes]
+        return sorted(out, key=lambda p: (p.topic, p.queue_id))
+
+    def reset(self, group: str, topic: str, offsets: dict[int, int]) -> dict[int, int | None]:
+        """Move the group's cursor on each queue of ``topic`` in ``offsets`` (queue id -> offset) and
+        forget its in-flight messages there, whose receipt handles stop working: messages from the
+        offset on are delivered again as new ones. Returns each queue's previous cursor (None where
+        the group had none)."""
+        previous: dict[int, int | None] = {}
+        with self.state.lock:
+            for queue_id, offset in sorted(offsets.items()):
+                lane = self.state.lanes.get((group, topic, queue_id))
+                if lane is None:
+                    previous[queue_id] = None
+                    self.state.lane(group, topic, queue_id, functools.partial(int, offset))
+                    continue
+                previous[queue_id] = lane.next_offset
+                self.state.commit([["R", lane.id, offset]])
+        log.info("pop group position reset", group=group, topic=topic, offsets=offsets)
+        for listener in list(self.deadline_listeners):
+            listener()  # messages may be available again: long polls look now
+        return previous
 
     def delete_group(self, group: str) -> int:
         """Forget the group's progress and in-flight messages on every topic; returns lanes dropped."""

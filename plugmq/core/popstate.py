@@ -16,6 +16,8 @@ Operations (``apply`` runs the same code live and on replay):
 * ``["A", lane, [offset, ...]]``: done with these (acked, or moved to the DLQ).
 * ``["C", lane, offset, until_ms, seq]``: a message's invisible time changed (new receipt handle).
 * ``["D", lane]``: the lane is gone (its group was deleted, or its topic no longer exists).
+* ``["R", lane, next]``: an operator reset the group's position (``plugmq admin reset-offset``):
+  the cursor moves to ``next`` (back or forward) and the in-flight messages are forgotten.
 """
 
 from __future__ import annotations
@@ -184,6 +186,9 @@ class PopState:
             if changed is not None:
                 changed.until_ms, changed.seq = op[3], op[4]
             self.seq = max(self.seq, op[4])
+        elif kind == "R":
+            lane.next_offset = op[2]
+            lane.inflight.clear()
         elif kind == "D":
             del self.by_id[lane.id]
             del self.lanes[(lane.group, lane.topic, lane.queue_id)]

@@ -1,0 +1,742 @@
+"""Operating a broker: the verbs of ``plugmq admin``.
+
+RocketMQ's mqadmin ``topicList``, ``topicStatus``, ``updateTopic``, ``consumerProgress``,
+``queryMsgById`` / ``queryMsgByKey``, ``resetOffsetByTime``, and a resend of dead letters, over the
+broker's public interface. One implementation for every way in: the admin endpoint of ``plugmq
+serve`` runs these on its broker, ``plugmq admin --config`` on a stopped data dir, tests on an
+in-process broker. Results are frozen values; :func:`to_json` makes JSON-ready dicts of them (what
+the endpoint sends and ``--json`` prints). Every refusal is a :class:`PlugmqError` saying what to do.
+
+Consumer groups keep their progress in two ways, and every verb covers both: *offset* groups
+(push and pull consumers) commit one offset per queue; *pop* groups (simple consumers, the gRPC
+clients) keep a cursor per queue plus the messages in flight (received, not acked).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import zlib
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+import structlog
+
+from plugmq.core.broker import Broker
+from plugmq.core.errors import TopicError, ValidationError
+from plugmq.core.message import Message, MessageQueue, StoredMessage
+from plugmq.core.names import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    Prop,
+    is_system_topic,
+    retry_topic,
+    validate_group,
+    validate_topic,
+)
+from plugmq.core.offsets import OffsetStore
+
+__all__ = [
+    "VERBS",
+    "BrokerAdmin",
+    "BrokerStatus",
+    "GroupProgress",
+    "GroupSummary",
+    "MessageView",
+    "QueueProgress",
+    "QueueReset",
+    "QueueStatus",
+    "ResendResult",
+    "ResentMessage",
+    "ResetResult",
+    "TopicStatus",
+    "TopicSummary",
+    "TopicUpdate",
+    "execute",
+    "parse_time",
+    "to_json",
+]
+
+log = structlog.stdlib.get_logger(__name__)
+
+OFFSET_MODE = "offset"
+POP_MODE = "pop"
+RESEND_TARGETS = ("topic", "retry")
+_MAX_QUERY = 10_000
+
+
+# ---------------------------------------------------------------------------------------------- values
+@attrs.frozen
+class TopicSummary:
+    """One topic: its kind (``normal``, ``retry``, ``dlq``, ``system``), queue count and how many
+    messages its queues still hold (max - min offset, summed)."""
+
+    topic: str
+    kind: str
+    queues: int
+    messages: int
+
+
+@attrs.frozen
+class QueueStatus:
+    """One queue: readable offsets [min, max) and the store time of its newest message (None: empty)."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_ms: int | None
+
+
+@attrs.frozen
+class TopicStatus:
+    topic: str
+    broker: str
+    queues: tuple[QueueStatus, ...]
+
+
+@attrs.frozen
+class TopicUpdate:
+    """``previous`` is None when the topic was created."""
+
+    topic: str
+    queue_count: int
+    previous: int | None
+
+
+@attrs.frozen
+class QueueProgress:
+    """A group's progress on one queue.
+
+    ``broker_offset``: the queue's max offset. ``consumer_offset``: everything below it is done
+    (committed for an offset group; acked or dead-lettered for a pop group). ``inflight``: pop
+    messages received and not acked yet. ``lag``: messages not done yet: those not handed out
+    (from the cursor to the broker offset) plus the in-flight ones; messages retention removed
+    are not counted. ``oldest_pending_ms``: store time of the oldest message not done (None: no lag).
+    """
+
+    topic: str
+    queue_id: int
+    mode: str
+    broker_offset: int
+    consumer_offset: int
+    inflight: int
+    lag: int
+    oldest_pending_ms: int | None
+
+
+@attrs.frozen
+class GroupProgress:
+    """``members``: in-process push consumers of the group now (gRPC clients are the server's)."""
+
+    group: str
+    broker: str
+    queues: tuple[QueueProgress, ...]
+    lag: int
+    inflight: int
+    members: tuple[str, ...]
+
+
+@attrs.frozen
+class GroupSummary:
+    group: str
+    modes: tuple[str, ...]
+    queues: int
+    lag: int
+    inflight: int
+
+
+@attrs.frozen
+class MessageView:
+    """A stored message for people and scripts. ``msg_id`` is the offset message id (one read finds
+    it); ``unique_id`` the id producers and RocketMQ clients see. ``body`` is text when it is UTF-8,
+    else base64 (``body_encoding`` says which)."""
+
+    msg_id: str
+    unique_id: str | None
+    topic: str
+    queue_id: int
+    queue_offset: int
+    tags: str | None
+    keys: tuple[str, ...]
+    born_ms: int
+    stored_ms: int
+    reconsume_times: int
+    size: int
+    born_host: str
+    store_host: str
+    properties: Mapping[str, str]
+    body: str
+    body_encoding: str
+
+    @classmethod
+    def of(cls, message: StoredMessage) -> MessageView:
+        try:
+            body, encoding = message.body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
+        return cls(message.msg_id, message.unique_id, message.topic, message.queue_id, message.queue_offset,
+                   message.tags, message.keys, message.born_timestamp_ms, message.store_timestamp_ms,
+                   message.reconsume_times, message.size, message.born_host, message.store_host,
+                   dict(message.properties), body, encoding)
+
+
+@attrs.frozen
+class QueueReset:
+    """``previous``: the position before (None: the group had none on this queue)."""
+
+    queue_id: int
+    mode: str
+    previous: int | None
+    offset: int
+
+
+@attrs.frozen
+class ResetResult:
+    """``timestamp_ms`` None means "now": every queue's end."""
+
+    group: str
+    topic: str
+    timestamp_ms: int | None
+    force: bool
+    queues: tuple[QueueReset, ...]
+    moved_members: tuple[str, ...]
+
+
+@attrs.frozen
+class ResentMessage:
+    dlq_queue_id: int
+    dlq_offset: int
+    unique_id: str | None
+    original_topic: str
+    topic: str
+    queue_id: int
+    msg_id: str
+
+
+@attrs.frozen
+class ResendResult:
+    """``remaining``: dead letters after the last one resent (the ``limit`` stopped the run)."""
+
+    group: str
+    dead_letter_topic: str
+    target: str
+    resent: tuple[ResentMessage, ...]
+    skipped: tuple[str, ...]
+    remaining: int
+
+
+@attrs.frozen
+class BrokerStatus:
+    """The broker at a glance. ``role`` is ``standalone`` for a broker outside any cluster; the
+    cluster and replication families add their role, epoch and replication lag here."""
+
+    broker: str
+    role: str
+    data_dir: str
+    plugins: tuple[str, ...]
+    topics: int
+    groups: int
+    pop_inflight: int
+    delay_pending: int | None
+    transactions_pending: int | None
+    messages_in: int
+    messages_out: int
+    store: Mapping[str, float]
+    delay: Mapping[str, float]
+
+
+def to_json(value: Any) -> Any:
+    """JSON-ready form of an admin value (or a list of them): dicts, lists and scalars."""
+    if isinstance(value, list | tuple):
+        return [to_json(item) for item in value]
+    if attrs.has(type(value)):
+        return attrs.asdict(value, value_serializer=_plain)
+    return value
+
+
+def _plain(_instance: Any, _field: Any, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- time
+_ROCKETMQ_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
+
+
+def parse_time(text: str) -> int | None:
+    """A time as operators write it: ``now`` (None), epoch milliseconds, ISO 8601
+    (``2025-03-01T12:00:00``, local time unless it names a zone) or RocketMQ's
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
+    value = text.strip()
+    if value.lower() == "now":
+        return None
+    if value.isdigit():
+        return int(value)
+    match = _ROCKETMQ_TIME.fullmatch(value)
+    try:
+        if match:
+            y, mo, d, h, mi, s, ms = (int(g) for g in match.groups())
+            moment = datetime(y, mo, d, h, mi, s, ms * 1000)
+        else:
+            moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(f"time {text!r} is not understood; use 'now', epoch milliseconds, ISO 8601 "
+                              "('2025-03-01T12:00:00', local time unless a zone is given) or "
+                              "'yyyy-MM-dd#HH:mm:ss:SSS'") from None
+    return round(moment.timestamp() * 1000)
+
+
+def _topic_kind(topic: str) -> str:
+    if topic.startswith(RETRY_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_PREFIX):
+        return "dlq"
+    return "system" if is_system_topic(topic) else "normal"
+
+
+# ---------------------------------------------------------------------------------------------- admin
+class BrokerAdmin:
+    """The admin verbs over one open broker. Thread-safe as far as the broker is."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # -------------------------------------------------------------------------------- topics
+    def topic_list(self) -> list[TopicSummary]:
+        store = self.broker.store
+        out = []
+        for topic, count in sorted(self.broker.topics.all().items()):
+            held = sum(max(0, store.max_offset(topic, q) - store.min_offset(topic, q)) for q in range(count))
+            out.append(TopicSummary(topic, _topic_kind(topic), count, held))
+        return out
+
+    def _queue_count(self, topic: str) -> int:
+        validate_topic(topic)
+        count = self.broker.topics.get(topic)
+        if count is None:
+            raise TopicError(f"topic {topic!r} does not exist on broker {self.broker.name!r}; topic-list shows "
+                             "the topics, update-topic creates one")
+        return count
+
+    def _last_store_ms(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Store time of the message at ``offset`` of the queue (None if there is none)."""
+        entries = self.broker.store.read_queue(topic, queue_id, offset, 1)
+        if not entries:
+            return None
+        message = self.broker.store.read(entries[0].commit_log_offset, entries[0].size)
+        return None if message is None else message.store_timestamp_ms
+
+    def topic_status(self, topic: str) -> TopicStatus:
+        count = self._queue_count(topic)
+        store = self.broker.store
+        queues = []
+        for queue_id in range(count):
+            low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+            last = self._last_store_ms(topic, queue_id, high - 1) if high > low else None
+            queues.append(QueueStatus(queue_id, low, high, last))
+        return TopicStatus(topic, self.broker.name, tuple(queues))
+
+    def update_topic(self, topic: str, queue_count: int) -> TopicUpdate:
+        """Create ``topic`` with ``queue_count`` queues, or grow it to that many (queues hold data:
+        a topic never shrinks)."""
+        validate_topic(topic)
+        if is_system_topic(topic):
+            raise TopicError(f"topic {topic!r} is a system topic; the broker creates it when it needs it")
+        if isinstance(queue_count, bool) or not isinstance(queue_count, int):
+            raise ValidationError(f"queue count must be an integer, got {queue_count!r}")
+        previous = self.broker.topics.get(topic)
+        if previous is not None and queue_count < previous:
+            raise ValidationError(f"topic {topic!r} has {previous} queues and queues hold data, so a topic never "
+                                  f"shrinks; ask for {previous} or more, not {queue_count}")
+        self.broker.create_topic(topic, queue_count)
+        log.info("topic updated", topic=topic, queue_count=queue_count, previous=previous)
+        return TopicUpdate(topic, queue_count, previous)
+
+    # -------------------------------------------------------------------------------- groups
+    def _offset_groups(self) -> list[str]:
+        return OffsetStore.group_names(self.broker.broker_dir)
+
+    def _offset_entries(self, group: str) -> dict[tuple[str, int], int]:
+        if group not in self._offset_groups():
+            return {}
+        return self.broker.offsets(group).entries(self.broker.name)
+
+    def consumer_groups(self) -> list[GroupSummary]:
+        """Every group with progress on this broker and its totals (mqadmin consumerProgress without -g)."""
+        names = sorted(set(self._offset_groups()) | set(self.broker.pop.groups()))
+        out = []
+        for name in names:
+            progress = self.consumer_progress(name)
+            modes = tuple(sorted({q.mode for q in progress.queues}))
+            out.append(GroupSummary(name, modes, len(progress.queues), progress.lag, progress.inflight))
+        return out
+
+    def consumer_progress(self, group: str) -> GroupProgress:
+        """The group's progress on every queue of every topic it consumes. A queue the group has not
+        consumed from yet counts from the queue's first message (where a new group starts by
+        default)."""
+        validate_group(group)
+        rows: list[QueueProgress] = []
+        committed = self._offset_entries(group)
+        for topic, queue_id in self._all_queues({t for t, _ in committed}):
+            rows.append(self._progress(topic, queue_id, OFFSET_MODE, committed.get((topic, queue_id)), 0, None))
+        lanes = {(lane.topic, lane.queue_id): lane for lane in self.broker.pop.progress(group)}
+        for topic, queue_id in self._all_queues({t for t, _ in lanes}):
+            lane = lanes.get((topic, queue_id))
+            if lane is None:
+                rows.append(self._progress(topic, queue_id, POP_MODE, None, 0, None))
+            else:
+                rows.append(self._progress(topic, queue_id, POP_MODE, lane.next_offset, lane.inflight,
+                                           lane.done_below))
+        if not rows:
+            raise ValidationError(f"consumer group {group!r} has no offsets and no pop progress on broker "
+                                  f"{self.broker.name!r}: it never consumed here; consumer-progress without a "
+                                  "group lists the groups that did")
+        return GroupProgress(group, self.broker.name, tuple(rows), sum(r.lag for r in rows),
+                             sum(r.inflight for r in rows), tuple(self.broker.groups.members(group)))
+
+    def _all_queues(self, topics: set[str]) -> list[tuple[str, int]]:
+        return [(topic, q) for topic in sorted(topics) for q in range(self.broker.topics.get(topic) or 0)]
+
+    def _progress(self, topic: str, queue_id: int, mode: str, cursor: int | None, inflight: int,
+                  done_below: int | None) -> QueueProgress:
+        """``cursor``: the next offset the group reads (None: it has not read this queue yet)."""
+        store = self.broker.store
+        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        start = low if cursor is None else min(max(cursor, low), high)
+        ready = high - start
+        pending_from = done_below if inflight and done_below is not None else start
+        oldest = self._last_store_ms(topic, queue_id, max(pending_from, low)) if ready or inflight else None
+        consumer_offset = start if done_below is None else done_below
+        return QueueProgress(topic, queue_id, mode, high, consumer_offset, inflight, ready + inflight, oldest)
+
+    # -------------------------------------------------------------------------------- messages
+    def query_by_id(self, message_id: str, topic: str | None = None) -> list[MessageView]:
+        """The message with offset message id ``message_id``, or else the messages whose unique id
+        (the id clients see) is ``message_id``: the message and its retry and dead-letter copies,
+        searched in ``topic`` or, without one, in every topic."""
+        text = message_id.strip()
+        if not text:
+            raise ValidationError("message id is empty; give an offset message id or a client message id")
+        if re.fullmatch(r"[0-9A-Fa-f]{32}", text):
+            found = self.broker.query_by_id(text.upper())
+            if found is not None:
+                return [MessageView.of(found)]
+        topics = [topic] if topic else sorted(self.broker.topics.all())
+        if topic:
+            self._queue_count(topic)
+        hits: dict[str, StoredMessage] = {}
+        for name in topics:
+            for message in self.broker.query_by_key(name, text, max_results=64):
+                if message.unique_id == text:
+                    hits[message.msg_id] = message
+        return [MessageView.of(m) for m in sorted(hits.values(), key=lambda m: m.commit_log_offset)]
+
+    def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+                     max_results: int = 64) -> list[MessageView]:
+        self._queue_count(topic)
+        _check_max(max_results)
+        found = self.broker.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms)
+        return [MessageView.of(m) for m in found]
+
+    def query_by_time(self, topic: str, begin_ms: int, end_ms: int | None = None,
+                      max_results: int = 64) -> list[MessageView]:
+        """Messages of ``topic`` stored in [begin, end), oldest first, at most ``max_results``."""
+        count = self._queue_count(topic)
+        _check_max(max_results)
+        store = self.broker.store
+        found: list[StoredMessage] = []
+        for queue_id in range(count):
+            queue = MessageQueue(topic, self.broker.name, queue_id)
+            offset = max(self.broker.offset_for_timestamp(queue, begin_ms), store.min_offset(topic, queue_id))
+            stop = store.max_offset(topic, queue_id) if end_ms is None else self.broker.offset_for_timestamp(
+                queue, end_ms)
+            taken = 0
+            while offset < stop and taken < max_results:
+                entries = store.read_queue(topic, queue_id, offset, min(256, stop - offset))
+                if not entries:
+                    break
+                for entry in entries:
+                    offset = entry.queue_offset + 1
+                    message = store.read(entry.commit_log_offset, entry.size)
+                    if message is not None:
+                        found.append(message)
+                        taken += 1
+                    if taken >= max_results or offset >= stop:
+                        break
+        found.sort(key=lambda m: (m.store_timestamp_ms, m.commit_log_offset))
+        return [MessageView.of(m) for m in found[:max_results]]
+
+    # -------------------------------------------------------------------------------- reset
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int | None, *, force: bool = True) -> ResetResult:
+        """RocketMQ's resetOffsetByTime: move ``group`` on every queue of ``topic`` to the first
+        message stored at or after ``timestamp_ms`` (None: "now", the end of each queue). Without
+        ``force`` a queue only moves back (a group ahead of the time keeps its position).
+
+        Offset groups: the committed offsets change; running push consumers of the group release
+        the queues, commit, and take them back from the new offsets. Pop groups: the cursor moves
+        and the in-flight messages are forgotten (their receipt handles stop working), so every
+        message from the new position on is delivered again.
+        """
+        validate_group(group)
+        count = self._queue_count(topic)
+        queues = [MessageQueue(topic, self.broker.name, q) for q in range(count)]
+        targets = {q.queue_id: (self.broker.max_offset(q) if timestamp_ms is None
+                                else self.broker.offset_for_timestamp(q, timestamp_ms)) for q in queues}
+
+        def keep(current: int | None, target: int) -> bool:
+            return not force and current is not None and target >= current
+
+        rows: list[QueueReset] = []
+        committed = {q: o for (t, q), o in self._offset_entries(group).items() if t == topic}
+        moved: list[str] = []
+        if committed:
+            offsets = self.broker.offsets(group)
+            changes = {q: t for q, t in targets.items() if not keep(committed.get(q), t)}
+
+            def move() -> None:
+                for queue_id, target in changes.items():
+                    offsets.update(queues[queue_id], target)
+
+            moved = self.broker.groups.reposition(group, [queues[q] for q in changes], move)
+            rows += [QueueReset(q, OFFSET_MODE, committed.get(q), changes.get(q, committed.get(q, t)))
+                     for q, t in targets.items()]
+        lanes = {lane.queue_id: lane for lane in self.broker.pop.progress(group) if lane.topic == topic}
+        if lanes:
+            changes = {q: t for q, t in targets.items()
+                       if not keep(lanes[q].done_below if q in lanes else None, t)}
+            previous = self.broker.pop.reset(group, topic, changes)
+            for q, t in targets.items():
+                before = previous.get(q, lanes[q].next_offset if q in lanes else None)
+                rows.append(QueueReset(q, POP_MODE, before, changes.get(q, lanes[q].next_offset if q in lanes else t)))
+        if not rows:
+            raise ValidationError(f"consumer group {group!r} has never consumed topic {topic!r} on broker "
+                                  f"{self.broker.name!r}, so it has no position to reset; consumer-progress "
+                                  f"{group} shows what it consumes")
+        log.info("consumer offsets reset", group=group, topic=topic, timestamp_ms=timestamp_ms, force=force,
+                 members=moved)
+        return ResetResult(group, topic, timestamp_ms, force, tuple(rows), tuple(moved))
+
+    # -------------------------------------------------------------------------------- dead letters
+    def _resend_cursor(self, group: str) -> OffsetStore:
+        directory: Path = self.broker.broker_dir / "dlq-resend"
+        directory.mkdir(parents=True, exist_ok=True)
+        return OffsetStore(directory / f"{group}.json")
+
+    def resend_dlq(self, group: str, *, ids: Collection[str] = (), limit: int = 1000,
+                   target: str = "topic") -> ResendResult:
+        """Send the group's dead letters back so the group consumes them again.
+
+        ``target="topic"``: to the original topic (the DLQ copy's ``RETRY_TOPIC``), where every
+        consumer kind of the group receives it, and so does every other group subscribed to that
+        topic. ``target="retry"``: to ``%RETRY%<group>`` as a retry (only the group's push
+        consumers read it; they see the original topic). Lineage is kept (``RETRY_TOPIC``,
+        ``ORIGIN_MESSAGE_ID``, the unique id clients see); the delivery attempts start afresh.
+
+        Without ``ids``, the dead letters not resent before, at most ``limit`` (a cursor per group
+        remembers how far resends went). With ``ids`` (offset or client message ids), just those,
+        wherever the cursor is.
+        """
+        validate_group(group)
+        if target not in RESEND_TARGETS:
+            raise ValidationError(f"resend target {target!r} is unknown; use 'topic' (the original topic) or "
+                                  f"'retry' (%RETRY%{group}, the group's push consumers only)")
+        _check_max(limit)
+        dlq = self.broker.group_policy(group).redelivery.dead_letter_topic_for(group)
+        count = self.broker.topics.get(dlq)
+        if count is None:
+            raise ValidationError(f"consumer group {group!r} has no dead-letter topic {dlq!r} on broker "
+                                  f"{self.broker.name!r}: none of its messages was dead-lettered")
+        wanted = {i.strip().upper() if re.fullmatch(r"[0-9A-Fa-f]{32}", i.strip()) else i.strip() for i in ids}
+        cursor = self._resend_cursor(group)
+        store = self.broker.store
+        resent: list[ResentMessage] = []
+        skipped: list[str] = []
+        remaining = 0
+        try:
+            for queue_id in range(count):
+                queue = MessageQueue(dlq, self.broker.name, queue_id)
+                low, high = store.min_offset(dlq, queue_id), store.max_offset(dlq, queue_id)
+                offset = low if wanted else min(max(cursor.read(queue) or 0, low), high)
+                while offset < high:
+                    entries = store.read_queue(dlq, queue_id, offset, min(256, high - offset))
+                    if not entries:
+                        break
+                    for entry in entries:
+                        if len(resent) >= limit:
+                            remaining += high - entry.queue_offset
+                            offset = high
+                            break
+                        offset = entry.queue_offset + 1
+                        message = store.read(entry.commit_log_offset, entry.size)
+                        if message is None:
+                            continue
+                        if wanted and not ({message.msg_id, message.unique_id} & wanted):
+                            continue
+                        sent = self._resend_one(group, message, target, skipped)
+                        if sent is not None:
+                            resent.append(sent)
+                        if not wanted:
+                            cursor.update(queue, offset, persist=False)
+        finally:
+            cursor.persist()
+        found = {r.unique_id for r in resent} | {r.msg_id for r in resent}
+        skipped += [f"{i}: not in {dlq}" for i in sorted(wanted) if i not in found and not any(
+            s.startswith(f"{i}:") for s in skipped)]
+        log.info("dead letters resent", group=group, dead_letter_topic=dlq, target=target, resent=len(resent),
+                 remaining=remaining)
+        return ResendResult(group, dlq, target, tuple(resent), tuple(skipped), remaining)
+
+    def _resend_one(self, group: str, message: StoredMessage, target: str, skipped: list[str]) -> ResentMessage | None:
+        original = message.properties.get(Prop.RETRY_TOPIC)
+        if not original or is_system_topic(original):
+            skipped.append(f"{message.msg_id}: no original topic recorded (RETRY_TOPIC); not a dead letter of a "
+                           "consumer group")
+            return None
+        lineage = {Prop.RETRY_TOPIC: original,
+                   Prop.ORIGIN_MESSAGE_ID: message.properties.get(Prop.ORIGIN_MESSAGE_ID, message.msg_id)}
+        if message.unique_id:
+            lineage[Prop.UNIQ_KEY] = message.unique_id
+        destination = original if target == "topic" else retry_topic(group)
+        if target == "retry":
+            self.broker.topics.ensure(destination, 1)
+        queues = self.broker.topic_queues(destination)
+        queue_id = zlib.crc32((message.unique_id or message.msg_id).encode()) % len(queues)
+        copy = Message(destination, message.body, tags=message.tags, keys=message.keys,
+                       properties=message.user_properties)
+        result = self.broker.put(copy, queue_id, allow_system_topic=target == "retry", extra_properties=lineage)
+        return ResentMessage(message.queue_id, message.queue_offset, message.unique_id, original, destination,
+                             queue_id, result.msg_id)
+
+    # -------------------------------------------------------------------------------- broker
+    def broker_status(self) -> BrokerStatus:
+        broker = self.broker
+        traffic = broker.traffic.snapshot()
+        groups = set(self._offset_groups()) | set(broker.pop.groups())
+        return BrokerStatus(
+            broker=broker.name, role="standalone", data_dir=str(broker.data_dir),
+            plugins=tuple(broker.config.plugins), topics=len(broker.topics.all()), groups=len(groups),
+            pop_inflight=broker.pop.inflight_count(),
+            delay_pending=broker.delay.pending() if broker.delay is not None else None,
+            transactions_pending=broker.transactions.pending() if broker.transactions is not None else None,
+            messages_in=sum(traffic.messages_in.values()), messages_out=sum(traffic.messages_out.values()),
+            store=dict(broker.store.stats()), delay=dict(broker.delay.metrics()) if broker.delay else {},
+        )
+
+
+def _check_max(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_QUERY:
+        raise ValidationError(f"the maximum number of messages must be 1..{_MAX_QUERY}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------- verbs
+_Args = Mapping[str, Any]
+
+
+def _take(args: _Args, verb: str, required: Sequence[str] = (), optional: Mapping[str, Any] | None = None
+          ) -> dict[str, Any]:
+    optional = optional or {}
+    unknown = sorted(set(args) - set(required) - set(optional))
+    if unknown:
+        raise ValidationError(f"{verb}: unknown argument(s) {', '.join(unknown)}; it takes "
+                              f"{', '.join([*required, *optional]) or 'none'}")
+    missing = [name for name in required if args.get(name) in (None, "")]
+    if missing:
+        raise ValidationError(f"{verb}: missing argument(s) {', '.join(missing)}")
+    return {**optional, **args}
+
+
+def _int_or_none(verb: str, name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValidationError(f"{verb}: {name} must be an integer (epoch milliseconds) or null, got {value!r}")
+
+
+def _topic_list(admin: BrokerAdmin, args: _Args) -> Any:
+    _take(args, "topic-list")
+    return admin.topic_list()
+
+
+def _topic_status(admin: BrokerAdmin, args: _Args) -> Any:
+    return admin.topic_status(_take(args, "topic-status", ["topic"])["topic"])
+
+
+def _update_topic(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "update-topic", ["topic", "queue_count"])
+    return admin.update_topic(a["topic"], a["queue_count"])
+
+
+def _consumer_progress(admin: BrokerAdmin, args: _Args) -> Any:
+    group = _take(args, "consumer-progress", optional={"group": None})["group"]
+    return admin.consumer_groups() if group is None else admin.consumer_progress(group)
+
+
+def _query_msg(admin: BrokerAdmin, args: _Args) -> Any:
+    verb = "query-msg"
+    a = _take(args, verb, optional={"id": None, "key": None, "topic": None, "begin_ms": None, "end_ms": None,
+                                    "max": 64})
+    begin, end = _int_or_none(verb, "begin_ms", a["begin_ms"]), _int_or_none(verb, "end_ms", a["end_ms"])
+    chosen = [name for name in ("id", "key") if a[name]] + (["time"] if begin is not None and not a["key"] else [])
+    if len(chosen) != 1:
+        raise ValidationError(f"{verb}: give exactly one of an id, a key (with a topic) or a begin time (with a "
+                              f"topic), not {' and '.join(chosen) or 'none'}")
+    if a["id"]:
+        return admin.query_by_id(a["id"], a["topic"])
+    if not a["topic"]:
+        raise ValidationError(f"{verb}: a query by {'key' if a['key'] else 'time'} needs a topic")
+    if a["key"]:
+        return admin.query_by_key(a["topic"], a["key"], begin_ms=begin or 0, end_ms=end, max_results=a["max"])
+    assert begin is not None
+    return admin.query_by_time(a["topic"], begin, end, a["max"])
+
+
+def _reset_offset(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "reset-offset", ["group", "topic"], {"timestamp_ms": None, "force": True})
+    if not isinstance(a["force"], bool):
+        raise ValidationError(f"reset-offset: force must be true or false, got {a['force']!r}")
+    timestamp = _int_or_none("reset-offset", "timestamp_ms", a["timestamp_ms"])
+    return admin.reset_offset(a["group"], a["topic"], timestamp, force=a["force"])
+
+
+def _resend_dlq(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "resend-dlq", ["group"], {"ids": [], "limit": 1000, "target": "topic"})
+    ids = a["ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValidationError(f"resend-dlq: ids must be a list of message ids, got {ids!r}")
+    return admin.resend_dlq(a["group"], ids=ids, limit=a["limit"], target=a["target"])
+
+
+def _broker_status(admin: BrokerAdmin, args: _Args) -> Any:
+    _take(args, "broker-status")
+    return admin.broker_status()
+
+
+VERBS = {
+    "topic-list": _topic_list,
+    "topic-status": _topic_status,
+    "update-topic": _update_topic,
+    "consumer-progress": _consumer_progress,
+    "query-msg": _query_msg,
+    "reset-offset": _reset_offset,
+    "resend-dlq": _resend_dlq,
+    "broker-status": _broker_status,
+}
+"""Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
+arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped
+data dir both call :func:`execute`."""
+
+
+def execute(admin: BrokerAdmin, verb: str, args: _Args) -> Any:
+    """Run ``verb`` with ``args``; returns the JSON-ready result."""
+    function = VERBS.get(verb)
+    if function is None:
+        raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
+    if not isinstance(args, Mapping):
+        raise ValidationError(f"{verb}: arguments must be a JSON object, got {type(args).__name__}")
+    return to_json(function(admin, args))
