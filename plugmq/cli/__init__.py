@@ -42,6 +42,7 @@ _COMMANDS = {
     "conformance": "plugmq.cli.conformance:conformance",
     "compare": "plugmq.spark.cli:command",
     "serve": "plugmq.cli.serve:command",
+    "admin": "plugmq.cli.admin:command",
 }
 
 

@@ -17,6 +17,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
+from plugmq.server.admin import AdminService
+from plugmq.server.metrics import MetricsEndpoint
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
@@ -37,6 +39,7 @@ class PlugmqServer:
         self.options = options or ServerOptions()
         self.address: str | None = None
         self._server: grpc.aio.Server | None = None
+        self.metrics: MetricsEndpoint | None = None
         self._stopped = False
 
     async def start(self, listen: str | None = None) -> str:
@@ -68,6 +71,13 @@ class PlugmqServer:
         self.service = MessagingService(self.broker, options, self.sessions, self.wakeup,
                                         self.executor, self.address)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor).handler(),))
+        if options.metrics_listen is not None:
+            try:
+                self.metrics = MetricsEndpoint(self.broker, options.metrics_listen)
+            except ConfigError:
+                self._release()
+                raise
         await server.start()
         self._server = server
         log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
@@ -86,6 +96,9 @@ class PlugmqServer:
         log.info("server stopped", address=self.address)
 
     def _release(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
         if self.wakeup.notify_threadsafe in self.pop.deadline_listeners:
             self.pop.deadline_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)

@@ -4,6 +4,7 @@
 
     [server]
     listen = "127.0.0.1:8081"
+    metrics_listen = "127.0.0.1:5557"   # Prometheus text at /metrics (off when absent)
     min_invisible_s = 1
 
     [groups.orders]                 # consumer groups are the broker's (plugmq.core.policy), not [server]'s
@@ -17,6 +18,7 @@
     secret = "s3cret"
     publish = ["orders"]            # topics this key may send to ("*" = all)
     subscribe = ["*"]               # topics this key may receive from
+    admin = false                   # may use the admin endpoint (plugmq admin --server)
 
 ``plugmq serve`` reads the table from the broker's TOML file and hands the rest to the broker.
 Older configs kept group policies and the pop-state settings here (``[server.default_group]``,
@@ -56,6 +58,7 @@ class Account:
     secret: str
     publish: frozenset[str] = frozenset()
     subscribe: frozenset[str] = frozenset()
+    admin: bool = False
 
     def may(self, action: str, topic: str) -> bool:
         allowed = self.publish if action == "publish" else self.subscribe
@@ -77,7 +80,8 @@ class ServerOptions:
     deadline). ``min_invisible_s`` / ``max_invisible_s``: accepted invisible durations;
     ``default_invisible_s``: used when a receive names none (push consumers' auto-renew mode).
     ``new_group_from``: where a group's first receive starts on a queue ("first" keeps every
-    stored message, "last" only new ones). Group policies and the pop state are the broker's
+    stored message, "last" only new ones). ``metrics_listen``: ``host:port`` of the Prometheus
+    endpoint (``/metrics``; port 0 picks a free one, logged as "metrics served"); None: no metrics. Group policies and the pop state are the broker's
     (``[groups]``, ``broker.pop_fsync``, ``broker.pop_compact_bytes``).
     """
 
@@ -92,6 +96,15 @@ class ServerOptions:
     executor_threads: int = attrs.field(default=8, validator=_positive)
     shutdown_grace_s: float = attrs.field(default=5.0, validator=_positive)
     acl: AclOptions = attrs.field(factory=AclOptions)
+    metrics_listen: str | None = attrs.field(default=None)
+
+    @metrics_listen.validator
+    def _check_metrics(self, _attribute: object, value: str | None) -> None:
+        if value is None:
+            return
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"server.metrics_listen must be 'host:port' (port 0 picks a free one), got {value!r}")
 
     @new_group_from.validator
     def _check_from(self, _attribute: object, value: str) -> None:
@@ -110,8 +123,10 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "new_group_from": (str, "'first' or 'last'"),
     "executor_threads": (int, "an integer"),
     "shutdown_grace_s": ((int, float), "a number of seconds"),
+    "metrics_listen": (str, "'host:port' of the Prometheus endpoint"),
 }
 _TABLES = ("acl",)
+_ACCOUNT_KEYS = ("secret", "publish", "subscribe", "admin")
 
 
 def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
@@ -147,14 +162,16 @@ def _acl(path: str, table: Any) -> AclOptions:
                 where = f"{path}.accounts.{access_key}"
                 _expect(where, entry, Mapping, "a table with secret, publish and subscribe")
                 for field in entry:
-                    if field not in ("secret", "publish", "subscribe"):
-                        raise _unknown(where, field, ["secret", "publish", "subscribe"])
+                    if field not in _ACCOUNT_KEYS:
+                        raise _unknown(where, field, list(_ACCOUNT_KEYS))
                 secret = _expect(f"{where}.secret", entry.get("secret"), str, "the account's secret key (a string)")
                 if not secret:
                     raise ConfigError(f"{where}.secret is empty; give the secret key clients sign with")
                 accounts[access_key] = Account(access_key, secret,
                                                _topics(f"{where}.publish", entry.get("publish", [])),
-                                               _topics(f"{where}.subscribe", entry.get("subscribe", [])))
+                                               _topics(f"{where}.subscribe", entry.get("subscribe", [])),
+                                               _expect(f"{where}.admin", entry.get("admin", False), bool,
+                                                       "true or false"))
         else:
             raise _unknown(path, key, ["enabled", "accounts"])
     if enabled and not accounts:

@@ -151,6 +151,7 @@ class CommitLog:
         self.flush_lock = threading.Lock()
         self.flush_count = 0
         self.regrown: list[int] = []  # starts of segments load() found truncated and grew back
+        self.flush_seconds = 0.0  # time spent in flushes that wrote something (metrics: mean flush latency)
         self.allocator = SegmentAllocator(directory, segment_size, warm=warm, enabled=preallocate)
 
     # -- segments -----------------------------------------------------------------------------
@@ -394,6 +395,7 @@ class CommitLog:
         try:
             target = self.wrote
             if target > self.flushed:
+                started = time.perf_counter()
                 for seg in self._segments:
                     if seg.end <= self.flushed or seg.start >= target:
                         continue
@@ -404,6 +406,7 @@ class CommitLog:
                             seg.release()
                 self.flushed = target
                 self.flush_count += 1
+                self.flush_seconds += time.perf_counter() - started
             return True
         finally:
             self.flush_lock.release()

@@ -593,6 +593,7 @@ class MmapMessageStore:
             "commit_log_max_offset": cl.wrote,
             "commit_log_flushed_offset": cl.flushed,
             "flushes": cl.flush_count,
+            "flush_seconds_total": cl.flush_seconds,
             "group_commit_flushes": self._group.leader_flushes if self._group else 0,
             "flush_disk_timeouts": self._group.timeouts if self._group else 0,
             "segments": len(cl.segments),

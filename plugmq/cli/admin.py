@@ -1,0 +1,352 @@
+"""``plugmq admin``: operate a broker, running (``--server HOST:PORT``, the admin endpoint of
+``plugmq serve``) or stopped (``--config FILE``, its data dir opened here).
+
+The verbs are RocketMQ mqadmin's topicList, topicStatus, updateTopic, consumerProgress,
+queryMsgById/ByKey, resetOffsetByTime, plus resend-dlq and broker-status; the work is
+:mod:`plugmq.core.admin`'s either way. Output is a table for people, or ``--json`` for scripts.
+Tables are as wide as their content needs, so an id is never broken across lines, whatever the
+terminal's width and when the output goes to a pipe.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from plugmq.core.errors import PlugmqError, StoreError, ValidationError
+
+__all__ = ["command"]
+
+
+# ---------------------------------------------------------------------------------------------- where
+class _Target:
+    """Where the verb runs: a running server, or a stopped data dir."""
+
+    def __init__(self, server: str | None, config: Path | None, access_key: str | None,
+                 secret_key: str | None) -> None:
+        if (server is None) == (config is None):
+            raise click.UsageError("give --server HOST:PORT (a running plugmq serve) or --config FILE (a stopped "
+                                   "broker's config), exactly one of them")
+        self.server, self.config = server, config
+        self.access_key, self.secret_key = access_key, secret_key
+
+    def run(self, verb: str, args: Mapping[str, Any]) -> Any:
+        try:
+            if self.server is not None:
+                return self._remote(verb, args)
+            return self._local(verb, args)
+        except PlugmqError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    def _remote(self, verb: str, args: Mapping[str, Any]) -> Any:
+        try:
+            from plugmq.server.admin import AdminClient
+        except ModuleNotFoundError as exc:
+            raise click.ClickException(f"plugmq admin --server needs the 'serve' extra ({exc.name} is missing): "
+                                       "pip install 'plugmq[serve]'") from exc
+        assert self.server is not None
+        with AdminClient(self.server, access_key=self.access_key, secret_key=self.secret_key) as client:
+            return client.call(verb, args)
+
+    def _local(self, verb: str, args: Mapping[str, Any]) -> Any:
+        from plugmq.core.admin import BrokerAdmin, execute
+        from plugmq.core.broker import Broker
+
+        assert self.config is not None
+        try:
+            broker = Broker.from_config(self.config)
+        except StoreError as exc:
+            raise StoreError(f"{exc} (if plugmq serve runs on this data dir, ask it: --server HOST:PORT instead "
+                             "of --config)") from exc
+        with broker:
+            return execute(BrokerAdmin(broker), verb, args)
+
+
+def _target_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every verb takes: where, credentials, --json."""
+    options = [
+        click.option("--server", metavar="HOST:PORT", envvar="PLUGMQ_ADMIN_SERVER",
+                     help="A running plugmq serve (its --listen address). Env: PLUGMQ_ADMIN_SERVER."),
+        click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="A stopped broker's config file (its data dir is opened here)."),
+        click.option("--access-key", envvar="PLUGMQ_ACCESS_KEY", help="Access key when the server's ACL is on."),
+        click.option("--secret-key", envvar="PLUGMQ_SECRET_KEY", help="Its secret key."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+
+    @functools.wraps(function)
+    def wrapper(server: str | None, config: Path | None, access_key: str | None, secret_key: str | None,
+                as_json: bool, **kwargs: Any) -> None:
+        target = _Target(server, config, access_key, secret_key)
+        function(target=target, as_json=as_json, **kwargs)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------- output
+def _print_table(table: Table) -> None:
+    """Print ``table`` as wide as its content needs, so no cell is wrapped or cut."""
+    console = Console(highlight=False, soft_wrap=False)
+    needed = Measurement.get(console, console.options.update(max_width=1 << 16), table).maximum
+    width = max(needed, shutil.get_terminal_size((80, 24)).columns) if console.is_terminal else needed
+    Console(highlight=False, width=width, soft_wrap=False).print(table)
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, no_wrap=True, overflow="ignore")
+    return table
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _emit(result: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=False))
+    else:
+        render(result)
+
+
+def _time_option(value: str | None) -> int | None:
+    from plugmq.core.admin import parse_time
+
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValidationError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+# ---------------------------------------------------------------------------------------------- verbs
+@click.group("admin")
+def command() -> None:
+    """Operate a broker: topics, consumer progress, message queries, offset resets, dead letters.
+
+    Every verb runs against a running plugmq serve (--server HOST:PORT) or a stopped broker's data
+    dir (--config FILE), and prints a table, or JSON with --json.
+    """
+
+
+@command.command("topic-list")
+@_target_options
+def topic_list(target: _Target, as_json: bool) -> None:
+    """Every topic: kind, queues and the messages they hold."""
+    def render(rows: list[dict[str, Any]]) -> None:
+        table = _table("Topic", "Kind", "Queues", "Messages")
+        for row in rows:
+            table.add_row(row["topic"], row["kind"], str(row["queues"]), str(row["messages"]))
+        _print_table(table)
+
+    _emit(target.run("topic-list", {}), as_json, render)
+
+
+@command.command("topic-status")
+@click.argument("topic")
+@_target_options
+def topic_status(target: _Target, as_json: bool, topic: str) -> None:
+    """Min and max offset and the last store time of each queue of TOPIC."""
+    def render(status: dict[str, Any]) -> None:
+        table = _table("QID", "Min Offset", "Max Offset", "Last Updated",
+                       title=f"{status['topic']} on broker {status['broker']}")
+        for q in status["queues"]:
+            table.add_row(str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), _when(q["last_store_ms"]))
+        _print_table(table)
+
+    _emit(target.run("topic-status", {"topic": topic}), as_json, render)
+
+
+@command.command("update-topic")
+@click.argument("topic")
+@click.option("--queues", "-q", "queue_count", type=int, required=True, help="Queue count (created or grown to).")
+@_target_options
+def update_topic(target: _Target, as_json: bool, topic: str, queue_count: int) -> None:
+    """Create TOPIC with --queues queues, or grow it to that many (topics never shrink)."""
+    def render(update: dict[str, Any]) -> None:
+        previous, count = update["previous"], update["queue_count"]
+        if previous is None:
+            click.echo(f"created topic {update['topic']} with {count} queues")
+        elif previous == count:
+            click.echo(f"topic {update['topic']} already has {count} queues; nothing changed")
+        else:
+            click.echo(f"topic {update['topic']} grown from {previous} to {count} queues")
+
+    _emit(target.run("update-topic", {"topic": topic, "queue_count": queue_count}), as_json, render)
+
+
+@command.command("consumer-progress")
+@click.argument("group", required=False)
+@_target_options
+def consumer_progress(target: _Target, as_json: bool, group: str | None) -> None:
+    """Per queue: broker offset, consumer offset, in-flight messages, lag. Without GROUP: every group."""
+    def render_groups(rows: list[dict[str, Any]]) -> None:
+        table = _table("Group", "Modes", "Queues", "Lag", "In Flight")
+        for row in rows:
+            table.add_row(row["group"], ",".join(row["modes"]), str(row["queues"]), str(row["lag"]),
+                          str(row["inflight"]))
+        _print_table(table)
+
+    def render(progress: dict[str, Any]) -> None:
+        table = _table("Topic", "QID", "Mode", "Broker Offset", "Consumer Offset", "In Flight", "Lag",
+                       "Oldest Pending", title=f"consumer group {progress['group']} on broker {progress['broker']}")
+        for q in progress["queues"]:
+            table.add_row(q["topic"], str(q["queue_id"]), q["mode"], str(q["broker_offset"]),
+                          str(q["consumer_offset"]), str(q["inflight"]), str(q["lag"]), _when(q["oldest_pending_ms"]))
+        _print_table(table)
+        click.echo(f"Lag total: {progress['lag']}  In flight: {progress['inflight']}  "
+                   f"Push consumers here: {', '.join(progress['members']) or 'none'}")
+
+    result = target.run("consumer-progress", {"group": group})
+    _emit(result, as_json, render_groups if group is None else render)
+
+
+def _render_messages(messages: list[dict[str, Any]]) -> None:
+    if not messages:
+        click.echo("no messages")
+        return
+    if len(messages) == 1:
+        m = messages[0]
+        table = _table("Field", "Value")
+        for name, value in (("Msg Id", m["msg_id"]), ("Unique Id", m["unique_id"] or "-"), ("Topic", m["topic"]),
+                            ("Queue Id", m["queue_id"]), ("Queue Offset", m["queue_offset"]),
+                            ("Tags", m["tags"] or "-"), ("Keys", " ".join(m["keys"]) or "-"),
+                            ("Born", _when(m["born_ms"])), ("Stored", _when(m["stored_ms"])),
+                            ("Reconsume Times", m["reconsume_times"]), ("Born Host", m["born_host"]),
+                            ("Store Host", m["store_host"]), ("Size", m["size"])):
+            table.add_row(name, str(value))
+        for key, value in sorted(m["properties"].items()):
+            table.add_row(f"Property {key}", value)
+        table.add_row(f"Body ({m['body_encoding']})", _preview(m["body"], 200))
+        _print_table(table)
+        return
+    table = _table("Msg Id", "Unique Id", "Topic", "QID", "Offset", "Tags", "Keys", "Stored", "Reconsume", "Body")
+    for m in messages:
+        table.add_row(m["msg_id"], m["unique_id"] or "-", m["topic"], str(m["queue_id"]), str(m["queue_offset"]),
+                      m["tags"] or "-", " ".join(m["keys"]) or "-", _when(m["stored_ms"]), str(m["reconsume_times"]),
+                      _preview(m["body"], 40))
+    _print_table(table)
+
+
+def _preview(text: str, limit: int) -> str:
+    flat = text.replace("\n", "\\n")
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+@command.command("query-msg")
+@click.option("--id", "message_id", help="An offset message id, or a client message id (unique key).")
+@click.option("--key", help="A message key (needs --topic).")
+@click.option("--time", "begin", help="Messages stored from this time on (needs --topic): now, epoch ms, ISO 8601 "
+                                      "or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("--end", help="With --time or --key: stored before this time.")
+@click.option("--topic", help="The topic (optional with --id: else every topic is searched).")
+@click.option("--max", "max_results", type=int, default=64, show_default=True, help="At most this many messages.")
+@_target_options
+def query_msg(target: _Target, as_json: bool, message_id: str | None, key: str | None, begin: str | None,
+              end: str | None, topic: str | None, max_results: int) -> None:
+    """Look messages up by id, by key, or by store time."""
+    if sum(x is not None for x in (message_id, key, begin)) != 1:
+        raise click.UsageError("give exactly one of --id, --key or --time")
+    begin_ms = _time_option(begin)
+    if begin is not None and begin_ms is None:
+        raise click.BadParameter("'now' as a begin time finds nothing; give a time in the past", param_hint="--time")
+    args = {"id": message_id, "key": key, "topic": topic, "begin_ms": begin_ms, "end_ms": _time_option(end),
+            "max": max_results}
+    result = target.run("query-msg", {k: v for k, v in args.items() if v is not None})
+    if message_id is not None and not result:
+        raise click.ClickException(f"no message with id {message_id}" + (f" in topic {topic}" if topic else ""))
+    _emit(result, as_json, _render_messages)
+
+
+@command.command("reset-offset")
+@click.argument("group")
+@click.argument("topic")
+@click.option("--time", "when", required=True,
+              help="Where to: now (the end), epoch ms, ISO 8601 or yyyy-MM-dd#HH:mm:ss:SSS.")
+@click.option("--force/--no-force", default=True, show_default=True,
+              help="--no-force only moves queues back (a group ahead of the time keeps its place).")
+@_target_options
+def reset_offset(target: _Target, as_json: bool, group: str, topic: str, when: str, force: bool) -> None:
+    """Move GROUP on every queue of TOPIC to the first message stored at --time (RocketMQ's resetOffsetByTime)."""
+    timestamp = _time_option(when)
+
+    def render(result: dict[str, Any]) -> None:
+        at = "now (the end of each queue)" if result["timestamp_ms"] is None else _when(result["timestamp_ms"])
+        table = _table("QID", "Mode", "Previous", "Offset",
+                       title=f"group {result['group']} on topic {result['topic']} reset to {at}"
+                             f"{'' if result['force'] else ' (only backwards)'}")
+        for q in result["queues"]:
+            table.add_row(str(q["queue_id"]), q["mode"], "-" if q["previous"] is None else str(q["previous"]),
+                          str(q["offset"]))
+        _print_table(table)
+        if result["moved_members"]:
+            click.echo(f"push consumers restarted from the new offsets: {', '.join(result['moved_members'])}")
+
+    args = {"group": group, "topic": topic, "timestamp_ms": timestamp, "force": force}
+    _emit(target.run("reset-offset", args), as_json, render)
+
+
+@command.command("resend-dlq")
+@click.argument("group")
+@click.option("--id", "ids", multiple=True, help="Only this dead letter (repeat, or comma-separate).")
+@click.option("--limit", type=int, default=1000, show_default=True, help="At most this many messages.")
+@click.option("--to", "destination", type=click.Choice(["topic", "retry"]), default="topic", show_default=True,
+              help="topic: the original topic (every group subscribed to it gets the message); retry: "
+                   "%RETRY%<GROUP> (only the group's push consumers).")
+@_target_options
+def resend_dlq(target: _Target, as_json: bool, group: str, ids: Sequence[str], limit: int,
+               destination: str) -> None:
+    """Send GROUP's dead letters back so it consumes them again (those not resent before, or --id ones)."""
+    wanted = [part.strip() for value in ids for part in value.split(",") if part.strip()]
+
+    def render(result: dict[str, Any]) -> None:
+        resent = result["resent"]
+        click.echo(f"resent {len(resent)} message(s) of {result['dead_letter_topic']} to "
+                   f"{'their original topic' if result['target'] == 'topic' else 'the retry topic'}")
+        if resent:
+            table = _table("DLQ Offset", "Unique Id", "Topic", "QID", "New Msg Id")
+            for r in resent:
+                table.add_row(str(r["dlq_offset"]), r["unique_id"] or "-", r["topic"], str(r["queue_id"]), r["msg_id"])
+            _print_table(table)
+        for line in result["skipped"]:
+            click.echo(f"skipped {line}")
+        if result["remaining"]:
+            click.echo(f"{result['remaining']} more dead letter(s) after the limit; run again to resend them")
+
+    args = {"group": group, "ids": wanted, "limit": limit, "target": destination}
+    _emit(target.run("resend-dlq", args), as_json, render)
+
+
+@command.command("broker-status")
+@_target_options
+def broker_status(target: _Target, as_json: bool) -> None:
+    """The broker at a glance: role, plugins, topics, groups, in-flight and pending work, store figures."""
+    def render(status: dict[str, Any]) -> None:
+        table = _table("Field", "Value", title=f"broker {status['broker']}")
+        for key in ("role", "data_dir", "topics", "groups", "pop_inflight", "delay_pending", "transactions_pending",
+                    "messages_in", "messages_out"):
+            table.add_row(key, "-" if status[key] is None else str(status[key]))
+        table.add_row("plugins", ", ".join(status["plugins"]))
+        for key, value in sorted(status["store"].items()):
+            table.add_row(f"store.{key}", f"{value:g}")
+        for key, value in sorted(status["delay"].items()):
+            table.add_row(f"delay.{key}", f"{value:g}")
+        _print_table(table)
+
+    _emit(target.run("broker-status", {}), as_json, render)

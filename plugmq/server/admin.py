@@ -1,0 +1,174 @@
+"""The admin endpoint of ``plugmq serve``, and the client ``plugmq admin --server`` uses.
+
+A second gRPC service on the server's own port, ``plugmq.admin.v1.Admin``, one unary method per
+verb of :mod:`plugmq.core.admin` (``topic-list`` is ``/plugmq.admin.v1.Admin/TopicList``), with a
+JSON object in and the verb's JSON result out through grpc's generic handlers: no .proto, no
+generated code, no second listener. Why gRPC on the same port rather than HTTP: operators open
+and protect one port, and the endpoint reuses the server's access control as it stands: with
+``[server.acl] enabled`` a call must carry the RocketMQ 5 client signature (HMAC-SHA1 of
+``x-mq-date-time`` with the account's secret) of an account with ``admin = true``.
+
+Failures are gRPC status codes with the broker's message: INVALID_ARGUMENT (bad input),
+NOT_FOUND (no such topic), UNAUTHENTICATED / PERMISSION_DENIED (access control),
+RESOURCE_EXHAUSTED (disk full), FAILED_PRECONDITION (other refusals), INTERNAL (a bug: logged
+with its traceback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from hashlib import sha1
+from typing import Any
+
+import grpc
+import structlog
+
+from plugmq.core.admin import VERBS, BrokerAdmin, execute
+from plugmq.core.broker import Broker
+from plugmq.core.errors import ClientError, PlugmqError, StoreFullError, TopicError, ValidationError
+from plugmq.server.auth import DATE_HEADER, Authenticator
+from plugmq.server.options import AclOptions
+from plugmq.server.status import RpcFailure
+
+__all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+SERVICE = "plugmq.admin.v1.Admin"
+_TIMEOUT_S = 60.0
+
+
+def method_name(verb: str) -> str:
+    """``topic-list`` -> ``TopicList``."""
+    return "".join(part.capitalize() for part in verb.split("-"))
+
+
+def _decode(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else {}
+    except ValueError as exc:
+        raise ValidationError(f"the admin request is not JSON ({exc})") from exc
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _code_of(exc: PlugmqError) -> grpc.StatusCode:
+    if isinstance(exc, ValidationError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, TopicError) and "does not exist" in str(exc):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, StoreFullError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AdminService:
+    """The admin verbs of one broker as a gRPC service (run on the server's thread pool)."""
+
+    def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor) -> None:
+        self.admin = BrokerAdmin(broker)
+        self._acl = acl
+        self._auth = Authenticator(acl)
+        self._executor = executor
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        methods = {
+            method_name(verb): grpc.unary_unary_rpc_method_handler(
+                self._method(verb), request_deserializer=bytes, response_serializer=_encode)
+            for verb in VERBS
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+    def _check_access(self, context: grpc.aio.ServicerContext) -> None:
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        account = self._auth.account(metadata)  # RpcFailure(UNAUTHORIZED) when the signature is wrong
+        if account is not None and not account.admin:
+            raise PermissionError(f"access key {account.access_key!r} may not administer this broker; set "
+                                  f"admin = true in [server.acl.accounts.{account.access_key}]")
+
+    def _method(self, verb: str) -> Callable[[bytes, grpc.aio.ServicerContext], Any]:
+        async def call(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                self._check_access(context)
+                args = _decode(request)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, execute, self.admin, verb, args)
+            except RpcFailure as exc:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            except PermissionError as exc:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+            except PlugmqError as exc:
+                await context.abort(_code_of(exc), str(exc))
+            except Exception as exc:  # a bug: the caller gets one line, the log the traceback
+                log.exception("admin verb failed", verb=verb)
+                await context.abort(grpc.StatusCode.INTERNAL,
+                                    f"{verb} failed with an internal error ({type(exc).__name__}: {exc}); "
+                                    "the server log has the traceback")
+        return call
+
+
+def signature_metadata(access_key: str, secret_key: str) -> list[tuple[str, str]]:
+    """The RocketMQ 5 client's request signature, which the server's access control checks."""
+    date = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    signature = hmac.new(secret_key.encode(), date.encode(), sha1).hexdigest()
+    return [(DATE_HEADER, date),
+            ("authorization", f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders={DATE_HEADER}, "
+                              f"Signature={signature}")]
+
+
+class AdminClient:
+    """Calls the admin verbs of a running ``plugmq serve`` at ``address`` (``host:port``)."""
+
+    def __init__(self, address: str, *, access_key: str | None = None, secret_key: str | None = None,
+                 timeout_s: float = _TIMEOUT_S) -> None:
+        if (access_key is None) != (secret_key is None):
+            raise ValidationError("give both an access key and a secret key, or neither")
+        self.address = address
+        self._credentials = (access_key, secret_key) if access_key is not None else None
+        self._timeout = timeout_s
+        self._channel = grpc.insecure_channel(address)
+
+    def call(self, verb: str, args: Mapping[str, Any]) -> Any:
+        if verb not in VERBS:
+            raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
+        stub = self._channel.unary_unary(f"/{SERVICE}/{method_name(verb)}", request_serializer=_encode,
+                                         response_deserializer=json.loads)
+        metadata = signature_metadata(*self._credentials) if self._credentials else []  # type: ignore[arg-type]
+        try:
+            return stub(dict(args), timeout=self._timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            raise _error_of(exc, self.address) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _error_of(exc: grpc.RpcError, address: str) -> PlugmqError:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return ValidationError(details)
+    if code is grpc.StatusCode.NOT_FOUND:
+        return TopicError(details)
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return ClientError(f"cannot reach plugmq serve at {address} ({details}); is it running, and is that its "
+                           "--listen address?")
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return ClientError(f"the server at {address} has no plugmq admin endpoint (an older plugmq, or not "
+                           "plugmq serve)")
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ClientError(f"plugmq serve at {address} did not answer within the timeout")
+    return ClientError(details)
