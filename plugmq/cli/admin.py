@@ -308,7 +308,7 @@ def reset_offset(target: _Target, as_json: bool, group: str, topic: str, when: s
 @click.option("--limit", type=int, default=1000, show_default=True, help="At most this many messages.")
 @click.option("--to", "destination", type=click.Choice(["topic", "retry"]), default="topic", show_default=True,
               help="topic: the original topic (every group subscribed to it gets the message); retry: "
-                   "%RETRY%<GROUP> (only the group's push consumers).")
+                   "%RETRY%<GROUP> (only the group's push consumers that retry read it).")
 @_target_options
 def resend_dlq(target: _Target, as_json: bool, group: str, ids: Sequence[str], limit: int,
                destination: str) -> None:

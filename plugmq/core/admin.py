@@ -535,8 +535,8 @@ class BrokerAdmin:
 
         ``target="topic"``: to the original topic (the DLQ copy's ``RETRY_TOPIC``), where every
         consumer kind of the group receives it, and so does every other group subscribed to that
-        topic. ``target="retry"``: to ``%RETRY%<group>`` as a retry (only the group's push
-        consumers read it; they see the original topic). Lineage is kept (``RETRY_TOPIC``,
+        topic. ``target="retry"``: to ``%RETRY%<group>`` as a retry, which only the group's push
+        consumers read (those that retry: ``max_delivery_attempts`` > 1); they see the original topic. Lineage is kept (``RETRY_TOPIC``,
         ``ORIGIN_MESSAGE_ID``, the unique id clients see); the delivery attempts start afresh.
 
         Without ``ids``, the dead letters not resent before, at most ``limit`` (a cursor per group
@@ -546,7 +546,7 @@ class BrokerAdmin:
         validate_group(group)
         if target not in RESEND_TARGETS:
             raise ValidationError(f"resend target {target!r} is unknown; use 'topic' (the original topic) or "
-                                  f"'retry' (%RETRY%{group}, the group's push consumers only)")
+                                  f"'retry' (%RETRY%{group}, read by the group's push consumers only)")
         _check_max(limit)
         dlq = self.broker.group_policy(group).redelivery.dead_letter_topic_for(group)
         count = self.broker.topics.get(dlq)
