@@ -61,7 +61,7 @@ def test_group_tables_of_older_configs_are_read_by_the_broker(tmp_path: Path) ->
     ({"acl": {"enabled": True}}, "no account is configured"),
     ({"acl": {"accounts": {"ak": {"secret": ""}}}}, "secret is empty"),
     ({"acl": {"accounts": {"ak": {"secret": "s", "publish": "all"}}}}, "a list of topic names"),
-    ({"acl": {"accounts": {"ak": {"secret": "s", "admin": True}}}}, "unknown key"),
+    ({"acl": {"accounts": {"ak": {"secret": "s", "owner": True}}}}, "unknown key"),
 ])
 def test_bad_tables_name_the_key_and_the_fix(table: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match="server") as caught:

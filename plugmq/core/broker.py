@@ -259,12 +259,14 @@ class Broker:
                                      extra_properties=extra_properties)
         if message.is_delayed:
             result = self._schedule(message, request)
+            self.traffic.sent(message.topic, "delay", 1, len(message.body))
         else:
-            result = self._append(request)
+            started = time.perf_counter()
+            result = self.store.append(request)
+            kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
+            self.traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
             self._emit_stored(result)
             self.wake_consumers()
-        kind = "delay" if message.is_delayed else "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
-        self.traffic.sent(message.topic, kind, 1, len(message.body))
         return self._send_result(result, request, queues[queue_id])
 
     def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
@@ -292,8 +294,7 @@ class Broker:
         requests = [self.build_request(m, queue_id) for m in messages]
         started = time.perf_counter()
         results = self.store.append_batch(requests)
-        self.traffic.appended(time.perf_counter() - started)
-        self.traffic.sent(topic, "normal", len(messages), total)
+        self.traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
         for result in results:
             self._emit_stored(result)
         self.wake_consumers()

@@ -1,9 +1,10 @@
 """What passes through a broker: messages and bytes in per topic, out per topic and group, and how
 long store appends take. Kept by the broker on its send and pull paths; read by metrics exporters.
 
-The hot path pays one uncontended lock and a few integer additions per call (a send, a batch, a
-pull that found messages), never a store read or a hook call; everything else (lag, in-flight,
-disk use) is computed when someone asks.
+The hot path takes no lock: every thread counts into its own tables (a ``threading.local``), and a
+snapshot adds the tables of every thread up (folding those of finished threads into one). A send
+pays one call: a dict lookup, a few integer additions and a bucket search; never a store read or a
+hook call. Everything else (lag, in-flight, disk use) is computed when someone asks.
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ import attrs
 
 from plugmq.core.message import StoredMessage
 
-__all__ = ["APPEND_LATENCY_BUCKETS_S", "LatencyHistogram", "LatencySnapshot", "Traffic", "TrafficSnapshot"]
+__all__ = ["APPEND_LATENCY_BUCKETS_S", "LatencySnapshot", "Traffic", "TrafficSnapshot"]
 
-# Upper bucket edges in seconds: a page-cache append takes tens of microseconds, a synchronous
-# flush on a slow disk tens of milliseconds, a stalled one seconds.
+# Upper bucket edges in seconds: a page-cache append takes microseconds, a synchronous flush on a
+# slow disk tens of milliseconds, a stalled one seconds.
 APPEND_LATENCY_BUCKETS_S: tuple[float, ...] = (
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
 )
 
 
 @attrs.frozen
 class LatencySnapshot:
-    """Counts per bucket (``counts[i]``: observations <= ``edges[i]``, the last one above every edge,
-    not cumulative), their sum in seconds and how many there were."""
+    """Counts per bucket (``counts[i]``: observations <= ``edges[i]`` and above the edge before; the
+    last one above every edge), their sum in seconds and how many there were."""
 
     edges: tuple[float, ...]
     counts: tuple[int, ...]
@@ -45,25 +47,6 @@ class LatencySnapshot:
         return out
 
 
-class LatencyHistogram:
-    """Fixed-bucket histogram of durations in seconds; memory does not grow with use. Not locked:
-    the caller holds its own lock around :meth:`record`."""
-
-    def __init__(self, edges: tuple[float, ...] = APPEND_LATENCY_BUCKETS_S) -> None:
-        self._edges = edges
-        self._counts = [0] * (len(edges) + 1)
-        self._sum = 0.0
-        self._count = 0
-
-    def record(self, seconds: float) -> None:
-        self._counts[bisect.bisect_left(self._edges, seconds)] += 1
-        self._sum += seconds
-        self._count += 1
-
-    def snapshot(self) -> LatencySnapshot:
-        return LatencySnapshot(self._edges, tuple(self._counts), self._sum, self._count)
-
-
 @attrs.frozen
 class TrafficSnapshot:
     """Totals since the broker opened.
@@ -71,7 +54,8 @@ class TrafficSnapshot:
     ``messages_in`` / ``bytes_in``: (topic, message type) -> messages sent and their body bytes;
     the type is RocketMQ's label: ``normal``, ``fifo`` (a message group), ``delay``.
     ``messages_out`` / ``bytes_out``: (topic, consumer group) -> messages handed to consumers
-    (pulled, popped, redelivered) and their body bytes. ``append_latency``: the broker's store calls (one per append or batch append).
+    (pulled, popped, redelivered) and their body bytes. ``append_latency``: the broker's store
+    calls (one per append or batch append).
     """
 
     messages_in: Mapping[tuple[str, str], int]
@@ -81,47 +65,88 @@ class TrafficSnapshot:
     append_latency: LatencySnapshot
 
 
+class _Tables:
+    """One thread's counts. Only its thread writes; snapshots read (whole-dict copies under the GIL)."""
+
+    def __init__(self, buckets: int) -> None:
+        self.thread = threading.current_thread()
+        self.ins: dict[tuple[str, str], list[int]] = {}
+        self.outs: dict[tuple[str, str], list[int]] = {}
+        self.latency = [0] * buckets
+        self.latency_sum = 0.0
+
+    def add_into(self, other: _Tables) -> None:
+        for mine, theirs in ((self.ins, other.ins), (self.outs, other.outs)):
+            for key, (count, size) in list(mine.items()):
+                entry = theirs.setdefault(key, [0, 0])
+                entry[0] += count
+                entry[1] += size
+        other.latency = [a + b for a, b in zip(other.latency, list(self.latency), strict=True)]
+        other.latency_sum += self.latency_sum
+
+
 class Traffic:
-    """The broker's counters. Thread-safe; every method is O(messages) with one lock taken."""
+    """The broker's counters. Thread-safe without locks on the counting path."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._in: dict[tuple[str, str], list[int]] = {}
-        self._out: dict[tuple[str, str], list[int]] = {}
-        self._append = LatencyHistogram()
+    def __init__(self, edges: tuple[float, ...] = APPEND_LATENCY_BUCKETS_S) -> None:
+        self._edges = edges
+        self._lock = threading.Lock()  # registration and snapshots only
+        self._tables: list[_Tables] = []
+        self._finished = _Tables(len(edges) + 1)  # what finished threads counted
+        self._local = threading.local()
 
-    def sent(self, topic: str, message_type: str, count: int, body_bytes: int) -> None:
-        """``count`` messages of ``topic`` with ``body_bytes`` in all were accepted from producers."""
-        key = (topic, message_type)
-        with self._lock:
-            entry = self._in.get(key)
-            if entry is None:
-                entry = self._in[key] = [0, 0]
-            entry[0] += count
-            entry[1] += body_bytes
+    def _mine(self) -> _Tables:
+        try:
+            return self._local.tables  # type: ignore[no-any-return]
+        except AttributeError:
+            tables = _Tables(len(self._edges) + 1)
+            with self._lock:
+                self._tables.append(tables)
+            self._local.tables = tables
+            return tables
+
+    def sent(self, topic: str, message_type: str, count: int, body_bytes: int, append_s: float | None = None) -> None:
+        """``count`` messages of ``topic`` with ``body_bytes`` in all were accepted from producers;
+        ``append_s``: how long the store call that took them lasted (None: no store call, e.g. a
+        delayed message handed to the delay plugin)."""
+        tables = self._mine()
+        entry = tables.ins.get((topic, message_type))
+        if entry is None:
+            entry = tables.ins[(topic, message_type)] = [0, 0]
+        entry[0] += count
+        entry[1] += body_bytes
+        if append_s is not None:
+            tables.latency[bisect.bisect_left(self._edges, append_s)] += 1
+            tables.latency_sum += append_s
+
+    def appended(self, seconds: float) -> None:
+        """A store call made for no producer (a delayed or committed message written back) took ``seconds``."""
+        tables = self._mine()
+        tables.latency[bisect.bisect_left(self._edges, seconds)] += 1
+        tables.latency_sum += seconds
 
     def delivered(self, group: str, messages: Iterable[StoredMessage]) -> None:
         """``messages`` were handed to consumers of ``group``."""
-        with self._lock:
-            for message in messages:
-                key = (message.topic, group)
-                entry = self._out.get(key)
-                if entry is None:
-                    entry = self._out[key] = [0, 0]
-                entry[0] += 1
-                entry[1] += len(message.body)
-
-    def appended(self, seconds: float) -> None:
-        """One store call (an append, or a batch append) took ``seconds``."""
-        with self._lock:
-            self._append.record(seconds)
+        outs = self._mine().outs
+        for message in messages:
+            entry = outs.get((message.topic, group))
+            if entry is None:
+                entry = outs[(message.topic, group)] = [0, 0]
+            entry[0] += 1
+            entry[1] += len(message.body)
 
     def snapshot(self) -> TrafficSnapshot:
         with self._lock:
-            return TrafficSnapshot(
-                messages_in={k: v[0] for k, v in self._in.items()},
-                bytes_in={k: v[1] for k, v in self._in.items()},
-                messages_out={k: v[0] for k, v in self._out.items()},
-                bytes_out={k: v[1] for k, v in self._out.items()},
-                append_latency=self._append.snapshot(),
-            )
+            for tables in [t for t in self._tables if not t.thread.is_alive()]:
+                tables.add_into(self._finished)  # its thread is gone: nothing writes these any more
+                self._tables.remove(tables)
+            total = _Tables(len(self._edges) + 1)
+            for tables in (self._finished, *self._tables):
+                tables.add_into(total)
+        return TrafficSnapshot(
+            messages_in={k: v[0] for k, v in total.ins.items()},
+            bytes_in={k: v[1] for k, v in total.ins.items()},
+            messages_out={k: v[0] for k, v in total.outs.items()},
+            bytes_out={k: v[1] for k, v in total.outs.items()},
+            append_latency=LatencySnapshot(self._edges, tuple(total.latency), total.latency_sum, sum(total.latency)),
+        )
