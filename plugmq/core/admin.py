@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core.broker import Broker
 from plugmq.core.errors import TopicError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import Message, MessageQueue, StoredMessage
 from plugmq.core.names import (
     DLQ_PREFIX,
@@ -60,7 +60,7 @@ __all__ = [
     "to_json",
 ]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 OFFSET_MODE = "offset"
 POP_MODE = "pop"

@@ -97,7 +97,7 @@ class Traffic:
 
     def _mine(self) -> _Tables:
         try:
-            return self._local.tables  # type: ignore[no-any-return]
+            return self._local.tables
         except AttributeError:
             tables = _Tables(len(self._edges) + 1)
             with self._lock:

@@ -26,18 +26,18 @@ from hashlib import sha1
 from typing import Any
 
 import grpc
-import structlog
 
 from plugmq.core.admin import VERBS, BrokerAdmin, execute
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ClientError, PlugmqError, StoreFullError, TopicError, ValidationError
+from plugmq.core.logs import get_logger
 from plugmq.server.auth import DATE_HEADER, Authenticator
 from plugmq.server.options import AclOptions
 from plugmq.server.status import RpcFailure
 
 __all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 SERVICE = "plugmq.admin.v1.Admin"
 _TIMEOUT_S = 60.0

@@ -42,7 +42,6 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-import structlog
 from prometheus_client import start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -58,11 +57,12 @@ from plugmq.core import hookimpl
 from plugmq.core.admin import BrokerAdmin
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
+from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
 
 __all__ = ["BrokerCollector", "EventCounter", "MetricsEndpoint"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 _LAG_LABELS = ["consumer_group", "topic", "queue_id", "consume_mode"]
 _NOT_A_NAME = re.compile(r"[^a-zA-Z0-9_]")
