@@ -269,3 +269,38 @@ def test_parse_time() -> None:
     assert parse_time("2023-11-14#22:13:20:500") == local
     with pytest.raises(ValidationError, match="not understood; use 'now', epoch milliseconds"):
         parse_time("yesterday")
+
+
+def test_cli_on_a_stopped_data_dir_and_one_line_errors(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\nplugins = ["store_mmap", "filter_tag"]\n', encoding="utf-8")
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(main, ["admin", *args], catch_exceptions=False)
+
+    assert cli("update-topic", "Orders", "-q", "3", "--config", str(config)).stdout == \
+        "created topic Orders with 3 queues\n"
+    assert cli("update-topic", "Orders", "-q", "3", "--config", str(config)).stdout == \
+        "topic Orders already has 3 queues; nothing changed\n"
+    table = cli("topic-status", "Orders", "--config", str(config)).stdout
+    assert "Orders on broker broker-a" in table and table.count("│ 0 ") >= 3
+    listed = cli("topic-list", "--config", str(config), "--json").stdout
+    assert '"topic": "Orders"' in listed
+    for args, fragments in [
+        (("topic-list",), ("give --server HOST:PORT", "or --config FILE")),
+        (("topic-status", "Nope", "--config", str(config)), ("topic 'Nope' does not exist",)),
+        (("reset-offset", "g", "Orders", "--time", "yesterday", "--config", str(config)), ("not understood",)),
+        (("reset-offset", "g", "Orders", "--time", "now", "--config", str(config)), ("never consumed topic",)),
+        (("query-msg", "--config", str(config)), ("exactly one of --id, --key or --time",)),
+        (("update-topic", "bad name", "-q", "1", "--config", str(config)), ("contains ' '",)),
+    ]:
+        result = runner.invoke(main, ["admin", *args])
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("plugmq: error: "), result.stderr
+        for fragment in fragments:
+            assert fragment in lines[0], lines[0]
