@@ -1,29 +1,29 @@
-"""Operating a broker: the verbs of ``plugmq admin``.
-
-RocketMQ's mqadmin ``topicList``, ``topicStatus``, ``updateTopic``, ``consumerProgress``,
-``queryMsgById`` / ``queryMsgByKey``, ``resetOffsetByTime``, and a resend of dead letters, over the
-broker's public interface. One implementation for every way in: the admin endpoint of ``plugmq
-serve`` runs these on its broker, ``plugmq admin --config`` on a stopped data dir, tests on an
-in-process broker. Results are frozen values; :func:`to_json` makes JSON-ready dicts of them (what
-the endpoint sends and ``--json`` prints). Every refusal is a :class:`PlugmqError` saying what to do.
-
-Consumer groups keep their progress in two ways, and every verb covers both: *offset* groups
-(push and pull consumers) commit one offset per queue; *pop* groups (simple consumers, the gRPC
-clients) keep a cursor per queue plus the messages in flight (received, not acked).
-"""
+"""The admin verbs over one open broker (:class:`BrokerAdmin`), through its public interface."""
 
 from __future__ import annotations
 
-import base64
 import re
 import zlib
-from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
-import attrs
-
+from plugmq.core.admin.values import (
+    OFFSET_MODE,
+    POP_MODE,
+    BrokerStatus,
+    GroupProgress,
+    GroupSummary,
+    MessageView,
+    QueueProgress,
+    QueueReset,
+    QueueStatus,
+    ResendResult,
+    ResentMessage,
+    ResetResult,
+    TopicStatus,
+    TopicSummary,
+    TopicUpdate,
+)
 from plugmq.core.broker import Broker
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.logs import get_logger
@@ -39,257 +39,12 @@ from plugmq.core.names import (
 )
 from plugmq.core.offsets import OffsetStore
 
-__all__ = [
-    "VERBS",
-    "BrokerAdmin",
-    "BrokerStatus",
-    "GroupProgress",
-    "GroupSummary",
-    "MessageView",
-    "QueueProgress",
-    "QueueReset",
-    "QueueStatus",
-    "ResendResult",
-    "ResentMessage",
-    "ResetResult",
-    "TopicStatus",
-    "TopicSummary",
-    "TopicUpdate",
-    "execute",
-    "parse_time",
-    "to_json",
-]
+__all__ = ["MAX_QUERY", "RESEND_TARGETS", "BrokerAdmin"]
 
 log = get_logger(__name__)
 
-OFFSET_MODE = "offset"
-POP_MODE = "pop"
 RESEND_TARGETS = ("topic", "retry")
-_MAX_QUERY = 10_000
-
-
-# ---------------------------------------------------------------------------------------------- values
-@attrs.frozen
-class TopicSummary:
-    """One topic: its kind (``normal``, ``retry``, ``dlq``, ``system``), queue count and how many
-    messages its queues still hold (max - min offset, summed)."""
-
-    topic: str
-    kind: str
-    queues: int
-    messages: int
-
-
-@attrs.frozen
-class QueueStatus:
-    """One queue: readable offsets [min, max) and the store time of its newest message (None: empty)."""
-
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    last_store_ms: int | None
-
-
-@attrs.frozen
-class TopicStatus:
-    topic: str
-    broker: str
-    queues: tuple[QueueStatus, ...]
-
-
-@attrs.frozen
-class TopicUpdate:
-    """``previous`` is None when the topic was created."""
-
-    topic: str
-    queue_count: int
-    previous: int | None
-
-
-@attrs.frozen
-class QueueProgress:
-    """A group's progress on one queue.
-
-    ``broker_offset``: the queue's max offset. ``consumer_offset``: everything below it is done
-    (committed for an offset group; acked or dead-lettered for a pop group). ``inflight``: pop
-    messages received and not acked yet. ``lag``: messages not done yet: those not handed out
-    (from the cursor to the broker offset) plus the in-flight ones; messages retention removed
-    are not counted. ``oldest_pending_ms``: store time of the oldest message not done (None: no lag).
-    """
-
-    topic: str
-    queue_id: int
-    mode: str
-    broker_offset: int
-    consumer_offset: int
-    inflight: int
-    lag: int
-    oldest_pending_ms: int | None
-
-
-@attrs.frozen
-class GroupProgress:
-    """``members``: in-process push consumers of the group now (gRPC clients are the server's)."""
-
-    group: str
-    broker: str
-    queues: tuple[QueueProgress, ...]
-    lag: int
-    inflight: int
-    members: tuple[str, ...]
-
-
-@attrs.frozen
-class GroupSummary:
-    group: str
-    modes: tuple[str, ...]
-    queues: int
-    lag: int
-    inflight: int
-
-
-@attrs.frozen
-class MessageView:
-    """A stored message for people and scripts. ``msg_id`` is the offset message id (one read finds
-    it); ``unique_id`` the id producers and RocketMQ clients see. ``body`` is text when it is UTF-8,
-    else base64 (``body_encoding`` says which)."""
-
-    msg_id: str
-    unique_id: str | None
-    topic: str
-    queue_id: int
-    queue_offset: int
-    tags: str | None
-    keys: tuple[str, ...]
-    born_ms: int
-    stored_ms: int
-    reconsume_times: int
-    size: int
-    born_host: str
-    store_host: str
-    properties: Mapping[str, str]
-    body: str
-    body_encoding: str
-
-    @classmethod
-    def of(cls, message: StoredMessage) -> MessageView:
-        try:
-            body, encoding = message.body.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
-        return cls(message.msg_id, message.unique_id, message.topic, message.queue_id, message.queue_offset,
-                   message.tags, message.keys, message.born_timestamp_ms, message.store_timestamp_ms,
-                   message.reconsume_times, message.size, message.born_host, message.store_host,
-                   dict(message.properties), body, encoding)
-
-
-@attrs.frozen
-class QueueReset:
-    """``previous``: the position before (None: the group had none on this queue)."""
-
-    queue_id: int
-    mode: str
-    previous: int | None
-    offset: int
-
-
-@attrs.frozen
-class ResetResult:
-    """``timestamp_ms`` None means "now": every queue's end."""
-
-    group: str
-    topic: str
-    timestamp_ms: int | None
-    force: bool
-    queues: tuple[QueueReset, ...]
-    moved_members: tuple[str, ...]
-
-
-@attrs.frozen
-class ResentMessage:
-    dlq_queue_id: int
-    dlq_offset: int
-    unique_id: str | None
-    original_topic: str
-    topic: str
-    queue_id: int
-    msg_id: str
-
-
-@attrs.frozen
-class ResendResult:
-    """``remaining``: dead letters after the last one resent (the ``limit`` stopped the run)."""
-
-    group: str
-    dead_letter_topic: str
-    target: str
-    resent: tuple[ResentMessage, ...]
-    skipped: tuple[str, ...]
-    remaining: int
-
-
-@attrs.frozen
-class BrokerStatus:
-    """The broker at a glance. ``role`` is ``standalone`` for a broker outside any cluster; the
-    cluster and replication families add their role, epoch and replication lag here."""
-
-    broker: str
-    role: str
-    data_dir: str
-    plugins: tuple[str, ...]
-    topics: int
-    groups: int
-    pop_inflight: int
-    delay_pending: int | None
-    transactions_pending: int | None
-    messages_in: int
-    messages_out: int
-    store: Mapping[str, float]
-    delay: Mapping[str, float]
-
-
-def to_json(value: Any) -> Any:
-    """JSON-ready form of an admin value (or a list of them): dicts, lists and scalars."""
-    if isinstance(value, list | tuple):
-        return [to_json(item) for item in value]
-    if attrs.has(type(value)):
-        return attrs.asdict(value, value_serializer=_plain)
-    return value
-
-
-def _plain(_instance: Any, _field: Any, value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
-# ---------------------------------------------------------------------------------------------- time
-_ROCKETMQ_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
-
-
-def parse_time(text: str) -> int | None:
-    """A time as operators write it: ``now`` (None), epoch milliseconds, ISO 8601
-    (``2025-03-01T12:00:00``, local time unless it names a zone) or RocketMQ's
-    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
-    value = text.strip()
-    if value.lower() == "now":
-        return None
-    if value.isdigit():
-        return int(value)
-    match = _ROCKETMQ_TIME.fullmatch(value)
-    try:
-        if match:
-            y, mo, d, h, mi, s, ms = (int(g) for g in match.groups())
-            moment = datetime(y, mo, d, h, mi, s, ms * 1000)
-        else:
-            moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"time {text!r} is not understood; use 'now', epoch milliseconds, ISO 8601 "
-                              "('2025-03-01T12:00:00', local time unless a zone is given) or "
-                              "'yyyy-MM-dd#HH:mm:ss:SSS'") from None
-    return round(moment.timestamp() * 1000)
+MAX_QUERY = 10_000
 
 
 def _topic_kind(topic: str) -> str:
@@ -300,7 +55,6 @@ def _topic_kind(topic: str) -> str:
     return "system" if is_system_topic(topic) else "normal"
 
 
-# ---------------------------------------------------------------------------------------------- admin
 class BrokerAdmin:
     """The admin verbs over one open broker. Thread-safe as far as the broker is."""
 
@@ -631,112 +385,5 @@ class BrokerAdmin:
 
 
 def _check_max(value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_QUERY:
-        raise ValidationError(f"the maximum number of messages must be 1..{_MAX_QUERY}, got {value!r}")
-
-
-# ---------------------------------------------------------------------------------------------- verbs
-_Args = Mapping[str, Any]
-
-
-def _take(args: _Args, verb: str, required: Sequence[str] = (), optional: Mapping[str, Any] | None = None
-          ) -> dict[str, Any]:
-    optional = optional or {}
-    unknown = sorted(set(args) - set(required) - set(optional))
-    if unknown:
-        raise ValidationError(f"{verb}: unknown argument(s) {', '.join(unknown)}; it takes "
-                              f"{', '.join([*required, *optional]) or 'none'}")
-    missing = [name for name in required if args.get(name) in (None, "")]
-    if missing:
-        raise ValidationError(f"{verb}: missing argument(s) {', '.join(missing)}")
-    return {**optional, **args}
-
-
-def _int_or_none(verb: str, name: str, value: Any) -> int | None:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise ValidationError(f"{verb}: {name} must be an integer (epoch milliseconds) or null, got {value!r}")
-
-
-def _topic_list(admin: BrokerAdmin, args: _Args) -> Any:
-    _take(args, "topic-list")
-    return admin.topic_list()
-
-
-def _topic_status(admin: BrokerAdmin, args: _Args) -> Any:
-    return admin.topic_status(_take(args, "topic-status", ["topic"])["topic"])
-
-
-def _update_topic(admin: BrokerAdmin, args: _Args) -> Any:
-    a = _take(args, "update-topic", ["topic", "queue_count"])
-    return admin.update_topic(a["topic"], a["queue_count"])
-
-
-def _consumer_progress(admin: BrokerAdmin, args: _Args) -> Any:
-    group = _take(args, "consumer-progress", optional={"group": None})["group"]
-    return admin.consumer_groups() if group is None else admin.consumer_progress(group)
-
-
-def _query_msg(admin: BrokerAdmin, args: _Args) -> Any:
-    verb = "query-msg"
-    a = _take(args, verb, optional={"id": None, "key": None, "topic": None, "begin_ms": None, "end_ms": None,
-                                    "max": 64})
-    begin, end = _int_or_none(verb, "begin_ms", a["begin_ms"]), _int_or_none(verb, "end_ms", a["end_ms"])
-    chosen = [name for name in ("id", "key") if a[name]] + (["time"] if begin is not None and not a["key"] else [])
-    if len(chosen) != 1:
-        raise ValidationError(f"{verb}: give exactly one of an id, a key (with a topic) or a begin time (with a "
-                              f"topic), not {' and '.join(chosen) or 'none'}")
-    if a["id"]:
-        return admin.query_by_id(a["id"], a["topic"])
-    if not a["topic"]:
-        raise ValidationError(f"{verb}: a query by {'key' if a['key'] else 'time'} needs a topic")
-    if a["key"]:
-        return admin.query_by_key(a["topic"], a["key"], begin_ms=begin or 0, end_ms=end, max_results=a["max"])
-    assert begin is not None
-    return admin.query_by_time(a["topic"], begin, end, a["max"])
-
-
-def _reset_offset(admin: BrokerAdmin, args: _Args) -> Any:
-    a = _take(args, "reset-offset", ["group", "topic"], {"timestamp_ms": None, "force": True})
-    if not isinstance(a["force"], bool):
-        raise ValidationError(f"reset-offset: force must be true or false, got {a['force']!r}")
-    timestamp = _int_or_none("reset-offset", "timestamp_ms", a["timestamp_ms"])
-    return admin.reset_offset(a["group"], a["topic"], timestamp, force=a["force"])
-
-
-def _resend_dlq(admin: BrokerAdmin, args: _Args) -> Any:
-    a = _take(args, "resend-dlq", ["group"], {"ids": [], "limit": 1000, "target": "topic"})
-    ids = a["ids"]
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise ValidationError(f"resend-dlq: ids must be a list of message ids, got {ids!r}")
-    return admin.resend_dlq(a["group"], ids=ids, limit=a["limit"], target=a["target"])
-
-
-def _broker_status(admin: BrokerAdmin, args: _Args) -> Any:
-    _take(args, "broker-status")
-    return admin.broker_status()
-
-
-VERBS = {
-    "topic-list": _topic_list,
-    "topic-status": _topic_status,
-    "update-topic": _update_topic,
-    "consumer-progress": _consumer_progress,
-    "query-msg": _query_msg,
-    "reset-offset": _reset_offset,
-    "resend-dlq": _resend_dlq,
-    "broker-status": _broker_status,
-}
-"""Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
-arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped
-data dir both call :func:`execute`."""
-
-
-def execute(admin: BrokerAdmin, verb: str, args: _Args) -> Any:
-    """Run ``verb`` with ``args``; returns the JSON-ready result."""
-    function = VERBS.get(verb)
-    if function is None:
-        raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
-    if not isinstance(args, Mapping):
-        raise ValidationError(f"{verb}: arguments must be a JSON object, got {type(args).__name__}")
-    return to_json(function(admin, args))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_QUERY:
+        raise ValidationError(f"the maximum number of messages must be 1..{MAX_QUERY}, got {value!r}")

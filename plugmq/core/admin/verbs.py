@@ -1,0 +1,147 @@
+"""The admin verbs by name, with their arguments as a JSON object: what the server's endpoint and
+the command line on a stopped data dir both call (:func:`execute`); times as operators write them
+(:func:`parse_time`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from plugmq.core.admin.operations import BrokerAdmin
+from plugmq.core.admin.values import to_json
+from plugmq.core.errors import ValidationError
+
+__all__ = ["VERBS", "execute", "parse_time"]
+
+_ROCKETMQ_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
+
+
+def parse_time(text: str) -> int | None:
+    """A time as operators write it: ``now`` (None), epoch milliseconds, ISO 8601
+    (``2025-03-01T12:00:00``, local time unless it names a zone) or RocketMQ's
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
+    value = text.strip()
+    if value.lower() == "now":
+        return None
+    if value.isdigit():
+        return int(value)
+    match = _ROCKETMQ_TIME.fullmatch(value)
+    try:
+        if match:
+            y, mo, d, h, mi, s, ms = (int(g) for g in match.groups())
+            moment = datetime(y, mo, d, h, mi, s, ms * 1000)
+        else:
+            moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(f"time {text!r} is not understood; use 'now', epoch milliseconds, ISO 8601 "
+                              "('2025-03-01T12:00:00', local time unless a zone is given) or "
+                              "'yyyy-MM-dd#HH:mm:ss:SSS'") from None
+    return round(moment.timestamp() * 1000)
+
+
+_Args = Mapping[str, Any]
+
+
+def _take(args: _Args, verb: str, required: Sequence[str] = (), optional: Mapping[str, Any] | None = None
+          ) -> dict[str, Any]:
+    optional = optional or {}
+    unknown = sorted(set(args) - set(required) - set(optional))
+    if unknown:
+        raise ValidationError(f"{verb}: unknown argument(s) {', '.join(unknown)}; it takes "
+                              f"{', '.join([*required, *optional]) or 'none'}")
+    missing = [name for name in required if args.get(name) in (None, "")]
+    if missing:
+        raise ValidationError(f"{verb}: missing argument(s) {', '.join(missing)}")
+    return {**optional, **args}
+
+
+def _int_or_none(verb: str, name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValidationError(f"{verb}: {name} must be an integer (epoch milliseconds) or null, got {value!r}")
+
+
+def _topic_list(admin: BrokerAdmin, args: _Args) -> Any:
+    _take(args, "topic-list")
+    return admin.topic_list()
+
+
+def _topic_status(admin: BrokerAdmin, args: _Args) -> Any:
+    return admin.topic_status(_take(args, "topic-status", ["topic"])["topic"])
+
+
+def _update_topic(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "update-topic", ["topic", "queue_count"])
+    return admin.update_topic(a["topic"], a["queue_count"])
+
+
+def _consumer_progress(admin: BrokerAdmin, args: _Args) -> Any:
+    group = _take(args, "consumer-progress", optional={"group": None})["group"]
+    return admin.consumer_groups() if group is None else admin.consumer_progress(group)
+
+
+def _query_msg(admin: BrokerAdmin, args: _Args) -> Any:
+    verb = "query-msg"
+    a = _take(args, verb, optional={"id": None, "key": None, "topic": None, "begin_ms": None, "end_ms": None,
+                                    "max": 64})
+    begin, end = _int_or_none(verb, "begin_ms", a["begin_ms"]), _int_or_none(verb, "end_ms", a["end_ms"])
+    chosen = [name for name in ("id", "key") if a[name]] + (["time"] if begin is not None and not a["key"] else [])
+    if len(chosen) != 1:
+        raise ValidationError(f"{verb}: give exactly one of an id, a key (with a topic) or a begin time (with a "
+                              f"topic), not {' and '.join(chosen) or 'none'}")
+    if a["id"]:
+        return admin.query_by_id(a["id"], a["topic"])
+    if not a["topic"]:
+        raise ValidationError(f"{verb}: a query by {'key' if a['key'] else 'time'} needs a topic")
+    if a["key"]:
+        return admin.query_by_key(a["topic"], a["key"], begin_ms=begin or 0, end_ms=end, max_results=a["max"])
+    assert begin is not None
+    return admin.query_by_time(a["topic"], begin, end, a["max"])
+
+
+def _reset_offset(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "reset-offset", ["group", "topic"], {"timestamp_ms": None, "force": True})
+    if not isinstance(a["force"], bool):
+        raise ValidationError(f"reset-offset: force must be true or false, got {a['force']!r}")
+    timestamp = _int_or_none("reset-offset", "timestamp_ms", a["timestamp_ms"])
+    return admin.reset_offset(a["group"], a["topic"], timestamp, force=a["force"])
+
+
+def _resend_dlq(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "resend-dlq", ["group"], {"ids": [], "limit": 1000, "target": "topic"})
+    ids = a["ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValidationError(f"resend-dlq: ids must be a list of message ids, got {ids!r}")
+    return admin.resend_dlq(a["group"], ids=ids, limit=a["limit"], target=a["target"])
+
+
+def _broker_status(admin: BrokerAdmin, args: _Args) -> Any:
+    _take(args, "broker-status")
+    return admin.broker_status()
+
+
+VERBS = {
+    "topic-list": _topic_list,
+    "topic-status": _topic_status,
+    "update-topic": _update_topic,
+    "consumer-progress": _consumer_progress,
+    "query-msg": _query_msg,
+    "reset-offset": _reset_offset,
+    "resend-dlq": _resend_dlq,
+    "broker-status": _broker_status,
+}
+"""Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
+arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped
+data dir both call :func:`execute`."""
+
+
+def execute(admin: BrokerAdmin, verb: str, args: _Args) -> Any:
+    """Run ``verb`` with ``args``; returns the JSON-ready result."""
+    function = VERBS.get(verb)
+    if function is None:
+        raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
+    if not isinstance(args, Mapping):
+        raise ValidationError(f"{verb}: arguments must be a JSON object, got {type(args).__name__}")
+    return to_json(function(admin, args))
