@@ -131,7 +131,7 @@ class AdminClient:
         if (access_key is None) != (secret_key is None):
             raise ValidationError("give both an access key and a secret key, or neither")
         self.address = address
-        self._credentials = (access_key, secret_key) if access_key is not None else None
+        self._credentials = (access_key, secret_key) if access_key is not None and secret_key is not None else None
         self._timeout = timeout_s
         self._channel = grpc.insecure_channel(address)
 
@@ -140,7 +140,7 @@ class AdminClient:
             raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
         stub = self._channel.unary_unary(f"/{SERVICE}/{method_name(verb)}", request_serializer=_encode,
                                          response_deserializer=json.loads)
-        metadata = signature_metadata(*self._credentials) if self._credentials else []  # type: ignore[arg-type]
+        metadata = signature_metadata(*self._credentials) if self._credentials else []
         try:
             return stub(dict(args), timeout=self._timeout, metadata=metadata)
         except grpc.RpcError as exc:

@@ -170,9 +170,9 @@ class BrokerCollector:
         latency = GaugeMetricFamily("rocketmq_consumer_lag_latency",
                                     "Milliseconds since the oldest message the group has not done was stored",
                                     labels=_LAG_LABELS)
-        for summary in self.admin.consumer_groups():
-            for row in self.admin.consumer_progress(summary.group).queues:
-                labels = [summary.group, row.topic, str(row.queue_id), row.mode]
+        for group in self.admin.group_names():
+            for row in self.admin.consumer_progress(group).queues:
+                labels = [group, row.topic, str(row.queue_id), row.mode]
                 lag.add_metric(labels, row.lag)
                 inflight.add_metric(labels, row.inflight)
                 ready.add_metric(labels, row.lag - row.inflight)

@@ -121,11 +121,14 @@ class BrokerAdmin:
             return {}
         return self.broker.offsets(group).entries(self.broker.name)
 
+    def group_names(self) -> list[str]:
+        """Every group with offsets or pop progress on this broker (sorted)."""
+        return sorted(set(self._offset_groups()) | set(self.broker.pop.groups()))
+
     def consumer_groups(self) -> list[GroupSummary]:
         """Every group with progress on this broker and its totals (mqadmin consumerProgress without -g)."""
-        names = sorted(set(self._offset_groups()) | set(self.broker.pop.groups()))
         out = []
-        for name in names:
+        for name in self.group_names():
             progress = self.consumer_progress(name)
             modes = tuple(sorted({q.mode for q in progress.queues}))
             out.append(GroupSummary(name, modes, len(progress.queues), progress.lag, progress.inflight))
@@ -372,10 +375,9 @@ class BrokerAdmin:
     def broker_status(self) -> BrokerStatus:
         broker = self.broker
         traffic = broker.traffic.snapshot()
-        groups = set(self._offset_groups()) | set(broker.pop.groups())
         return BrokerStatus(
             broker=broker.name, role="standalone", data_dir=str(broker.data_dir),
-            plugins=tuple(broker.config.plugins), topics=len(broker.topics.all()), groups=len(groups),
+            plugins=tuple(broker.config.plugins), topics=len(broker.topics.all()), groups=len(self.group_names()),
             pop_inflight=broker.pop.inflight_count(),
             delay_pending=broker.delay.pending() if broker.delay is not None else None,
             transactions_pending=broker.transactions.pending() if broker.transactions is not None else None,
