@@ -1,23 +1,29 @@
-"""``plugmq bench grpc``: messages per second through ``plugmq serve`` with the official client.
+"""``plugmq bench grpc``: ``plugmq serve`` driven by the official Python client, against Redis Streams.
 
-The server runs as a child process (``plugmq serve`` on an ephemeral loopback port) so client and
-server do not share one interpreter's GIL. Measured in the same run:
+One run measures, on one machine, with 128 B bodies by default:
 
-* baseline: in-process ``broker.producer(...).send`` on an identical broker (same store, flush
-  mode, body size), one thread;
-* gRPC send with rocketmq-python-client's ``Producer.send`` (synchronous, one message per
-  request) from 1 and from 4 threads sharing one producer;
-* the same sends through the generated stub (``MessagingServiceStub.SendMessage``, one channel per
-  thread, no client library): what the server takes when the client's own overhead is left out;
-* gRPC receive + ack with a ``SimpleConsumer``: receive batches of ``--batch`` messages, one
-  AckMessage per message (the client acks singly), one consumer thread.
-
-Ratios are rate / in-process send rate. The pop-state log is not fsynced (``pop_fsync`` off, the
-default); the store's flush mode is ``--flush``.
+* the in-process send rate (``broker.producer(...).send``, one thread) on an identical broker;
+* a ``plugmq serve`` child (its own interpreter, an ephemeral loopback port): the official
+  ``rocketmq-python-client``'s ``Producer.send`` (synchronous, one message per SendMessage) from
+  1 and from 8 threads sharing one producer; the same 8-thread load through the generated stub
+  without the client library; receive + ack with ``SimpleConsumer`` threads (receive batches,
+  one AckMessage per message, as the client acks);
+* Redis Streams driven the same way with redis-py when ``redis-server`` and the ``redis``
+  package are present: XADD one request per message (1 and 8 threads), XREADGROUP batches +
+  one XACK per message; persistence off (no AOF, no RDB), as the broker's store flushes
+  asynchronously;
+* the server's CPU time per message: the child's own user + system time (``/proc/<pid>/stat``)
+  before and after each phase, divided by the messages of the phase;
+* a steady run: 8 sending and 4 receiving threads for ``--steady-s`` seconds, the backlog
+  (sent - acked) sampled every few seconds;
+* start-up: seconds from spawning ``plugmq serve`` to its first answered request, on an empty
+  data dir, after SIGTERM on the data dir with everything sent so far, and after ``kill -9``
+  during a send load, where every send the client saw acknowledged must be received afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,10 +31,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 from rich.console import Console
 from rich.table import Table
@@ -39,8 +47,129 @@ from plugmq.core.broker import Broker
 __all__ = ["command", "measure"]
 
 TOPIC = "BenchGrpc"
+GROUP = "bench-grpc"
+STREAM = "bench-grpc"
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
           "main.add_command(command); main()")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_SEND_THREADS = 8
+_RECEIVE_THREADS = 4
+
+
+@attrs.define
+class Row:
+    scenario: str
+    threads: int
+    rate: float
+    server_cpu_ms: float | None = None  # per message, the server process's own CPU time
+    client_cpu_ms: float | None = None  # per message, this (benchmark) process's CPU time
+    peer: str | None = None  # the Redis row this one is compared with
+
+
+@attrs.define
+class StartUp:
+    situation: str
+    stored: int  # messages in the data dir when it started
+    listening_s: float  # spawn -> "listening" line
+    serving_s: float  # spawn -> first answered request
+
+
+@attrs.define
+class Report:
+    settings: dict[str, Any]
+    rows: list[Row] = attrs.field(factory=list)
+    startups: list[StartUp] = attrs.field(factory=list)
+    steady: dict[str, Any] = attrs.field(factory=dict)
+    crash: dict[str, Any] = attrs.field(factory=dict)
+    redis: str = "measured"
+
+    def rate(self, scenario: str, threads: int) -> float | None:
+        return next((r.rate for r in self.rows if r.scenario == scenario and r.threads == threads), None)
+
+
+# ------------------------------------------------------------------------------ the server child
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+class _Meter:
+    """CPU time of a server process and of this process across one phase."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self._pid = server_pid
+        self._server = process_cpu_s(server_pid) if server_pid is not None else 0.0
+        self._client = _own_cpu_s()
+
+    def row(self, scenario: str, threads: int, rate: float, count: int, peer: str | None = None) -> Row:
+        server = (process_cpu_s(self._pid) - self._server) * 1000 / count if self._pid is not None else None
+        return Row(scenario, threads, rate, server, (_own_cpu_s() - self._client) * 1000 / count, peer)
+
+
+class ServeChild:
+    """``plugmq serve`` as a child process; knows when it answered first and how much CPU it used."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        started = time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-c", _SERVE, "--log-level", "warning", "serve",
+                                         "--config", str(config), "--listen", "127.0.0.1:0"],
+                                        stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
+        self.address = self._await_listening(log)
+        self.listening_s = time.perf_counter() - started
+        self.serving_s = self._await_answer(started)
+
+    def _await_listening(self, log: Path) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().decode()
+        if not line.startswith("plugmq serve: listening on "):
+            self.kill()
+            raise click.ClickException(f"plugmq serve did not start (exit code {self.process.wait()}); see {log}")
+        return line.split()[4]
+
+    def _await_answer(self, started: float) -> float:
+        import grpc
+        from rocketmq.grpc_protocol import Code, MessagingServiceStub, service_pb2
+
+        with grpc.insecure_channel(self.address) as channel:
+            stub = MessagingServiceStub(channel)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    response = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=5,
+                                              metadata=(("x-mq-client-id", "bench-probe"),))
+                    if response.status.code == Code.OK:
+                        return time.perf_counter() - started
+                except grpc.RpcError:
+                    time.sleep(0.005)  # the port is bound but the server not yet answering
+        raise click.ClickException("plugmq serve printed its address but answered no request within 60 s")
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.process.pid)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        if self.process.returncode != 0:
+            raise click.ClickException(f"plugmq serve exited with {self.process.returncode} on SIGTERM")
 
 
 def _config(directory: Path, store: str, flush: str) -> Path:
@@ -51,33 +180,77 @@ def _config(directory: Path, store: str, flush: str) -> Path:
     return path
 
 
-def _spawn(config: Path) -> tuple[subprocess.Popen[bytes], str]:
-    process = subprocess.Popen([sys.executable, "-c", _SERVE, "serve", "--config", str(config),
-                                "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, cwd=config.parent)
-    assert process.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline().decode()
-        if not line:
-            break
-        if line.startswith("plugmq serve: listening on "):
-            return process, line.split()[4]
-    process.kill()
-    raise click.ClickException(f"plugmq serve did not start (exit code {process.wait()})")
+# ------------------------------------------------------------------------------ load helpers
+def _run_threads(threads: int, work: Callable[[int], None]) -> float:
+    """Run ``work(index)`` on ``threads`` threads; the wall seconds they took. Re-raises the first error."""
+    errors: list[BaseException] = []
 
+    def guarded(index: int) -> None:
+        try:
+            work(index)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+            errors.append(exc)
 
-def _rate(count: int, fn: Callable[[], Any]) -> float:
+    workers = [threading.Thread(target=guarded, args=(i,)) for i in range(threads)]
     start = time.perf_counter()
-    fn()
-    return count / (time.perf_counter() - start)
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise click.ClickException(f"a benchmark thread failed: {errors[0]!r}")
+    return elapsed
+
+
+class _Progress:
+    """Messages handled so far by several threads, and when the last of ``total`` was handled."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self.finished = time.perf_counter()
+        self._lock = threading.Lock()
+
+    def add(self, count: int) -> None:
+        if count:
+            with self._lock:
+                self.count += count
+                self.finished = time.perf_counter()
+
+    def done(self) -> bool:
+        return self.count >= self.total
+
+
+class _Background:
+    """``_run_threads`` on a thread of its own; ``join`` re-raises what the workers raised."""
+
+    def __init__(self, threads: int, work: Callable[[int], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(threads, work))
+        self._thread.start()
+
+    def _run(self, threads: int, work: Callable[[int], None]) -> None:
+        try:
+            _run_threads(threads, work)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by join()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _in_process(directory: Path, store: str, flush: str, messages: int, body: bytes) -> float:
     with Broker.open(directory, plugins=[store, "filter_tag"], options={store: {"flush": flush}}) as broker:
-        broker.create_topic(TOPIC, 4)
+        broker.create_topic(TOPIC, 8)
         with broker.producer("bench-grpc") as producer:
             producer.send(PlugmqMessage(TOPIC, body))  # warm-up
-            return _rate(messages, lambda: [producer.send(PlugmqMessage(TOPIC, body)) for _ in range(messages)])
+            start = time.perf_counter()
+            for _ in range(messages):
+                producer.send(PlugmqMessage(TOPIC, body))
+            return messages / (time.perf_counter() - start)
 
 
 def _client_message(body: bytes) -> Any:
@@ -89,153 +262,420 @@ def _client_message(body: bytes) -> Any:
     return message
 
 
-def _grpc_send(producer: Any, messages: int, threads: int, body: bytes) -> float:
+def _client_config(address: str, timeout: int = 10) -> Any:
+    from rocketmq import ClientConfiguration, Credentials
+
+    return ClientConfiguration(address, Credentials(), request_timeout=timeout)
+
+
+@contextmanager
+def _producer(address: str, timeout: int = 10) -> Iterator[Any]:
+    from rocketmq import Producer
+
+    producer = Producer(_client_config(address, timeout), (TOPIC,))
+    producer.startup()
+    try:
+        yield producer
+    finally:
+        producer.shutdown()
+
+
+@contextmanager
+def _consumers(address: str, count: int) -> Iterator[list[Any]]:
+    from rocketmq import FilterExpression, SimpleConsumer
+
+    consumers = [SimpleConsumer(_client_config(address), GROUP, {TOPIC: FilterExpression()}, await_duration=2)
+                 for _ in range(count)]
+    started = []
+    try:
+        for consumer in consumers:
+            consumer.startup()
+            started.append(consumer)
+        yield consumers
+    finally:
+        for consumer in started:
+            consumer.shutdown()
+
+
+def _client_send(producer: Any, messages: int, threads: int, body: bytes) -> float:
     per_thread = messages // threads
-    errors: list[BaseException] = []
 
-    def work() -> None:
-        try:
-            for _ in range(per_thread):
-                producer.send(_client_message(body))
-        except BaseException as exc:  # noqa: BLE001 - reported after the run
-            errors.append(exc)
+    def work(_index: int) -> None:
+        for _ in range(per_thread):
+            producer.send(_client_message(body))
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise click.ClickException(f"a send failed: {errors[0]}")
-    return per_thread * threads / elapsed
+    return per_thread * threads / _run_threads(threads, work)
 
 
-def _stub_send(address: str, messages: int, threads: int, body: bytes) -> float:
+def _stub_send(address: str, messages: int, threads: int, body: bytes, per_request: int = 1) -> float:
+    """SendMessage through the generated stub (no client library), ``per_request`` messages each."""
     import grpc
-    from rocketmq.grpc_protocol import (
-        Code,
-        MessageType,
-        MessagingServiceStub,
-        definition_pb2,
-        service_pb2,
-    )
+    from rocketmq.grpc_protocol import Code, MessageType, MessagingServiceStub, service_pb2
 
-    per_thread = messages // threads
+    requests = messages // threads // per_request
     channels = [grpc.insecure_channel(address) for _ in range(threads)]
-    errors: list[str] = []
 
     def work(index: int) -> None:
         stub = MessagingServiceStub(channels[index])
-        for i in range(per_thread):
-            message = definition_pb2.Message(body=body)
-            message.topic.name = TOPIC
-            message.system_properties.message_id = f"stub-{threads}-{index}-{i}"
-            message.system_properties.message_type = MessageType.NORMAL
-            response = stub.SendMessage(service_pb2.SendMessageRequest(messages=[message]), timeout=10)
+        for i in range(requests):
+            request = service_pb2.SendMessageRequest()
+            for k in range(per_request):
+                message = request.messages.add(body=body)
+                message.topic.name = TOPIC
+                message.system_properties.message_id = f"stub-{per_request}-{threads}-{index}-{i}-{k}"
+                message.system_properties.message_type = MessageType.NORMAL
+            response = stub.SendMessage(request, timeout=10)
             if response.status.code != Code.OK:
-                errors.append(response.status.message)
-                return
+                raise click.ClickException(f"a stub send failed: {response.status.message}")
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     try:
-        start = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        elapsed = time.perf_counter() - start
+        return requests * per_request * threads / _run_threads(threads, work)
     finally:
         for channel in channels:
             channel.close()
-    if errors:
-        raise click.ClickException(f"a stub send failed: {errors[0]}")
-    return per_thread * threads / elapsed
 
 
-def _grpc_receive(consumer: Any, total: int, batch: int) -> float:
-    received = 0
-    empty = 0
+def _stub_heartbeats(address: str, calls: int, threads: int) -> float:
+    """Heartbeat requests (no broker work): what one request costs the server's gRPC stack alone."""
+    import grpc
+    from rocketmq.grpc_protocol import Code, MessagingServiceStub, service_pb2
+
+    per_thread = calls // threads
+    channels = [grpc.insecure_channel(address) for _ in range(threads)]
+
+    def work(index: int) -> None:
+        stub = MessagingServiceStub(channels[index])
+        metadata = (("x-mq-client-id", f"bench-heartbeat-{index}"),)
+        for _ in range(per_thread):
+            if stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=10, metadata=metadata).status.code != Code.OK:
+                raise click.ClickException("a heartbeat failed")
+
+    try:
+        return per_thread * threads / _run_threads(threads, work)
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def _client_receive(consumers: list[Any], total: int, batch: int) -> tuple[float, int]:
+    """Receive + ack until ``total`` messages came or three long polls in a row came back empty."""
+    progress = _Progress(total)
+
+    def work(index: int) -> None:
+        consumer = consumers[index]
+        empty = 0
+        while empty < 3 and not progress.done():
+            got = consumer.receive(batch, 30)
+            empty = 0 if got else empty + 1
+            for message in got:
+                consumer.ack(message)
+            progress.add(len(got))
+
     start = time.perf_counter()
-    while received < total and empty < 3:  # three empty long polls: the rest is not coming
-        got = consumer.receive(batch, 30)
-        empty = 0 if got else empty + 1
-        for message in got:
-            consumer.ack(message)
-        received += len(got)
-    elapsed = time.perf_counter() - start
-    if received < total:
-        raise click.ClickException(f"received {received} of {total} messages")
-    return received / elapsed
+    _run_threads(len(consumers), work)
+    if progress.count < total:
+        raise click.ClickException(f"received {progress.count} of {total} messages")
+    return progress.count / (progress.finished - start), progress.count
 
 
-def measure(messages: int, body_size: int, store: str, flush: str, batch: int) -> list[tuple[str, int, float]]:
-    """(scenario, threads, msg/s) rows; the first is the in-process baseline."""
-    from rocketmq import (
-        ClientConfiguration,
-        Credentials,
-        FilterExpression,
-        Producer,
-        SimpleConsumer,
-    )
+# ------------------------------------------------------------------------------ Redis Streams
+def _redis_rows(workdir: Path, messages: int, body: bytes, batch: int) -> list[Row]:
+    import redis
 
+    from plugmq.bench.delay import RedisServer
+
+    server = RedisServer(workdir)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        pid = server.proc.pid
+        client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+        client.xadd(STREAM, {"b": body})  # warm-up
+        rows = []
+        for threads in (1, _SEND_THREADS):
+            per_thread = messages // threads
+
+            def add(_index: int, per_thread: int = per_thread) -> None:
+                for _ in range(per_thread):
+                    client.xadd(STREAM, {"b": body})
+
+            meter = _Meter(pid)
+            rate = per_thread * threads / _run_threads(threads, add)
+            rows.append(meter.row("Redis XADD", threads, rate, per_thread * threads))
+        progress = _Progress(int(client.xlen(STREAM)))
+
+        def read(index: int) -> None:
+            empty = 0
+            while empty < 3 and not progress.done():
+                answer: Any = client.xreadgroup(GROUP, f"c{index}", {STREAM: ">"}, count=batch, block=2000)
+                entries = answer[0][1] if answer else []
+                empty = 0 if entries else empty + 1
+                for entry_id, _fields in entries:
+                    client.xack(STREAM, GROUP, entry_id)  # one request per ack, as the client acks
+                progress.add(len(entries))
+
+        meter = _Meter(pid)
+        start = time.perf_counter()
+        _run_threads(_RECEIVE_THREADS, read)
+        rows.append(meter.row(f"Redis XREADGROUP (batch {batch}) + XACK", _RECEIVE_THREADS,
+                              progress.count / (progress.finished - start), progress.count))
+        client.close()
+        return rows
+    finally:
+        server.stop()
+
+
+def _redis_missing() -> str | None:
+    from plugmq.bench.delay import redis_missing
+
+    return redis_missing()
+
+
+# ------------------------------------------------------------------------------ steady run, crash
+def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeChild) -> dict[str, Any]:
+    stop = threading.Event()
+    sent = [0] * _SEND_THREADS
+    acked = [0] * _RECEIVE_THREADS
+    samples: list[tuple[float, int, int]] = []
+    with _producer(address) as producer, _consumers(address, _RECEIVE_THREADS) as consumers:
+        def send(index: int) -> None:
+            while not stop.is_set():
+                producer.send(_client_message(body))
+                sent[index] += 1
+
+        def receive(index: int) -> None:
+            consumer = consumers[index - _SEND_THREADS]
+            while not stop.is_set():
+                for message in consumer.receive(batch, 30):
+                    consumer.ack(message)
+                    acked[index - _SEND_THREADS] += 1
+
+        def work(index: int) -> None:
+            (send if index < _SEND_THREADS else receive)(index)
+
+        cpu_before = child.cpu_s()
+        start = time.perf_counter()
+        runner = _Background(_SEND_THREADS + _RECEIVE_THREADS, work)
+        interval = max(seconds / 12, 1.0)
+        while (now := time.perf_counter() - start) < seconds:
+            time.sleep(min(interval, seconds - now))  # sampling cadence of the steady run
+            samples.append((round(time.perf_counter() - start, 1), sum(sent), sum(acked)))
+        stop.set()
+        runner.join()
+        elapsed = time.perf_counter() - start
+        cpu = child.cpu_s() - cpu_before
+    backlogs = [s - a for _t, s, a in samples]
+    settled = backlogs[len(backlogs) // 3:]  # after the start-up third
+    return {
+        "seconds": round(elapsed, 1), "send_rate": sum(sent) / elapsed, "ack_rate": sum(acked) / elapsed,
+        "backlog_samples": [{"t": t, "sent": s, "acked": a, "backlog": s - a} for t, s, a in samples],
+        "backlog_growth_per_s": (settled[-1] - settled[0]) / max(samples[-1][0] - samples[len(samples) // 3][0], 1e-9)
+        if len(settled) > 1 else 0.0,
+        "server_cpu_ms_per_message": cpu * 1000 / max((sum(sent) + sum(acked)) / 2, 1),
+    }
+
+
+def _send_until_killed(child: ServeChild, body: bytes, run_s: float) -> tuple[set[str], int]:
+    """8 threads send until the server is killed with SIGKILL after ``run_s``; the ids acknowledged."""
+    acked: set[str] = set()
+    lock = threading.Lock()
+    failures = [0]
+    stop = threading.Event()
+    with _producer(child.address, timeout=2) as producer:
+        def work(_index: int) -> None:
+            while not stop.is_set():
+                try:
+                    receipt = producer.send(_client_message(body))
+                except Exception:  # noqa: BLE001 - the server is gone: the send is not acknowledged
+                    with lock:
+                        failures[0] += 1
+                    continue
+                with lock:
+                    acked.add(receipt.message_id)
+
+        runner = _Background(_SEND_THREADS, work)
+        time.sleep(run_s)  # the load runs this long before the kill
+        child.kill()
+        time.sleep(0.5)  # let in-flight sends fail against the dead server
+        stop.set()
+        runner.join()
+    return acked, failures[0]
+
+
+def _drain_ids(address: str, batch: int) -> list[str]:
+    ids: list[str] = []
+    with _consumers(address, 1) as (consumer,):
+        empty = 0
+        while empty < 2:
+            got = consumer.receive(batch, 30)
+            empty = 0 if got else empty + 1
+            for message in got:
+                ids.append(message.message_id)
+                consumer.ack(message)
+    return ids
+
+
+# ------------------------------------------------------------------------------ the run
+def measure(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
+            use_redis: bool) -> Report:
     body = os.urandom(body_size)
-    rows: list[tuple[str, int, float]] = []
+    report = Report({"messages": messages, "body_size": body_size, "store": store, "flush": flush,
+                     "batch": batch, "steady_s": steady_s, "cpus": os.cpu_count(),
+                     "load_before": [round(x, 2) for x in os.getloadavg()]})
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-grpc-") as tmp:
         root = Path(tmp)
-        rows.append(("in-process send (baseline)", 1, _in_process(root / "inproc", store, flush, messages, body)))
+        meter = _Meter(None)
+        report.rows.append(meter.row("in-process send (baseline)", 1,
+                                     _in_process(root / "inproc", store, flush, messages, body), messages))
+        missing = _redis_missing() if use_redis else "turned off (--no-redis)"
+        if missing is None:
+            (root / "redis").mkdir()
+            report.rows.extend(_redis_rows(root / "redis", messages, body, batch))
+        else:
+            report.redis = f"not measured: {missing}"
         (root / "served").mkdir()
-        process, address = _spawn(_config(root / "served", store, flush))
+        config = _config(root / "served", store, flush)
+        log = root / "served" / "serve.log"
+        child = ServeChild(config, log)
+        report.startups.append(StartUp("first start, empty data dir", 0, child.listening_s, child.serving_s))
+        stored = 0
         try:
-            config = ClientConfiguration(address, Credentials(), request_timeout=10)
-            producer = Producer(config, (TOPIC,))
-            producer.startup()
-            try:
+            with _producer(child.address) as producer:
                 producer.send(_client_message(body))  # warm-up: route, channel, topic creation
-                for threads in (1, 4):
-                    rows.append(("gRPC send", threads, _grpc_send(producer, messages, threads, body)))
-            finally:
-                producer.shutdown()
-            for threads in (1, 4):
-                rows.append(("gRPC send, generated stub (no client)", threads,
-                             _stub_send(address, messages, threads, body)))
-            consumer = SimpleConsumer(config, "bench-grpc", {TOPIC: FilterExpression()}, await_duration=2)
-            consumer.startup()
-            try:
-                total = 1 + 2 * (messages + (messages // 4) * 4)  # warm-up, client and stub runs
-                rows.append((f"gRPC receive (batch {batch}) + ack", 1, _grpc_receive(consumer, total, batch)))
-            finally:
-                consumer.shutdown()
+                stored += 1
+                for threads in (1, _SEND_THREADS):
+                    meter = _Meter(child.process.pid)
+                    rate = _client_send(producer, messages, threads, body)
+                    count = messages // threads * threads
+                    stored += count
+                    report.rows.append(meter.row("gRPC send (official client)", threads, rate, count, "Redis XADD"))
+            for per_request in (1, 8):
+                meter = _Meter(child.process.pid)
+                rate = _stub_send(child.address, messages, _SEND_THREADS, body, per_request)
+                count = messages // _SEND_THREADS // per_request * per_request * _SEND_THREADS
+                stored += count
+                report.rows.append(meter.row(f"gRPC send, generated stub, {per_request} message(s) per request",
+                                             _SEND_THREADS, rate, count, "Redis XADD"))
+            meter = _Meter(child.process.pid)
+            rate = _stub_heartbeats(child.address, messages, _SEND_THREADS)
+            report.rows.append(meter.row("gRPC Heartbeat, generated stub (the transport's floor)", _SEND_THREADS,
+                                         rate, messages // _SEND_THREADS * _SEND_THREADS))
+            with _consumers(child.address, _RECEIVE_THREADS) as consumers:
+                meter = _Meter(child.process.pid)
+                rate, received = _client_receive(consumers, stored, batch)
+                report.rows.append(meter.row(f"gRPC receive (batch {batch}) + ack (official client)",
+                                             _RECEIVE_THREADS, rate, received,
+                                             f"Redis XREADGROUP (batch {batch}) + XACK"))
+            if steady_s > 0:
+                report.steady = _steady(child.address, steady_s, body, batch, child)
+                stored += int(report.steady["send_rate"] * report.steady["seconds"])
         finally:
-            os.kill(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
-    return rows
+            child.stop()
+        child = ServeChild(config, log)
+        report.startups.append(StartUp("restart after SIGTERM", stored, child.listening_s, child.serving_s))
+        acked, failures = _send_until_killed(child, body, 2.0)
+        stored += len(acked)
+        child = ServeChild(config, log)
+        report.startups.append(StartUp("restart after kill -9 during sends", stored, child.listening_s,
+                                       child.serving_s))
+        try:
+            after_restart = set(_drain_ids(child.address, batch))
+        finally:
+            child.stop()
+        report.crash = {"acked_before_kill": len(acked), "failed_sends": failures,
+                        "acked_lost": len(acked - after_restart)}
+    report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return report
+
+
+def _goals(report: Report) -> list[tuple[str, bool | None, str]]:
+    goals: list[tuple[str, bool | None, str]] = []
+    send8 = report.rate("gRPC send (official client)", _SEND_THREADS)
+    xadd8 = report.rate("Redis XADD", _SEND_THREADS)
+    if send8 is not None and xadd8 is not None:
+        goals.append(("send, 8 threads >= 0.5x Redis XADD", send8 >= 0.5 * xadd8, f"{send8 / xadd8:.2f}x"))
+    else:
+        goals.append(("send, 8 threads >= 0.5x Redis XADD", None, "Redis not measured"))
+    if report.steady:
+        steady = report.steady
+        keeps_up = steady["ack_rate"] >= 0.98 * steady["send_rate"] and steady["backlog_growth_per_s"] <= \
+            0.02 * steady["send_rate"]
+        goals.append((f"receive+ack keeps up with sends for {steady['seconds']:g} s", keeps_up,
+                      f"ack {steady['ack_rate']:,.0f}/s vs send {steady['send_rate']:,.0f}/s, backlog "
+                      f"{steady['backlog_growth_per_s']:+,.0f}/s"))
+    sends = [r for r in report.rows if r.scenario == "gRPC send (official client)" and r.server_cpu_ms is not None]
+    if sends:
+        worst = max(r.server_cpu_ms or 0.0 for r in sends)
+        goals.append(("server CPU per sent message <= 0.25 ms", worst <= 0.25, f"{worst:.3f} ms (worst send row)"))
+    slowest = max(s.serving_s for s in report.startups)
+    goals.append(("serving within 1 s of start and after kill -9", slowest <= 1.0, f"slowest {slowest:.2f} s"))
+    lost = report.crash.get("acked_lost")
+    goals.append(("0 acknowledged sends lost across kill -9", lost == 0, f"{lost} of "
+                                                                          f"{report.crash.get('acked_before_kill')}"))
+    return goals
+
+
+def _print(report: Report, console: Console) -> None:
+    s = report.settings
+    baseline = report.rows[0].rate
+    table = Table(title=f"plugmq serve over loopback: {s['messages']:,} x {s['body_size']} B per send run, "
+                        f"{s['store']} flush={s['flush']}, 1 message per SendMessage, acks one by one; "
+                        f"{s['cpus']} CPUs, load {s['load_before']} -> {s['load_after']}")
+    for column in ("scenario", "threads", "msg/s", "vs Redis", "vs in-process", "server CPU ms/msg",
+                   "bench process CPU ms/msg"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for row in report.rows:
+        peer = report.rate(row.peer, row.threads) if row.peer else None
+        table.add_row(row.scenario, str(row.threads), f"{row.rate:,.0f}",
+                      f"{row.rate / peer:.2f}x" if peer else "", f"{row.rate / baseline:.3f}x",
+                      f"{row.server_cpu_ms:.3f}" if row.server_cpu_ms is not None else "",
+                      f"{row.client_cpu_ms:.3f}" if row.client_cpu_ms is not None else "")
+    console.print(table)
+    console.print(f"Redis: {report.redis}")
+    if report.steady:
+        st = report.steady
+        series = ", ".join(f"{p['t']:g}s:{p['backlog']}" for p in st["backlog_samples"])
+        console.print(f"steady run {st['seconds']:g} s ({_SEND_THREADS} send + {_RECEIVE_THREADS} receive threads): "
+                      f"send {st['send_rate']:,.0f}/s, receive+ack {st['ack_rate']:,.0f}/s, server CPU "
+                      f"{st['server_cpu_ms_per_message']:.3f} ms per message sent or acked; backlog {series}")
+    starts = Table(title="start-up: spawn -> listening line / first answered request")
+    for column in ("situation", "messages stored", "listening s", "serving s"):
+        starts.add_column(column, justify="left" if column == "situation" else "right")
+    for start in report.startups:
+        starts.add_row(start.situation, f"{start.stored:,}", f"{start.listening_s:.2f}", f"{start.serving_s:.2f}")
+    console.print(starts)
+    crash = report.crash
+    console.print(f"kill -9 during 8-thread sends: {crash['acked_before_kill']:,} sends acknowledged, "
+                  f"{crash['failed_sends']} failed, {crash['acked_lost']} acknowledged sends missing after restart")
+    for goal, met, detail in _goals(report):
+        mark = "met" if met else ("not measured" if met is None else "NOT met")
+        console.print(f"goal: {goal}: {mark} ({detail})")
 
 
 @click.command("grpc")
-@click.option("--messages", default=2_000, show_default=True, help="messages per send measurement")
+@click.option("--messages", default=3_000, show_default=True, help="messages per send measurement")
 @click.option("--body-size", default=128, show_default=True, help="message body bytes")
 @click.option("--store", default="store_mmap", show_default=True, help="storage plugin of both brokers")
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True,
               help="store flush mode of both brokers")
-@click.option("--batch", default=32, show_default=True, help="messages per receive")
-def command(messages: int, body_size: int, store: str, flush: str, batch: int) -> None:
-    """Send and receive+ack rates over loopback gRPC vs the in-process send rate."""
+@click.option("--batch", default=32, show_default=True, help="messages per receive (and per XREADGROUP)")
+@click.option("--steady-s", default=60.0, show_default=True, help="length of the steady send+receive run (0: skip)")
+@click.option("--redis/--no-redis", "use_redis", default=True, show_default=True,
+              help="Measure Redis Streams when redis-server and the redis package exist.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def command(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
+            use_redis: bool, as_json: bool) -> None:
+    """Official-client send and receive+ack rates through plugmq serve, vs Redis Streams and in-process."""
     try:
         import rocketmq  # noqa: F401
     except ModuleNotFoundError as exc:
         raise click.ClickException("plugmq bench grpc needs the 'serve' extra (rocketmq-python-client)") from exc
+    report = measure(messages, body_size, store, flush, batch, steady_s, use_redis)
+    if as_json:
+        payload = attrs.asdict(report)
+        payload["goals"] = [{"goal": g, "met": m, "detail": d} for g, m, d in _goals(report)]
+        click.echo(json.dumps(payload, indent=2))
+        return
     console = Console()
     if not console.is_terminal:
-        console = Console(width=120)
-    rows = measure(messages, body_size, store, flush, batch)
-    baseline = rows[0][2]
-    table = Table(title=f"plugmq serve over loopback: {messages:,} x {body_size} B per send run, "
-                        f"{store} flush={flush}, "
-                        "pop state fsync off, 1 message per SendMessage, acks one by one")
-    for column in ("scenario", "threads", "msg/s", "vs in-process send"):
-        table.add_column(column, justify="left" if column == "scenario" else "right")
-    for scenario, threads, rate in rows:
-        table.add_row(scenario, str(threads), f"{rate:,.0f}", f"{rate / baseline:.3f}x")
-    console.print(table)
+        console = Console(width=160)
+    _print(report, console)

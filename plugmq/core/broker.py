@@ -269,11 +269,17 @@ class Broker:
             self.wake_consumers()
         return self._send_result(result, request, queues[queue_id])
 
-    def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
-        """Store several messages of one topic on one queue in one store batch."""
+    def put_batch(self, messages: Sequence[Message], queue_id: int, *,
+                  extra_properties: Sequence[Mapping[str, str] | None] | None = None) -> list[SendResult]:
+        """Store several messages of one topic on one queue in one store batch.
+
+        ``extra_properties``: per message, system properties to add (as ``put``'s argument).
+        """
         self._check_open()
         if not messages:
             raise ValidationError("a batch needs at least one message")
+        if extra_properties is not None and len(extra_properties) != len(messages):
+            raise ValidationError(f"extra_properties has {len(extra_properties)} entries for {len(messages)} messages")
         topic = messages[0].topic
         total = 0
         for i, message in enumerate(messages):
@@ -291,7 +297,8 @@ class Broker:
         queues = self.topic_queues(topic)
         if not 0 <= queue_id < len(queues):
             raise ValidationError(f"queue id {queue_id} is out of range for topic {topic!r}")
-        requests = [self.build_request(m, queue_id) for m in messages]
+        extras = extra_properties or [None] * len(messages)
+        requests = [self.build_request(m, queue_id, extra_properties=x) for m, x in zip(messages, extras, strict=True)]
         started = time.perf_counter()
         results = self.store.append_batch(requests)
         self.traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)

@@ -61,7 +61,8 @@ class Sending(TopicRouting, Protocol):
         """Store one message on a queue of its topic (delayed ones go to the delay plugin)."""
         ...
 
-    def put_batch(self, messages: Sequence[Message], queue_id: int) -> list[SendResult]:
+    def put_batch(self, messages: Sequence[Message], queue_id: int, *,
+                  extra_properties: Sequence[Mapping[str, str] | None] | None = None) -> list[SendResult]:
         """Store messages of one topic on one queue in one store batch."""
         ...
 

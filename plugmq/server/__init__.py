@@ -8,6 +8,7 @@ this package implements).
 
 from __future__ import annotations
 
+from plugmq.server import protocol as _protocol  # noqa: F401 - first: the generated code, without the client
 from plugmq.server.app import PlugmqServer, ServerThread, run
 from plugmq.server.options import (
            ServerOptions,

@@ -12,7 +12,6 @@ from typing import Any, Self
 
 import attrs
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
@@ -20,6 +19,7 @@ from plugmq.core.logs import get_logger
 from plugmq.server.admin import AdminService
 from plugmq.server.metrics import MetricsEndpoint
 from plugmq.server.options import ServerOptions, load_serve_config
+from plugmq.server.protocol import service_pb2_grpc
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
 from plugmq.server.wakeup import StoredObserver, Wakeup
@@ -69,7 +69,8 @@ class PlugmqServer:
                               "pick another --listen host:port")
         self.address = f"{host}:{port}"
         self.service = MessagingService(self.broker, options, self.sessions, self.wakeup,
-                                        self.executor, self.address)
+                                        self.executor, self.address,
+                                        max_batch_bytes=self.broker.config.max_message_size)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor).handler(),))
         if options.metrics_listen is not None:
@@ -99,6 +100,9 @@ class PlugmqServer:
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
+        service: MessagingService | None = getattr(self, "service", None)
+        if service is not None:
+            service.sends.close()
         if self.wakeup.notify_threadsafe in self.pop.deadline_listeners:
             self.pop.deadline_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)

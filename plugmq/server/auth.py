@@ -10,9 +10,8 @@ import hmac
 from collections.abc import Mapping
 from hashlib import sha1
 
-from rocketmq.grpc_protocol import Code
-
 from plugmq.server.options import Account, AclOptions
+from plugmq.server.protocol import Code
 from plugmq.server.status import RpcFailure
 
 __all__ = ["Authenticator"]

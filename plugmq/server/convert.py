@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import zlib
 from collections.abc import Mapping
 
 import attrs
-from rocketmq.grpc_protocol import (
+
+from plugmq.core.errors import InvalidNameError, ValidationError
+from plugmq.core.message import Message, StoredMessage, SysFlag
+from plugmq.core.names import SYSTEM_PROPERTY_KEYS, Prop, validate_topic
+from plugmq.server.protocol import (
     Code,
     DigestType,
     Encoding,
     MessageType,
     definition_pb2,
 )
-
-from plugmq.core.errors import InvalidNameError, ValidationError
-from plugmq.core.message import Message, StoredMessage, SysFlag
-from plugmq.core.names import SYSTEM_PROPERTY_KEYS, Prop, validate_topic
 from plugmq.server.status import RpcFailure
 
-__all__ = ["Outgoing", "message_type_of", "outgoing", "to_proto", "topic_name"]
+__all__ = ["Outgoing", "body_digest", "message_type_of", "outgoing", "to_proto", "topic_name"]
 
 _MAX_GROUP_LENGTH = 128
 
@@ -57,16 +58,22 @@ def _body(proto: definition_pb2.Message) -> bytes:
     return body
 
 
+_BAD_TEXT = frozenset("\x01\x02\n\r")
+_SUPPORTED_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION))
+
+
 def _check_text(code: int, what: str, text: str) -> None:
-    if not text.strip() or any(c in text for c in ("\x01", "\x02", "\n", "\r")):
+    if not text or text.isspace() or not _BAD_TEXT.isdisjoint(text):
         raise RpcFailure(code, f"{what} {text!r} is blank or holds control characters")
 
 
 def outgoing(proto: definition_pb2.Message) -> Outgoing:
-    """Validate one sent message into an Outgoing; each problem is its own protocol code."""
-    topic = topic_name(proto.topic)
+    """Check one sent message into an Outgoing; each problem is its own protocol code.
+
+    The checks here are the ones with a protocol code of their own; the Message constructor
+    checks the rest (topic name, property text) once.
+    """
     props = proto.system_properties
-    body = _body(proto)
     message_id = props.message_id
     if not message_id:
         raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, "message_id is empty; the client must give each message an id")
@@ -74,13 +81,15 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
     tag = props.tag if props.HasField("tag") else None
     if tag is not None:
         _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", tag)
-    for key in props.keys:
+    keys = tuple(props.keys)
+    for key in keys:
         if not key or any(c.isspace() for c in key):
             raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
-    for key in proto.user_properties:
-        if key in SYSTEM_PROPERTY_KEYS:
-            raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                             f"user property {key!r} is a reserved system property name; rename it")
+    user = dict(proto.user_properties) if proto.user_properties else {}
+    if user and not SYSTEM_PROPERTY_KEYS.isdisjoint(user):
+        key = next(k for k in user if k in SYSTEM_PROPERTY_KEYS)
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                         f"user property {key!r} is a reserved system property name; rename it")
     group = props.message_group if props.HasField("message_group") else None
     if group is not None:
         _check_text(Code.ILLEGAL_MESSAGE_GROUP, "message_group", group)
@@ -89,10 +98,13 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
                              f"message_group is {len(group)} characters; the limit is {_MAX_GROUP_LENGTH}")
     deliver_at = props.delivery_timestamp.ToMilliseconds() if props.HasField("delivery_timestamp") else None
     kind = props.message_type or MessageType.NORMAL
-    _check_kind(kind, group, deliver_at)
+    if kind != MessageType.NORMAL or group is not None or deliver_at is not None:
+        _check_kind(kind, group, deliver_at)
     try:
-        message = Message(topic, body, tags=tag, keys=tuple(props.keys), properties=dict(proto.user_properties),
+        message = Message(proto.topic.name, _body(proto), tags=tag, keys=keys, properties=user,
                           deliver_at_ms=deliver_at if kind == MessageType.DELAY else None)
+    except InvalidNameError as exc:
+        raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc
     except ValidationError as exc:
         raise RpcFailure(Code.BAD_REQUEST, str(exc)) from exc
     extra = {Prop.UNIQ_KEY: message_id}
@@ -102,8 +114,8 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
 
 
 def _check_kind(kind: int, group: str | None, deliver_at: int | None) -> None:
-    name = MessageType.Name(kind) if kind in MessageType.values() else str(kind)
-    if kind in (MessageType.LITE, MessageType.PRIORITY) or kind not in MessageType.values():
+    if kind not in _SUPPORTED_KINDS:
+        name = MessageType.Name(kind) if kind in MessageType.values() else str(kind)
         raise RpcFailure(Code.UNSUPPORTED, f"message type {name} is not supported by plugmq; "
                                            "send NORMAL, FIFO, DELAY or TRANSACTION messages")
     if kind == MessageType.FIFO and group is None:
@@ -116,6 +128,17 @@ def _check_kind(kind: int, group: str | None, deliver_at: int | None) -> None:
     if kind == MessageType.NORMAL and (group is not None or deliver_at is not None):
         raise RpcFailure(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                          "a NORMAL message may not have a message_group (FIFO) or a delivery_timestamp (DELAY)")
+
+
+def body_digest(body: bytes) -> str:
+    """The body digest every official client verifies: MD5 as upper-case hex.
+
+    This is what Apache RocketMQ's proxy sends, and the one digest the clients agree on. Their
+    CRC32 checks disagree: Java and Go expect unpadded upper-case hex (``Long.toHexString``),
+    Node.js the unsigned decimal number, Python zero-padded hex, so a CRC32 checksum any one
+    of them accepts is flagged as corrupted by another.
+    """
+    return hashlib.md5(body).hexdigest().upper()
 
 
 def message_type_of(stored: StoredMessage) -> int:
@@ -139,8 +162,8 @@ def to_proto(stored: StoredMessage, *, namespace: str = "", receipt_handle: str 
         props.tag = stored.tags
     props.keys.extend(stored.keys)
     props.message_id = stored.unique_id or stored.msg_id
-    props.body_digest.type = DigestType.CRC32
-    props.body_digest.checksum = format(zlib.crc32(stored.body) & 0xFFFFFFFF, "08X")
+    props.body_digest.type = DigestType.MD5
+    props.body_digest.checksum = body_digest(stored.body)
     props.body_encoding = Encoding.IDENTITY
     props.message_type = message_type_of(stored)
     props.born_timestamp.FromMilliseconds(stored.born_timestamp_ms)

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import attrs
 import grpc
-from rocketmq.grpc_protocol import (
+
+from plugmq.core.contracts import Filter, TransactionDecision
+from plugmq.core.errors import InvalidNameError
+from plugmq.core.logs import get_logger
+from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
+from plugmq.core.modes import ConsumeFrom
+from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
+from plugmq.core.pop import ReceivedMessage
+from plugmq.core.ports import Serving
+from plugmq.server.auth import Authenticator
+from plugmq.server.convert import to_proto, topic_name
+from plugmq.server.options import Account, ServerOptions
+from plugmq.server.protocol import (
     ClientType,
     Code,
     FilterType,
@@ -29,20 +38,9 @@ from rocketmq.grpc_protocol import (
     service_pb2,
     service_pb2_grpc,
 )
-
-from plugmq.core.contracts import Filter, TransactionDecision
-from plugmq.core.errors import InvalidNameError
-from plugmq.core.logs import get_logger
-from plugmq.core.message import AppendStatus, SendStatus
-from plugmq.core.modes import ConsumeFrom
-from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
-from plugmq.core.pop import ReceivedMessage
-from plugmq.core.ports import Serving
-from plugmq.server.auth import Authenticator
-from plugmq.server.convert import Outgoing, outgoing, to_proto, topic_name
-from plugmq.server.options import Account, ServerOptions
+from plugmq.server.send import Sender, SendWorker
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
-from plugmq.server.telemetry import Session, Sessions, txn_group
+from plugmq.server.telemetry import Session, Sessions
 from plugmq.server.wakeup import Wakeup
 
 __all__ = ["MessagingService"]
@@ -52,6 +50,7 @@ log = get_logger(__name__)
 T = TypeVar("T")
 _ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 _FILTER_TYPES = {FilterType.TAG: "TAG", FilterType.SQL: "SQL92"}
+CLIENT_ID_HEADER = "x-mq-client-id"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
 
 
@@ -91,7 +90,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """apache.rocketmq.v2.MessagingService over a plugmq broker."""
 
     def __init__(self, broker: Serving, options: ServerOptions, sessions: Sessions,
-                 wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str) -> None:
+                 wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str, *,
+                 max_batch_bytes: int = DEFAULT_MAX_BODY_SIZE) -> None:
         self.broker = broker
         self.options = options
         self.pop = broker.pop  # pop consumption is the broker's; these RPCs only translate it
@@ -102,7 +102,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.auth = Authenticator(options.acl)
         self._executor = executor
         self._listen = listen
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        self.sends = SendWorker(Sender(broker, sessions, self.auth, max_batch_bytes), asyncio.get_running_loop())
         self._filters: dict[tuple[str, str], Filter] = {}
         self.stopping = asyncio.Event()
 
@@ -186,48 +186,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response
 
     # ------------------------------------------------------------------------------ send
-    def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
-        if message_group is not None:
-            return zlib.crc32(message_group.encode()) % count  # one message group, one queue
-        return next(self._round_robin.setdefault(topic, itertools.count())) % count
-
-    def _send_one(self, out: Outgoing, client_id: str) -> service_pb2.SendResultEntry:
-        message = out.message
-        if is_system_topic(message.topic):
-            raise RpcFailure(Code.ILLEGAL_TOPIC,
-                             f"topic {message.topic!r} is a system topic; producers may not send to it")
-        queues = self.broker.topic_queues(message.topic)
-        queue_id = self._queue_for(message.topic, len(queues), out.message_group)
-        entry = service_pb2.SendResultEntry(message_id=out.message_id)
-        if out.kind == MessageType.TRANSACTION:
-            service = self.broker.transactions
-            if service is None:
-                raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no transaction plugin; add 'txn' "
-                                                   "to broker.plugins to accept transactional messages")
-            session = self.sessions.get(client_id)
-            if session is not None:
-                self.sessions.answer_transactions(session, message.topic, proven=True)
-            request = self.broker.build_request(message, queue_id, extra_properties=out.extra)
-            stored = service.prepare(request, txn_group(message.topic))
-            entry.transaction_id = stored.msg_id
-            entry.offset = stored.queue_offset
-            flushed = stored.status is AppendStatus.PUT_OK
-        else:
-            if message.deliver_at_ms is not None and message.deliver_at_ms <= self.broker.clock.now_ms():
-                message = attrs.evolve(message, deliver_at_ms=None)  # already due: a normal message
-            result = self.broker.put(message, queue_id, extra_properties=out.extra)
-            entry.offset = result.queue_offset
-            if message.deliver_at_ms is not None:
-                entry.recall_handle = f"{result.msg_id}:{out.message_id}"
-            flushed = result.status is SendStatus.SEND_OK
-        if flushed:
-            entry.status.CopyFrom(ok())
-        else:
-            entry.status.code = Code.MASTER_PERSISTENCE_TIMEOUT
-            entry.status.message = ("the message is stored but was not flushed to disk in time; a retry by the "
-                                    "client may store it twice")
-        return entry
-
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
         metadata = _metadata(context)
@@ -235,18 +193,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             account = self.auth.account(metadata)
             if not request.messages:
                 raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
+            entries = await self.sends.submit(request.messages, account, metadata.get(CLIENT_ID_HEADER, ""))
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
-        entries: list[service_pb2.SendResultEntry] = []
-        for proto in request.messages:
-            try:
-                out = outgoing(proto)
-                self.auth.require(account, "publish", out.message.topic)
-                entries.append(await self._run(self._send_one, out, metadata.get("x-mq-client-id", "")))
-            except Exception as exc:  # noqa: BLE001 - answered as a protocol status
-                entries.append(service_pb2.SendResultEntry(
-                    status=status_of(exc, action=f"send to topic {proto.topic.name!r}"),
-                    message_id=proto.system_properties.message_id))
         return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
 
     @_answering(service_pb2.RecallMessageResponse, "recall")
@@ -403,7 +352,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
         # A push consumer changes the invisible duration only to nack a message it failed on: the
         # core then keeps it away for at least the group's back-off, whatever duration was asked.
-        session = self.sessions.get(_metadata(context).get("x-mq-client-id", ""))
+        session = self.sessions.get(_metadata(context).get(CLIENT_ID_HEADER, ""))
         gave_up = session is not None and session.client_type == ClientType.PUSH_CONSUMER
         handle = await self._run(functools.partial(self.pop.change_invisible_duration, group, topic,
                                                    request.receipt_handle, invisible_ms, gave_up=gave_up))
@@ -428,7 +377,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         metadata = _metadata(context)
         try:
             self.auth.account(metadata)
-            client_id = metadata.get("x-mq-client-id", "")
+            client_id = metadata.get(CLIENT_ID_HEADER, "")
             if not client_id:
                 raise RpcFailure(Code.CLIENT_ID_REQUIRED, "the Telemetry stream needs the x-mq-client-id header")
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
@@ -468,7 +417,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       ) -> service_pb2.NotifyClientTerminationResponse:
         metadata = _metadata(context)
         self.auth.account(metadata)
-        await self._run(self.sessions.close_client, metadata.get("x-mq-client-id", ""))
+        await self._run(self.sessions.close_client, metadata.get(CLIENT_ID_HEADER, ""))
         return service_pb2.NotifyClientTerminationResponse(status=ok())
 
     # ------------------------------------------------------------------------------ unsupported

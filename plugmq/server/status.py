@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rocketmq.grpc_protocol import Code, Status
-
 from plugmq.core.errors import (
     ClientError,
     DelayError,
@@ -20,6 +18,7 @@ from plugmq.core.errors import (
     ValidationError,
 )
 from plugmq.core.logs import get_logger
+from plugmq.server.protocol import Code, Status
 
 __all__ = ["RpcFailure", "failure_of", "ok", "status_of"]
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from google.protobuf.duration_pb2 import Duration
-from rocketmq.grpc_protocol import ClientType, Code, Settings, TelemetryCommand
 
 from plugmq.core.contracts import TransactionDecision
 from plugmq.core.errors import InvalidNameError
@@ -28,6 +27,7 @@ from plugmq.core.message import StoredMessage
 from plugmq.core.names import MAX_NAME_LENGTH, validate_group
 from plugmq.server.convert import to_proto
 from plugmq.server.options import ServerOptions
+from plugmq.server.protocol import ClientType, Code, Settings, TelemetryCommand
 from plugmq.server.status import RpcFailure, ok
 
 if TYPE_CHECKING:
