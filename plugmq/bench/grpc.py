@@ -72,6 +72,7 @@ class StartUp:
     stored: int  # messages in the data dir when it started
     listening_s: float  # spawn -> "listening" line
     serving_s: float  # spawn -> first answered request
+    phases: dict[str, float] = attrs.field(factory=dict)  # as the server logged them
 
 
 @attrs.define
@@ -118,12 +119,13 @@ class ServeChild:
     def __init__(self, config: Path, log: Path) -> None:
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-c", _SERVE, "--log-level", "warning", "serve",
+        self.process = subprocess.Popen([sys.executable, "-c", _SERVE, "--log-json", "--log-level", "info", "serve",
                                          "--config", str(config), "--listen", "127.0.0.1:0"],
                                         stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
         self.address = self._await_listening(log)
         self.listening_s = time.perf_counter() - started
         self.serving_s = self._await_answer(started)
+        self.phases = _startup_phases(log)
 
     def _await_listening(self, log: Path) -> str:
         assert self.process.stdout is not None
@@ -170,6 +172,18 @@ class ServeChild:
         self._log.close()
         if self.process.returncode != 0:
             raise click.ClickException(f"plugmq serve exited with {self.process.returncode} on SIGTERM")
+
+
+def _startup_phases(log: Path) -> dict[str, float]:
+    """The newest "start-up" line the server logged: seconds spent on imports, broker open, server start."""
+    for line in reversed(log.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if '"start-up"' in line:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                break
+            return {k: v for k, v in event.items() if k.endswith("_s") and isinstance(v, (int, float))}
+    return {}
 
 
 def _config(directory: Path, store: str, flush: str) -> Path:
@@ -536,7 +550,7 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
         config = _config(root / "served", store, flush)
         log = root / "served" / "serve.log"
         child = ServeChild(config, log)
-        report.startups.append(StartUp("first start, empty data dir", 0, child.listening_s, child.serving_s))
+        report.startups.append(StartUp("first start, empty data dir", 0, child.listening_s, child.serving_s, child.phases))
         stored = 0
         try:
             with _producer(child.address) as producer:
@@ -571,12 +585,12 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
         finally:
             child.stop()
         child = ServeChild(config, log)
-        report.startups.append(StartUp("restart after SIGTERM", stored, child.listening_s, child.serving_s))
+        report.startups.append(StartUp("restart after SIGTERM", stored, child.listening_s, child.serving_s, child.phases))
         acked, failures = _send_until_killed(child, body, 2.0)
         stored += len(acked)
         child = ServeChild(config, log)
         report.startups.append(StartUp("restart after kill -9 during sends", stored, child.listening_s,
-                                       child.serving_s))
+                                       child.serving_s, child.phases))
         try:
             after_restart = set(_drain_ids(child.address, batch))
         finally:
@@ -638,10 +652,13 @@ def _print(report: Report, console: Console) -> None:
                       f"send {st['send_rate']:,.0f}/s, receive+ack {st['ack_rate']:,.0f}/s, server CPU "
                       f"{st['server_cpu_ms_per_message']:.3f} ms per message sent or acked; backlog {series}")
     starts = Table(title="start-up: spawn -> listening line / first answered request")
-    for column in ("situation", "messages stored", "listening s", "serving s"):
+    for column in ("situation", "messages stored", "listening s", "serving s", "imports s", "broker open s",
+                   "server start s"):
         starts.add_column(column, justify="left" if column == "situation" else "right")
     for start in report.startups:
-        starts.add_row(start.situation, f"{start.stored:,}", f"{start.listening_s:.2f}", f"{start.serving_s:.2f}")
+        phases = [start.phases.get(k) for k in ("imports_s", "broker_open_s", "server_start_s")]
+        starts.add_row(start.situation, f"{start.stored:,}", f"{start.listening_s:.2f}", f"{start.serving_s:.2f}",
+                       *(f"{v:.2f}" if v is not None else "?" for v in phases))
     console.print(starts)
     crash = report.crash
     console.print(f"kill -9 during 8-thread sends: {crash['acked_before_kill']:,} sends acknowledged, "

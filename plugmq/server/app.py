@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,9 +113,22 @@ class PlugmqServer:
             self.broker.plugins.pm.unregister(name=_OBSERVER_NAME)
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), None where that is not known."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,
                  ready: Callable[[str, Broker], None]) -> None:
+    loaded_s = process_age_s()  # interpreter start and imports
+    began = time.perf_counter()
     broker = await asyncio.to_thread(Broker.from_config, broker_config)  # store recovery may take a while
+    opened = time.perf_counter()
     server = PlugmqServer(broker, options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -121,6 +136,9 @@ async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,
         loop.add_signal_handler(signum, stop.set)
     try:
         address = await server.start()
+        log.info("start-up", imports_s=None if loaded_s is None else round(loaded_s, 3),
+                 broker_open_s=round(opened - began, 3), server_start_s=round(time.perf_counter() - opened, 3),
+                 total_s=None if (age := process_age_s()) is None else round(age, 3))
         ready(address, broker)
         await stop.wait()
         log.info("shutting down on signal")
