@@ -1,0 +1,139 @@
+"""The server's own parts of serving: the protocol loaded without the client library, the body
+digest every client verifies, and SendMessage calls stored as store batches."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
+
+import grpc
+
+from plugmq.core.broker import Broker
+from plugmq.core.names import Prop
+from plugmq.server import ServerOptions, ServerThread
+from plugmq.server.convert import body_digest, to_proto
+from plugmq.server.protocol import Code, DigestType, MessageType, MessagingServiceStub, definition_pb2, service_pb2
+
+TIMEOUT = 10
+
+
+def test_importing_the_server_loads_the_protocol_but_not_the_client_library() -> None:
+    script = ("import sys, plugmq.server\n"
+              "from plugmq.server.protocol import service_pb2\n"
+              "loaded = sorted(n for n in sys.modules if n.startswith(('rocketmq', 'opentelemetry')))\n"
+              "print(' '.join(loaded))\n"
+              "from rocketmq import Producer\n"  # the client still imports, and shares the generated modules
+              "from rocketmq.grpc_protocol import service_pb2 as theirs\n"
+              "assert theirs is service_pb2\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "rocketmq.grpc_protocol.service_pb2" in loaded
+    assert not {n for n in loaded if not n.startswith("rocketmq.grpc_protocol")}, "the client library was imported"
+
+
+def test_enum_constants_are_the_protocols_numbers() -> None:
+    assert definition_pb2.Code.Value("OK") == Code.OK
+    assert MessageType.Name(MessageType.FIFO) == "FIFO"
+    assert DigestType.MD5 in DigestType.values()
+
+
+@pytest.mark.parametrize("body", [b"x", b"foobar", bytes(range(256)) * 3, "ünïcode".encode()])
+def test_body_digest_is_what_every_official_client_verifies(body: bytes) -> None:
+    misc = pytest.importorskip("rocketmq.v5.util.misc", reason="the Python client checks its own rule")
+    expected = hashlib.md5(body).hexdigest().upper()  # Java, Go and Node.js compute it this way too
+    assert body_digest(body) == expected == misc.Misc.md5_checksum(body)
+    if body == b"foobar":
+        assert expected == "3858F62230AC3C915F300C664312C63F"  # the Java client's own test vector
+
+
+@pytest.fixture
+def served(tmp_path: Any) -> Iterator[tuple[Broker, Any]]:
+    broker = Broker.open(tmp_path / "data", max_message_size=4096)
+    broker.create_topic("Batched", 4)
+    thread = ServerThread(broker, ServerOptions(long_polling_s=1.0))
+    address = thread.start()
+    channel = grpc.insecure_channel(address)
+    try:
+        yield broker, MessagingServiceStub(channel)
+    finally:
+        channel.close()
+        thread.stop()
+        broker.close()
+
+
+def _message(message_id: str, body: bytes = b"body", group: str | None = None, topic: str = "Batched"
+             ) -> definition_pb2.Message:
+    message = definition_pb2.Message(body=body)
+    message.topic.name = topic
+    message.system_properties.message_id = message_id
+    message.system_properties.message_type = MessageType.FIFO if group else MessageType.NORMAL
+    if group:
+        message.system_properties.message_group = group
+    return message
+
+
+def _send(stub: Any, *messages: definition_pb2.Message) -> Any:
+    return stub.SendMessage(service_pb2.SendMessageRequest(messages=messages), timeout=TIMEOUT)
+
+
+def test_messages_of_one_call_for_one_queue_are_stored_in_order(served: tuple[Broker, Any]) -> None:
+    broker, stub = served
+    response = _send(stub, *(_message(f"id-{i}", f"m{i}".encode(), group="g1") for i in range(6)))
+    assert response.status.code == Code.OK
+    assert [e.message_id for e in response.entries] == [f"id-{i}" for i in range(6)]
+    offsets = [e.offset for e in response.entries]
+    assert offsets == list(range(offsets[0], offsets[0] + 6))
+    queue = next(q for q in broker.topic_queues("Batched") if broker.max_offset(q) == 6)
+    stored = broker.pull(queue, 0, 16).messages
+    assert [m.body for m in stored] == [f"m{i}".encode() for i in range(6)]
+    assert [m.unique_id for m in stored] == [f"id-{i}" for i in range(6)]
+    assert {m.properties.get(Prop.SHARDING_KEY) for m in stored} == {"g1"}
+
+
+def test_a_bad_message_fails_alone_and_the_rest_of_the_call_is_stored(served: tuple[Broker, Any]) -> None:
+    broker, stub = served
+    response = _send(stub, _message("ok-1"), _message("bad", b""), _message("ok-2"),
+                     _message("big", b"x" * 5000), _message("system", topic="%DLQ%grp"))
+    codes = [e.status.code for e in response.entries]
+    assert codes == [Code.OK, Code.MESSAGE_BODY_EMPTY, Code.OK, Code.MESSAGE_BODY_TOO_LARGE, Code.ILLEGAL_TOPIC]
+    assert [e.message_id for e in response.entries] == ["ok-1", "bad", "ok-2", "big", "system"]
+    assert response.status.code == Code.MULTIPLE_RESULTS
+    assert sum(broker.max_offset(q) for q in broker.topic_queues("Batched")) == 2
+
+
+def test_concurrent_calls_are_all_stored_once(served: tuple[Broker, Any]) -> None:
+    broker, stub = served
+    failures: list[str] = []
+
+    def work(index: int) -> None:
+        for i in range(25):
+            response = _send(stub, _message(f"c{index}-{i}"), _message(f"c{index}-{i}b"))
+            if response.status.code != Code.OK:
+                failures.append(response.status.message)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    stored = [m.unique_id for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 1000).messages]
+    assert sorted(stored) == sorted(f"c{n}-{i}{s}" for n in range(8) for i in range(25) for s in ("", "b"))
+
+
+def test_delivered_messages_carry_the_md5_digest(served: tuple[Broker, Any]) -> None:
+    broker, stub = served
+    assert _send(stub, _message("digest", b"\x00\x01payload")).status.code == Code.OK
+    queue = next(q for q in broker.topic_queues("Batched") if broker.max_offset(q))
+    (stored,) = broker.pull(queue, 0, 1).messages
+    digest = to_proto(stored).system_properties.body_digest
+    assert digest.type == DigestType.MD5 and digest.checksum == hashlib.md5(b"\x00\x01payload").hexdigest().upper()
