@@ -28,7 +28,7 @@ pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
 from plugmq.core import ManualClock, dlq_topic
 from plugmq.core.broker import Broker
-from plugmq.server import GroupPolicy, ServerOptions, ServerThread
+from plugmq.server import ServerOptions, ServerThread
 
 NODE_PACKAGE = "rocketmq-client-nodejs@1.0.8"
 DRIVER = Path(__file__).parent / "nodejs" / "driver.js"
@@ -135,11 +135,11 @@ class Served:
 @pytest.fixture
 def served(tmp_path: Path, node_modules: Path) -> Iterator[Served]:
     clock = ManualClock(start=time.time())
-    broker = Broker.open(tmp_path / "data", clock=clock,
+    groups = {"node-fifo": {"fifo": True},  # the broker's [groups] table
+              "node-push": {"max_delivery_attempts": 3, "backoff_s": [5, 20]}}
+    broker = Broker.open(tmp_path / "data", clock=clock, groups=groups,
                          plugins=["store_mmap", "delay_wheel", "filter_tag", "filter_sql"])
-    groups = {"node-fifo": GroupPolicy(fifo=True),
-              "node-push": GroupPolicy(max_delivery_attempts=3, backoff_s=(5.0, 20.0))}
-    thread = ServerThread(broker, ServerOptions(long_polling_s=1.0, default_invisible_s=30.0, groups=groups))
+    thread = ServerThread(broker, ServerOptions(long_polling_s=1.0, default_invisible_s=30.0))
     try:
         address = thread.start()
         yield Served(broker, clock, address, node_modules, tmp_path / "node.log")
@@ -205,6 +205,7 @@ def test_fifo_groups_arrive_in_send_order(served: Served) -> None:
     assert seen == {"order-1": list(range(8)), "order-2": list(range(8))}
 
 
+@pytest.mark.slow
 def test_push_consumer_failures_retried_on_the_groups_schedule_then_dead_lettered(served: Served) -> None:
     """Group node-push: 3 attempts, back-off 5 s then 20 s, whatever delay the Node.js client asks for."""
     with served.client() as producer:
@@ -220,19 +221,26 @@ def test_push_consumer_failures_retried_on_the_groups_schedule_then_dead_lettere
             except queue.Empty:
                 return None
 
+        def wait_for_attempt(backoff_s: float) -> tuple[dict[str, Any], float]:
+            """Advance the broker clock in steps until the next attempt; it may not come before ``backoff_s``."""
+            waited = 0.0
+            while waited < backoff_s + 120:
+                step = backoff_s - 1 if waited == 0 else 2.0
+                served.clock.advance(step)
+                waited += step
+                attempt = next_attempt(2.0)
+                if attempt is not None:
+                    assert waited >= backoff_s, f"redelivered {waited:g} s after a failure; the back-off is {backoff_s:g} s"
+                    return attempt, waited
+            raise AssertionError(f"no redelivery within {waited:g} s of broker time")
+
         first = next_attempt(WAIT_S)
         assert first is not None and first["messageId"] == message_id and first["deliveryAttempt"] == 1
-        assert next_attempt(3.0) is None, "redelivered before the group's first back-off (5 s) passed"
-        served.clock.advance(4.0)
-        assert next_attempt(3.0) is None, "redelivered 4 s after a failure; the group's back-off is 5 s"
-        served.clock.advance(1.5)
-        second = next_attempt(WAIT_S)
-        assert second is not None and second["deliveryAttempt"] == 2
-        served.clock.advance(15.0)
-        assert next_attempt(3.0) is None, "redelivered 15 s after the second failure; the back-off is 20 s"
-        served.clock.advance(6.0)
-        third = next_attempt(WAIT_S)
-        assert third is not None and third["deliveryAttempt"] == 3
+        assert next_attempt(2.0) is None, "redelivered at once; the group's first back-off is 5 s"
+        second, _ = wait_for_attempt(5.0)
+        assert second["messageId"] == message_id and second["deliveryAttempt"] == 2
+        third, _ = wait_for_attempt(20.0)
+        assert third["messageId"] == message_id and third["deliveryAttempt"] == 3
         dlq = dlq_topic("node-push")
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
