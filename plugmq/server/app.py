@@ -105,6 +105,7 @@ class PlugmqServer:
         service: MessagingService | None = getattr(self, "service", None)
         if service is not None:
             service.sends.close()
+            service.acks.close()
         if self.wakeup.notify_threadsafe in self.pop.deadline_listeners:
             self.pop.deadline_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)

@@ -42,6 +42,7 @@ from plugmq.server.send import Sender, SendWorker
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
 from plugmq.server.telemetry import Session, Sessions
 from plugmq.server.wakeup import Wakeup
+from plugmq.server.worker import LoopWorker
 
 __all__ = ["MessagingService"]
 
@@ -102,6 +103,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.auth = Authenticator(options.acl)
         self._executor = executor
         self._listen = listen
+        self.acks = LoopWorker(asyncio.get_running_loop(), "plugmq-serve-ack")
         self.sends = SendWorker(Sender(broker, sessions, self.auth, max_batch_bytes), asyncio.get_running_loop())
         self._filters: dict[tuple[str, str], Filter] = {}
         self.stopping = asyncio.Event()
@@ -254,6 +256,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._filters[key] = compiled
         return compiled
 
+    def _compiled(self, expression: definition_pb2.FilterExpression) -> tuple[bool, Filter | None]:
+        """(True, the subscription) when it needs no compiling off the loop: none, or compiled before."""
+        if expression.type == FilterType.FILTER_TYPE_UNSPECIFIED and not expression.expression:
+            return True, None
+        kind = _FILTER_TYPES.get(expression.type)
+        compiled = self._filters.get((kind, expression.expression or ("*" if kind == "TAG" else ""))) if kind else None
+        return compiled is not None, compiled
+
     def _invisible_ms(self, duration: Any, *, minimum: float) -> int:
         millis = duration.ToMilliseconds()
         low, high = minimum, self.options.max_invisible_s
@@ -271,7 +281,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             group = _group(request.group)
             topic = topic_name(request.message_queue.topic)
             self.auth.require(account, "subscribe", topic)
-            subscription = await self._run(self._subscription, request.filter_expression)
+            known, subscription = self._compiled(request.filter_expression)
+            if not known:
+                subscription = await self._run(self._subscription, request.filter_expression)
             if request.HasField("invisible_duration"):
                 invisible_ms = self._invisible_ms(request.invisible_duration, minimum=self.options.min_invisible_s)
             else:
@@ -324,8 +336,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
-        results = await self._run(self._ack_all, group, topic, request.entries)
-        self.wakeup.notify()  # a FIFO queue may be free again
+        results = await self.acks.run(self._ack_all, group, topic, request.entries)
+        if self.pop.backend.group_policy(group).fifo:
+            self.wakeup.notify()  # the acked message's queue may be free again
         return service_pb2.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
 
     def _ack_all(self, group: str, topic: str,
@@ -354,8 +367,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # core then keeps it away for at least the group's back-off, whatever duration was asked.
         session = self.sessions.get(_metadata(context).get(CLIENT_ID_HEADER, ""))
         gave_up = session is not None and session.client_type == ClientType.PUSH_CONSUMER
-        handle = await self._run(functools.partial(self.pop.change_invisible_duration, group, topic,
-                                                   request.receipt_handle, invisible_ms, gave_up=gave_up))
+        handle = await self.acks.run(functools.partial(self.pop.change_invisible_duration, group, topic,
+                                                       request.receipt_handle, invisible_ms, gave_up=gave_up))
         self.wakeup.notify()
         return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
