@@ -14,8 +14,9 @@ One run measures, on one machine, with 128 B bodies by default:
   asynchronously;
 * the server's CPU time per message: the child's own user + system time (``/proc/<pid>/stat``)
   before and after each phase, divided by the messages of the phase;
-* a steady run: 8 sending and 4 receiving threads for ``--steady-s`` seconds, the backlog
-  (sent - acked) sampled every few seconds;
+* a steady run: 8 sending threads in this process and 4 receiving threads in a child process
+  (producers and consumers are separate applications, each with its own interpreter lock) for
+  ``--steady-s`` seconds, the backlog (sent - acked) sampled every few seconds;
 * start-up: seconds from spawning ``plugmq serve`` to its first answered request, on an empty
   data dir, after SIGTERM on the data dir with everything sent so far, and after ``kill -9``
   during a send load, where every send the client saw acknowledged must be received afterwards.
@@ -44,7 +45,7 @@ from rich.table import Table
 from plugmq.core import Message as PlugmqMessage
 from plugmq.core.broker import Broker
 
-__all__ = ["command", "measure"]
+__all__ = ["command", "consume_for", "measure"]
 
 TOPIC = "BenchGrpc"
 GROUP = "bench-grpc"
@@ -445,46 +446,106 @@ def _redis_missing() -> str | None:
 
 
 # ------------------------------------------------------------------------------ steady run, crash
-def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeChild) -> dict[str, Any]:
+def consume_for(address: str, threads: int, batch: int) -> None:
+    """The steady run's consumer process: receive + ack on ``threads`` threads until stdin closes,
+    printing the running count of acked messages as JSON lines ({"ready": true} first)."""
     stop = threading.Event()
-    sent = [0] * _SEND_THREADS
-    acked = [0] * _RECEIVE_THREADS
-    samples: list[tuple[float, int, int]] = []
-    with _producer(address) as producer, _consumers(address, _RECEIVE_THREADS) as consumers:
-        def send(index: int) -> None:
-            while not stop.is_set():
-                producer.send(_client_message(body))
-                sent[index] += 1
-
+    acked = [0] * threads
+    with _consumers(address, threads) as consumers:
         def receive(index: int) -> None:
-            consumer = consumers[index - _SEND_THREADS]
+            consumer = consumers[index]
             while not stop.is_set():
                 for message in consumer.receive(batch, 30):
                     consumer.ack(message)
-                    acked[index - _SEND_THREADS] += 1
+                    acked[index] += 1
 
-        def work(index: int) -> None:
-            (send if index < _SEND_THREADS else receive)(index)
+        print(json.dumps({"ready": True}), flush=True)
+        runner = _Background(threads, receive)
+        def until_stdin_closes() -> None:
+            sys.stdin.read()
+            stop.set()
 
-        cpu_before = child.cpu_s()
-        start = time.perf_counter()
-        runner = _Background(_SEND_THREADS + _RECEIVE_THREADS, work)
-        interval = max(seconds / 12, 1.0)
-        while (now := time.perf_counter() - start) < seconds:
-            time.sleep(min(interval, seconds - now))  # sampling cadence of the steady run
-            samples.append((round(time.perf_counter() - start, 1), sum(sent), sum(acked)))
-        stop.set()
+        threading.Thread(target=until_stdin_closes, daemon=True).start()
+        while not stop.wait(0.5):
+            print(json.dumps({"acked": sum(acked)}), flush=True)
         runner.join()
-        elapsed = time.perf_counter() - start
-        cpu = child.cpu_s() - cpu_before
+    print(json.dumps({"acked": sum(acked), "final": True}), flush=True)
+
+
+class _ConsumerProcess:
+    """``consume_for`` in a child interpreter, so the consumers' client library does not share the
+    producers' interpreter lock (applications produce and consume from separate processes)."""
+
+    def __init__(self, address: str, threads: int, batch: int) -> None:
+        code = f"from plugmq.bench.grpc import consume_for; consume_for({address!r}, {threads}, {batch})"
+        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+        self.acked = 0
+        self.final = False
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline()
+        if '"ready"' not in first:
+            self.process.kill()
+            raise click.ClickException(f"the consumer process did not start (exit {self.process.wait()})")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            update = json.loads(line)
+            self.acked = update["acked"]
+            self.final = self.final or bool(update.get("final"))
+
+    def stop(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout=10)
+        if not self.final:
+            raise click.ClickException(f"the consumer process failed (exit {self.process.returncode})")
+        return self.acked
+
+
+def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeChild) -> dict[str, Any]:
+    stop = threading.Event()
+    sent = [0] * _SEND_THREADS
+    samples: list[tuple[float, int, int]] = []
+    consumers = _ConsumerProcess(address, _RECEIVE_THREADS, batch)
+    try:
+        with _producer(address) as producer:
+            def send(index: int) -> None:
+                while not stop.is_set():
+                    producer.send(_client_message(body))
+                    sent[index] += 1
+
+            cpu_before = child.cpu_s()
+            acked_before = consumers.acked
+            start = time.perf_counter()
+            runner = _Background(_SEND_THREADS, send)
+            interval = max(seconds / 12, 1.0)
+            while (now := time.perf_counter() - start) < seconds:
+                time.sleep(min(interval, seconds - now))  # sampling cadence of the steady run
+                samples.append((round(time.perf_counter() - start, 1), sum(sent), consumers.acked - acked_before))
+            stop.set()
+            runner.join()
+            elapsed = time.perf_counter() - start
+            acked = consumers.acked - acked_before
+            cpu = child.cpu_s() - cpu_before
+    finally:
+        consumers.stop()
     backlogs = [s - a for _t, s, a in samples]
     settled = backlogs[len(backlogs) // 3:]  # after the start-up third
     return {
-        "seconds": round(elapsed, 1), "send_rate": sum(sent) / elapsed, "ack_rate": sum(acked) / elapsed,
+        "seconds": round(elapsed, 1), "send_rate": sum(sent) / elapsed, "ack_rate": acked / elapsed,
         "backlog_samples": [{"t": t, "sent": s, "acked": a, "backlog": s - a} for t, s, a in samples],
         "backlog_growth_per_s": (settled[-1] - settled[0]) / max(samples[-1][0] - samples[len(samples) // 3][0], 1e-9)
         if len(settled) > 1 else 0.0,
-        "server_cpu_ms_per_message": cpu * 1000 / max((sum(sent) + sum(acked)) / 2, 1),
+        "server_cpu_ms_per_message": cpu * 1000 / max((sum(sent) + acked) / 2, 1),
     }
 
 

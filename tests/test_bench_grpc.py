@@ -1,0 +1,31 @@
+"""``plugmq bench grpc`` end to end on a tiny load: every phase runs and the report holds its numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("rocketmq", reason="needs the serve extra (rocketmq-python-client)")
+
+from plugmq.cli import main
+
+
+@pytest.mark.slow
+def test_bench_grpc_reports_rates_cpu_start_up_and_the_crash_check() -> None:
+    result = CliRunner().invoke(main, ["bench", "grpc", "--messages", "64", "--steady-s", "2", "--no-redis", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = {(r["scenario"], r["threads"]): r for r in report["rows"]}
+    assert rows[("gRPC send (official client)", 8)]["rate"] > 0
+    assert rows[("gRPC send (official client)", 8)]["server_cpu_ms"] > 0
+    assert any(s.startswith("gRPC receive") for s, _ in rows)
+    assert report["redis"] == "not measured: turned off (--no-redis)"
+    assert [s["situation"] for s in report["startups"]] == [
+        "first start, empty data dir", "restart after SIGTERM", "restart after kill -9 during sends"]
+    assert all(s["serving_s"] > 0 and "broker_open_s" in s["phases"] for s in report["startups"])
+    assert report["steady"]["send_rate"] > 0 and report["steady"]["backlog_samples"]
+    assert report["crash"]["acked_lost"] == 0
+    assert {g["goal"] for g in report["goals"]} >= {"server CPU per sent message <= 0.25 ms"}
