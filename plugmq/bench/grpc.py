@@ -130,6 +130,7 @@ class ServeChild:
         self.listening_s = time.perf_counter() - started
         self.serving_s = self._await_answer(started)
         self.phases = _startup_phases(log)
+        self.phases["cpu_s"] = process_cpu_s(self.process.pid)  # what start-up cost, whatever the machine's load
 
     def _await_listening(self, log: Path) -> str:
         assert self.process.stdout is not None
@@ -733,12 +734,13 @@ def _print(report: Report, console: Console) -> None:
                       "receive threads in another process): "
                       f"send {st['send_rate']:,.0f}/s, receive+ack {st['ack_rate']:,.0f}/s, server CPU "
                       f"{st['server_cpu_ms_per_message']:.3f} ms per message sent or acked; backlog {series}")
-    starts = Table(title="start-up: spawn -> listening line / first answered request")
+    starts = Table(title="start-up: spawn -> listening line / first answered request (wall seconds; the server's "
+                         "CPU seconds until then)")
     for column in ("situation", "messages stored", "listening s", "serving s", "imports s", "broker open s",
-                   "server start s"):
+                   "server start s", "server CPU s"):
         starts.add_column(column, justify="left" if column == "situation" else "right")
     for start in report.startups:
-        phases = [start.phases.get(k) for k in ("imports_s", "broker_open_s", "server_start_s")]
+        phases = [start.phases.get(k) for k in ("imports_s", "broker_open_s", "server_start_s", "cpu_s")]
         starts.add_row(start.situation, f"{start.stored:,}", f"{start.listening_s:.2f}", f"{start.serving_s:.2f}",
                        *(f"{v:.2f}" if v is not None else "?" for v in phases))
     console.print(starts)
