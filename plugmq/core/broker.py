@@ -21,6 +21,8 @@ from plugmq.core.consumer import PullConsumer, PushConsumer
 from plugmq.core.contracts import (
     AllocateStrategy,
     AllocateStrategyFactory,
+    ClusterContext,
+    ClusterService,
     DelayContext,
     DelayScheduler,
     Family,
@@ -147,11 +149,31 @@ class Broker:
                 self.transactions.start()
             self.pop.start()
             self._start_retention()
+            self.cluster: ClusterService | None = self._join_name_service(base)
         except BaseException:
             self._close_services()
             raise
         log.info("broker started", broker=self.name, plugins=list(config.plugins), data_dir=str(self.data_dir))
         hooks.broker_started(self.name)
+
+    def _join_name_service(self, base: dict[str, Any]) -> ClusterService | None:
+        """The cluster plugin's session when the config names a cluster; None for a single broker."""
+        plugins = self.plugins.with_family(Family.CLUSTER)
+        cluster_name = self.config.cluster_name
+        if not plugins and cluster_name is None:
+            return None
+        where = self.config.source
+        if not plugins:
+            installed = installed_of_family(Family.CLUSTER)
+            raise PluginError(f"{where}: [cluster] name = {cluster_name!r} needs a cluster plugin in broker.plugins; "
+                              f"add one of: {', '.join(installed) or 'cluster_zk'}")
+        if cluster_name is None:
+            raise PluginError(f"{where}: plugin {plugins[0]!r} joins a cluster but the config names none; add "
+                              f'[cluster] with name = "<cluster>", or remove {plugins[0]!r} for a single broker')
+        service = self.plugins.hooks.make_cluster_service(ClusterContext(**base, cluster_name=cluster_name))
+        if service is None:
+            raise PluginError(f"cluster plugin {plugins[0]!r} returned no cluster service")
+        return service
 
     # ------------------------------------------------------------------------------ assembly
     @classmethod
@@ -685,6 +707,9 @@ class Broker:
     def _close_services(self) -> None:
         if hasattr(self, "retention"):
             self.retention.close()
+        cluster = getattr(self, "cluster", None)
+        if cluster is not None:
+            cluster.close()  # first: routes stop naming this broker before its services stop
         pop: PopService | None = getattr(self, "pop", None)
         if pop is not None:
             pop.close()

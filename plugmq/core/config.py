@@ -15,6 +15,19 @@
     [groups.orders]
     fifo = true
 
+A broker in a cluster also names the cluster and a cluster plugin (see ``plugmq.plugins.cluster_zk``)::
+
+    [broker]
+    name = "broker-a"
+    room = "east"                   # its machine room (MACHINE_ROOM / MACHINE_ROOM_NEARBY allocation)
+    plugins = ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "alloc", "txn", "cluster_zk"]
+
+    [cluster]
+    name = "prod"
+
+    [plugins.cluster_zk]
+    hosts = "127.0.0.1:2181"
+
 Every error names the key path (``broker.plugins[2]``, ``plugins.store_mmap.flush``) and the fix.
 """
 
@@ -32,7 +45,7 @@ import attrs
 from plugmq.core.datadir import check_data_dir_value
 from plugmq.core.errors import ConfigError, InvalidNameError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, _host_bytes
-from plugmq.core.names import validate_topic
+from plugmq.core.names import validate_broker_name, validate_cluster_name, validate_room
 from plugmq.core.policy import GroupPolicies, parse_groups_table
 
 __all__ = ["DEFAULT_PLUGINS", "BrokerConfig", "check_moved_server_keys", "load_config"]
@@ -64,14 +77,20 @@ class BrokerConfig:
     pop_fsync: bool = False
     pop_compact_bytes: int = 8 << 20
     groups: GroupPolicies = attrs.field(factory=GroupPolicies)
+    room: str = ""
+    broker_id: int = 0
+    role: str = "async_master"
+    cluster_name: str | None = None
     source: str = "<mapping>"
 
 
-_BROKER_KEYS = {f.name for f in attrs.fields(BrokerConfig)} - {"plugin_options", "source", "groups"}
+_BROKER_KEYS = {f.name for f in attrs.fields(BrokerConfig)} - {"plugin_options", "source", "groups", "cluster_name"}
 # Older spellings, still read: [broker] max_reconsume_times (the groups' default attempts - 1),
 # and in [server] the tables and keys that moved to the broker when pop consumption moved to the core.
 _OLD_BROKER_KEYS = {"max_reconsume_times"}
 _OLD_SERVER_KEYS = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
+_ROLES = ("async_master", "sync_master", "slave")
+_CLUSTER_KEYS = ("name",)
 
 
 def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
@@ -92,9 +111,20 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
             raise ConfigError(f"{path}: unknown key.{hint} Known keys: {', '.join(sorted(_BROKER_KEYS))}")
         if key == "name":
             try:
-                validate_topic(_expect(path, value, str, "a string"))
+                validate_broker_name(_expect(path, value, str, "a string"))
             except InvalidNameError as exc:
                 raise ConfigError(f"{path}: {exc}") from exc
+        elif key == "room":
+            try:
+                validate_room(_expect(path, value, str, "a string"))
+            except InvalidNameError as exc:
+                raise ConfigError(f"{path}: {exc}") from exc
+        elif key == "broker_id":
+            if _expect(path, value, int, "an integer (0 for a master, above 0 for a slave)") < 0:
+                raise ConfigError(f"{path} must be >= 0 (0 for a master, above 0 for a slave), got {value}")
+        elif key == "role":
+            if _expect(path, value, str, "a string") not in _ROLES:
+                raise ConfigError(f"{path} must be one of {', '.join(_ROLES)}, got {value!r}")
         elif key == "data_dir":
             value = check_data_dir_value(_expect(path, value, (str, os.PathLike), "a path"), source)
             if base_dir is not None and not value.is_absolute():
@@ -119,7 +149,26 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
                 raise ConfigError(f"{path} must be > 0, got {value}")
             value = float(value)
         values[key] = value
+    role, broker_id = values.get("role", "async_master"), values.get("broker_id", 0)
+    if (role == "slave") != (broker_id > 0):
+        raise ConfigError(f"{source}: broker.role = {role!r} with broker.broker_id = {broker_id}: a master has "
+                          "broker_id 0 and a slave a broker_id above 0; fix one of the two")
     return values
+
+
+def _cluster_table(table: Any, source: str) -> str:
+    _expect(f"{source}: [cluster]", table, Mapping, "a table")
+    for key in table:
+        if key not in _CLUSTER_KEYS:
+            raise ConfigError(f"{source}: cluster.{key}: unknown key. Known keys: {', '.join(_CLUSTER_KEYS)}")
+    if "name" not in table:
+        raise ConfigError(f'{source}: [cluster] has no name; add name = "<cluster>" (the brokers of one cluster '
+                          "share it)")
+    name = _expect(f"{source}: cluster.name", table["name"], str, "a string")
+    try:
+        return validate_cluster_name(name)
+    except InvalidNameError as exc:
+        raise ConfigError(f"{source}: cluster.name: {exc}") from exc
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerConfig:
@@ -144,9 +193,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerCon
     for key in raw:
         # [server] belongs to `plugmq serve`, which validates it; the broker reads only the keys
         # that moved from there to the broker (_OLD_SERVER_KEYS).
-        if key not in ("broker", "plugins", "groups", "server"):
+        if key not in ("broker", "plugins", "groups", "server", "cluster"):
             raise ConfigError(f"{name}: unknown top-level table [{key}]; a config has [broker], "
-                              "[plugins.<name>], [groups] and (for plugmq serve) [server]")
+                              "[plugins.<name>], [groups], (for a cluster) [cluster] and (for plugmq serve) [server]")
     broker = raw.get("broker", {})
     _expect(f"{name}: [broker]", broker, Mapping, "a table")
     server = raw.get("server", {})
@@ -158,6 +207,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BrokerCon
                               f"to the broker now: keep broker.{key} and remove server.{key}")
         values[key] = value
     values["groups"] = _group_policies(raw.get("groups", {}), broker, server, name)
+    if "cluster" in raw:
+        values["cluster_name"] = _cluster_table(raw["cluster"], name)
     plugin_tables = raw.get("plugins", {})
     _expect(f"{name}: [plugins]", plugin_tables, Mapping, "a table of plugin tables")
     options: dict[str, Mapping[str, Any]] = {}

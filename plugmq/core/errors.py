@@ -24,7 +24,8 @@ everything the broker reports with one ``except``. Messages say what was wrong a
      |    +-- DelayUnsupportedError      no delay plugin, or the strategy cannot express the delay
      +-- TransactionError            a transactional send or decision is invalid
      +-- ClientError                 a producer / consumer was used wrongly (closed, not started, ...)
-          +-- ReceiptHandleError         a receipt handle is malformed, stale, or its message is done
+     |    +-- ReceiptHandleError         a receipt handle is malformed, stale, or its message is done
+     +-- ClusterError                the cluster's name service cannot be reached or refused a registration
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "AllocationError",
     "ClientError",
+    "ClusterError",
     "ConfigError",
     "CorruptRecordError",
     "DelayError",
@@ -147,3 +149,7 @@ class ReceiptHandleError(ClientError):
     """A receipt handle names no message in flight for the group: malformed, issued by another
     broker, superseded by a newer delivery or invisible-time change, or its message was acked or
     dead-lettered already. The message says which."""
+
+
+class ClusterError(PlugmqError):
+    """The cluster's name service (e.g. ZooKeeper) cannot be reached, or refused a registration."""

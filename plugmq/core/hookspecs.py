@@ -36,6 +36,8 @@ import pluggy
 if TYPE_CHECKING:
     from plugmq.core.contracts import (
         AllocateStrategyFactory,
+        ClusterContext,
+        ClusterService,
         DelayContext,
         DelayScheduler,
         FilterCompiler,
@@ -188,6 +190,29 @@ def plugmq_make_transaction_service(context: TransactionContext) -> TransactionS
         visible on its real topic; a discarded one goes through it to the discard topic).
     :return: a :class:`~plugmq.core.contracts.TransactionService`; the broker calls ``start()``
         when assembly is done (recovery happens there). firstresult.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# cluster family (zero or one per broker)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def plugmq_make_cluster_service(context: ClusterContext) -> ClusterService | None:
+    """Open a session with the cluster's name service (ZooKeeper, ...), for a broker in a cluster.
+
+    Called once by the broker while it is assembled, after the store, delay and transaction
+    services, only when the config names a cluster (``[cluster] name``) and a cluster plugin;
+    the core has checked that at most one registered plugin declares the cluster family. With
+    none, the broker is a single machine: no name service, routes name only itself. The session
+    is connected when this returns; nothing is registered yet (``plugmq serve`` registers the
+    broker with its advertised endpoint once it listens). The broker closes the service first
+    when it closes, so its registration disappears before the store shuts down.
+
+    :param context: as for storage, plus ``cluster_name``.
+    :return: a :class:`~plugmq.core.contracts.ClusterService`. firstresult. Raises ClusterError
+        when the name service cannot be reached in time (the message names the hosts tried).
     """
 
 

@@ -22,7 +22,10 @@ __all__ = [
     "dlq_topic",
     "is_system_topic",
     "retry_topic",
+    "validate_broker_name",
+    "validate_cluster_name",
     "validate_group",
+    "validate_room",
     "validate_topic",
 ]
 
@@ -89,6 +92,21 @@ def validate_topic(name: object) -> str:
 def validate_group(name: object) -> str:
     """Return ``name`` if it is a legal group name, else raise InvalidNameError saying why."""
     return _validate("group", name)
+
+
+def validate_broker_name(name: object) -> str:
+    """Return ``name`` if it is a legal broker name (the topic rule: it names files and znodes)."""
+    return _validate("broker", name)
+
+
+def validate_cluster_name(name: object) -> str:
+    """Return ``name`` if it is a legal cluster name (it becomes a ZooKeeper path segment)."""
+    return _validate("cluster", name)
+
+
+def validate_room(name: object) -> str:
+    """Return ``name`` if it is a legal machine-room name (same rule as broker names)."""
+    return _validate("machine room", name)
 
 
 def is_system_topic(topic: str) -> bool:

@@ -20,6 +20,8 @@ import pluggy
 from plugmq.core import hookspecs
 from plugmq.core.contracts import (
     AllocateStrategyFactory,
+    ClusterContext,
+    ClusterService,
     DelayContext,
     DelayScheduler,
     Family,
@@ -206,6 +208,9 @@ class Hooks:
     def make_transaction_service(self, context: TransactionContext) -> TransactionService | None:
         return self._hook.plugmq_make_transaction_service(context=context)
 
+    def make_cluster_service(self, context: ClusterContext) -> ClusterService | None:
+        return self._hook.plugmq_make_cluster_service(context=context)
+
     def filter_compilers(self) -> dict[str, FilterCompiler]:
         return self._merge_keyed("plugmq_filter_compilers", "filter expression type")
 
@@ -343,7 +348,7 @@ def _check_cardinality(loaded: LoadedPlugins, config_path: str) -> None:
             f"Add one of: {', '.join(installed) or 'store_mmap'}"
         )
     for family, limit in ((Family.STORAGE, "exactly one"), (Family.DELAY, "at most one"),
-                          (Family.TRANSACTION, "at most one")):
+                          (Family.TRANSACTION, "at most one"), (Family.CLUSTER, "at most one")):
         members = loaded.with_family(family)
         if len(members) > 1:
             raise PluginCardinalityError(

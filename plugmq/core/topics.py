@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from plugmq.core.errors import StoreError, ValidationError
@@ -36,6 +36,7 @@ class TopicTable:
         self._path = path
         self._lock = threading.Lock()
         self._topics: dict[str, int] = {}
+        self._listeners: list[Callable[[str, int], None]] = []
         if path.exists():
             try:
                 self._topics = {str(k): int(v) for k, v in json.loads(path.read_text("utf-8")).items()}
@@ -52,6 +53,10 @@ class TopicTable:
     def all(self) -> dict[str, int]:
         return dict(self._topics)
 
+    def subscribe(self, listener: Callable[[str, int], None]) -> None:
+        """Call ``listener(topic, queue_count)`` after a topic is created or grown (in that thread)."""
+        self._listeners.append(listener)
+
     def ensure(self, topic: str, queue_count: int) -> int:
         """Create ``topic`` with ``queue_count`` queues, or grow it; return its queue count."""
         validate_topic(topic)
@@ -59,7 +64,12 @@ class TopicTable:
             raise ValidationError(f"queue count for topic {topic!r} must be 1..1024, got {queue_count!r}")
         with self._lock:
             current = self._topics.get(topic, 0)
-            if queue_count > current:
+            grown = queue_count > current
+            if grown:
                 self._topics[topic] = queue_count
                 write_json_atomically(self._path, self._topics)
-            return self._topics[topic]
+            count = self._topics[topic]
+        if grown:
+            for listener in list(self._listeners):
+                listener(topic, count)
+        return count
