@@ -27,6 +27,7 @@ from plugmq.core.message import (
     AppendResult,
     ConsumeQueueEntry,
     MessageQueue,
+    SendStatus,
     StoredMessage,
 )
 from plugmq.core.names import validate_broker_name, validate_cluster_name, validate_room
@@ -51,11 +52,20 @@ __all__ = [
     "Filter",
     "FilterCapabilities",
     "FilterCompiler",
+    "LogChunk",
+    "LogListener",
     "Mastership",
     "MastershipListener",
     "MessageStore",
     "PluginContext",
     "PluginDeclaration",
+    "ReplicaStatus",
+    "ReplicableStore",
+    "Replicated",
+    "ReplicationCapabilities",
+    "ReplicationContext",
+    "ReplicationService",
+    "ReplicationStatus",
     "StoreCapabilities",
     "TopicPermission",
     "TopicRegistration",
@@ -77,6 +87,7 @@ class Family(enum.Enum):
     TRANSACTION = "transaction"  # zero or one
     EVENTS = "events"  # any number
     CLUSTER = "cluster"  # zero or one
+    REPLICATION = "replication"  # zero or one
 
 
 def _families(value: Iterable[Family]) -> frozenset[Family]:
@@ -155,6 +166,8 @@ class StoreCapabilities:
     crash_recovery: bool = True
     retention: bool = True
     concurrent_writers: bool = True
+    # The store is a ReplicableStore: it ships its commit log to slaves and takes shipped logs.
+    replication: bool = False
 
 
 @runtime_checkable
@@ -301,6 +314,111 @@ class MessageStore(Protocol):
 
     def close(self) -> None:
         """Stop background work, flush, and release files. Idempotent."""
+
+
+def _non_negative_offset(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _chunk_bytes(value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ValidationError(f"a log chunk's data must be bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+@attrs.frozen
+class LogChunk:
+    """A run of whole commit-log records, as the store keeps them, from offset ``start``.
+
+    ``data`` holds the bytes of the log from ``start`` (a record boundary) to ``end`` (the next
+    record boundary); the store decides the encoding (``ReplicableStore.log_format``), so only a
+    store of the same format can take the chunk. ``records``: how many messages it holds.
+    """
+
+    start: int = attrs.field(validator=_non_negative_offset)
+    data: bytes = attrs.field(converter=_chunk_bytes, repr=lambda d: f"<{len(d)} bytes>")
+    records: int = attrs.field(default=0, validator=_non_negative_offset)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+
+LogListener = Callable[[int], None]
+"""Told the new end of the commit log after records became readable (on the appending thread)."""
+
+
+@runtime_checkable
+class ReplicableStore(MessageStore, Protocol):
+    """A MessageStore whose commit log can be shipped to a slave and rebuilt there (RocketMQ's HA).
+
+    A store declaring the ``replication`` capability implements these methods; the rules below
+    are what ``plugmq.conformance.storage`` checks with a master store and a slave store of the
+    same plugin (clause names in brackets):
+
+    - The log is a sequence of records at byte offsets; ``log_end_offset`` is where the next
+      record goes and every record below it is complete and readable.
+    - Shipping: ``read_log`` on the master and ``append_log`` on the slave, chunk after chunk
+      from the slave's ``log_end_offset``, give the slave byte-for-byte the same messages at the
+      same commit-log offsets, queue offsets, store timestamps and message ids (the ids name the
+      master's store host), with consume queues and key / time indexes rebuilt from the records:
+      every read, ``read_queue``, ``max_offset``, ``query_by_id``, ``query_by_key`` and
+      ``offset_for_timestamp`` answers the same on both sides, also after the slave is reopened
+      [replicated_log_is_identical, replicated_log_survives_reopen].
+    - ``append_log`` checks every record of a chunk before it writes anything: a chunk with a
+      torn or damaged record, one that does not start at the slave's end, or one of another
+      format is refused whole (StoreError; CorruptRecordError for damage) and the slave is
+      unchanged and usable [torn_or_misplaced_chunk_refused_whole].
+    - ``truncate_log(offset)`` cuts every record at or after ``offset`` with its consume-queue and
+      index entries; appends (local or replicated) continue at ``offset``, so a cut slave takes
+      the master's log from there [truncate_then_resume].
+    - A store with an empty log takes a first chunk that starts anywhere (a new slave of a
+      master whose oldest records were removed by retention); its queues then start at the queue
+      offsets the records carry [empty_store_adopts_the_master_start].
+    - The log listener hears of every append (local or replicated) with the new end offset,
+      before a sync-flush append waits for its flush, so shipping overlaps the flush
+      [log_listener_hears_every_append].
+    """
+
+    @property
+    def log_format(self) -> str:
+        """Names the byte format of the records and any layout a slave must share (e.g. segment
+        size); a master ships only to a slave whose store has the same ``log_format``."""
+
+    def log_min_offset(self) -> int:
+        """The offset of the oldest record still held (retention moves it up)."""
+
+    def log_end_offset(self) -> int:
+        """Where the next record goes: every record below is complete and readable."""
+
+    def read_log(self, offset: int, max_bytes: int) -> LogChunk:
+        """Whole records from ``offset`` on, about ``max_bytes`` at most (never less than one record).
+
+        ``offset`` must be a record boundary between ``log_min_offset`` and ``log_end_offset``;
+        at the end the chunk is empty. Below the oldest record held (removed by retention) the
+        chunk starts at ``log_min_offset``; a store whose log may have holes (offsets never
+        reused after a crash cut) starts it at the next record held. Raises StoreError for an
+        offset that is not a record boundary.
+        """
+
+    def append_log(self, chunk: LogChunk) -> int:
+        """Append the master's records at exactly their offsets; return the new end offset.
+
+        ``chunk.start`` must be this store's ``log_end_offset`` (or, for a store whose log may
+        have holes, above it; for an empty log, anywhere). Consume queues and indexes are rebuilt
+        from the records. With sync flush the records are durable when this returns. Refuses
+        the whole chunk (StoreError, CorruptRecordError) before writing anything when a record is
+        torn, damaged, misplaced or of another format.
+        """
+
+    def truncate_log(self, offset: int) -> int:
+        """Remove every record at or after ``offset`` (a record boundary) with its queue and index
+        entries, durably; appends continue at ``offset``. Returns how many records went."""
+
+    def set_log_listener(self, listener: LogListener | None) -> None:
+        """Call ``listener(end_offset)`` after every append (None removes it). It runs on the
+        appending thread, possibly under a store lock: it must only signal another thread."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -957,3 +1075,133 @@ class ClusterService(Protocol):
 
     def close(self) -> None:
         """End the session: the registration disappears and campaigns stop. Idempotent."""
+
+
+# --------------------------------------------------------------------------------------------
+# replication (master / slave)
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ReplicationCapabilities:
+    """What a replication plugin does.
+
+    ``sync_double_write``: a ``sync_master`` acks a send only once a slave holds it.
+    ``failover``: it promotes a slave and fences an old master by epoch (the cluster's election).
+    ``replicates_state``: besides the commit log, it carries the state of delay, transaction,
+    offset and pop services.
+    """
+
+    sync_double_write: bool = True
+    failover: bool = False
+    replicates_state: bool = False
+
+
+@attrs.frozen
+class ReplicaStatus:
+    """One slave as its master sees it. ``lag_bytes``: the master's log end minus what the slave
+    confirmed; ``lag_messages``: the records in that range (None when not counted)."""
+
+    broker_id: int
+    address: str
+    confirmed_offset: int
+    lag_bytes: int
+    lag_messages: int | None = None
+    in_sync: bool = True
+
+
+@attrs.frozen
+class ReplicationStatus:
+    """A broker's replication as ``plugmq admin`` and metrics show it.
+
+    On a master: ``address`` is where slaves connect, ``end_offset`` the log end,
+    ``confirmed_offset`` the highest offset a slave confirmed, ``slaves`` the connected ones. On a
+    slave: ``address`` is the master's, ``end_offset`` what it holds, ``master_end_offset`` the
+    master's end as last heard, ``connected`` whether the stream is up. ``epoch`` is the master
+    epoch the broker works under (0 without failover).
+    """
+
+    role: BrokerRole
+    broker_id: int
+    address: str
+    end_offset: int
+    confirmed_offset: int
+    slaves: tuple[ReplicaStatus, ...] = ()
+    master_end_offset: int | None = None
+    connected: bool = False
+    epoch: int = 0
+
+    @property
+    def lag_bytes(self) -> int:
+        """The master's end minus what the (best) slave confirmed; on a slave, its own lag."""
+        if self.role is BrokerRole.SLAVE:
+            return max(0, (self.master_end_offset or self.end_offset) - self.end_offset)
+        return max(0, self.end_offset - self.confirmed_offset) if self.slaves else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (what ``plugmq admin`` and the metrics exporter read)."""
+        return {
+            "role": self.role.value, "broker_id": self.broker_id, "address": self.address,
+            "end_offset": self.end_offset, "confirmed_offset": self.confirmed_offset,
+            "master_end_offset": self.master_end_offset, "connected": self.connected, "epoch": self.epoch,
+            "lag_bytes": self.lag_bytes,
+            "slaves": [attrs.asdict(s) for s in self.slaves],
+        }
+
+
+Replicated = Callable[[int], None]
+"""The broker's hook on a slave: records up to this end offset were appended (wake consumers,
+learn new topics)."""
+
+
+@attrs.frozen
+class ReplicationContext(PluginContext):
+    """PluginContext plus the store to ship or fill, the broker's role and id, and the slave's hook.
+
+    ``store`` is a :class:`ReplicableStore` (the broker refuses a store without the
+    ``replication`` capability before it calls the factory). ``replicated`` is called on a
+    slave after each chunk it appended.
+    """
+
+    store: ReplicableStore | None = None
+    role: BrokerRole = BrokerRole.ASYNC_MASTER
+    broker_id: int = 0
+    replicated: Replicated | None = None
+
+
+@runtime_checkable
+class ReplicationService(Protocol):
+    """A broker's side of master / slave replication (RocketMQ's HAService).
+
+    On a master (``async_master`` or ``sync_master``) it accepts slaves, each of which reports the
+    offset it holds; from there it streams the commit log (``ReplicableStore.read_log``) and
+    keeps what each slave confirmed. A dead or slow slave never blocks an append: only the sends
+    of a ``sync_master`` wait, in :meth:`await_replicated`. On a slave it connects to the master
+    by itself (again after any failure, with a back-off), appends what arrives
+    (``append_log``: whole chunks or nothing) and confirms its end offset after each chunk (with
+    sync flush, after the chunk is durable). A torn transfer never leaves a torn record.
+    """
+
+    @property
+    def capabilities(self) -> ReplicationCapabilities:
+        """Equal to the capabilities the plugin declares in ``plugmq_declare``."""
+
+    def start(self) -> None:
+        """Begin: a master listens for slaves, a slave connects to its master. Called once by the
+        broker when it is assembled; returns without waiting for a peer."""
+
+    def await_replicated(self, end_offset: int) -> SendStatus:
+        """Wait until a slave confirmed the log up to ``end_offset`` (sync double-write).
+
+        Called by the broker on a ``sync_master`` after each send was stored, on the sending
+        thread. Returns SEND_OK once a slave confirmed it, SLAVE_NOT_AVAILABLE at once when no
+        slave is connected and close enough to catch up, FLUSH_SLAVE_TIMEOUT when none confirmed
+        it in the plugin's time limit (the message stays stored on the master). On an
+        ``async_master`` it returns SEND_OK at once.
+        """
+
+    def status(self) -> ReplicationStatus:
+        """Role, addresses, offsets, connected slaves and their lag (no blocking I/O)."""
+
+    def close(self) -> None:
+        """Stop listening / streaming and close connections. Idempotent."""

@@ -26,6 +26,8 @@ everything the broker reports with one ``except``. Messages say what was wrong a
      +-- ClientError                 a producer / consumer was used wrongly (closed, not started, ...)
      |    +-- ReceiptHandleError         a receipt handle is malformed, stale, or its message is done
      +-- ClusterError                the cluster's name service cannot be reached or refused a registration
+     +-- ReplicationError            master / slave replication refused or failed (peer, format, offsets)
+          +-- ReadOnlyBrokerError        a write reached a slave; only its master takes writes
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ __all__ = [
     "PluginCardinalityError",
     "PluginError",
     "PlugmqError",
+    "ReadOnlyBrokerError",
     "ReceiptHandleError",
+    "ReplicationError",
     "StoreError",
     "StoreFullError",
     "TopicError",
@@ -153,3 +157,12 @@ class ReceiptHandleError(ClientError):
 
 class ClusterError(PlugmqError):
     """The cluster's name service (e.g. ZooKeeper) cannot be reached, or refused a registration."""
+
+
+class ReplicationError(PlugmqError):
+    """Master / slave replication refused or failed: an unreachable or incompatible peer (store
+    format, broker name), offsets that do not line up, a role without a replication plugin."""
+
+
+class ReadOnlyBrokerError(ReplicationError):
+    """A send (or anything that writes the store) reached a slave broker; send to its master."""

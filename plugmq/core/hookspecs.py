@@ -12,7 +12,8 @@ The broker registers only the plugins its config names; one assembly (``Broker(.
 2. each plugin's ``[plugins.<name>]`` table is validated against its declared options class;
 3. ``plugmq_configure`` on every plugin;
 4. the factories in dependency order: ``plugmq_make_store``, then ``plugmq_make_delay_scheduler``
-   and ``plugmq_make_transaction_service`` (which get the store);
+   and ``plugmq_make_transaction_service`` (which get the store), then
+   ``plugmq_make_replication_service`` (which gets the store and the broker's role);
 5. ``plugmq_broker_started``. The other event hooks fire while the broker runs;
    ``plugmq_broker_stopping`` at its first ``close()``.
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
         MessageStore,
         PluginContext,
         PluginDeclaration,
+        ReplicationContext,
+        ReplicationService,
         TransactionContext,
         TransactionService,
     )
@@ -213,6 +216,31 @@ def plugmq_make_cluster_service(context: ClusterContext) -> ClusterService | Non
     :param context: as for storage, plus ``cluster_name``.
     :return: a :class:`~plugmq.core.contracts.ClusterService`. firstresult. Raises ClusterError
         when the name service cannot be reached in time (the message names the hosts tried).
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# replication family (zero or one per broker)
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def plugmq_make_replication_service(context: ReplicationContext) -> ReplicationService | None:
+    """Build the broker's side of master / slave replication for its role.
+
+    Called by the broker once per assembly, after the store, delay and transaction services
+    exist and before they start, when a plugin declaring the replication family is registered
+    (the core has checked there is at most one, and that the store declares the ``replication``
+    capability). Without one the broker has no slaves, and the roles ``sync_master`` and
+    ``slave`` are refused with a clear error. The broker calls the service's ``start()`` at the
+    end of assembly, ``await_replicated`` after every send of a ``sync_master``, and ``close()``
+    first when it closes. A slave broker refuses sends and runs no delay or transaction
+    service: only the replication stream writes its store.
+
+    :param context: as for storage, plus ``store`` (a ReplicableStore), the broker's ``role``
+        and ``broker_id`` (``[broker] role`` / ``broker_id``), and ``replicated`` (a slave calls
+        it with the new end offset after each chunk it appended).
+    :return: a :class:`~plugmq.core.contracts.ReplicationService`. firstresult.
     """
 
 

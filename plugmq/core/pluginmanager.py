@@ -29,6 +29,8 @@ from plugmq.core.contracts import (
     MessageStore,
     PluginContext,
     PluginDeclaration,
+    ReplicationContext,
+    ReplicationService,
     TransactionContext,
     TransactionService,
 )
@@ -211,6 +213,9 @@ class Hooks:
     def make_cluster_service(self, context: ClusterContext) -> ClusterService | None:
         return self._hook.plugmq_make_cluster_service(context=context)
 
+    def make_replication_service(self, context: ReplicationContext) -> ReplicationService | None:
+        return self._hook.plugmq_make_replication_service(context=context)
+
     def filter_compilers(self) -> dict[str, FilterCompiler]:
         return self._merge_keyed("plugmq_filter_compilers", "filter expression type")
 
@@ -348,7 +353,8 @@ def _check_cardinality(loaded: LoadedPlugins, config_path: str) -> None:
             f"Add one of: {', '.join(installed) or 'store_mmap'}"
         )
     for family, limit in ((Family.STORAGE, "exactly one"), (Family.DELAY, "at most one"),
-                          (Family.TRANSACTION, "at most one"), (Family.CLUSTER, "at most one")):
+                          (Family.TRANSACTION, "at most one"), (Family.CLUSTER, "at most one"),
+                          (Family.REPLICATION, "at most one")):
         members = loaded.with_family(family)
         if len(members) > 1:
             raise PluginCardinalityError(
