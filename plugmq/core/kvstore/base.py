@@ -46,6 +46,7 @@ from plugmq.core import (
 )
 from plugmq.core.kvstore import codec
 from plugmq.core.kvstore.groupcommit import GroupCommit
+from plugmq.core.kvstore.replica import KeyValueReplicaLog
 
 STATE_KEY = b"state"
 MAX_U64 = (1 << 64) - 1
@@ -110,8 +111,11 @@ class WriteSet:
         self.puts.append((family, key, value))
 
 
-class KeyValueMessageStore(ABC, Generic[O]):
-    """A MessageStore whose engine keeps the families above in sorted key order."""
+class KeyValueMessageStore(KeyValueReplicaLog, ABC, Generic[O]):
+    """A MessageStore whose engine keeps the families above in sorted key order.
+
+    Log shipping to and from other key-value stores: :class:`KeyValueReplicaLog`.
+    """
 
     NAME: ClassVar[str]  # the plugin's name, used in messages, log events and the flusher's name
     capabilities: ClassVar[StoreCapabilities]
@@ -250,7 +254,10 @@ class KeyValueMessageStore(ABC, Generic[O]):
                   for k, v in next_q.items()]
         self._write_appends(msg_puts, cq_puts, idx_puts, q_puts, codec.STORE_STATE.pack(offset, store_ts))
         self._next_offset = offset
+        self._log_end = offset
         self._last_ts = store_ts
+        if self._log_listener is not None:
+            self._log_listener(offset)
         for k, v in next_q.items():
             state = self._queues.get(k)
             if state is None:

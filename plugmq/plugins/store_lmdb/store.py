@@ -42,7 +42,7 @@ _FULL_BELOW = 8 << 20  # an I/O error with less room than this left is taken as 
 
 CAPABILITIES = StoreCapabilities(
     sync_flush=True, async_flush=True, query_by_key=True, query_by_time=True, crash_recovery=True,
-    retention=True, concurrent_writers=True,
+    retention=True, concurrent_writers=True, replication=True,
 )
 
 

@@ -123,6 +123,17 @@ class SegmentAllocator:
                 self._busy = None
                 self._cond.notify_all()
 
+    def discard_ready(self) -> None:
+        """Delete every pre-allocated segment (the log is cut back or moved: they would start at
+        the wrong offset); waits for a file being created."""
+        with self._cond:
+            while self._busy is not None:
+                self._cond.wait()
+            self._wanted = None
+            for made in self._ready.values():
+                made.destroy()
+            self._ready.clear()
+
     def close(self) -> None:
         """Stop the thread; a pre-allocated file stays on disk (recovery removes empty tails)."""
         with self._cond:
@@ -272,6 +283,16 @@ class CommitLog:
                 seg.reserve(pos + END_FILE_MIN_BLANK, ALLOCATION_CHUNK)
             else:
                 self.allocator.prepare(start, pos + END_FILE_MIN_BLANK)
+
+    def restart_at(self, position: int) -> None:
+        """Under the put lock, for a log holding no record: drop its segments and start it anew
+        at ``position`` (a slave whose master's oldest record is there)."""
+        self.allocator.discard_ready()
+        for seg in self._segments:
+            seg.destroy()
+        self._set_segments([])
+        fsync_dir(self.dir)
+        self.open_for_write(position)
 
     def reserve(self, total: int) -> tuple[MappedFile, int]:
         """Under the put lock: the segment and in-file position for a record of ``total`` bytes,

@@ -79,6 +79,7 @@ from plugmq.plugins.store_mmap.record import (
     topic_part,
 )
 from plugmq.plugins.store_mmap.recovery import recover, repair_queue
+from plugmq.plugins.store_mmap.replica import ReplicaLog
 from plugmq.plugins.store_mmap.retention import Retention
 
 __all__ = ["CAPABILITIES", "MmapMessageStore"]
@@ -93,6 +94,7 @@ CAPABILITIES = StoreCapabilities(
     crash_recovery=True,
     retention=True,
     concurrent_writers=True,
+    replication=True,
 )
 
 _QP, _QP_AT = QUEUE_AND_PHYS, QUEUE_AND_PHYS_AT
@@ -123,8 +125,11 @@ def _mark_open(abort: Path) -> None:
     fsync_dir(abort.parent)
 
 
-class MmapMessageStore:
-    """The default store. Thread-safe; one instance per directory (enforced with a file lock)."""
+class MmapMessageStore(ReplicaLog):
+    """The default store. Thread-safe; one instance per directory (enforced with a file lock).
+
+    Log shipping to and from other stores of the same segment size: :class:`ReplicaLog`.
+    """
 
     capabilities = CAPABILITIES
 
@@ -379,6 +384,8 @@ class MmapMessageStore:
             self._check_writable()
         with self._put_lock:
             qoff, phys, total, ts = self._put(request, record, tail_crc)
+        if self._log_listener is not None:  # before the flush wait: shipping overlaps it
+            self._log_listener(phys + total)
         status = PUT_OK
         group = self._group
         if group is not None and not group.wait(phys + total):
@@ -397,6 +404,8 @@ class MmapMessageStore:
         with self._put_lock:
             self._make_room(requests, encoded)
             placed = [put(r, rec, crc) for r, (rec, crc) in zip(requests, encoded)]
+        if self._log_listener is not None:  # before the flush wait: shipping overlaps it
+            self._log_listener(placed[-1][1] + placed[-1][2])
         status = PUT_OK
         group = self._group
         if group is not None:
@@ -463,9 +472,9 @@ class MmapMessageStore:
             host, offset = decode_msg_id(msg_id)
         except ValidationError:
             return None
-        if host != self._store_host:
-            return None
-        return self.read(offset)
+        found = self.read(offset)
+        # The record's own store host: a slave holds its master's messages under the master's ids.
+        return found if found is not None and found.store_host == host else None
 
     def query_by_key(
         self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0, end_ms: int | None = None

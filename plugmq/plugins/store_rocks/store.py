@@ -50,7 +50,7 @@ log = get_logger(__name__)
 
 CAPABILITIES = StoreCapabilities(
     sync_flush=True, async_flush=True, query_by_key=True, query_by_time=True, crash_recovery=True,
-    retention=True, concurrent_writers=True,
+    retention=True, concurrent_writers=True, replication=True,
 )
 _FAMILIES = ("msg", "cq", "idx", "queues", "meta")
 _REOPEN_MARGIN = 256 << 10  # room beyond the WAL's size a reopen needs (manifest, options, info log)
