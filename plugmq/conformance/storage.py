@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 from plugmq.conformance import _storage_child as child
+from plugmq.conformance.storage_replication import ReplicationClauses
 from plugmq.core import (
     DEFAULT_MAX_BODY_SIZE,
     AppendRequest,
@@ -171,16 +172,17 @@ def read_present(store: MessageStore, commit_log_offset: int) -> StoredMessage:
 class Opener:
     """Opens stores of one plugin in one directory; closes whatever is still open at teardown."""
 
-    def __init__(self, sut: StoreUnderTest, data_dir: Path, clock: ManualClock) -> None:
+    def __init__(self, sut: StoreUnderTest, data_dir: Path, clock: ManualClock, *, store_host: str = STORE_HOST) -> None:
         self.sut = sut
         self.data_dir = data_dir
         self.clock = clock
+        self.store_host = store_host
         self.opened: list[MessageStore] = []
         self.floor = RetentionFloor()  # what a broker passes as context.retention; holds nothing by default
 
     def __call__(self) -> MessageStore:
         store = open_store(self.sut.plugin, self.data_dir, clock=self.clock, options=dict(self.sut.options),
-                           store_host=STORE_HOST, retention=self.floor)
+                           store_host=self.store_host, retention=self.floor)
         self.opened.append(store)
         return store
 
@@ -193,8 +195,12 @@ class Opener:
             store.close()
 
 
-class StoreConformance:
-    """The storage contract. Needs the fixture ``store_plugin`` -> :class:`StoreUnderTest`."""
+class StoreConformance(ReplicationClauses):
+    """The storage contract. Needs the fixture ``store_plugin`` -> :class:`StoreUnderTest`.
+
+    The log-shipping clauses (stores with the ``replication`` capability) come from
+    :class:`plugmq.conformance.storage_replication.ReplicationClauses`.
+    """
 
     @pytest.fixture
     def clock(self) -> ManualClock:
