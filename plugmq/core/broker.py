@@ -21,6 +21,7 @@ from plugmq.core.consumer import PullConsumer, PushConsumer
 from plugmq.core.contracts import (
     AllocateStrategy,
     AllocateStrategyFactory,
+    BrokerRole,
     ClusterContext,
     ClusterService,
     DelayContext,
@@ -30,6 +31,7 @@ from plugmq.core.contracts import (
     FilterCompiler,
     MessageStore,
     PluginContext,
+    ReplicationService,
     TransactionChecker,
     TransactionContext,
     TransactionService,
@@ -71,6 +73,7 @@ from plugmq.core.pop import PopService
 from plugmq.core.popstate import PopState, adopt_legacy_state
 from plugmq.core.ports import Stoppable
 from plugmq.core.producer import Producer
+from plugmq.core.replication import TopicFollower, open_replication, read_only_error
 from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor, pop_consumer_floor
 from plugmq.core.simple import FilterExpression, SimpleConsumer
 from plugmq.core.topics import TopicTable
@@ -105,6 +108,8 @@ class Broker:
         self._offset_stores: dict[str, OffsetStore] = {}
         self._queue_cache: dict[str, tuple[MessageQueue, ...]] = {}
         self.traffic = Traffic()  # messages in/out and append latency, for metrics
+        self.role = BrokerRole(config.role)
+        self.replication: ReplicationService | None = None
         self.plugins: LoadedPlugins = load_plugins(
             config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
         )
@@ -138,17 +143,25 @@ class Broker:
             if self.plugins.with_family(Family.TRANSACTION):
                 self.transactions = hooks.make_transaction_service(
                     TransactionContext(**base, store=self.store, deliver=self._deliver))
+            self._topic_follower = TopicFollower(self.store, self.topics.ensure, self.topics.get)
+            self.replication = open_replication(self.plugins, base, self.store, role=self.role,
+                                                broker_id=config.broker_id, replicated=self._on_replicated,
+                                                where=config.source)
             adopt_legacy_state(self.broker_dir / "pop", self.data_dir / "server")
             self.pop = PopService(self, PopState(self.broker_dir / "pop", fsync=config.pop_fsync,
                                                  compact_bytes=config.pop_compact_bytes))
             self.pop.collect(self.topics.all())
             self.pop.deadline_listeners.append(self.wake_consumers)
-            if self.delay is not None:
+            # A slave's store is written by the replication stream alone: no delay or transaction
+            # service of its own may deliver into it.
+            if self.delay is not None and self.role is not BrokerRole.SLAVE:
                 self.delay.start()
-            if self.transactions is not None:
+            if self.transactions is not None and self.role is not BrokerRole.SLAVE:
                 self.transactions.start()
             self.pop.start()
             self._start_retention()
+            if self.replication is not None:
+                self.replication.start()
             self.cluster: ClusterService | None = self._join_name_service(base)
         except BaseException:
             self._close_services()
@@ -271,6 +284,7 @@ class Broker:
             reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None) -> SendResult:
         """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin)."""
         self._check_open()
+        self.check_writable("store messages")
         if is_system_topic(message.topic) and not allow_system_topic:
             raise TopicError(f"topic {message.topic!r} is a system topic; producers may not send to it")
         queues = self.topic_queues(message.topic)
@@ -282,14 +296,16 @@ class Broker:
         if message.is_delayed:
             result = self._schedule(message, request)
             self.traffic.sent(message.topic, "delay", 1, len(message.body))
+            replica = self.await_replication()
         else:
             started = time.perf_counter()
             result = self.store.append(request)
             kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
             self.traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
+            replica = self.await_replication(result.commit_log_offset + result.size)
             self._emit_stored(result)
             self.wake_consumers()
-        return self._send_result(result, request, queues[queue_id])
+        return self._send_result(result, request, queues[queue_id], replica)
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None) -> list[SendResult]:
@@ -298,6 +314,7 @@ class Broker:
         ``extra_properties``: per message, system properties to add (as ``put``'s argument).
         """
         self._check_open()
+        self.check_writable("store messages")
         if not messages:
             raise ValidationError("a batch needs at least one message")
         if extra_properties is not None and len(extra_properties) != len(messages):
@@ -324,13 +341,17 @@ class Broker:
         started = time.perf_counter()
         results = self.store.append_batch(requests)
         self.traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
+        replica = self.await_replication(results[-1].commit_log_offset + results[-1].size)
         for result in results:
             self._emit_stored(result)
         self.wake_consumers()
-        return [self._send_result(r, q, queues[queue_id]) for r, q in zip(results, requests, strict=True)]
+        return [self._send_result(r, q, queues[queue_id], replica) for r, q in zip(results, requests, strict=True)]
 
-    def _send_result(self, result: AppendResult, request: AppendRequest, queue: MessageQueue) -> SendResult:
+    def _send_result(self, result: AppendResult, request: AppendRequest, queue: MessageQueue,
+                     replica: SendStatus = SendStatus.SEND_OK) -> SendResult:
         status = SendStatus.SEND_OK if result.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
+        if replica is not SendStatus.SEND_OK:  # as RocketMQ's handleHA: the slave's verdict comes last
+            status = replica
         return SendResult(status=status, msg_id=result.msg_id, unique_id=request.properties[Prop.UNIQ_KEY],
                           queue=queue, queue_offset=result.queue_offset)
 
@@ -354,6 +375,7 @@ class Broker:
 
     def _deliver(self, request: AppendRequest) -> AppendResult:
         """Write-back used by the delay and transaction services: a normal message on its topic."""
+        self.check_writable("deliver delayed or transactional messages")
         self.topics.ensure(request.topic, request.queue_id + 1)
         result = self._append(request)
         self._emit_stored(result)
@@ -365,6 +387,26 @@ class Broker:
         result = self.store.append(request)
         self.traffic.appended(time.perf_counter() - started)
         return result
+    # ------------------------------------------------------------------------------ replication
+    def check_writable(self, action: str = "take writes") -> None:
+        """ReadOnlyBrokerError on a slave: only its master takes writes."""
+        if self.role is BrokerRole.SLAVE:
+            raise read_only_error(self.name, action)
+
+    def await_replication(self, end_offset: int | None = None) -> SendStatus:
+        """On a ``sync_master``: wait until a slave holds the log up to ``end_offset`` (default: its
+        end now) and say how it went (SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE);
+        SEND_OK at once on any other broker."""
+        if self.replication is None or self.role is not BrokerRole.SYNC_MASTER:
+            return SendStatus.SEND_OK
+        if end_offset is None:
+            end_offset = getattr(self.store, "log_end_offset", lambda: 0)()
+        return self.replication.await_replicated(end_offset)
+
+    def _on_replicated(self, _end_offset: int) -> None:
+        """A slave appended replicated records: learn their topics, wake long polls."""
+        self._topic_follower.refresh()
+        self.wake_consumers()
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message stored at ``commit_log_offset`` (None if retention removed it)."""
@@ -519,6 +561,7 @@ class Broker:
         settled later by the plugin asking ``check_listener(message)`` of a live producer.
         """
         self._check_open()
+        self.check_writable("send transactional messages")
         return TransactionProducer(self, group, local_transaction, check_listener)
 
     # ------------------------------------------------------------------------------ consumer groups
@@ -705,6 +748,9 @@ class Broker:
             raise ClientError(f"broker {self.name!r} is closed")
 
     def _close_services(self) -> None:
+        replication: ReplicationService | None = getattr(self, "replication", None)
+        if replication is not None:
+            replication.close()  # first: no slave waits on, or writes into, a closing store
         if hasattr(self, "retention"):
             self.retention.close()
         cluster = getattr(self, "cluster", None)

@@ -1,0 +1,77 @@
+"""The broker's side of replication: which role it plays, and opening the replication plugin.
+
+A broker's role (``[broker] role``) is ``async_master`` (the default: acks at once, slaves
+optional), ``sync_master`` (a send is acked once a slave holds it) or ``slave`` (read-only: only
+the replication stream writes its store; consumers may read). ``sync_master`` and ``slave`` need
+a replication plugin (e.g. ``ha``) in ``broker.plugins``, and that plugin needs a store that can
+ship its log (the ``replication`` capability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from plugmq.core.contracts import (
+    BrokerRole,
+    Family,
+    MessageStore,
+    ReplicableStore,
+    ReplicationContext,
+    ReplicationService,
+)
+from plugmq.core.errors import PluginError, ReadOnlyBrokerError
+from plugmq.core.logs import get_logger
+from plugmq.core.pluginmanager import LoadedPlugins, installed_of_family
+
+__all__ = ["TopicFollower", "open_replication", "read_only_error"]
+
+log = get_logger(__name__)
+
+
+def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: MessageStore, *, role: BrokerRole,
+                     broker_id: int, replicated: Callable[[int], None], where: str) -> ReplicationService | None:
+    """The replication plugin's service for this broker, or None for a master without one."""
+    plugins = loaded.with_family(Family.REPLICATION)
+    if not plugins:
+        if role is BrokerRole.ASYNC_MASTER:
+            return None
+        installed = installed_of_family(Family.REPLICATION)
+        raise PluginError(f"{where}: broker.role = {role.value!r} needs a replication plugin in broker.plugins; "
+                          f"add one of: {', '.join(installed) or 'ha'}")
+    plugin = plugins[0]
+    capabilities = getattr(store, "capabilities", None)
+    if not getattr(capabilities, "replication", False) or not isinstance(store, ReplicableStore):
+        storage = loaded.with_family(Family.STORAGE)
+        raise PluginError(f"{where}: replication plugin {plugin!r} needs a store that ships its commit log, but "
+                          f"{', '.join(storage)} does not declare the replication capability; use store_mmap, "
+                          "store_lmdb or store_rocks")
+    service = loaded.hooks.make_replication_service(ReplicationContext(
+        **base, store=store, role=role, broker_id=broker_id, replicated=replicated))
+    if service is None:
+        raise PluginError(f"replication plugin {plugin!r} returned no replication service")
+    return service
+
+
+def read_only_error(broker_name: str, action: str) -> ReadOnlyBrokerError:
+    return ReadOnlyBrokerError(f"broker {broker_name!r} is a slave (read-only): it cannot {action}; send to its "
+                               "master (broker id 0), whose log this slave copies")
+
+
+class TopicFollower:
+    """On a slave: adds the topics and queues the replicated log brings to the broker's topic
+    table (the store's queue map is in memory, so asking after every chunk is cheap)."""
+
+    def __init__(self, store: MessageStore, ensure: Callable[[str, int], int], known: Callable[[str], int | None]
+                 ) -> None:
+        self._store = store
+        self._ensure = ensure
+        self._known = known
+
+    def refresh(self) -> None:
+        try:
+            for topic, count in self._store.queues().items():
+                if (self._known(topic) or 0) < count:
+                    self._ensure(topic, count)
+        except Exception:  # a bad topic must not stop replication; it is logged
+            log.exception("learning replicated topics failed")

@@ -1,0 +1,52 @@
+"""ha: master / slave replication of the commit log over TCP (RocketMQ's HA model).
+
+Roles come from the broker config: ``[broker] role = "async_master" | "sync_master" | "slave"``
+and ``broker_id`` (0 for the master, 1.. for its slaves, all under the same broker name). A slave
+reports the offset its store holds; the master streams its commit log from there; the slave's
+store appends the records at the same offsets and rebuilds its consume queues and indexes. A
+``sync_master`` acks a send once a slave confirmed it (seed 004's 同步双写). Options:
+:class:`HaOptions` (``[plugins.ha]``)::
+
+    [broker]
+    name = "broker-a"
+    role = "sync_master"
+    plugins = ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "alloc", "txn", "ha"]
+
+    [plugins.ha]
+    listen = "0.0.0.0:10912"        # where slaves connect
+
+and on the slave ``role = "slave"``, ``broker_id = 1`` and ``[plugins.ha] master = "host:10912"``.
+"""
+
+from __future__ import annotations
+
+from plugmq.core import (
+    Family,
+    PluginDeclaration,
+    ReplicationContext,
+    ReplicationService,
+    hookimpl,
+)
+from plugmq.plugins.ha.options import HaOptions
+from plugmq.plugins.ha.service import CAPABILITIES, HaService
+
+__all__ = ["HaOptions", "HaService", "plugmq_declare", "plugmq_make_replication_service"]
+
+NAME = "ha"
+
+
+@hookimpl
+def plugmq_declare() -> PluginDeclaration:
+    return PluginDeclaration(
+        name=NAME,
+        families={Family.REPLICATION},
+        description="master/slave replication: commit-log shipping over TCP, async or sync double-write",
+        options=HaOptions,
+        capabilities=CAPABILITIES,
+    )
+
+
+@hookimpl
+def plugmq_make_replication_service(context: ReplicationContext) -> ReplicationService | None:
+    options = context.options_for(NAME)
+    return HaService(context, options if options is not None else HaOptions(), context.plugin_dir(NAME))

@@ -1,0 +1,319 @@
+"""The master's side: accept slaves, stream each its missing log, collect what they confirm.
+
+Per slave two threads, as RocketMQ's HAConnection has: the writer streams chunks from the
+slave's offset on, woken by the store's log listener the moment records are readable (before a
+sync-flush append waits for its flush, so shipping overlaps the flush); the reader takes the
+slave's ACKs. A slow slave fills its own socket buffer and blocks only its own writer; a dead
+one is dropped after ``peer_timeout_ms`` of silence. Sync double-write (:meth:`await_replicated`)
+waits on the highest confirmed offset, like RocketMQ's GroupTransferService: one ACK releases
+every send it covers, so concurrent sends share one round trip.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from plugmq.core import ReplicableStore, ReplicaStatus, ReplicationError, SendStatus, StoreError
+from plugmq.core.logs import get_logger
+from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.frames import FrameType
+from plugmq.plugins.ha.options import HaOptions, parse_address
+
+__all__ = ["MasterSide"]
+
+log = get_logger(__name__)
+
+_LAG_COUNT_BUDGET = 16 * 1024 * 1024  # bytes of log scanned to count lagging messages
+
+
+class _Slave:
+    """One connected slave: its socket, its threads and what it confirmed."""
+
+    def __init__(self, master: MasterSide, sock: socket.socket, address: str) -> None:
+        self.master = master
+        self.sock = sock
+        self.address = address
+        self.broker_id = -1
+        self.confirmed = 0
+        self.sent = 0
+        self.alive = True
+        self.ready = False  # handshake done: counts for sync double-write
+
+    def close(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.master.forget(self)
+
+    # -- reader thread: handshake, then ACKs ------------------------------------------------
+
+    def run_reader(self) -> None:
+        master = self.master
+        reader = frames.Reader(self.sock, self.address)
+        try:
+            self.sock.settimeout(master.options.peer_timeout_ms / 1000)
+            kind, payload = reader.read()
+            if kind is not FrameType.HELLO:
+                raise ConnectionError(f"expected HELLO, got {kind.name}")
+            start = master.admit(self, frames.parse_json(payload))
+            if start is None:
+                return
+            writer = threading.Thread(target=self.run_writer, args=(start,), daemon=True,
+                                      name=f"ha-ship-{master.broker_name}-{self.broker_id}")
+            writer.start()
+            while self.alive:
+                kind, payload = reader.read()
+                if kind is not FrameType.ACK:
+                    raise ConnectionError(f"expected ACK, got {kind.name}")
+                master.confirm(self, frames.parse_ack(payload))
+        except (OSError, ReplicationError, ValueError) as exc:
+            if self.alive and not master.closed:
+                log.info("replication slave disconnected", slave=self.address, broker_id=self.broker_id,
+                         confirmed=self.confirmed, reason=str(exc) or type(exc).__name__)
+        finally:
+            self.close()
+
+    # -- writer thread: the log from the slave's offset on -----------------------------------
+
+    def run_writer(self, position: int) -> None:
+        master = self.master
+        store = master.store
+        batch = master.options.transfer_batch_bytes
+        heartbeat = master.options.heartbeat_ms / 1000
+        try:
+            last_sent = time.monotonic()
+            while self.alive:
+                end = store.log_end_offset()
+                if position < end:
+                    chunk = store.read_log(position, batch)
+                    if chunk.data:
+                        self.sock.sendall(frames.data_frame(chunk.start, end, chunk.records, chunk.data))
+                        position = self.sent = chunk.end
+                        last_sent = time.monotonic()
+                        continue
+                if not master.wait_for_append(position, last_sent + heartbeat):
+                    self.sock.sendall(frames.data_frame(position, store.log_end_offset(), 0, b""))
+                    last_sent = time.monotonic()
+        except (OSError, StoreError) as exc:
+            if self.alive and not master.closed:
+                log.warning("replication stream to slave stopped", slave=self.address, broker_id=self.broker_id,
+                            position=position, reason=str(exc) or type(exc).__name__)
+        finally:
+            self.close()
+
+
+class MasterSide:
+    """Listens for slaves of this broker name and streams them the commit log."""
+
+    def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, plugin_dir: Path,
+                 sync: bool) -> None:
+        self.store = store
+        self.options = options
+        self.broker_name = broker_name
+        self.sync = sync
+        self._plugin_dir = plugin_dir
+        self.closed = False
+        self.address = ""
+        self._slaves: list[_Slave] = []
+        self._lock = threading.Lock()
+        # Writers wait here for records; the store's listener wakes them.
+        self._appended = threading.Condition()
+        self._idle_writers = 0
+        # Sync double-write waits here for the highest confirmed offset.
+        self._confirmed = threading.Condition()
+        self._best = 0
+        self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        host, port = parse_address(self.options.listen, what="plugins.ha.listen", port_zero_ok=True)
+        sock = socket.create_server((host, port), reuse_port=False)
+        bound_host, bound_port = sock.getsockname()[:2]
+        self.address = f"{bound_host}:{bound_port}"
+        self._listener = sock
+        (self._plugin_dir / "listen.addr").write_text(self.address + "\n", encoding="utf-8")
+        self.store.set_log_listener(self._on_append)
+        self._accepting = threading.Thread(target=self._accept_loop, daemon=True, name=f"ha-accept-{self.broker_name}")
+        self._accepting.start()
+        log.info("replication master listening", broker=self.broker_name, address=self.address,
+                 mode="sync_master" if self.sync else "async_master", end=self.store.log_end_offset())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.store.set_log_listener(None)
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        with self._lock:
+            slaves = list(self._slaves)
+        for slave in slaves:
+            slave.close()
+        with self._appended:
+            self._appended.notify_all()
+        with self._confirmed:
+            self._confirmed.notify_all()
+        if self._accepting is not None:
+            self._accepting.join(timeout=5)
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self.closed:
+            try:
+                sock, peer = self._listener.accept()
+            except OSError:
+                if not self.closed:
+                    log.exception("replication listener failed; slaves cannot connect", address=self.address)
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            slave = _Slave(self, sock, f"{peer[0]}:{peer[1]}")
+            with self._lock:
+                self._slaves.append(slave)
+            threading.Thread(target=slave.run_reader, daemon=True, name=f"ha-slave-{peer[1]}").start()
+
+    # -- slaves -------------------------------------------------------------------------------
+
+    def admit(self, slave: _Slave, hello: dict[str, Any]) -> int | None:
+        """Check a HELLO; answer WELCOME with the stream's start (or REFUSE and return None)."""
+        store = self.store
+        end, low = store.log_end_offset(), store.log_min_offset()
+        reason = None
+        slave_end = hello.get("end")
+        if hello.get("version") != frames.PROTOCOL_VERSION:
+            reason = f"protocol version {hello.get('version')!r}; this master speaks {frames.PROTOCOL_VERSION}"
+        elif hello.get("broker_name") != self.broker_name:
+            reason = (f"it is a slave of broker {hello.get('broker_name')!r} but this master is {self.broker_name!r}; "
+                      "give master and slave the same [broker] name")
+        elif not isinstance(hello.get("broker_id"), int) or hello["broker_id"] < 1:
+            reason = f"broker id {hello.get('broker_id')!r}; a slave has [broker] broker_id >= 1"
+        elif hello.get("format") != store.log_format:
+            reason = (f"its store keeps the log as {hello.get('format')!r}, this master as {store.log_format!r}; "
+                      "use the same storage plugin (and segment size) on both")
+        elif not isinstance(slave_end, int) or slave_end < 0:
+            reason = f"bad end offset {slave_end!r}"
+        elif slave_end > end:
+            reason = (f"it holds log up to {slave_end}, past this master's end {end}: it was a master itself or "
+                      "followed another one; cut it back or remove its data before it rejoins")
+        if reason is not None:
+            log.error("replication slave refused", slave=slave.address, reason=reason)
+            slave.sock.sendall(frames.json_frame(FrameType.REFUSE, {"reason": reason}))
+            return None
+        assert isinstance(slave_end, int)
+        start = max(slave_end, low)
+        slave.broker_id = hello["broker_id"]
+        slave.confirmed = slave.sent = slave_end
+        with self._lock:
+            for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
+                old.alive = False  # a reconnect replaces a half-open connection of the same slave
+                threading.Thread(target=old.close, daemon=True).start()
+        slave.sock.sendall(frames.json_frame(FrameType.WELCOME, {
+            "start": start, "end": end, "min": low, "format": store.log_format, "epoch": 0}))
+        slave.ready = True
+        self.confirm(slave, slave_end)
+        log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,
+                 master_end=end, lag_bytes=end - slave_end)
+        return start
+
+    def forget(self, slave: _Slave) -> None:
+        with self._lock:
+            if slave in self._slaves:
+                self._slaves.remove(slave)
+        with self._confirmed:
+            self._best = max((s.confirmed for s in self._ready_slaves()), default=0)
+            self._confirmed.notify_all()
+
+    def _ready_slaves(self) -> list[_Slave]:
+        with self._lock:
+            return [s for s in self._slaves if s.ready and s.alive]
+
+    def confirm(self, slave: _Slave, offset: int) -> None:
+        slave.confirmed = max(slave.confirmed, offset)
+        if offset > self._best:
+            with self._confirmed:
+                if offset > self._best:
+                    self._best = offset
+                self._confirmed.notify_all()
+
+    # -- writers wait for records -------------------------------------------------------------
+
+    def _on_append(self, _end: int) -> None:
+        if self._idle_writers:
+            with self._appended:
+                self._appended.notify_all()
+
+    def wait_for_append(self, position: int, deadline: float) -> bool:
+        """Block until the log grows past ``position``; False at ``deadline`` (time for a heartbeat)."""
+        with self._appended:
+            self._idle_writers += 1
+            try:
+                while not self.closed and self.store.log_end_offset() <= position:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._appended.wait(remaining)
+            finally:
+                self._idle_writers -= 1
+        return True
+
+    # -- sync double-write --------------------------------------------------------------------
+
+    def await_replicated(self, end_offset: int) -> SendStatus:
+        if self._best >= end_offset:
+            return SendStatus.SEND_OK
+        gap = self.options.max_gap_bytes
+        if not any(end_offset - s.confirmed < gap for s in self._ready_slaves()):
+            return SendStatus.SLAVE_NOT_AVAILABLE
+        deadline = time.monotonic() + self.options.sync_timeout_ms / 1000
+        with self._confirmed:
+            while self._best < end_offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.closed:
+                    return SendStatus.FLUSH_SLAVE_TIMEOUT
+                self._confirmed.wait(remaining)
+        return SendStatus.SEND_OK
+
+    # -- status -------------------------------------------------------------------------------
+
+    @property
+    def confirmed_offset(self) -> int:
+        return self._best
+
+    def slave_statuses(self, count: Callable[[int, int], int | None]) -> tuple[ReplicaStatus, ...]:
+        end = self.store.log_end_offset()
+        return tuple(
+            ReplicaStatus(broker_id=s.broker_id, address=s.address, confirmed_offset=s.confirmed,
+                          lag_bytes=max(0, end - s.confirmed), lag_messages=count(s.confirmed, end),
+                          in_sync=end - s.confirmed < self.options.max_gap_bytes)
+            for s in sorted(self._ready_slaves(), key=lambda s: s.broker_id))
+
+    def count_records(self, start: int, end: int) -> int | None:
+        """How many records lie in [start, end); None when that is more log than the budget."""
+        if end - start > _LAG_COUNT_BUDGET:
+            return None
+        position, records = start, 0
+        try:
+            while position < end:
+                chunk = self.store.read_log(position, min(end - position, 4 * 1024 * 1024))
+                if not chunk.data:
+                    break
+                records += chunk.records
+                position = chunk.end
+        except StoreError:
+            return None
+        return records

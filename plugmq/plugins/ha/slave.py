@@ -1,0 +1,137 @@
+"""The slave's side: connect to the master, append what it streams, confirm, reconnect forever.
+
+One thread: connect, say HELLO with the store's end offset, then for every DATA frame append the
+chunk (whole, or refused whole by the store) and ACK the new end. Any failure — the master gone,
+a torn frame, a refused chunk — closes the connection; the thread waits (``reconnect_ms``,
+doubling up to ``reconnect_max_ms``) and connects again from the store's end, so nothing is
+skipped and nothing applied twice.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from plugmq.core import LogChunk, PlugmqError, ReplicableStore, Replicated, ReplicationError
+from plugmq.core.logs import get_logger
+from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.frames import FrameType
+from plugmq.plugins.ha.options import HaOptions, parse_address
+
+__all__ = ["SlaveSide"]
+
+log = get_logger(__name__)
+
+
+class SlaveSide:
+    """Follows the master at ``options.master`` for broker ``broker_name`` / ``broker_id``."""
+
+    def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
+                 replicated: Replicated | None) -> None:
+        if not options.master:
+            raise ReplicationError(f"broker {broker_name!r} is a slave but [plugins.ha] names no master; "
+                                   'add master = "host:port" (the master\'s [plugins.ha] listen address)')
+        self.store = store
+        self.options = options
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.address = options.master
+        self._replicated = replicated
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"ha-follow-{broker_name}-{broker_id}")
+        self.connected = False
+        self.master_end: int | None = None
+        self.connects = 0
+        self.last_error = ""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self.options.reconnect_ms / 1000
+        while not self._stop.is_set():
+            connects = self.connects
+            try:
+                self._follow()
+            except (OSError, PlugmqError) as exc:
+                reason = str(exc) or type(exc).__name__
+                if not self._stop.is_set():
+                    if reason != self.last_error or self.connects > connects:
+                        log.warning("replication from master interrupted; reconnecting", master=self.address,
+                                    broker=self.broker_name, end=self._end(), reason=reason)
+                    self.last_error = reason
+            finally:
+                self.connected = False
+                sock, self._sock = self._sock, None
+                if sock is not None:
+                    sock.close()
+            if self.connects > connects:  # it streamed: the next try starts with a short wait again
+                backoff = self.options.reconnect_ms / 1000
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self.options.reconnect_max_ms / 1000)
+
+    def _end(self) -> int | None:
+        try:
+            return self.store.log_end_offset()
+        except PlugmqError:
+            return None
+
+    def _follow(self) -> None:
+        """One connection's life (it ends with an exception, or when the slave closes)."""
+        host, port = parse_address(self.address, what="plugins.ha.master")
+        sock = socket.create_connection((host, port), timeout=self.options.connect_timeout_ms / 1000)
+        self._sock = sock
+        if self._stop.is_set():
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.options.peer_timeout_ms / 1000)
+        store = self.store
+        end = store.log_end_offset()
+        sock.sendall(frames.json_frame(FrameType.HELLO, {
+            "version": frames.PROTOCOL_VERSION, "broker_name": self.broker_name, "broker_id": self.broker_id,
+            "format": store.log_format, "end": end, "min": store.log_min_offset(), "epoch": 0}))
+        reader = frames.Reader(sock, self.address)
+        kind, payload = reader.read()
+        body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
+        if kind is FrameType.REFUSE:
+            raise ReplicationError(f"master {self.address} refused this slave: {body.get('reason')}")
+        if kind is not FrameType.WELCOME:
+            raise ReplicationError(f"master {self.address} answered {kind.name} to HELLO")
+        self.master_end = int(body.get("end", 0))
+        self.connected = True
+        self.connects += 1
+        self.last_error = ""
+        log.info("replicating from master", master=self.address, broker=self.broker_name, broker_id=self.broker_id,
+                 start=body.get("start"), end=end, master_end=self.master_end)
+        heartbeat = self.options.heartbeat_ms / 1000
+        last_ack = 0.0
+        while not self._stop.is_set():
+            kind, payload = reader.read()
+            if kind is not FrameType.DATA:
+                raise ReplicationError(f"master {self.address} sent {kind.name} while streaming")
+            start, master_end, records, data = frames.parse_data(payload)
+            self.master_end = master_end
+            if data:
+                end = store.append_log(LogChunk(start, data, records))
+                if self._replicated is not None:
+                    self._replicated(end)
+            elif time.monotonic() - last_ack < heartbeat / 2:
+                continue  # a heartbeat soon after an ACK: the master knows where we are
+            sock.sendall(frames.ack_frame(end))
+            last_ack = time.monotonic()
