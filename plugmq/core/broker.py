@@ -281,8 +281,13 @@ class Broker:
         )
 
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
-            reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None) -> SendResult:
-        """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin)."""
+            reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
+            await_slave: bool = True) -> SendResult:
+        """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin).
+
+        On a ``sync_master`` the answer waits for a slave, unless ``await_slave`` is False: then the
+        caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
+        """
         self._check_open()
         self.check_writable("store messages")
         if is_system_topic(message.topic) and not allow_system_topic:
@@ -296,22 +301,25 @@ class Broker:
         if message.is_delayed:
             result = self._schedule(message, request)
             self.traffic.sent(message.topic, "delay", 1, len(message.body))
-            replica = self.await_replication()
+            replica = self.await_replication() if await_slave else SendStatus.SEND_OK
         else:
             started = time.perf_counter()
             result = self.store.append(request)
             kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
             self.traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
-            replica = self.await_replication(result.commit_log_offset + result.size)
+            replica = (self.await_replication(result.commit_log_offset + result.size) if await_slave
+                       else SendStatus.SEND_OK)
             self._emit_stored(result)
             self.wake_consumers()
         return self._send_result(result, request, queues[queue_id], replica)
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
-                  extra_properties: Sequence[Mapping[str, str] | None] | None = None) -> list[SendResult]:
+                  extra_properties: Sequence[Mapping[str, str] | None] | None = None,
+                  await_slave: bool = True) -> list[SendResult]:
         """Store several messages of one topic on one queue in one store batch.
 
-        ``extra_properties``: per message, system properties to add (as ``put``'s argument).
+        ``extra_properties``: per message, system properties to add (as ``put``'s argument);
+        ``await_slave``: as for ``put``.
         """
         self._check_open()
         self.check_writable("store messages")
@@ -341,7 +349,8 @@ class Broker:
         started = time.perf_counter()
         results = self.store.append_batch(requests)
         self.traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
-        replica = self.await_replication(results[-1].commit_log_offset + results[-1].size)
+        replica = (self.await_replication(results[-1].commit_log_offset + results[-1].size) if await_slave
+                   else SendStatus.SEND_OK)
         for result in results:
             self._emit_stored(result)
         self.wake_consumers()

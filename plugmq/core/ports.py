@@ -31,7 +31,7 @@ from plugmq.core.contracts import (
     TransactionService,
 )
 from plugmq.core.groups import GroupMember
-from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, StoredMessage
+from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, SendStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.offsets import OffsetStore
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
@@ -57,12 +57,13 @@ class TopicRouting(Protocol):
 
 class Sending(TopicRouting, Protocol):
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False, reconsume_times: int = 0,
-            extra_properties: Mapping[str, str] | None = None) -> SendResult:
+            extra_properties: Mapping[str, str] | None = None, await_slave: bool = True) -> SendResult:
         """Store one message on a queue of its topic (delayed ones go to the delay plugin)."""
         ...
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
-                  extra_properties: Sequence[Mapping[str, str] | None] | None = None) -> list[SendResult]:
+                  extra_properties: Sequence[Mapping[str, str] | None] | None = None,
+                  await_slave: bool = True) -> list[SendResult]:
         """Store messages of one topic on one queue in one store batch."""
         ...
 
@@ -169,4 +170,12 @@ class Serving(Sending, TransactionSending, Protocol):
         ...
 
     def cancel_delayed(self, msg_id: str) -> bool:
+        ...
+
+    def check_writable(self, action: str = ...) -> None:
+        """ReadOnlyBrokerError on a slave."""
+        ...
+
+    def await_replication(self, end_offset: int | None = None) -> SendStatus:
+        """A sync_master's wait for a slave (SEND_OK elsewhere)."""
         ...

@@ -4,7 +4,9 @@ A SendWorker thread takes the calls (one hop off the event loop per call); a Sen
 messages of all calls waiting at that moment. Normal messages that go to one queue are stored
 as one store batch (``Broker.put_batch``), up to the broker's size limit per batch; delayed and
 transactional messages go one by one to their services. Each message's failure is its own entry
-status; the others are stored regardless.
+status; the others are stored regardless. On a ``sync_master`` the worker stores everything of the
+round first and then waits once for a slave to confirm it all (RocketMQ's GroupTransferService):
+one replication round trip answers every call of the round.
 """
 
 from __future__ import annotations
@@ -30,8 +32,21 @@ from plugmq.server.telemetry import Sessions, txn_group
 
 __all__ = ["SendRequest", "SendWorker", "Sender"]
 
-_NOT_FLUSHED = ("the message is stored but was not flushed to disk in time; a retry by the client may store "
-                "it twice")
+# A send that is stored but not as durable as asked, as RocketMQ 5's proxy answers it
+# (SendMessageActivity): the message is on the master; a retry by the client may store it twice.
+_NOT_PERSISTED = {
+    SendStatus.FLUSH_DISK_TIMEOUT: (
+        Code.MASTER_PERSISTENCE_TIMEOUT,
+        "the message is stored but was not flushed to disk in time; a retry by the client may store it twice"),
+    SendStatus.FLUSH_SLAVE_TIMEOUT: (
+        Code.SLAVE_PERSISTENCE_TIMEOUT,
+        "the message is stored on the master but no slave confirmed it in time (sync_master); a retry by the "
+        "client may store it twice"),
+    SendStatus.SLAVE_NOT_AVAILABLE: (
+        Code.HA_NOT_AVAILABLE,
+        "the message is stored on the master but no slave is connected to copy it (sync_master); start or "
+        "reconnect a slave; a retry by the client may store it twice"),
+}
 
 
 @attrs.frozen
@@ -111,6 +126,7 @@ class Sender:
         for (_topic, queue_id), queue_batches in batches.items():
             for batch in queue_batches:
                 self._store(batch, queue_id, entries, protos)
+        self._await_slave(entries)
         answers: list[list[service_pb2.SendResultEntry]] = []
         start = 0
         for request in requests:
@@ -118,6 +134,18 @@ class Sender:
             answers.append([entry for entry in entries[start:end] if entry is not None])
             start = end
         return answers
+
+    def _await_slave(self, entries: Sequence[service_pb2.SendResultEntry | None]) -> None:
+        """One wait for a slave covering every message this round stored (SEND_OK elsewhere than on
+        a sync_master); what it could not confirm answers FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE."""
+        stored = [entry for entry in entries if entry is not None and entry.status.code == Code.OK]
+        if not stored:
+            return
+        replica = self._broker.await_replication()
+        if replica is not SendStatus.SEND_OK:
+            for entry in stored:
+                _set_status(entry, replica)
 
     def _check(self, proto: definition_pb2.Message, account: Account | None) -> Outgoing:
         out = outgoing(proto)
@@ -132,10 +160,10 @@ class Sender:
         try:
             if len(batch.items) == 1:
                 out = batch.items[0]
-                results = [self._broker.put(out.message, queue_id, extra_properties=out.extra)]
+                results = [self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False)]
             else:
                 results = self._broker.put_batch([out.message for out in batch.items], queue_id,
-                                                 extra_properties=[out.extra for out in batch.items])
+                                                 extra_properties=[out.extra for out in batch.items], await_slave=False)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
             for slot in batch.slots:
                 entries[slot] = _failed(protos[slot], exc)
@@ -144,12 +172,13 @@ class Sender:
             entries[slot] = _entry(out.message_id, result)
 
     def _delay(self, out: Outgoing, queue_id: int) -> service_pb2.SendResultEntry:
-        result = self._broker.put(out.message, queue_id, extra_properties=out.extra)
+        result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False)
         entry = _entry(out.message_id, result)
         entry.recall_handle = f"{result.msg_id}:{out.message_id}"
         return entry
 
     def _prepare(self, out: Outgoing, queue_id: int, client_id: str) -> service_pb2.SendResultEntry:
+        self._broker.check_writable("take transactional messages")
         service = self._broker.transactions
         topic = out.message.topic
         if service is None:
@@ -162,22 +191,21 @@ class Sender:
         stored = service.prepare(request, txn_group(topic))
         entry = service_pb2.SendResultEntry(message_id=out.message_id, transaction_id=stored.msg_id,
                                             offset=stored.queue_offset)
-        _flushed(entry, stored.status is AppendStatus.PUT_OK)
+        _set_status(entry, SendStatus.SEND_OK if stored.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT)
         return entry
 
 
 def _entry(message_id: str, result: SendResult) -> service_pb2.SendResultEntry:
     entry = service_pb2.SendResultEntry(message_id=message_id, offset=result.queue_offset)
-    _flushed(entry, result.status is SendStatus.SEND_OK)
+    _set_status(entry, result.status)
     return entry
 
 
-def _flushed(entry: service_pb2.SendResultEntry, flushed: bool) -> None:
-    if flushed:
+def _set_status(entry: service_pb2.SendResultEntry, status: SendStatus) -> None:
+    if status is SendStatus.SEND_OK:
         entry.status.CopyFrom(ok())
     else:
-        entry.status.code = Code.MASTER_PERSISTENCE_TIMEOUT
-        entry.status.message = _NOT_FLUSHED
+        entry.status.code, entry.status.message = _NOT_PERSISTED[status]
 
 
 def _failed(proto: definition_pb2.Message, exc: BaseException) -> service_pb2.SendResultEntry:

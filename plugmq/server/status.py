@@ -10,6 +10,7 @@ from plugmq.core.errors import (
     InvalidNameError,
     MessageTooLargeError,
     PlugmqError,
+    ReadOnlyBrokerError,
     ReceiptHandleError,
     StoreError,
     StoreFullError,
@@ -49,6 +50,8 @@ def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
     text = str(exc)
     if isinstance(exc, ReceiptHandleError):
         return RpcFailure(Code.INVALID_RECEIPT_HANDLE, text)
+    if isinstance(exc, ReadOnlyBrokerError):  # RocketMQ: a slave's store forbids puts
+        return RpcFailure(Code.FORBIDDEN, text)
     if isinstance(exc, MessageTooLargeError):
         return RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, text)
     if isinstance(exc, InvalidNameError):

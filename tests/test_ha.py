@@ -1,0 +1,263 @@
+"""The ha replication plugin with embedded brokers: roles, refusals, sync double-write statuses,
+catching up after a restart, reading from a slave. Real stores, real TCP on loopback.
+
+Waits here poll real state (a slave's end offset) with a deadline; nothing sleeps for a delay.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from plugmq.core import (
+    BrokerRole,
+    ConfigError,
+    Message,
+    MessageQueue,
+    PluginError,
+    ReadOnlyBrokerError,
+    ReplicableStore,
+    ReplicationError,
+    SendStatus,
+)
+from plugmq.core.broker import Broker
+
+PLUGINS = ["filter_tag", "alloc", "ha"]
+DEADLINE_S = 20.0
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class Brokers:
+    """Opens brokers under tmp_path and closes every one at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.opened: list[Broker] = []
+
+    def master(self, store: str = "store_mmap", *, role: str = "async_master", **ha: Any) -> Broker:
+        broker = Broker.open(self.root / f"master-{len(self.opened)}", plugins=[store, *PLUGINS], role=role,
+                             options={"ha": {"heartbeat_ms": 100, "peer_timeout_ms": 3000, **ha}})
+        self.opened.append(broker)
+        return broker
+
+    def slave(self, master: Broker | str, store: str = "store_mmap", *, broker_id: int = 1, name: str = "broker-a",
+              data: str | None = None, **ha: Any) -> Broker:
+        address = master if isinstance(master, str) else master.replication.status().address  # type: ignore[union-attr]
+        broker = Broker.open(self.root / (data or f"slave-{len(self.opened)}"), plugins=[store, *PLUGINS],
+                             role="slave", broker_id=broker_id, name=name, store_host="127.0.0.9:10911",
+                             options={"ha": {"master": address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
+                                             "reconnect_ms": 20, "reconnect_max_ms": 200, **ha}})
+        self.opened.append(broker)
+        return broker
+
+    def close_all(self) -> None:
+        for broker in reversed(self.opened):
+            broker.close()
+
+
+@pytest.fixture
+def brokers(tmp_path: Path) -> Iterator[Brokers]:
+    made = Brokers(tmp_path)
+    yield made
+    made.close_all()
+
+
+def end_of(broker: Broker) -> int:
+    store = broker.store
+    assert isinstance(store, ReplicableStore)
+    return store.log_end_offset()
+
+
+def caught_up(slave: Broker, master: Broker) -> None:
+    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+
+
+def send(broker: Broker, count: int, *, topic: str = "Orders", first: int = 0) -> list[Any]:
+    return [broker.put(Message(topic, f"m{i}".encode(), keys=(f"k{i}",)), i % 4) for i in range(first, first + count)]
+
+
+def same_messages(master: Broker, slave: Broker, results: list[Any], topic: str = "Orders") -> None:
+    for result in results:
+        want = master.query_by_id(result.msg_id)
+        assert want is not None and slave.query_by_id(result.msg_id) == want
+    for queue_id in range(4):
+        queue = MessageQueue(topic, master.name, queue_id)
+        assert slave.max_offset(queue) == master.max_offset(queue)
+        assert slave.pull(queue, 0, 1000).messages == master.pull(queue, 0, 1000).messages
+
+
+@pytest.mark.parametrize("store", ["store_mmap", "store_lmdb", "store_rocks"])
+def test_async_master_ships_everything_to_a_slave(brokers: Brokers, store: str) -> None:
+    master = brokers.master(store)
+    slave = brokers.slave(master, store)
+    results = send(master, 200)
+    caught_up(slave, master)
+    same_messages(master, slave, results)
+    status = master.replication.status()  # type: ignore[union-attr]
+    assert status.role is BrokerRole.ASYNC_MASTER and [s.broker_id for s in status.slaves] == [1]
+    assert status.slaves[0].lag_bytes == 0 and status.slaves[0].lag_messages == 0
+    mirror = slave.replication.status()  # type: ignore[union-attr]
+    assert mirror.connected and mirror.role is BrokerRole.SLAVE and mirror.lag_bytes == 0
+    assert mirror.as_dict()["end_offset"] == end_of(master)
+
+
+def test_slave_is_read_only_and_runs_no_delay_service(brokers: Brokers) -> None:
+    master = brokers.master()
+    slave = Broker.open(brokers.root / "slave-delay", plugins=["store_mmap", "delay_level", *PLUGINS], role="slave",
+                        broker_id=1, options={"ha": {"master": master.replication.status().address}})  # type: ignore[union-attr]
+    brokers.opened.append(slave)
+    for write in (lambda: slave.put(Message("Orders", b"x"), 0),
+                  lambda: slave.put_batch([Message("Orders", b"x")], 0),
+                  lambda: slave.producer("g").send(Message("Orders", b"x"))):
+        with pytest.raises(ReadOnlyBrokerError, match="slave"):
+            write()
+    results = send(master, 5)
+    caught_up(slave, master)
+    assert slave.topics.get("Orders") == 4, "the slave learns the replicated topic"
+    consumer = slave.pull_consumer("readers")
+    got = [m for q in range(4) for m in consumer.pull(MessageQueue("Orders", "broker-a", q), 0, 10).messages]
+    assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in results)
+
+
+def test_sync_master_statuses(brokers: Brokers) -> None:
+    master = brokers.master(role="sync_master", sync_timeout_ms=300)
+    alone = master.put(Message("Orders", b"alone"), 0)
+    assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE  # stored on the master all the same
+    slave = brokers.slave(master)
+    until(lambda: master.put(Message("Orders", b"probe"), 0).status is SendStatus.SEND_OK, "a slave to confirm")
+    results = send(master, 50)
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert end_of(slave) >= results[-1].queue_offset  # confirmed means the slave holds it
+    assert slave.query_by_id(results[-1].msg_id) == master.query_by_id(results[-1].msg_id)
+    assert slave.query_by_id(alone.msg_id) == master.query_by_id(alone.msg_id)
+    batch = master.put_batch([Message("Orders", b"b1"), Message("Orders", b"b2")], 1)
+    assert {r.status for r in batch} == {SendStatus.SEND_OK}
+    slave.close()
+    until(lambda: not master.replication.status().slaves, "the master to notice the slave left")  # type: ignore[union-attr]
+    assert master.put(Message("Orders", b"gone"), 0).status is SendStatus.SLAVE_NOT_AVAILABLE
+
+
+def test_sync_master_times_out_on_a_slave_that_stops_answering(brokers: Brokers) -> None:
+    """A peer that accepts the stream but never ACKs (a stalled process) gives FLUSH_SLAVE_TIMEOUT."""
+    master = brokers.master(role="sync_master", sync_timeout_ms=200)
+    host, port = master.replication.status().address.split(":")  # type: ignore[union-attr]
+    from plugmq.plugins.ha import frames
+
+    with socket.create_connection((host, int(port))) as mute:
+        mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
+            "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
+            "end": 0, "min": 0, "epoch": 0}))
+        until(lambda: bool(master.replication.status().slaves), "the mute slave to be admitted")  # type: ignore[union-attr]
+        started = time.monotonic()
+        result = master.put(Message("Orders", b"never confirmed"), 0)
+        assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+        assert time.monotonic() - started >= 0.2
+        assert master.query_by_id(result.msg_id) is not None, "the message stays stored on the master"
+
+
+def test_async_master_never_waits_for_a_mute_slave(brokers: Brokers) -> None:
+    master = brokers.master(transfer_batch_bytes=1024)
+    host, port = master.replication.status().address.split(":")  # type: ignore[union-attr]
+    from plugmq.plugins.ha import frames
+
+    with socket.create_connection((host, int(port))) as mute:
+        mute.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
+            "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
+            "end": 0, "min": 0, "epoch": 0}))
+        until(lambda: bool(master.replication.status().slaves), "the mute slave to be admitted")  # type: ignore[union-attr]
+        results = send(master, 3000)  # far more than the socket buffers hold: the stream blocks, sends do not
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        status = master.replication.status()  # type: ignore[union-attr]
+        assert status.slaves[0].lag_bytes > 0
+
+
+def test_killed_slave_catches_up_after_restart(brokers: Brokers) -> None:
+    master = brokers.master("store_lmdb")
+    slave = brokers.slave(master, "store_lmdb", data="the-slave")
+    first = send(master, 50)
+    caught_up(slave, master)
+    slave.close()
+    later = send(master, 70, first=50)
+    again = brokers.slave(master, "store_lmdb", data="the-slave")
+    caught_up(again, master)
+    same_messages(master, again, first + later)
+
+
+def test_slave_reconnects_to_a_restarted_master(brokers: Brokers, tmp_path: Path) -> None:
+    master = brokers.master(listen="127.0.0.1:0")
+    address = master.replication.status().address  # type: ignore[union-attr]
+    slave = brokers.slave(address)
+    results = send(master, 10)
+    caught_up(slave, master)
+    data_dir = master.data_dir
+    master.close()
+    brokers.opened.remove(master)
+    until(lambda: not slave.replication.status().connected, "the slave to notice")  # type: ignore[union-attr]
+    reopened = Broker.open(data_dir, plugins=["store_mmap", *PLUGINS], options={"ha": {"listen": address}})
+    brokers.opened.append(reopened)
+    results += send(reopened, 10, first=10)
+    caught_up(slave, reopened)
+    same_messages(reopened, slave, results)
+
+
+def test_refusals_name_the_problem(brokers: Brokers) -> None:
+    master = brokers.master("store_mmap")
+    with capture_logs() as logs:
+        other_format = brokers.slave(master, "store_lmdb")
+        other_name = brokers.slave(master, name="broker-b", broker_id=2)
+
+        def reasons() -> str:
+            return " ".join(e["reason"] for e in logs if e["event"] == "replication slave refused")
+
+        until(lambda: "kvstore-record" in reasons() and "broker-b" in reasons(), "both refusals")
+        reasons_seen = reasons()
+    assert "store_mmap" in reasons_seen and "broker-a" in reasons_seen, reasons_seen
+    assert not other_format.replication.status().connected  # type: ignore[union-attr]
+    assert not other_name.replication.status().connected  # type: ignore[union-attr]
+    assert not master.replication.status().slaves  # type: ignore[union-attr]
+    # A slave holding more than the master (it was a master itself) is refused too.
+    ahead = brokers.master("store_mmap")
+    send(ahead, 5)
+    ahead_dir = ahead.data_dir
+    ahead.close()
+    brokers.opened.remove(ahead)
+    with capture_logs() as logs:
+        brokers.slave(master, data=str(ahead_dir.relative_to(brokers.root)))
+        until(lambda: any("past this master's end" in e.get("reason", "") for e in logs), "the refusal")
+
+
+def test_role_configuration_errors(tmp_path: Path) -> None:
+    with pytest.raises(PluginError, match="needs a replication plugin.*ha"):
+        Broker.open(tmp_path / "a", plugins=["store_mmap"], role="sync_master")
+    with pytest.raises(PluginError, match="needs a replication plugin"):
+        Broker.open(tmp_path / "b", plugins=["store_mmap"], role="slave", broker_id=1)
+    with pytest.raises(ReplicationError, match="names no master"):
+        Broker.open(tmp_path / "c", plugins=["store_mmap", "ha"], role="slave", broker_id=1)
+    with pytest.raises(ConfigError, match="broker_id"):
+        Broker.open(tmp_path / "d", plugins=["store_mmap", "ha"], role="slave")
+    with pytest.raises(ConfigError, match="master"):
+        Broker.open(tmp_path / "e", plugins=["store_mmap", "ha"], role="slave", broker_id=1,
+                    options={"ha": {"master": "nowhere"}})
+    with pytest.raises(ConfigError, match="peer_timeout_ms"):
+        Broker.open(tmp_path / "f", plugins=["store_mmap", "ha"], options={"ha": {"heartbeat_ms": 20_000}})
+    # A plain broker needs no replication plugin, and one with it but no slaves just listens.
+    with Broker.open(tmp_path / "g", plugins=["store_mmap"]) as plain:
+        assert plain.replication is None and plain.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
+    with Broker.open(tmp_path / "h", plugins=["store_mmap", "ha"]) as lonely:
+        assert lonely.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
+        address = (tmp_path / "h" / "ha" / "listen.addr").read_text().strip()
+        assert address == lonely.replication.status().address  # type: ignore[union-attr]
