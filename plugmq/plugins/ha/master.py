@@ -11,6 +11,8 @@ every send it covers, so concurrent sends share one round trip.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import socket
 import threading
 import time
@@ -129,9 +131,12 @@ class MasterSide:
         # Writers wait here for records; the store's listener wakes them.
         self._appended = threading.Condition()
         self._idle_writers = 0
-        # Sync double-write waits here for the highest confirmed offset.
-        self._confirmed = threading.Condition()
+        # Sync double-write: sends wait for the highest confirmed offset, each on its own event,
+        # queued by the offset it needs; an ACK releases exactly the sends it covers.
+        self._confirmed = threading.Lock()
         self._best = 0
+        self._waiting: list[tuple[int, int, threading.Event]] = []
+        self._tickets = itertools.count()
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
 
@@ -167,8 +172,7 @@ class MasterSide:
             slave.close()
         with self._appended:
             self._appended.notify_all()
-        with self._confirmed:
-            self._confirmed.notify_all()
+        self._release(None)
         if self._accepting is not None:
             self._accepting.join(timeout=5)
 
@@ -234,9 +238,11 @@ class MasterSide:
         with self._lock:
             if slave in self._slaves:
                 self._slaves.remove(slave)
+        ready = self._ready_slaves()
         with self._confirmed:
-            self._best = max((s.confirmed for s in self._ready_slaves()), default=0)
-            self._confirmed.notify_all()
+            self._best = max((s.confirmed for s in ready), default=0)
+        if not ready:  # the sends still waiting cannot be confirmed by anyone: answer them now
+            self._release(None)
 
     def _ready_slaves(self) -> list[_Slave]:
         with self._lock:
@@ -246,9 +252,18 @@ class MasterSide:
         slave.confirmed = max(slave.confirmed, offset)
         if offset > self._best:
             with self._confirmed:
-                if offset > self._best:
-                    self._best = offset
-                self._confirmed.notify_all()
+                self._best = max(self._best, offset)
+            self._release(offset)
+
+    def _release(self, upto: int | None) -> None:
+        """Wake the sends waiting for offsets up to ``upto`` (every one when None: closing)."""
+        ready: list[threading.Event] = []
+        with self._confirmed:
+            waiting = self._waiting
+            while waiting and (upto is None or waiting[0][0] <= upto):
+                ready.append(heapq.heappop(waiting)[2])
+        for event in ready:
+            event.set()
 
     # -- writers wait for records -------------------------------------------------------------
 
@@ -279,14 +294,15 @@ class MasterSide:
         gap = self.options.max_gap_bytes
         if not any(end_offset - s.confirmed < gap for s in self._ready_slaves()):
             return SendStatus.SLAVE_NOT_AVAILABLE
-        deadline = time.monotonic() + self.options.sync_timeout_ms / 1000
+        event = threading.Event()
         with self._confirmed:
-            while self._best < end_offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.closed:
-                    return SendStatus.FLUSH_SLAVE_TIMEOUT
-                self._confirmed.wait(remaining)
-        return SendStatus.SEND_OK
+            if self._best >= end_offset:
+                return SendStatus.SEND_OK
+            heapq.heappush(self._waiting, (end_offset, next(self._tickets), event))
+        # A send given up on stays queued until an ACK or close pops it: setting its event is harmless.
+        if event.wait(self.options.sync_timeout_ms / 1000) and self._best >= end_offset and not self.closed:
+            return SendStatus.SEND_OK
+        return SendStatus.FLUSH_SLAVE_TIMEOUT
 
     # -- status -------------------------------------------------------------------------------
 
