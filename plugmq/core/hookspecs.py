@@ -6,9 +6,10 @@ The broker registers only the plugins its config names; one assembly (``Broker(.
 ``Broker.open``, ``Broker.from_config``) then runs, in this order and each step once:
 
 1. ``plugmq_declare`` on every plugin (families, options, capabilities), then the cardinality
-   checks (exactly one storage plugin; zero or one delay and transaction plugin; filter
-   expression types and allocation strategy names unique — this asks ``plugmq_filter_compilers``
-   and ``plugmq_allocate_strategies``, whose merged answers the broker then reuses);
+   checks (exactly one storage plugin; zero or one delay, transaction, cluster and replication
+   plugin; filter expression types and allocation strategy names unique — this asks
+   ``plugmq_filter_compilers`` and ``plugmq_allocate_strategies``, whose merged answers the broker
+   then reuses);
 2. each plugin's ``[plugins.<name>]`` table is validated against its declared options class;
 3. ``plugmq_configure`` on every plugin;
 4. the factories in dependency order: ``plugmq_make_store``, then ``plugmq_make_delay_scheduler``

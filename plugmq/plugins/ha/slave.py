@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 
-from plugmq.core import LogChunk, PlugmqError, ReplicableStore, Replicated, ReplicationError
+from plugmq.core import LogChunk, PlugmqError, ReplicableStore, Replicated, ReplicationError, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.frames import FrameType
@@ -44,6 +44,7 @@ class SlaveSide:
         self.connected = False
         self.master_end: int | None = None
         self.connects = 0
+        self.chunks = 0  # chunks appended since start
         self.last_error = ""
 
     def start(self) -> None:
@@ -65,13 +66,13 @@ class SlaveSide:
     def _run(self) -> None:
         backoff = self.options.reconnect_ms / 1000
         while not self._stop.is_set():
-            connects = self.connects
+            chunks = self.chunks
             try:
                 self._follow()
             except (OSError, PlugmqError) as exc:
                 reason = str(exc) or type(exc).__name__
                 if not self._stop.is_set():
-                    if reason != self.last_error or self.connects > connects:
+                    if reason != self.last_error or self.chunks > chunks:
                         log.warning("replication from master interrupted; reconnecting", master=self.address,
                                     broker=self.broker_name, end=self._end(), reason=reason)
                     self.last_error = reason
@@ -80,7 +81,7 @@ class SlaveSide:
                 sock, self._sock = self._sock, None
                 if sock is not None:
                     sock.close()
-            if self.connects > connects:  # it streamed: the next try starts with a short wait again
+            if self.chunks > chunks:  # it made progress: the next try starts with a short wait again
                 backoff = self.options.reconnect_ms / 1000
             if self._stop.wait(backoff):
                 return
@@ -128,7 +129,16 @@ class SlaveSide:
             start, master_end, records, data = frames.parse_data(payload)
             self.master_end = master_end
             if data:
-                end = store.append_log(LogChunk(start, data, records))
+                try:
+                    end = store.append_log(LogChunk(start, data, records))
+                except StoreError as exc:
+                    if start > end:
+                        raise ReplicationError(
+                            f"the master no longer holds offsets {end}..{start} that this slave lacks (its retention "
+                            "removed them first); remove this slave's store so it copies the master afresh "
+                            f"({exc})") from exc
+                    raise
+                self.chunks += 1
                 if self._replicated is not None:
                     self._replicated(end)
             elif time.monotonic() - last_ack < heartbeat / 2:
