@@ -107,7 +107,7 @@ class TestRocksAsync(StoreConformance):
 class TestMmapSync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        options = {"flush": "sync", **_MMAP_SMALL}
+        options = {"flush": "sync", "append_kernel": "c", **_MMAP_SMALL}
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
@@ -115,5 +115,23 @@ class TestMmapSync(StoreConformance):
 class TestMmapAsync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        options = {"flush": "async", **_MMAP_SMALL}
+        options = {"flush": "async", "append_kernel": "c", **_MMAP_SMALL}
+        return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
+
+
+# The same suite against store_mmap's pure-Python append kernel (the compiled one, the default, is
+# above): both kernels must keep every clause (test_store_mmap_appender.py: and write the same bytes).
+@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
+class TestMmapSyncPythonKernel(StoreConformance):
+    @pytest.fixture
+    def store_plugin(self) -> StoreUnderTest:
+        options = {"flush": "sync", "append_kernel": "python", **_MMAP_SMALL}
+        return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
+
+
+@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
+class TestMmapAsyncPythonKernel(StoreConformance):
+    @pytest.fixture
+    def store_plugin(self) -> StoreUnderTest:
+        options = {"flush": "async", "append_kernel": "python", **_MMAP_SMALL}
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))

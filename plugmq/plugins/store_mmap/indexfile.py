@@ -31,7 +31,7 @@ from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
-__all__ = ["IndexFile", "IndexService"]
+__all__ = ["IndexFile", "IndexService", "key_entries"]
 
 log = get_logger(__name__)
 
@@ -198,6 +198,30 @@ class IndexFile:
             self.mf.close()
 
 
+def key_entries(
+    items: Sequence[tuple[str, str | None, str | None, int, int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index entries of ``(topic, keys, unique id, offset, store time)`` items: one per key of
+    ``keys`` (split on white space) and one for the unique id, as (hashes, offsets, times)."""
+    texts: list[str] = []
+    phys: list[int] = []
+    stamps: list[int] = []
+    for topic, keys, uniq, offset, ts in items:
+        if keys:
+            for key in keys.split():
+                texts.append(f"{topic}#{key}")
+                phys.append(offset)
+                stamps.append(ts)
+        if uniq:
+            texts.append(f"{topic}#{uniq}")
+            phys.append(offset)
+            stamps.append(ts)
+    if not texts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    return index_key_hashes(texts), np.array(phys, dtype=np.int64), np.array(stamps, dtype=np.int64)
+
+
 class IndexService:
     """The index files plus the queue of keys waiting to be indexed.
 
@@ -247,33 +271,23 @@ class IndexService:
 
     def add(self, items: Sequence[tuple[str, str | None, str | None, int, int]]) -> None:
         """Index ``(topic, keys, unique id, offset, store time)`` items, in commit-log order."""
-        texts: list[str] = []
-        phys: list[int] = []
-        stamps: list[int] = []
-        for topic, keys, uniq, offset, ts in items:
-            if keys:
-                for key in keys.split():
-                    texts.append(f"{topic}#{key}")
-                    phys.append(offset)
-                    stamps.append(ts)
-            if uniq:
-                texts.append(f"{topic}#{uniq}")
-                phys.append(offset)
-                stamps.append(ts)
-        if not texts:
+        self.add_arrays(*key_entries(items))
+
+    def add_arrays(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> None:
+        """Index entries given as index key hashes, commit-log offsets and store times (int64
+        arrays of one length), in commit-log order: the append kernels note them this way."""
+        count = int(hashes.size)
+        if not count:
             return
-        hashes = index_key_hashes(texts)
-        phys_arr = np.array(phys, dtype=np.int64)
-        ts_arr = np.array(stamps, dtype=np.int64)
         with self.lock:
             done = 0
-            while done < len(texts):
+            while done < count:
                 f = self.files[-1] if self.files else None
                 if f is None or f.room <= 0:
-                    f = self._new_file(int(phys_arr[done]))
-                n = min(f.room, len(texts) - done)
+                    f = self._new_file(int(phys[done]))
+                n = min(f.room, count - done)
                 f.reserve_entries(f.count + n)
-                f.insert(hashes[done : done + n], phys_arr[done : done + n], ts_arr[done : done + n])
+                f.insert(hashes[done : done + n], phys[done : done + n], stamps[done : done + n])
                 self._dirty.add(f)
                 done += n
 

@@ -18,22 +18,22 @@ __all__ = ["MmapStoreOptions", "parse_delete_when"]
 _MIN_SEGMENT = 4096
 
 
-def _positive(_inst: Any, attr: attrs.Attribute, value: int) -> None:  # type: ignore[type-arg]
+def _positive(_inst: Any, attr: attrs.Attribute, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"store_mmap.{attr.name} must be a positive integer, got {value!r}")
 
 
-def _non_negative(_inst: Any, attr: attrs.Attribute, value: int) -> None:  # type: ignore[type-arg]
+def _non_negative(_inst: Any, attr: attrs.Attribute, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"store_mmap.{attr.name} must be an integer >= 0, got {value!r}")
 
 
-def _bool(_inst: Any, attr: attrs.Attribute, value: bool) -> None:  # type: ignore[type-arg]
+def _bool(_inst: Any, attr: attrs.Attribute, value: bool) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"store_mmap.{attr.name} must be true or false, got {value!r}")
 
 
-def _ratio(_inst: Any, attr: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
+def _ratio(_inst: Any, attr: attrs.Attribute, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
         raise ConfigError(f"store_mmap.{attr.name} must be a ratio between 0.0 and 1.0, got {value!r}")
 
@@ -78,7 +78,9 @@ class MmapStoreOptions:
     segment on a background thread; ``warm_segments`` allocates it whole and faults its pages in
     (one write per page, RocketMQ's warmMappedFile).
     Recovery after a clean shutdown re-checks the last ``recover_check_segments`` segments record
-    by record.
+    by record. Appends: ``append_kernel`` picks the compiled append kernel (``"c"``), the
+    pure-Python one (``"python"``) or the compiled one when it was built (``"auto"``); both
+    write the same bytes.
     """
 
     commit_log_segment_size: int = attrs.field(default=1 << 30, validator=_positive)
@@ -102,6 +104,7 @@ class MmapStoreOptions:
     preallocate_next_segment: bool = attrs.field(default=True, validator=_bool)
     warm_segments: bool = attrs.field(default=False, validator=_bool)
     recover_check_segments: int = attrs.field(default=1, validator=_positive)
+    append_kernel: str = attrs.field(default="auto")
 
     @commit_log_segment_size.validator
     def _check_segment(self, _attr: Any, value: int) -> None:
@@ -118,6 +121,14 @@ class MmapStoreOptions:
     def _check_flush(self, _attr: Any, value: str) -> None:
         if value not in ("async", "sync"):
             raise ConfigError(f"store_mmap.flush must be \"async\" or \"sync\", got {value!r}")
+
+    @append_kernel.validator
+    def _check_kernel(self, _attr: Any, value: str) -> None:
+        if value not in ("auto", "c", "python"):
+            raise ConfigError(
+                f"store_mmap.append_kernel must be \"auto\", \"c\" or \"python\", got {value!r} "
+                "(auto: the compiled kernel when it was built, else Python)"
+            )
 
     @file_reserved_hours.validator
     def _check_reserved(self, _attr: Any, value: float) -> None:

@@ -126,6 +126,12 @@ def serialize_properties(props: Mapping[str, str]) -> bytes:
     if not props:
         return b""
     text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+    if not all(type(k) is str and type(v) is str for k, v in props.items()):
+        for k, v in props.items():
+            if not isinstance(k, str):
+                raise ValidationError(f"property names must be strings, got {k!r}")
+            if not isinstance(v, str):
+                raise ValidationError(f"property {k!r} must be a string, got {type(v).__name__}")
     if text.count("\x01") != len(props) or text.count("\x02") != len(props):
         bad = next(k for k, v in props.items() if "\x01" in k + v or "\x02" in k + v)
         raise ValidationError(
@@ -183,6 +189,23 @@ class Decoded:
         "topic",
         "total",
     )
+    body: bytes
+    body_crc: int
+    born_host: bytes
+    born_ts: int
+    flag: int
+    phys: int
+    prepared: int
+    props_raw: bytes
+    queue_id: int
+    queue_offset: int
+    reconsume: int
+    store_host: bytes
+    store_ts: int
+    sys_flag: int
+    tags_code: int
+    topic: str
+    total: int
 
     def properties(self) -> dict[str, str]:
         return parse_properties(self.props_raw)

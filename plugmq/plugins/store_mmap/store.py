@@ -9,10 +9,12 @@ Layout under the plugin directory::
     consumequeue/<topic>/<queue id>/   20-byte entries
     index/          key index files named by the offset of their first entry
 
-The append path: serialise outside the lock (properties, CRCs, the record Struct), then under
-the put lock take the queue offset, reserve room (rolling the segment if needed), write the
-record with one ``pack_into``, seal its record CRC, publish the new end, write the consume-queue
-entry and note its keys for the index. Sync flush then waits for a group commit.
+The append path (``appender.py``): under the put lock one call of the append kernel checks and
+encodes every request of the call, then writes the records straight into the mapped segment and
+their entries into the mapped consume-queue files, notes index entries in a pending buffer and
+publishes the new ends; it returns to the store only to roll a segment, give a file disk blocks
+(before any byte is written into them) or open a queue. Sync flush then waits for a group commit;
+the index is filled from the pending buffer in batches.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import struct
 import threading
-import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
+
+import attrs
+import numpy as np
 
 from plugmq.core import (
     DEFAULT_MAX_BODY_SIZE,
@@ -35,49 +38,36 @@ from plugmq.core import (
     AppendStatus,
     Clock,
     ConsumeQueueEntry,
-    Prop,
     RetentionFloor,
     StoreCapabilities,
     StoredMessage,
     StoreError,
     StoreFullError,
+    SystemClock,
     ValidationError,
-    check_body_size,
     decode_msg_id,
     encode_msg_id,
     validate_topic,
 )
 from plugmq.core.diskspace import is_disk_full
 from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.appender import (
+    NEED_ALLOCATE,
+    NEED_CQ_FILE,
+    NEED_QUEUE,
+    NEED_ROLL,
+    Appender,
+    IndexEntries,
+    make_appender,
+)
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
-from plugmq.plugins.store_mmap.consumequeue import ENTRY as CQ_ENTRY
-from plugmq.plugins.store_mmap.consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueues
 from plugmq.plugins.store_mmap.flush import FlushService, GroupCommit
-from plugmq.plugins.store_mmap.indexfile import IndexService
+from plugmq.plugins.store_mmap.indexfile import IndexService, key_entries
 from plugmq.plugins.store_mmap.mapped_file import fsync_dir
 from plugmq.plugins.store_mmap.options import MmapStoreOptions
-from plugmq.plugins.store_mmap.record import (
-    BORN_HOST_PROPERTY,
-    END_FILE_MIN_BLANK,
-    FLAG_BORN_HOST_IN_PROPS,
-    HEADER_SIZE,
-    MESSAGE_MAGIC,
-    QUEUE_AND_PHYS,
-    QUEUE_AND_PHYS_AT,
-    RCRC,
-    RECORD_CRC_AT,
-    RECORD_CRC_FROM,
-    STORE_TS,
-    STORE_TS_AT,
-    Decoded,
-    build_tail,
-    host_bytes,
-    record_struct,
-    serialize_properties,
-    topic_part,
-)
+from plugmq.plugins.store_mmap.record import Decoded, build_tail, host_bytes, topic_part
 from plugmq.plugins.store_mmap.recovery import recover, repair_queue
 from plugmq.plugins.store_mmap.replica import ReplicaLog
 from plugmq.plugins.store_mmap.retention import Retention
@@ -97,17 +87,7 @@ CAPABILITIES = StoreCapabilities(
     replication=True,
 )
 
-_QP, _QP_AT = QUEUE_AND_PHYS, QUEUE_AND_PHYS_AT
-_RCRC, _RCRC_AT, _RCRC_FROM = RCRC, RECORD_CRC_AT, RECORD_CRC_FROM
-_CQE, _CQE_SIZE = CQ_ENTRY, CQ_ENTRY_SIZE
-_crc32 = zlib.crc32
-_monotonic = time.monotonic
-_TS, _TS_AT = STORE_TS, STORE_TS_AT
-PUT_OK = AppendStatus.PUT_OK
 FLUSH_DISK_TIMEOUT = AppendStatus.FLUSH_DISK_TIMEOUT
-_NO_HOST = bytes(8)
-_KEYS = Prop.KEYS
-_UNIQ = Prop.UNIQ_KEY
 _REPAIR_WINDOW = 4096  # entries checked on each side of a read miss (a 4 KiB page holds 204)
 
 
@@ -183,7 +163,8 @@ class MmapMessageStore(ReplicaLog):
 
         self._put_lock = threading.Lock()
         self._derived_lock = threading.Lock()
-        self._pending: list[tuple[str, str | None, str | None, int, int]] = []
+        self._unindexed: list[tuple[str, str | None, str | None, int, int]] = []  # recovered, not yet indexed
+        self._index_retry: list[IndexEntries] = []  # entries a full disk kept out of the index
         self._index_full_logged = -60_000  # store time of the last "index full" warning
         self._repair_lock = threading.Lock()
         self._queue_entries_repaired = 0
@@ -191,9 +172,6 @@ class MmapMessageStore(ReplicaLog):
         self._topics: dict[str, tuple[bytes, bytes, int]] = {}  # topic -> (prefix, bare tail, its CRC)
         self._index_batch = opts.index_batch
         self._now_ms = self._clock.now_ms
-        self._messages = 0
-        self._bytes = 0
-        self._index_unique = opts.index_unique_id
         self._sync = opts.flush == "sync"
 
         self._cl = CommitLog(
@@ -217,7 +195,7 @@ class MmapMessageStore(ReplicaLog):
                 dispatch_cq=self._redispatch_cq,
             )
             self.recovery = recovered.report
-            self._pending = recovered.unindexed
+            self._unindexed = recovered.unindexed
             self._lost_entries = recovered.lost_entries
             self._cl.open_for_write(self.recovery.end)
             self._max_record = self._cl.max_record
@@ -228,10 +206,38 @@ class MmapMessageStore(ReplicaLog):
             # Records recovered from the page cache of the dead process are not known durable.
             for seg in self._cl.segments:
                 seg.flush()
-        self._last_ts = self.recovery.last_store_ts
+        try:
+            self._appender: Appender = make_appender(
+                opts.append_kernel,
+                commit_log=self._cl,
+                consume_queues=self._cqs,
+                topics=self._topics,
+                learn_topic=self._learn_topic,
+                now_ms=self._clock.now_ms,
+                system_clock=type(self._clock) is SystemClock,  # the kernel then reads that clock itself
+                store_host=self._store_host_b,
+                id_prefix=self._id_prefix,
+                max_body=self._max_body,
+                max_record=self._max_record,
+                index_unique=opts.index_unique_id,
+                last_ts=self.recovery.last_store_ts,
+            )
+        except BaseException:
+            self._release_files()
+            raise
         self._retention = Retention(self, opts)
+        self._appender.bind(
+            lock=self._put_lock,
+            retention=self._retention,
+            check_writable=self._check_writable,
+            provide=self._provide,
+            make_room=self._make_room,
+            drain=self.drain_index,
+            index_batch=self._index_batch,
+            closed_message=f"store {self.dir} is closed",
+        )
         self._closed = False
-        self._write_checkpoint(self._cl.wrote, self._last_ts)
+        self._write_checkpoint(self._cl.wrote, self._appender.last_ts)
 
         self._group = GroupCommit(self._cl, opts.sync_flush_timeout_ms) if self._sync else None
         self._flusher = FlushService(
@@ -252,123 +258,39 @@ class MmapMessageStore(ReplicaLog):
 
     # -- appending ----------------------------------------------------------------------------
 
-    def _encode(self, req: AppendRequest) -> tuple[bytes, int]:
-        """Serialise a record outside the put lock: everything but queue offset, physical offset,
-        store time and record CRC. One ``Struct.pack`` also range-checks every integer field.
-        Returns the record bytes and the CRC of its tail (topic + properties)."""
-        body = req.body
-        body_len = len(body)
-        if body_len > self._max_body:
-            check_body_size(body, self._max_body, topic=req.topic)
-        topic = req.topic
-        known = self._topics.get(topic)
-        if known is None:
-            known = self._learn_topic(topic)
-        if req.queue_id < 0:
-            raise ValidationError(f"queue id must be >= 0, got {req.queue_id}")
-        props = req.properties
-        born = host_bytes(req.born_host)
-        flag = 0
-        if born is None:
-            props = {**props, BORN_HOST_PROPERTY: str(req.born_host)}
-            born = _NO_HOST
-            flag = FLAG_BORN_HOST_IN_PROPS
-        if props:
-            tail = build_tail(known[0], serialize_properties(props))
-            tail_crc = zlib.crc32(tail)
-        else:
-            tail, tail_crc = known[1], known[2]
-        total = HEADER_SIZE + body_len + len(tail)
-        if total > self._max_record:
-            raise StoreError(
-                f"a record of {total} bytes (body {body_len}, topic and properties {len(tail)}, header "
-                f"{HEADER_SIZE}) does not fit a commit-log segment of {self._cl.segment_size} bytes "
-                f"(at most {self._max_record} per record); raise commit_log_segment_size or send less"
-            )
-        try:
-            record = record_struct(body_len, len(tail)).pack(
-                total, MESSAGE_MAGIC, 0, zlib.crc32(body), req.queue_id, flag, 0, 0, req.sys_flag,
-                req.born_timestamp_ms, born, 0, self._store_host_b, req.reconsume_times,
-                req.prepared_transaction_offset, req.tags_code, body_len, body, tail,
-            )  # fmt: skip
-        except struct.error as exc:
-            raise ValidationError(
-                f"append request field out of range ({exc}): queue_id, sys_flag and reconsume_times must "
-                f"fit int32; born_timestamp_ms, prepared_transaction_offset and tags_code int64"
-            ) from exc
-        return record, tail_crc
-
     def _learn_topic(self, topic: str) -> tuple[bytes, bytes, int]:
-        # Topic names become directory names: check them here, before anything is written,
-        # even though AppendRequest validated them (a request can be altered after validation).
+        """The cached record parts of a topic seen for the first time. Topic names become
+        directory names: checked here, before anything is written, even though AppendRequest
+        validated them (a request can be altered after validation)."""
         validate_topic(topic)
         prefix = topic_part(topic)
         bare = build_tail(prefix, b"")
         known = self._topics[topic] = (prefix, bare, zlib.crc32(bare))
         return known
 
-    def _put(self, req: AppendRequest, record: bytes, tail_crc: int) -> tuple[int, int, int, int]:
-        """Under the put lock: place one record and write its consume-queue entry.
-
-        This is the hot path; helpers of the consume queue and commit log are inlined on purpose.
-        """
-        if self._closed:
-            raise StoreError(f"store {self.dir} is closed")
-        topic = req.topic
-        qid = req.queue_id
-        cq = self._cqs.queues.get((topic, qid))
-        if cq is None:
-            cq = self._cqs.create(topic, qid)
-        qoff = cq.max_offset
-        if cq._cur is None or not 0 <= qoff - cq._cur_base < cq.room:
-            cq.prepare(qoff)  # the entry has disk blocks before the record is written (a full disk refuses here)
-        total = len(record)
-        cl = self._cl
-        seg = cl.cur
-        pos = cl.wrote - seg.start
-        if pos + total + END_FILE_MIN_BLANK > seg.size:
-            seg, pos = cl.reserve(total)
-        if pos + total + END_FILE_MIN_BLANK > seg.allocated:
-            cl.allocate(seg, pos + total + END_FILE_MIN_BLANK)  # blocks first: StoreFullError, never SIGBUS
-        phys = seg.start + pos
-        ts = self._now_ms()
-        ts = max(ts, self._last_ts)
-        self._last_ts = ts
-        mm = seg.mm
-        mm[pos : pos + total] = record
-        _QP.pack_into(mm, pos + _QP_AT, qoff, phys)
-        _TS.pack_into(mm, pos + _TS_AT, ts)
-        _RCRC.pack_into(mm, pos + _RCRC_AT, _crc32(mm[pos + _RCRC_FROM : pos + HEADER_SIZE], tail_crc))
-        cl.wrote = phys + total
-        tags = req.tags_code
-        # ConsumeQueue.put, inlined
-        cur = cq._cur
-        rel = qoff - cq._cur_base
-        if cur is None or rel < 0 or rel >= cq.per_file:
-            cq.put(qoff, phys, total, tags)
+    def _provide(self, appender: Appender) -> None:
+        """Under the put lock: cross the file boundary the append kernel stopped at."""
+        need = appender.need
+        if need == NEED_ROLL:
+            self._cl.reserve(appender.need_size)
+        elif need == NEED_ALLOCATE:
+            seg = self._cl.cur
+            assert seg is not None
+            self._cl.allocate(seg, appender.need_size)  # StoreFullError before the record is written
+        elif need == NEED_CQ_FILE:
+            appender.need_cq.prepare(appender.need_qoff)  # the entry's file and blocks (StoreFullError)
+        elif need == NEED_QUEUE:
+            topic = appender.need_topic
+            assert topic is not None
+            self._cqs.create(topic, appender.need_qid)
         else:
-            _CQE.pack_into(cur.mm, rel * _CQE_SIZE, phys, total, tags)
-            cq.max_offset = qoff + 1
-        props = req.properties
-        if props:
-            keys = props.get(_KEYS)
-            uniq = props.get(_UNIQ) if self._index_unique else None
-            if keys or uniq:
-                self._pending.append((topic, keys, uniq, phys, ts))
-        self._messages += 1
-        self._bytes += total
-        return qoff, phys, total, ts
+            raise StoreError(f"store_mmap append kernel stopped without a reason (need={need}); please report this")
 
-    def _check_writable(self) -> None:
-        if self._closed:
-            raise StoreError(f"store {self.dir} is closed")
-        self._retention.check_disk()
-
-    def _make_room(self, requests: Sequence[AppendRequest], encoded: list[tuple[bytes, int]]) -> None:
+    def _make_room(self, requests: Sequence[AppendRequest], sizes: list[int]) -> None:
         """Under the put lock, before a batch writes anything: every commit-log segment and
-        consume-queue file it will write into exists, so a full disk refuses the whole batch
-        (StoreFullError) instead of storing part of it."""
-        self._cl.ensure_room([len(record) for record, _crc in encoded])
+        consume-queue file it will write into exists and has its blocks, so a full disk refuses
+        the whole batch (StoreFullError) instead of storing part of it."""
+        self._cl.ensure_room(sizes)
         counts: dict[tuple[str, int], int] = {}
         for request in requests:
             key = (request.topic, request.queue_id)
@@ -377,45 +299,35 @@ class MmapMessageStore(ReplicaLog):
             cq = self._cqs.queues.get((topic, queue_id)) or self._cqs.create(topic, queue_id)
             cq.prepare(cq.max_offset, count)
 
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.dir} is closed")
+        self._retention.check_disk()
+
     def append(self, request: AppendRequest) -> AppendResult:
-        record, tail_crc = self._encode(request)
-        retention = self._retention
-        if retention.full or _monotonic() >= retention.next_check:
-            self._check_writable()
-        with self._put_lock:
-            qoff, phys, total, ts = self._put(request, record, tail_crc)
+        result = self._appender.append(request)
         if self._log_listener is not None:  # before the flush wait: shipping overlaps it
-            self._log_listener(phys + total)
-        status = PUT_OK
+            self._log_listener(result.commit_log_offset + result.size)
         group = self._group
-        if group is not None and not group.wait(phys + total):
-            status = FLUSH_DISK_TIMEOUT
-        if len(self._pending) >= self._index_batch:
-            self.drain_index()
-        return AppendResult(status, f"{self._id_prefix}{phys:016X}", qoff, phys, total, ts)
+        if group is not None and not group.wait(result.commit_log_offset + result.size):
+            result = attrs.evolve(result, status=FLUSH_DISK_TIMEOUT)
+        return result
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        encode = self._encode
-        encoded = [encode(r) for r in requests]  # every request is checked before any is written
-        if not encoded:
-            return []
-        self._check_writable()
-        put = self._put
-        with self._put_lock:
-            self._make_room(requests, encoded)
-            placed = [put(r, rec, crc) for r, (rec, crc) in zip(requests, encoded)]
-        if self._log_listener is not None:  # before the flush wait: shipping overlaps it
-            self._log_listener(placed[-1][1] + placed[-1][2])
-        status = PUT_OK
+        """The whole batch is encoded in one pass (every request is checked before any is
+        written), its disk blocks are allocated, then it is written: records straight into the
+        mapped segment, entries into the mapped consume queues, index entries into one pending
+        buffer. Requests may name any topics and queues; queue offsets are consecutive per
+        queue, in request order."""
+        results = self._appender.append_batch(requests)
+        if self._log_listener is not None and results:  # before the flush wait: shipping overlaps it
+            self._log_listener(results[-1].commit_log_offset + results[-1].size)
         group = self._group
-        if group is not None:
-            _, phys, total, _ = placed[-1]
-            if not group.wait(phys + total):
-                status = FLUSH_DISK_TIMEOUT
-        if len(self._pending) >= self._index_batch:
-            self.drain_index()
-        prefix = self._id_prefix
-        return [AppendResult(status, f"{prefix}{phys:016X}", qoff, phys, total, ts) for qoff, phys, total, ts in placed]
+        if group is not None and results:
+            last = results[-1]
+            if not group.wait(last.commit_log_offset + last.size):
+                results = [attrs.evolve(r, status=FLUSH_DISK_TIMEOUT) for r in results]
+        return results
 
     # -- index dispatch -----------------------------------------------------------------------
 
@@ -424,20 +336,24 @@ class MmapMessageStore(ReplicaLog):
 
         Never raises for a full disk (it runs after appends were acknowledged): the keys stay
         queued, the checkpoint keeps the older index offset, and the next drain tries again."""
+        appender = self._appender
         with self._index.lock:
             with self._put_lock:
-                batch = self._pending
-                self._pending = []
+                recovered, self._unindexed = self._unindexed, []
+                retry, self._index_retry = self._index_retry, []
+                taken = appender.take_pending()
                 upto = self._cl.wrote
+            parts = [*retry, key_entries(recovered), appender.pending_entries(taken)]  # commit-log order
+            entries = tuple(np.concatenate([part[k] for part in parts]) for k in range(3))
             try:
-                self._index.add(batch)
+                self._index.add_arrays(*entries)
             except StoreFullError as exc:
                 with self._put_lock:
-                    self._pending[:0] = batch  # duplicates of entries already added are harmless
+                    self._index_retry.insert(0, entries)  # duplicates of entries already added are harmless
                 if self._index_full_logged + 60_000 <= self._now_ms():
                     self._index_full_logged = self._now_ms()
-                    log.warning("key index cannot grow: disk full; keys stay queued", queued=len(self._pending),
-                                error=str(exc))
+                    log.warning("key index cannot grow: disk full; keys stay queued",
+                                queued=int(entries[0].size) + appender.pending_count, error=str(exc))
                 return self._index.indexed_upto
             self._index.indexed_upto = upto
         return upto
@@ -569,7 +485,7 @@ class MmapMessageStore(ReplicaLog):
             if self._closed and not everything:
                 return
             upto = self.drain_index()
-            ts = self._last_ts
+            ts = self._appender.last_ts
             for cq in self._cqs:
                 cq.flush(everything)
             self._index.flush(everything)
@@ -596,8 +512,8 @@ class MmapMessageStore(ReplicaLog):
     def stats(self) -> Mapping[str, float]:
         cl = self._cl
         return {
-            "messages_appended": self._messages,
-            "bytes_appended": self._bytes,
+            "messages_appended": self._appender.messages,
+            "bytes_appended": self._appender.appended_bytes,
             "commit_log_min_offset": cl.min_offset,
             "commit_log_max_offset": cl.wrote,
             "commit_log_flushed_offset": cl.flushed,
@@ -609,7 +525,8 @@ class MmapMessageStore(ReplicaLog):
             "segment_allocation_waits": cl.allocator.waits,
             "consume_queues": len(self._cqs.queues),
             "index_files": len(self._index.files),
-            "index_pending": len(self._pending),
+            "index_pending": self._appender.pending_count + len(self._unindexed)
+            + sum(int(part[0].size) for part in self._index_retry),
             "disk_used_ratio": self._retention.disk_ratio,
             "files_deleted": self._retention.deleted,
             "retention_forced_segments": self._retention.forced,
@@ -627,6 +544,7 @@ class MmapMessageStore(ReplicaLog):
         if self._closed:
             return
         self._closed = True  # new appends are refused from here on
+        self._appender.closed = True
         self._flusher.stop()
         try:
             self._cl.flush()
@@ -643,6 +561,9 @@ class MmapMessageStore(ReplicaLog):
             log.info("store_mmap closed", dir=str(self.dir), end=self._cl.wrote)
 
     def _release_files(self) -> None:
+        appender = getattr(self, "_appender", None)
+        if appender is not None:
+            appender.release()  # it keeps buffers of the current files between appends
         self._cl.close()
         self._cqs.close()
         self._index.close()
