@@ -233,3 +233,47 @@ def test_compiled_closures_agree_with_the_tree_walking_interpreter(expression: s
             except FilterEvaluationError:
                 outcomes.append("error")
         assert outcomes[0] is outcomes[1] or outcomes[0] == outcomes[1] == "error", (expression, properties, outcomes)
+
+
+# ------------------------------------------------------------------------------- number memo
+
+
+def test_number_memo_remembers_successes_only_and_stays_bounded() -> None:
+    from plugmq.plugins.filter_sql.javanum import NumberMemo
+
+    memo = NumberMemo(java_integer_value_of, limit=3)
+    assert memo.get("5") is None
+    assert memo.convert("5") == 5 and memo.get("5") == 5
+    with pytest.raises(FilterEvaluationError):
+        memo.convert("5.0")
+    assert memo.get("5.0") is None  # a refused string raises again next time
+    for text in ("1", "2", "3", "4"):
+        memo.convert(text)
+    assert len(memo) <= 3 and memo.get("4") == 4
+
+
+@pytest.mark.parametrize("expression, source_counts", [
+    ("a > 5 AND a < 10", (1, 1)),
+    ("a BETWEEN 2 AND 8", (1, 1)),
+    ("a IS NOT NULL AND a > 3 AND a <> 7 AND b = 'x'", (2, 1)),
+    ("a = 5 OR a > 5000000000 OR a < 2", (1, 2)),  # an Integer and a Long conversion of a
+])
+def test_chain_looks_up_and_converts_each_property_once(expression: str, source_counts: tuple[int, int]) -> None:
+    """Within one evaluation a property is fetched once and converted once per Java type, and
+    the results still equal the interpreter's on numbers, non-numbers and missing values."""
+    flt = COMPILER.compile(expression)
+    source = getattr(flt.matches, "source", None) or flt.evaluate.source  # type: ignore[attr-defined]
+    gets, conversions = source_counts
+    assert source.count("= get(") == gets and source.count(":= M_") == conversions, source
+    for a in ("3", "5", "9", "11", "abc", "5.0", " 5", "99999999999", "-7", "٣", None):
+        for b in ("x", None):
+            props = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+            try:
+                expected = interpret(flt.tree, props)
+            except FilterEvaluationError:
+                with pytest.raises(FilterEvaluationError):
+                    flt.evaluate(props)
+                assert flt.matches(props) is False
+                continue
+            assert flt.evaluate(props) is expected, (expression, props)
+            assert flt.matches(props) is (expected is True)

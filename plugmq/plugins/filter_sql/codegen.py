@@ -6,6 +6,11 @@ a single function whose body performs the simple tests inline and calls the comp
 only for the other operands. Short-circuit order and three-valued results are exactly those of
 the closure tree (left to right; FALSE stops an AND, TRUE stops an OR).
 
+Within one evaluation each property is looked up once and converted to each Java number type
+once, however many operands of the chain test it (``a > 5 AND a < 10``, BETWEEN); the
+conversion itself goes through a process-wide memo of strings already parsed
+(:class:`javanum.NumberMemo`), so a value seen before costs one dictionary lookup.
+
 No text of the expression reaches the generated source: property names, literals and closures
 are handed to it as generated global names (``N0``, ``K0``, ``F0``...), so an expression cannot
 inject code.
@@ -13,11 +18,11 @@ inject code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from plugmq.core.errors import FilterEvaluationError
-from plugmq.plugins.filter_sql.javanum import java_integer_value_of, java_long_value_of
+from plugmq.plugins.filter_sql.javanum import MEMOS
 from plugmq.plugins.filter_sql.nodes import (
     BooleanCast,
     Compare,
@@ -31,39 +36,75 @@ from plugmq.plugins.filter_sql.nodes import (
 
 __all__ = ["generate_logic"]
 
-# Up to this many ASCII digits always parse and fit the type, so int() is exact and Java-safe.
-_FAST_DIGITS = {JType.INT: 9, JType.LONG: 18}
-_CONVERT = {JType.INT: java_integer_value_of, JType.LONG: java_long_value_of}
+_MEMO_TAG = {JType.INT: "I", JType.LONG: "L"}
 _PY_OP = {"=": "==", "<>": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _INLINE_LIMIT = 8  # beyond this many operands, track "unknown" with a flag instead of one test
 
 
-def _inline(node: Node, i: int, ns: dict[str, Any]) -> list[str] | None:
-    """Statements setting ``r{i}`` for a simple operand, or None when it needs its closure."""
+class _Locals:
+    """The property values and converted numbers a generated chain has computed so far: every
+    statement of a chain runs before the next operand's, so a later operand may reuse them."""
+
+    def __init__(self, ns: dict[str, Any]) -> None:
+        self._ns = ns
+        self._values: dict[str, str] = {}
+        self._numbers: dict[tuple[str, str], str] = {}
+
+    def value(self, name: str, body: list[str]) -> str:
+        """The local holding property ``name`` (looked up on first use)."""
+        var = self._values.get(name)
+        if var is None:
+            var = self._values[name] = f"p{len(self._values)}"
+            self._ns[f"N_{var}"] = name
+            body.append(f"{var} = get(N_{var})")
+        return var
+
+    def number(self, name: str, tag: str, body: list[str]) -> str:
+        """The local holding property ``name`` as a Java ``tag`` number (None when missing);
+        converted on first use, through the memo of strings already parsed."""
+        key = (name, tag)
+        var = self._numbers.get(key)
+        if var is None:
+            value = self.value(name, body)
+            var = self._numbers[key] = f"n{len(self._numbers)}"
+            memo = MEMOS[tag]
+            self._ns[f"M_{var}"], self._ns[f"C_{var}"] = memo.get, memo.convert
+            body.append(f"{var} = None if {value} is None else (x if (x := M_{var}({value})) is not None "
+                        f"else C_{var}({value}))")
+        return var
+
+
+def _inline(node: Node, i: int, ns: dict[str, Any], local: _Locals, body: list[str]) -> bool:
+    """Append statements setting ``r{i}`` for a simple operand; False when it needs its closure."""
     if isinstance(node, IsNull) and isinstance(node.operand, Property):
-        ns[f"N{i}"] = node.operand.name
-        return [f"r{i} = get(N{i}) is {'not ' if node.negated else ''}None"]
+        value = local.value(node.operand.name, body)
+        body.append(f"r{i} = {value} is {'not ' if node.negated else ''}None")
+        return True
     if isinstance(node, BooleanCast):
-        ns[f"N{i}"] = node.operand.name
-        return [f"r{i} = None if get(N{i}) is None else False"]  # a string is never a Boolean
+        value = local.value(node.operand.name, body)
+        body.append(f"r{i} = None if {value} is None else False")  # a string is never a Boolean
+        return True
     if isinstance(node, In):
-        ns[f"N{i}"], ns[f"K{i}"] = node.operand.name, frozenset(node.values)
-        return [f"v = get(N{i})", f"r{i} = None if v is None else v {'not in' if node.negated else 'in'} K{i}"]
+        value = local.value(node.operand.name, body)
+        ns[f"K{i}"] = frozenset(node.values)
+        body.append(f"r{i} = None if {value} is None else {value} {'not in' if node.negated else 'in'} K{i}")
+        return True
     if isinstance(node, Compare) and isinstance(node.left, Property) and isinstance(node.right, Constant):
-        ns[f"N{i}"], ns[f"K{i}"] = node.left.name, node.right.value
+        ns[f"K{i}"] = node.right.value
         op = _PY_OP[node.op]
         jtype = node.right.jtype
         if jtype is JType.STRING and node.op in ("=", "<>"):
-            return [f"v = get(N{i})", f"r{i} = None if v is None else v {op} K{i}"]
-        if jtype in _FAST_DIGITS:
-            ns[f"C{i}"] = _CONVERT[jtype]
-            limit = _FAST_DIGITS[jtype]
-            parse = f"(int(v) if len(v) <= {limit} and v.isdigit() and v.isascii() else C{i}(v))"
-            return [f"v = get(N{i})", f"r{i} = None if v is None else {parse} {op} K{i}"]
-    return None
+            value = local.value(node.left.name, body)
+            body.append(f"r{i} = None if {value} is None else {value} {op} K{i}")
+            return True
+        if jtype in _MEMO_TAG:
+            number = local.number(node.left.name, _MEMO_TAG[jtype], body)
+            body.append(f"r{i} = None if {number} is None else {number} {op} K{i}")
+            return True
+    return False
 
 
-def generate_logic(op: str, operands: list[Node], compile_operand: Callable[[Node], Callable[..., Any]],
+def generate_logic(op: str, operands: Sequence[Node], compile_operand: Callable[[Node], Callable[..., Any]],
                    *, as_matches: bool = False) -> Callable[..., Any]:
     """One function evaluating ``operands[0] op operands[1] op ...`` (op is AND or OR).
 
@@ -72,17 +113,16 @@ def generate_logic(op: str, operands: list[Node], compile_operand: Callable[[Nod
     """
     stop = "False" if op == "AND" else "True"  # the value that decides the chain at once
     rest = "True" if op == "AND" else "False"
-    ns: dict[str, Any] = {"__builtins__": {}, "int": int, "len": len, "FilterEvaluationError": FilterEvaluationError}
+    ns: dict[str, Any] = {"__builtins__": {}, "FilterEvaluationError": FilterEvaluationError}
     body = ["get = p.get"]
+    local = _Locals(ns)
     many = len(operands) > _INLINE_LIMIT
     if many:
         body.append("unknown = False")
     for i, node in enumerate(operands):
-        statements = _inline(node, i, ns)
-        if statements is None:
+        if not _inline(node, i, ns, local, body):
             ns[f"F{i}"] = compile_operand(node)
-            statements = [f"r{i} = F{i}(p)"]
-        body.extend(statements)
+            body.append(f"r{i} = F{i}(p)")
         body.append(f"if r{i} is {stop}: return {stop}")
         if many:
             body.append(f"if r{i} is None: unknown = True")
@@ -97,4 +137,4 @@ def generate_logic(op: str, operands: list[Node], compile_operand: Callable[[Nod
     exec(compile(source, f"<filter_sql {op}>", "exec"), ns)
     function = ns["logic"]
     function.source = source  # for debugging a subscription
-    return function  # type: ignore[no-any-return]
+    return function

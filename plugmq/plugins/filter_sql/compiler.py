@@ -36,6 +36,7 @@ from plugmq.plugins.filter_sql.javanum import (
     INT_MIN,
     LONG_MAX,
     LONG_MIN,
+    MEMOS,
     java_double_compare,
     java_double_value_of,
     java_integer_value_of,
@@ -82,7 +83,7 @@ class _Value:
     get: Getter
     tag: str
     const: Any = None  # the value, when tag is a constant tag
-    name: str | None = None  # the property name, when tag is P
+    name: str = ""  # the property name, when tag is P
 
 
 def compile_condition(node: Node) -> Condition:
@@ -194,11 +195,14 @@ def _equal(left: _Value, right: _Value) -> Condition:
 
             return prop_eq_string
         if right.tag in ("I", "L"):
-            convert = _CONVERTERS[right.tag]
+            known, convert = MEMOS[right.tag].get, MEMOS[right.tag].convert
 
             def prop_eq_int(p: Props, _tags: object = None) -> bool | None:
                 v = p.get(name)
-                return None if v is None else convert(v) == const
+                if v is None:
+                    return None
+                number = known(v)
+                return (convert(v) if number is None else number) == const
 
             return prop_eq_int
         compare = make_compare("S", right.tag)
@@ -264,7 +268,8 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
     """``> >= < <=``: NULL if either side is missing; two strings compare as doubles."""
     test = _ORDER_TESTS[op]
     if left.tag == "P" and right.tag in ("I", "L"):
-        name, const, convert = left.name, right.const, _CONVERTERS[right.tag]
+        name, const = left.name, right.const
+        known, convert = MEMOS[right.tag].get, MEMOS[right.tag].convert
         compare_int: Callable[[int, int], bool] = {
             ">": int.__gt__, ">=": int.__ge__, "<": int.__lt__, "<=": int.__le__,
         }[op]
@@ -273,17 +278,20 @@ def _ordering(op: str, left: _Value, right: _Value) -> Condition:
             v = p.get(name)
             if v is None:
                 return None
-            # inline fast path: up to 9 ASCII digits always parse and fit an Integer
-            number = int(v) if len(v) < 10 and v.isdigit() and v.isascii() else convert(v)
-            return compare_int(number, const)
+            number = known(v)
+            return compare_int(convert(v) if number is None else number, const)
 
         return prop_vs_int
     if left.tag == "P" and right.tag == "D":
         name, const = left.name, right.const
+        known_d, convert_d = MEMOS["D"].get, MEMOS["D"].convert
 
         def prop_vs_double(p: Props, _tags: object = None) -> bool | None:
             v = p.get(name)
-            return None if v is None else test(java_double_compare(java_double_value_of(v), const))
+            if v is None:
+                return None
+            number = known_d(v)
+            return test(java_double_compare(convert_d(v) if number is None else number, const))
 
         return prop_vs_double
     get_left, get_right = left.get, right.get

@@ -24,6 +24,8 @@ __all__ = [
     "INT_MIN",
     "LONG_MAX",
     "LONG_MIN",
+    "MEMOS",
+    "NumberMemo",
     "java_boolean_value_of",
     "java_double_compare",
     "java_double_value_of",
@@ -137,6 +139,37 @@ def _hex_value(match: re.Match[str]) -> float:
         return infinity
 
 
+class NumberMemo:
+    """One Java conversion of property strings, remembered per string.
+
+    A conversion depends on the string alone, and property values repeat across messages (codes,
+    levels, small counters), so a value is parsed once, not once per message and comparison. The
+    memo is bounded (cleared when full) and shared by every filter of the process; failures are
+    not remembered (they raise each time, as the conversion does). ``get`` is the plain
+    ``dict.get`` (None when not known yet), ``convert`` parses and remembers.
+    """
+
+    __slots__ = ("_convert", "_known", "convert", "get", "limit")
+
+    def __init__(self, convert: Callable[[str], Any], limit: int = 8192) -> None:
+        self._convert = convert
+        self._known: dict[str, Any] = {}
+        self.limit = limit
+        self.get = self._known.get
+        self.convert = self._remember
+
+    def _remember(self, text: str) -> Any:
+        value = self._convert(text)  # raises FilterEvaluationError for a string Java refuses
+        known = self._known
+        if len(known) >= self.limit:
+            known.clear()
+        known[text] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 def java_boolean_value_of(text: str) -> bool:
     """``Boolean.valueOf(text)``: "true" in any case is true, anything else false; never fails."""
     return len(text) == 4 and text.lower() == "true"
@@ -220,3 +253,11 @@ def make_compare(left: str, right: str) -> Compare:
     if left == right:
         return _SAME[left]
     return _MIXED.get(left + right, _left_smaller)
+
+
+#: The process-wide memos of the three number conversions a comparison with a literal needs.
+MEMOS: dict[str, NumberMemo] = {
+    "I": NumberMemo(java_integer_value_of),
+    "L": NumberMemo(java_long_value_of),
+    "D": NumberMemo(java_double_value_of),
+}

@@ -69,10 +69,11 @@ class SqlFilter:
                 return False  # a normal outcome per message (RocketMQ: no match); not worth a log line
 
         matches.__doc__ = SqlFilter.matches.__doc__
-        self.evaluate = condition  # type: ignore[assignment]  # takes (properties, tags=None) too
+        self.evaluate = condition  # type: ignore[method-assign]  # takes (properties, tags=None) too
         self.matches = matches  # type: ignore[method-assign]
         if isinstance(self.tree, Logic):  # the usual shape: a generated matches() saves a call
-            self.matches = generate_logic(self.tree.op, list(self.tree.operands), compile_condition, as_matches=True)
+            self.matches = generate_logic(  # type: ignore[method-assign]
+                self.tree.op, list(self.tree.operands), compile_condition, as_matches=True)
 
     def describe(self) -> str:
         """The parsed form, fully parenthesised where precedence decided something."""
