@@ -3,11 +3,14 @@
 Per store: 1 producer thread sends 1 KiB messages to 4 queues while a push consumer with 2 consume
 threads (background pulling on the system clock) receives them. End-to-end latency is receive time
 minus the born timestamp. In the same run, the raw store append rate (store.append in a loop, same
-message size, same flush mode) is the baseline the broker's rate is divided by.
+message size, same flush mode, requests built beforehand with a unique key as the broker's carry)
+is the baseline the broker's rate is divided by. On a shared
+machine each figure is the best of ``--rounds`` rounds, baseline and end-to-end run alternately.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -22,19 +25,24 @@ from plugmq.core.broker import Broker
 from plugmq.core.components import open_store
 from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.core.errors import PluginError
-from plugmq.core.message import AppendRequest, Message, StoredMessage
+from plugmq.core.message import AppendRequest, Message, StoredMessage, new_unique_id
+from plugmq.core.names import Prop
 
 __all__ = ["command", "run_e2e"]
 
 
 def _raw_append_rate(store_plugin: str, flush: str, messages: int, size: int) -> float:
+    """store.append of requests built beforehand, each with a unique key like the broker's."""
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-raw-") as tmp:
         store = open_store(store_plugin, Path(tmp), options={"flush": flush})
         body = b"x" * size
+        requests = [AppendRequest(topic="Bench", queue_id=i % 4, body=body,
+                                  properties={Prop.UNIQ_KEY: new_unique_id()}) for i in range(messages)]
         try:
+            append = store.append
             start = time.perf_counter()
-            for i in range(messages):
-                store.append(AppendRequest(topic="Bench", queue_id=i % 4, body=body))
+            for request in requests:
+                append(request)
             return messages / (time.perf_counter() - start)
         finally:
             store.close()
@@ -84,20 +92,33 @@ def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str
 @click.option("--messages", default=20_000, show_default=True)
 @click.option("--size", default=1024, show_default=True, help="Body size in bytes.")
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True)
-def command(stores: str, messages: int, size: int, flush: str) -> None:
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1),
+              help="Rounds of baseline and end-to-end run, alternating; the best of each is kept.")
+def command(stores: str, messages: int, size: int, flush: str, rounds: int) -> None:
     """Produce -> consume throughput and end-to-end latency, as a ratio to the raw store append rate."""
     console = Console()
-    table = Table(title=f"e2e: {messages} x {size} B, 4 queues, 1 producer, 2 consume threads, flush={flush}")
+    load_before = os.getloadavg()
+    table = Table(title=f"e2e: {messages} x {size} B, 4 queues, 1 producer, 2 consume threads, flush={flush}, "
+                        f"best of {rounds}")
     table.add_column("store", no_wrap=True)
     for column in ("raw append msg/s", "produce msg/s", "e2e msg/s", "e2e / raw", "p50 ms", "p99 ms"):
         table.add_column(column, justify="right")
     for store in [s.strip() for s in stores.split(",") if s.strip()]:
+        raw = 0.0
+        best: dict[str, float] | None = None
         try:
-            raw = _raw_append_rate(store, flush, messages, size)
-            result = run_e2e(store, flush, messages, size)
+            for _ in range(rounds):
+                raw = max(raw, _raw_append_rate(store, flush, messages, size))
+                result = run_e2e(store, flush, messages, size)
+                if best is None or result["e2e_rate"] > best["e2e_rate"]:
+                    best = result
         except PluginError as exc:
             console.print(f"[yellow]{store}: skipped ({exc})[/yellow]")
             continue
-        table.add_row(store, f"{raw:,.0f}", f"{result['produce_rate']:,.0f}", f"{result['e2e_rate']:,.0f}",
-                      f"{result['e2e_rate'] / raw:.2f}x", f"{result['p50_ms']:.1f}", f"{result['p99_ms']:.1f}")
+        assert best is not None
+        table.add_row(store, f"{raw:,.0f}", f"{best['produce_rate']:,.0f}", f"{best['e2e_rate']:,.0f}",
+                      f"{best['e2e_rate'] / raw:.2f}x", f"{best['p50_ms']:.1f}", f"{best['p99_ms']:.1f}")
     console.print(table)
+    load_after = os.getloadavg()
+    console.print(f"load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
+                  f"{'/'.join(f'{v:.2f}' for v in load_after)}; target: e2e >= 0.5x the raw append rate")

@@ -264,20 +264,27 @@ class Broker:
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
                       born_host: str = "127.0.0.1:0") -> AppendRequest:
-        """Turn a producer's Message into the store's request (system properties filled in)."""
+        """Turn a producer's Message into the store's request (system properties filled in).
+
+        The Message was validated when it was built, so the request is assembled without running
+        the validators again (the store checks what it writes); tag codes come from a cache."""
         check_body_size(message.body, self.config.max_message_size, topic=message.topic)
+        if queue_id < 0:
+            raise ValidationError(f"queue id must be >= 0, got {queue_id}")
         props = dict(message.properties)
-        if message.tags is not None:
-            props[Prop.TAGS] = message.tags
+        tags = message.tags
+        if tags is not None:
+            props[Prop.TAGS] = tags
         if message.keys:
             props[Prop.KEYS] = " ".join(message.keys)
-        props.setdefault(Prop.UNIQ_KEY, new_unique_id())
+        if Prop.UNIQ_KEY not in props:
+            props[Prop.UNIQ_KEY] = new_unique_id()
         if extra_properties:
             props.update(extra_properties)
-        return AppendRequest(
-            topic=message.topic, queue_id=queue_id, body=message.body, properties=props,
-            tags_code=tags_code(message.tags), born_timestamp_ms=self.clock.now_ms(), born_host=born_host,
-            reconsume_times=reconsume_times, sys_flag=sys_flag,
+        return AppendRequest.trusted(
+            message.topic, queue_id, message.body, props, tags_code=tags_code(tags),
+            born_timestamp_ms=self.clock.now_ms(), born_host=born_host, reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
         )
 
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
@@ -290,9 +297,11 @@ class Broker:
         """
         self._check_open()
         self.check_writable("store messages")
-        if is_system_topic(message.topic) and not allow_system_topic:
-            raise TopicError(f"topic {message.topic!r} is a system topic; producers may not send to it")
-        queues = self.topic_queues(message.topic)
+        topic = message.topic
+        if is_system_topic(topic) and not allow_system_topic:
+            raise TopicError(f"topic {topic!r} is a system topic; producers may not send to it")
+        count = self.topics.get(topic)
+        queues = self._queues_for(topic, count) if count is not None else self.topic_queues(topic)
         if not 0 <= queue_id < len(queues):
             raise ValidationError(f"queue id {queue_id} is out of range for topic {message.topic!r} "
                                   f"({len(queues)} queues)")
@@ -638,7 +647,7 @@ class Broker:
 
     def wake_consumers(self) -> None:
         """Tell waiting consumers that messages arrived or became visible again (long polling)."""
-        if self._consumers or self._waiting:
+        if self._waiting:  # consumers wait only in wait_for_messages, which counts them
             with self._arrivals:
                 self._arrivals.notify_all()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 __all__ = ["TAG_SEPARATOR", "java_string_hash", "split_tags", "tags_code"]
@@ -16,10 +17,14 @@ def java_string_hash(text: str) -> int:
     Widening the result to 64 bits (what RocketMQ stores in the consume queue) keeps the value.
     """
     h = 0
-    data = text.encode("utf-16-le")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] | (data[i + 1] << 8))) & 0xFFFFFFFF
+    for unit in memoryview(text.encode(_UTF16_NATIVE, "surrogatepass")).cast("H"):
+        h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"  # code units in native order
+_TAGS_CODES: dict[str, int] = {}  # tags text -> code: senders reuse a handful of tags
+_TAGS_CODES_LIMIT = 4096
 
 
 def split_tags(tags: str | None) -> list[str]:
@@ -36,7 +41,20 @@ def tags_code(tags: str | Iterable[str] | None) -> int:
     multi-tag variant): the OR of their hash codes, so a subscription tag ``t`` can match when
     ``code(t) & entry == code(t)``. No tag: 0.
     """
-    names = split_tags(tags) if isinstance(tags, str) or tags is None else list(tags)
+    if tags is None:
+        return 0
+    if isinstance(tags, str):
+        code = _TAGS_CODES.get(tags)
+        if code is None:
+            code = _or_of_hashes(split_tags(tags))
+            if len(_TAGS_CODES) >= _TAGS_CODES_LIMIT:
+                _TAGS_CODES.clear()
+            _TAGS_CODES[tags] = code
+        return code
+    return _or_of_hashes(list(tags))
+
+
+def _or_of_hashes(names: list[str]) -> int:
     code = 0
     for name in names:
         code |= java_string_hash(name)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import itertools
 import os
 import struct
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 import attrs
@@ -62,6 +62,18 @@ def _check_text(where: str, text: str) -> None:
             raise ValidationError(f"{where} contains the control character {bad!r}, which is reserved")
 
 
+_KNOWN_TOPICS: set[str] = set()  # names that passed validate_topic: senders reuse a few topics
+_KNOWN_TOPICS_LIMIT = 4096
+
+
+def _check_topic(_inst: object, _attr: object, topic: str) -> None:
+    if type(topic) is str and topic in _KNOWN_TOPICS:
+        return
+    validate_topic(topic)
+    if type(topic) is str and len(_KNOWN_TOPICS) < _KNOWN_TOPICS_LIMIT:
+        _KNOWN_TOPICS.add(topic)
+
+
 def _validate_properties(_inst: object, _attr: object, props: Mapping[str, str]) -> None:
     for key, value in props.items():
         if not isinstance(key, str) or not key:
@@ -109,7 +121,7 @@ class Message:
     A delay is either ``delay_level`` (1-based, RocketMQ's level list) or ``deliver_at_ms``.
     """
 
-    topic: str = attrs.field(validator=lambda _i, _a, v: validate_topic(v))
+    topic: str = attrs.field(validator=_check_topic)
     body: bytes = attrs.field(converter=_to_bytes, validator=attrs.validators.instance_of(bytes))
     tags: str | None = attrs.field(default=None, validator=_validate_tags)
     keys: tuple[str, ...] = attrs.field(default=(), converter=_keys, validator=_validate_keys)
@@ -171,7 +183,7 @@ class AppendRequest:
     strategy's deliver time).
     """
 
-    topic: str = attrs.field(validator=lambda _i, _a, v: validate_topic(v))
+    topic: str = attrs.field(validator=_check_topic)
     queue_id: int = attrs.field(validator=attrs.validators.ge(0))
     body: bytes = attrs.field(converter=_to_bytes, validator=attrs.validators.instance_of(bytes))
     properties: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_props, hash=False)
@@ -189,6 +201,34 @@ class AppendRequest:
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(self.properties.get(Prop.KEYS, "").split())
+
+    @classmethod
+    def trusted(cls, topic: str, queue_id: int, body: bytes, properties: dict[str, str], *, tags_code: int = 0,
+                born_timestamp_ms: int = 0, born_host: str = "127.0.0.1:0", reconsume_times: int = 0,
+                sys_flag: int = 0, prepared_transaction_offset: int = 0) -> AppendRequest:
+        """A request built from parts a boundary validated already - the broker makes one from a
+        validated Message for every send - so the validators and converters do not run twice.
+        ``properties`` must be a dict nobody else holds: it is wrapped read-only, not copied.
+        The store still checks everything it writes (names, ranges, property text)."""
+        request: AppendRequest = _new_object(cls)
+        set_topic, set_queue, set_body, set_props, set_code, set_born_ts, set_born_host, set_reconsume, set_flag, \
+            set_prepared = _REQUEST_SETTERS
+        set_topic(request, topic)
+        set_queue(request, queue_id)
+        set_body(request, body)
+        set_props(request, MappingProxyType(properties))
+        set_code(request, tags_code)
+        set_born_ts(request, born_timestamp_ms)
+        set_born_host(request, born_host)
+        set_reconsume(request, reconsume_times)
+        set_flag(request, sys_flag)
+        set_prepared(request, prepared_transaction_offset)
+        return request
+
+
+_new_object = object.__new__
+# The slots' own setters (what the frozen class's __init__ ends up calling), in field order.
+_REQUEST_SETTERS = tuple(getattr(AppendRequest, a.name).__set__ for a in attrs.fields(AppendRequest))
 
 
 class AppendStatus(enum.Enum):
@@ -229,6 +269,21 @@ class StoredMessage:
     prepared_transaction_offset: int = 0
     body_crc: int = 0
 
+    @classmethod
+    def trusted(cls, topic: str, queue_id: int, body: bytes, properties: dict[str, str], queue_offset: int,
+                commit_log_offset: int, size: int, tags_code: int, born_timestamp_ms: int, store_timestamp_ms: int,
+                born_host: str, store_host: str, reconsume_times: int, sys_flag: int,
+                prepared_transaction_offset: int, body_crc: int) -> StoredMessage:
+        """A message a store decoded from a record it checked: built without the converter's
+        copy; ``properties`` - a dict nobody else holds - is wrapped read-only as it is."""
+        message: StoredMessage = _new_object(cls)
+        for setter, value in zip(_STORED_SETTERS, (
+                topic, queue_id, body, MappingProxyType(properties), queue_offset, commit_log_offset, size,
+                tags_code, born_timestamp_ms, store_timestamp_ms, born_host, store_host, reconsume_times, sys_flag,
+                prepared_transaction_offset, body_crc)):
+            setter(message, value)
+        return message
+
     @property
     def msg_id(self) -> str:
         return encode_msg_id(self.store_host, self.commit_log_offset)
@@ -251,6 +306,9 @@ class StoredMessage:
 
     def tag_list(self) -> list[str]:
         return split_tags(self.tags)
+
+
+_STORED_SETTERS = tuple(getattr(StoredMessage, a.name).__set__ for a in attrs.fields(StoredMessage))
 
 
 @attrs.frozen
@@ -334,16 +392,25 @@ def decode_msg_id(msg_id: str) -> tuple[str, int]:
     return f"{ipaddress.IPv4Address(raw[:4])}:{port}", offset
 
 
-_uniq_lock = threading.Lock()
-_uniq_counter = 0
-_uniq_prefix = os.urandom(4).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
+def _unique_id_source() -> tuple[str, Callable[[], int]]:
+    # 4 random bytes + the pid: another process (or this one after a restart) has another prefix;
+    # the count starts at this second << 32, so ids also grow across restarts of the same pid.
+    prefix = os.urandom(4).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
+    return prefix, itertools.count((int(time.time()) & 0xFFFF_FFFF) << 32).__next__
+
+
+_uniq_prefix, _uniq_next = _unique_id_source()
+
+
+def _reseed_unique_ids() -> None:
+    global _uniq_prefix, _uniq_next
+    _uniq_prefix, _uniq_next = _unique_id_source()
+
+
+os.register_at_fork(after_in_child=_reseed_unique_ids)  # a forked child must not repeat the parent's ids
 
 
 def new_unique_id() -> str:
-    """A client-side unique message id: 28 hex digits (random prefix + pid + seconds + counter)."""
-    global _uniq_counter
-    with _uniq_lock:
-        _uniq_counter = (_uniq_counter + 1) & 0xFFFF_FFFF
-        counter = _uniq_counter
-    return f"{_uniq_prefix}{int(time.time()) & 0xFFFF_FFFF:08X}{counter:08X}"
-
+    """A client-side unique message id: 28 hex digits (random prefix + pid, then a 64-bit count
+    started at the process's start second). ``next()`` on the counter is atomic, so no lock."""
+    return f"{_uniq_prefix}{_uniq_next() & 0xFFFF_FFFF_FFFF_FFFF:016X}"

@@ -116,9 +116,19 @@ def host_bytes(host: str) -> bytes | None:
     return packed
 
 
+_HOST_TEXTS: dict[bytes, str] = {}
+
+
 def host_text(raw: bytes) -> str:
-    port = struct.unpack_from(">i", raw, 4)[0]
-    return f"{ipaddress.IPv4Address(raw[:4])}:{port}"
+    """``a.b.c.d:port`` of 8 stored bytes (cached: a store sees few hosts, every read asks)."""
+    text = _HOST_TEXTS.get(raw)
+    if text is None:
+        port = struct.unpack_from(">i", raw, 4)[0]
+        text = f"{ipaddress.IPv4Address(raw[:4])}:{port}"
+        if len(_HOST_TEXTS) > 4096:
+            _HOST_TEXTS.clear()
+        _HOST_TEXTS[bytes(raw)] = text
+    return text
 
 
 def serialize_properties(props: Mapping[str, str]) -> bytes:
@@ -226,23 +236,10 @@ class Decoded:
     def to_stored(self, size: int) -> StoredMessage:
         props = self.properties()
         born = self.born_host_text(props)
-        return StoredMessage(
-            topic=self.topic,
-            queue_id=self.queue_id,
-            body=self.body,
-            properties=props,
-            queue_offset=self.queue_offset,
-            commit_log_offset=self.phys,
-            size=size,
-            tags_code=self.tags_code,
-            born_timestamp_ms=self.born_ts,
-            store_timestamp_ms=self.store_ts,
-            born_host=born,
-            store_host=host_text(self.store_host),
-            reconsume_times=self.reconsume,
-            sys_flag=self.sys_flag,
-            prepared_transaction_offset=self.prepared,
-            body_crc=self.body_crc,
+        return StoredMessage.trusted(
+            self.topic, self.queue_id, self.body, props, self.queue_offset, self.phys, size, self.tags_code,
+            self.born_ts, self.store_ts, born, host_text(self.store_host), self.reconsume, self.sys_flag,
+            self.prepared, self.body_crc,
         )
 
 
