@@ -90,6 +90,8 @@ class SegmentAllocator:
             while self._busy == start:
                 self._cond.wait()
             made = self._ready.get(start)
+            if self._wanted == start:
+                self._wanted = None  # made here: the background thread must not make it at the same time
         if made is None:
             made = self._create(start)
             with self._cond:

@@ -344,7 +344,8 @@ class MmapMessageStore(ReplicaLog):
                 taken = appender.take_pending()
                 upto = self._cl.wrote
             parts = [*retry, key_entries(recovered), appender.pending_entries(taken)]  # commit-log order
-            entries = tuple(np.concatenate([part[k] for part in parts]) for k in range(3))
+            hashes, offsets, stamps = (np.concatenate([part[k] for part in parts]) for k in range(3))
+            entries = (hashes, offsets, stamps)
             try:
                 self._index.add_arrays(*entries)
             except StoreFullError as exc:
