@@ -23,7 +23,7 @@ def quiet_logs():
 def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp_path) -> None:
     result = CliRunner().invoke(command, [
         "--messages", "120", "--stores", "store_lmdb,store_rocks,store_nonexistent", "--sizes", "128",
-        "--batch", "40", "--dir", str(tmp_path), "--json",
+        "--batch", "40", "--rounds", "1", "--no-redis", "--dir", str(tmp_path), "--json",
     ])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -36,3 +36,25 @@ def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp
         assert row["ratio"] > 0 and row["batch"] in (1, 40, 32)
         assert row["durability"].startswith(("sync:", "async:"))
     assert {r["baseline"] for r in report["raw"]} == {"mmap single", "mmap batched", "write+fsync", "cq scan"}
+
+
+def test_bench_measures_restart_after_kill_and_redis(quiet_logs: None, tmp_path) -> None:
+    """store_mmap's rows, the Redis baseline when redis-server is there, and the kill -9 restart
+    (a real child killed with SIGKILL, here with a 1 MiB commit log)."""
+    from plugmq.bench.store import redis_missing
+
+    result = CliRunner().invoke(command, [
+        "--messages", "200", "--stores", "store_mmap", "--sizes", "128", "--batch", "50", "--rounds", "2",
+        "--restart-log-mib", "1", "--dir", str(tmp_path), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    restart = report["restart"]
+    assert restart["read_ok"] and restart["messages"] > 0 and restart["seconds"] > 0
+    assert restart["log_bytes"] == 1 << 20 and restart["end"] >= 1 << 20
+    baselines = {r["baseline"] for r in report["raw"]}
+    assert {"mmap single", "mmap batched", "write+fsync", "cq scan"} <= baselines
+    assert ("redis lpush" in baselines) == (redis_missing() is None)
+    targets = {(r["case"], r["baseline"]): r["target"] for r in report["rows"]}
+    assert targets[("single async", "mmap single")] == 0.30 and targets[("batch async", "mmap batched")] == 0.40
+    assert "before" in report["load_average"]

@@ -1194,10 +1194,20 @@ static int place_all(Appender *self, PyObject *const *items, Py_ssize_t count, P
             if (size == NULL) Py_CLEAR(sizes);
             else PyList_SET_ITEM(sizes, i, size);
         }
-        PyObject *seq = sizes == NULL ? NULL : PyTuple_New(count);
-        for (Py_ssize_t i = 0; seq != NULL && i < count; i++) PyTuple_SET_ITEM(seq, i, Py_NewRef(items[i]));
-        PyObject *r = seq == NULL ? NULL : PyObject_CallFunctionObjArgs(self->make_room, seq, sizes, NULL);
-        Py_XDECREF(seq);
+        PyObject *counts = sizes == NULL ? NULL : PyDict_New(); /* (topic, queue id) -> records */
+        for (Py_ssize_t i = 0; counts != NULL && i < count; i++) {
+            PyObject *qid = PyLong_FromLong(self->recs[i].queue_id);
+            PyObject *key = qid == NULL ? NULL : PyTuple_Pack(2, self->recs[i].topic, qid);
+            Py_XDECREF(qid);
+            PyObject *had = key == NULL ? NULL : PyDict_GetItemWithError(counts, key);
+            long before = had == NULL ? 0 : PyLong_AsLong(had);
+            PyObject *now = key == NULL || PyErr_Occurred() ? NULL : PyLong_FromLong(before + 1);
+            if (now == NULL || PyDict_SetItem(counts, key, now) < 0) Py_CLEAR(counts);
+            Py_XDECREF(now);
+            Py_XDECREF(key);
+        }
+        PyObject *r = counts == NULL ? NULL : PyObject_CallFunctionObjArgs(self->make_room, counts, sizes, NULL);
+        Py_XDECREF(counts);
         Py_XDECREF(sizes);
         if (r == NULL) {
             clear_recs(self, count);

@@ -17,8 +17,9 @@ then
     are the store's appends up to the flush: refuse when ``closed`` is set or the disk is full
     (``check_writable()`` runs when ``retention.full`` is set or ``retention.next_check`` has
     passed), take the put lock, encode every request (a refused one raises before anything is
-    written), for a batch call ``make_room(requests, record_sizes)`` (every disk block the batch
-    will write into is allocated first, so a full disk refuses all of it), place the requests -
+    written), for a batch call ``make_room(queue_counts, record_sizes)`` (records per (topic,
+    queue id), and the size of each record: every disk block the batch will write into is
+    allocated first, so a full disk refuses all of it), place the requests -
     calling ``provide(appender)`` at each file boundary (see ``need`` below) - release the lock
     and, when ``pending_count`` reaches ``index_batch``, call ``drain()``. The lower-level calls
     below run under the put lock:
@@ -144,7 +145,7 @@ class Appender(Protocol):
     closed: bool
 
     def bind(self, *, lock: Any, retention: Any, check_writable: Callable[[], None],
-             provide: Callable[[Any], None], make_room: Callable[[Sequence[AppendRequest], list[int]], None],
+             provide: Callable[[Any], None], make_room: Callable[[dict[tuple[str, int], int], list[int]], None],
              drain: Callable[[], object], index_batch: int, closed_message: str) -> None: ...
     def append(self, request: AppendRequest) -> AppendResult: ...
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]: ...
@@ -206,13 +207,13 @@ class PyAppender:
         self._lock: Any = None
         self._retention: Any = None
         self._check_writable: Callable[[], None] = _unbound
-        self._make_room: Callable[[Sequence[AppendRequest], list[int]], None] = _unbound_room
+        self._make_room: Callable[[dict[tuple[str, int], int], list[int]], None] = _unbound_room
         self._drain: Callable[[], object] = _unbound
         self._index_batch = 1
         self._closed_message = ""
 
     def bind(self, *, lock: Any, retention: Any, check_writable: Callable[[], None],
-             provide: Callable[[Any], None], make_room: Callable[[Sequence[AppendRequest], list[int]], None],
+             provide: Callable[[Any], None], make_room: Callable[[dict[tuple[str, int], int], list[int]], None],
              drain: Callable[[], object], index_batch: int, closed_message: str) -> None:
         self._lock = lock
         self._retention = retention
@@ -248,7 +249,11 @@ class PyAppender:
             if self.closed:
                 raise StoreError(self._closed_message)
             encoded = [self._encode(r) for r in requests]  # every request is checked first
-            self._make_room(requests, [len(e[0]) for e in encoded])
+            counts: dict[tuple[str, int], int] = {}
+            for request in requests:
+                key = (request.topic, request.queue_id)
+                counts[key] = counts.get(key, 0) + 1
+            self._make_room(counts, [len(e[0]) for e in encoded])
             self._place(requests, encoded, results)
         if len(self._pending) >= self._index_batch:
             self._drain()
@@ -384,7 +389,7 @@ def _unbound() -> None:
     raise RuntimeError("PyAppender.bind() was not called")
 
 
-def _unbound_room(_requests: Sequence[AppendRequest], _sizes: list[int]) -> None:
+def _unbound_room(_counts: dict[tuple[str, int], int], _sizes: list[int]) -> None:
     raise RuntimeError("PyAppender.bind() was not called")
 
 

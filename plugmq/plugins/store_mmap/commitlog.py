@@ -269,22 +269,28 @@ class CommitLog:
     def ensure_room(self, sizes: list[int]) -> None:
         """Under the put lock, before a batch writes anything: allocate every byte the records of
         ``sizes`` will take, creating the segments they roll into (StoreFullError if the disk has
-        no room), so a batch is never cut short half-way by a full disk."""
+        no room), so a batch is never cut short half-way by a full disk. One reservation per
+        segment touched (to the furthest byte the batch needs in it), not one per record."""
         cur = self.cur
         assert cur is not None
         pos = self.wrote - cur.start
         size, start = cur.size, cur.start
         seg: MappedFile | None = cur  # None once the records roll into segments yet to be made
+        need = 0  # furthest byte (exclusive) the batch needs in the segment at ``start``
         for total in sizes:
             if pos + total + END_FILE_MIN_BLANK > size:
-                if seg is not None:
-                    seg.reserve(min(size, pos + END_FILE_MIN_BLANK), ALLOCATION_CHUNK)  # the blank marker
-                start, pos, size, seg = start + size, 0, self.segment_size, None
+                self._reserve_in(seg, start, max(need, min(size, pos + END_FILE_MIN_BLANK)))  # + the blank marker
+                start, pos, size, seg, need = start + size, 0, self.segment_size, None, 0
             pos += total
-            if seg is not None:
-                seg.reserve(pos + END_FILE_MIN_BLANK, ALLOCATION_CHUNK)
-            else:
-                self.allocator.prepare(start, pos + END_FILE_MIN_BLANK)
+            need = pos + END_FILE_MIN_BLANK
+        if need:
+            self._reserve_in(seg, start, need)
+
+    def _reserve_in(self, seg: MappedFile | None, start: int, need: int) -> None:
+        if seg is not None:
+            seg.reserve(need, ALLOCATION_CHUNK)
+        else:
+            self.allocator.prepare(start, need)
 
     def restart_at(self, position: int) -> None:
         """Under the put lock, for a log holding no record: drop its segments and start it anew

@@ -286,15 +286,12 @@ class MmapMessageStore(ReplicaLog):
         else:
             raise StoreError(f"store_mmap append kernel stopped without a reason (need={need}); please report this")
 
-    def _make_room(self, requests: Sequence[AppendRequest], sizes: list[int]) -> None:
+    def _make_room(self, counts: dict[tuple[str, int], int], sizes: list[int]) -> None:
         """Under the put lock, before a batch writes anything: every commit-log segment and
-        consume-queue file it will write into exists and has its blocks, so a full disk refuses
-        the whole batch (StoreFullError) instead of storing part of it."""
+        consume-queue file it will write into exists and has its blocks (``counts``: records per
+        queue, ``sizes``: each record's bytes), so a full disk refuses the whole batch
+        (StoreFullError) instead of storing part of it."""
         self._cl.ensure_room(sizes)
-        counts: dict[tuple[str, int], int] = {}
-        for request in requests:
-            key = (request.topic, request.queue_id)
-            counts[key] = counts.get(key, 0) + 1
         for (topic, queue_id), count in counts.items():
             cq = self._cqs.queues.get((topic, queue_id)) or self._cqs.create(topic, queue_id)
             cq.prepare(cq.max_offset, count)
