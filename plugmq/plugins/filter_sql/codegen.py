@@ -37,6 +37,7 @@ from plugmq.plugins.filter_sql.nodes import (
 __all__ = ["generate_logic"]
 
 _MEMO_TAG = {JType.INT: "I", JType.LONG: "L"}
+_FAST_DIGITS = {"I": 9, "L": 18}  # up to this many ASCII digits always parse and fit the type
 _PY_OP = {"=": "==", "<>": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _INLINE_LIMIT = 8  # beyond this many operands, track "unknown" with a flag instead of one test
 
@@ -68,9 +69,18 @@ class _Locals:
             value = self.value(name, body)
             var = self._numbers[key] = f"n{len(self._numbers)}"
             memo = MEMOS[tag]
-            self._ns[f"M_{var}"], self._ns[f"C_{var}"] = memo.get, memo.convert
-            body.append(f"{var} = None if {value} is None else (x if (x := M_{var}({value})) is not None "
-                        f"else C_{var}({value}))")
+            self._ns[f"M_{var}"], self._ns[f"C_{var}"], self._ns[f"R_{var}"] = memo.get, memo.parse, memo.remember
+            # Known strings cost one lookup; a new one is parsed inline when it is plain digits
+            # that always fit the type (else by the Java rules) and remembered while there is room.
+            body += [
+                f"if {value} is None: {var} = None",
+                "else:",
+                f"    {var} = M_{var}({value})",
+                f"    if {var} is None:",
+                f"        {var} = int({value}) if len({value}) <= {_FAST_DIGITS[tag]} and {value}.isdigit() "
+                f"and {value}.isascii() else C_{var}({value})",
+                f"        R_{var}({value}, {var})",
+            ]
         return var
 
 
@@ -113,7 +123,7 @@ def generate_logic(op: str, operands: Sequence[Node], compile_operand: Callable[
     """
     stop = "False" if op == "AND" else "True"  # the value that decides the chain at once
     rest = "True" if op == "AND" else "False"
-    ns: dict[str, Any] = {"__builtins__": {}, "FilterEvaluationError": FilterEvaluationError}
+    ns: dict[str, Any] = {"__builtins__": {}, "int": int, "len": len, "FilterEvaluationError": FilterEvaluationError}
     body = ["get = p.get"]
     local = _Locals(ns)
     many = len(operands) > _INLINE_LIMIT

@@ -144,26 +144,29 @@ class NumberMemo:
 
     A conversion depends on the string alone, and property values repeat across messages (codes,
     levels, small counters), so a value is parsed once, not once per message and comparison. The
-    memo is bounded (cleared when full) and shared by every filter of the process; failures are
-    not remembered (they raise each time, as the conversion does). ``get`` is the plain
-    ``dict.get`` (None when not known yet), ``convert`` parses and remembers.
+    memo is bounded: once full it keeps what it has and new strings are parsed each time (a
+    stream of unique values then costs one extra lookup). Failures are not remembered (they
+    raise each time, as the conversion does). ``get`` is the plain ``dict.get`` (None when not
+    known), ``parse`` the conversion, ``remember(text, value)`` stores while there is room and
+    ``convert`` parses and remembers.
     """
 
-    __slots__ = ("_convert", "_known", "convert", "get", "limit")
+    __slots__ = ("_known", "get", "limit", "parse")
 
     def __init__(self, convert: Callable[[str], Any], limit: int = 8192) -> None:
-        self._convert = convert
         self._known: dict[str, Any] = {}
         self.limit = limit
         self.get = self._known.get
-        self.convert = self._remember
+        self.parse = convert
 
-    def _remember(self, text: str) -> Any:
-        value = self._convert(text)  # raises FilterEvaluationError for a string Java refuses
+    def remember(self, text: str, value: Any) -> None:
         known = self._known
-        if len(known) >= self.limit:
-            known.clear()
-        known[text] = value
+        if len(known) < self.limit:
+            known[text] = value
+
+    def convert(self, text: str) -> Any:
+        value = self.parse(text)  # raises FilterEvaluationError for a string Java refuses
+        self.remember(text, value)
         return value
 
     def __len__(self) -> int:
