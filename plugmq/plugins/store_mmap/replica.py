@@ -18,6 +18,7 @@ from typing import Protocol, cast
 
 from plugmq.core import CorruptRecordError, LogChunk, Prop, StoreError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.appender import Appender, IndexEntries
 from plugmq.plugins.store_mmap.commitlog import CommitLog
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueues
 from plugmq.plugins.store_mmap.flush import GroupCommit
@@ -67,14 +68,15 @@ class ReplicaLog:
     _group: GroupCommit | None
     _put_lock: threading.Lock
     _derived_lock: threading.Lock
-    _pending: list[_Pending]
+    _unindexed: list[_Pending]  # keys of records written outside the append kernel, not yet indexed
+    _index_retry: list[IndexEntries]
+    _appender: Appender
     _index_batch: int
     _index_unique: bool
     _sync: bool
     _closed: bool
-    _last_ts: int
-    _messages: int
-    _bytes: int
+    _replicated_messages: int
+    _replicated_bytes: int
     _log_listener: Callable[[int], None] | None = None
 
     @abstractmethod
@@ -219,7 +221,7 @@ class ReplicaLog:
         listener = self._log_listener
         if listener is not None:
             listener(new_end)
-        if len(self._pending) >= self._index_batch:
+        if len(self._unindexed) >= self._index_batch:
             self.drain_index()
         return new_end
 
@@ -268,10 +270,11 @@ class ReplicaLog:
                 keys = props.get(Prop.KEYS)
                 uniq = props.get(Prop.UNIQ_KEY) if self._index_unique else None
                 if keys or uniq:
-                    self._pending.append((rec.topic, keys, uniq, rec.phys, rec.store_ts))
-            self._last_ts = max(self._last_ts, rec.store_ts)
-            self._messages += 1
-            self._bytes += rec.total
+                    self._unindexed.append((rec.topic, keys, uniq, rec.phys, rec.store_ts))
+            appender = self._appender
+            appender.last_ts = max(appender.last_ts, rec.store_ts)
+            self._replicated_messages += 1
+            self._replicated_bytes += rec.total
         if next_filler is not None:  # the chunk ends with a filler: roll over as the master did
             seg = cl.cur
             assert seg is not None
@@ -301,7 +304,10 @@ class ReplicaLog:
 
         with self._derived_lock, self._index.lock, self._put_lock, cl.flush_lock:
             cl.walk(offset, count, limit=cl.wrote)
-            self._pending = [p for p in self._pending if p[3] < offset]
+            self._unindexed = [p for p in self._unindexed if p[3] < offset]
+            hashes, offsets, stamps = self._appender.pending_entries(self._appender.take_pending())
+            kept = offsets < offset
+            self._index_retry.append((hashes[kept], offsets[kept], stamps[kept]))
             cl.allocator.discard_ready()
             cl.truncate(offset)
             cl.open_for_write(offset)
@@ -312,6 +318,6 @@ class ReplicaLog:
             self._index.cut(offset)
             self._index.indexed_upto = min(self._index.indexed_upto, offset)
             self._index.flush(everything=True)
-            self._write_checkpoint(offset, self._last_ts)
+            self._write_checkpoint(offset, self._appender.last_ts)
         log.warning("commit log cut back for replication", at=offset, records=doomed[0])
         return doomed[0]

@@ -171,6 +171,9 @@ class MmapMessageStore(ReplicaLog):
         self._records_lost = 0
         self._topics: dict[str, tuple[bytes, bytes, int]] = {}  # topic -> (prefix, bare tail, its CRC)
         self._index_batch = opts.index_batch
+        self._index_unique = opts.index_unique_id
+        self._replicated_messages = 0  # records a slave received from its master (not through the kernel)
+        self._replicated_bytes = 0
         self._now_ms = self._clock.now_ms
         self._sync = opts.flush == "sync"
 
@@ -510,8 +513,8 @@ class MmapMessageStore(ReplicaLog):
     def stats(self) -> Mapping[str, float]:
         cl = self._cl
         return {
-            "messages_appended": self._appender.messages,
-            "bytes_appended": self._appender.appended_bytes,
+            "messages_appended": self._appender.messages + self._replicated_messages,
+            "bytes_appended": self._appender.appended_bytes + self._replicated_bytes,
             "commit_log_min_offset": cl.min_offset,
             "commit_log_max_offset": cl.wrote,
             "commit_log_flushed_offset": cl.flushed,
