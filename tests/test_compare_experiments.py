@@ -368,19 +368,119 @@ def test_isolated_experiment_that_overruns_its_timeout_is_a_failed_row(tmp_path:
     assert result.info["workload"] == "levels" and result.info["isolated"] is True
 
 
-def test_real_clock_experiments_hold_the_host_lock_exclusively(tmp_path: Path) -> None:
-    import fcntl
-    import os
+def test_only_real_clock_experiments_take_the_host_lock_and_a_waiter_says_who_holds_it(tmp_path: Path) -> None:
+    import threading
 
-    from plugmq.spark.execute import host_lock
+    from plugmq.spark.execute import ExecOptions, execute, real_clock_lock
 
     path = str(tmp_path / "lock")
-    probe = os.open(path, os.O_RDWR | os.O_CREAT)
+    waits: list[tuple[float, str]] = []
+    holder = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with real_clock_lock(path, owner="pid 1 on elsewhere: stores/burst/mmap/r0"):
+            holder.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
     try:
-        with host_lock(path, exclusive=True), pytest.raises(BlockingIOError):
-            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        with host_lock(path, exclusive=False):
-            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared holders coexist
-            fcntl.flock(probe, fcntl.LOCK_UN)
+        assert holder.wait(30)
+        # A virtual-clock experiment never waits for the lock, even while it is held.
+        virtual = execute(_experiment(BASE, "levels", "wh"),
+                          ExecOptions(work_dir=str(tmp_path), isolate=False, lock_path=path))
+        assert virtual.status == "ok" and virtual.info["real_clock_lock"] is False and virtual.info["lock_wait_s"] == 0
+        timer = threading.Timer(0.6, release.set)
+        timer.start()
+        with real_clock_lock(path, owner="me", on_wait=lambda waited, who: waits.append((waited, who))) as waited:
+            assert waited >= 0.5
     finally:
-        os.close(probe)
+        release.set()
+        thread.join()
+    assert waits and waits[0][0] < 0.5, "the first wait is reported at once"
+    assert waits[0][1].startswith("pid 1 on elsewhere: stores/burst/mmap/r0 (since ")
+
+
+def test_tasks_plan_puts_real_clock_experiments_in_one_serial_lane() -> None:
+    from plugmq.spark.job import estimated_cost_s, plan_tasks
+
+    data = spec_with(workloads__burst={"producer_rate": 0, "duration_s": 1},
+                     workloads__burst2={"producer_rate": 0, "duration_s": 2, "message_size": 512})
+    data["matrix"].append({"name": "speed", "kind": "storage", "workloads": ["burst", "burst2"],
+                           "plugin_sets": ["wh", "sc"], "repetitions": 2})
+    experiments = expand_matrix(parse_experiments(data))
+    real = [i for i, e in enumerate(experiments) if e.workload.clock == "real"]
+    virtual = [i for i, e in enumerate(experiments) if e.workload.clock == "virtual"]
+    assert len(real) == 8 and len(virtual) == 12
+    [stage] = plan_tasks(experiments, "lane")
+    assert stage[0] == real, "one lane, in the seeded run order"
+    assert sorted(i for [i] in stage[1:]) == virtual
+    costs = [estimated_cost_s(experiments[i]) for [i] in stage[1:]]
+    assert costs == sorted(costs, reverse=True), "the longest virtual-clock experiments start first"
+    first, second = plan_tasks(experiments, "exclusive")
+    assert first == stage[1:] and second == [real]
+    [parallel] = plan_tasks(experiments, "none")
+    assert sorted(i for [i] in parallel) == list(range(len(experiments)))
+    assert plan_tasks([], "lane") == []
+
+
+def test_progress_tracker_lines_and_eta() -> None:
+    from plugmq.spark.progress import ProgressEvent, ProgressTracker, format_s
+
+    data = spec_with(workloads__burst={"producer_rate": 0, "duration_s": 1})
+    data["matrix"].append({"name": "speed", "kind": "storage", "workloads": ["burst"], "plugin_sets": ["wh", "sc"]})
+    experiments = expand_matrix(parse_experiments(data))
+    now = [100.0]
+    tracker = ProgressTracker(experiments, slots=2, serial_real=True, clock=lambda: now[0])
+    real = [e.experiment_id for e in experiments if e.workload.clock == "real"]
+    virtual = [e.experiment_id for e in experiments if e.workload.clock == "virtual"]
+    assert tracker.eta() is None
+    assert tracker.line(ProgressEvent("started", real[0], "real")) is None
+    wait = tracker.line(ProgressEvent("waiting", real[0], "real", waited_s=12, holder="pid 7 on h: x"))
+    assert wait == f"waiting for the real-clock lane: {real[0]} has waited 0:12; held by pid 7 on h: x"
+    now[0] = 130.0
+    line = tracker.line(ProgressEvent("finished", real[0], "real", status="ok", wall_s=10.0))
+    assert line is not None and line.startswith(f"[ 1/{len(experiments)}] ok ")
+    assert "(real-clock lane) · elapsed 0:30 · ETA " in line
+    # One real-clock experiment left (10 s in the lane); 12 virtual ones on the one slot the lane leaves,
+    # at the only mean known so far (10 s): 120 s.
+    assert tracker.eta() == pytest.approx(120.0)
+    for experiment_id in virtual[:6]:
+        tracker.line(ProgressEvent("finished", experiment_id, "virtual", status="ok", wall_s=2.0))
+    assert tracker.eta() == pytest.approx(max(10.0, 6 * 2.0 / 1))
+    assert tracker.line(ProgressEvent("finished", virtual[0], "virtual", status="ok", wall_s=2.0)) is None, "once"
+    assert format_s(3725) == "1:02:05" and format_s(None) == "?"
+
+
+# ------------------------------------------------------------------------------------------ headline table
+def test_headline_names_the_winner_the_margin_and_whether_it_beats_the_spread() -> None:
+    import pandas as pd
+
+    from plugmq.spark.headline import headline_rows
+    from plugmq.spark.kinds import KINDS
+
+    spec = parse_experiments(BASE)
+    summary = pd.DataFrame([
+        # workload, plugin set, metric, median, low, high, runs
+        ("levels", "lv", "delay_lateness_p99_ms", 0.0, 0.0, 0.0, 2),
+        ("levels", "wh", "delay_lateness_p99_ms", 950.0, 940.0, 960.0, 2),
+        ("levels", "sc", "delay_lateness_p99_ms", 450.0, 440.0, 460.0, 2),
+        ("levels", "wh", "publish_cost_us_per_msg", 40.0, 30.0, 50.0, 2),
+        ("levels", "sc", "publish_cost_us_per_msg", 45.0, 35.0, 55.0, 2),
+        ("arbitrary", "wh", "delay_lateness_p99_ms", 900.0, 900.0, 900.0, 2),
+    ], columns=["workload", "plugin_set", "metric", "value", "low", "high", "runs"]).assign(matrix="delay")
+    experiments = pd.DataFrame([{"matrix": "delay", "workload": w, "plugin_set": p}
+                                for w in ("levels", "arbitrary") for p in ("lv", "wh", "sc")])
+    rows = {(r.scenario, r.measure): r for r in headline_rows(spec.matrices, summary, experiments)}
+    lateness = rows[("levels", "p99 lateness of delayed messages")]
+    assert (lateness.winner, lateness.runner_up) == ("lv", "sc")
+    assert lateness.margin == "450 ms less", "no factor against a zero"
+    assert lateness.spread == "identical in all 2 runs" or lateness.spread.startswith("clear")
+    assert [name for name, _ in lateness.ranking] == ["lv", "sc", "wh"]
+    cost = rows[("levels", "send cost (CPU + I/O per message)")]
+    assert cost.winner == "wh" and cost.margin == "1.12x (5 µs less)"
+    assert cost.spread.startswith("within the run-to-run spread")
+    assert ("arbitrary", "p99 lateness of delayed messages") not in rows, "one contender: nothing to compare"
+    for kind in KINDS.values():
+        assert {m.metric for m in kind.headline} <= set(kind.columns), kind.name

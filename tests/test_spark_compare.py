@@ -3,62 +3,122 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from plugmq.spark.compare import CompareOutcome, run_compare
 from plugmq.spark.execute import ExecOptions
 from plugmq.spark.experiments import expand_matrix, parse_experiments
+from plugmq.spark.progress import ProgressEvent
 from plugmq.spark.replay import run_experiment
 from plugmq.spark.sweep import sweep_partition
-from tests.spark_fixtures import spark  # noqa: F401 - the session fixture
+from tests.spark_fixtures import spark, standalone_cluster  # noqa: F401 - the session fixtures
 
 pytestmark = pytest.mark.spark
 
-FLUSH = {"store_mmap": {"flush": "async"}}
-SPEC: dict[str, Any] = {
-    "run": {"seed": 3, "window_s": 5},
-    "workloads": {
-        "levels": {"producer_rate": 5, "duration_s": 12, "consumers_per_subscription": 2,
-                   "delay": {"fraction": 0.5, "levels": [1, 2]}},
-        "arbitrary": {"producer_rate": 5, "duration_s": 12,
-                      "delay": {"fraction": 0.5, "distribution": "uniform", "min_delay_s": 1, "max_delay_s": 20}},
-        "churn": {"queues_per_topic": 8, "producer_rate": 2, "duration_s": 60, "consumers_per_subscription": 2,
-                  "churn": {"joins_per_minute": 2, "leaves_per_minute": 1}},
-        "burst": {"producer_rate": 300, "duration_s": 0.3, "message_size": 200},
-    },
-    "plugin_sets": {
-        "lv": {"plugins": ["store_mmap", "delay_level", "alloc"], "options": FLUSH},
-        "wh": {"plugins": ["store_mmap", "delay_wheel", "alloc"], "options": FLUSH},
-        "tight": {"plugins": ["store_mmap", "alloc"], "options": FLUSH, "broker": {"max_message_size": 64}},
-    },
-    "matrix": [
-        {"name": "delay", "kind": "delay", "workloads": ["levels", "arbitrary"], "plugin_sets": ["lv", "wh"]},
-        {"name": "misc", "kind": "general", "workloads": ["churn", "burst"], "plugin_sets": ["wh", "tight"]},
-    ],
-}
+SPEC_TOML = """
+[run]
+seed = 3
+window_s = 5
+
+[workloads.levels]
+producer_rate = 5
+duration_s = 12
+consumers_per_subscription = 2
+delay = { fraction = 0.5, levels = [1, 2] }
+
+[workloads.arbitrary]
+producer_rate = 5
+duration_s = 12
+delay = { fraction = 0.5, distribution = "uniform", min_delay_s = 1, max_delay_s = 20 }
+
+[workloads.churn]
+queues_per_topic = 8
+producer_rate = 2
+duration_s = 60
+consumers_per_subscription = 2
+churn = { joins_per_minute = 2, leaves_per_minute = 1 }
+
+[workloads.burst]          # real clock: the serial lane
+producer_rate = 300
+duration_s = 0.3
+message_size = 200
+
+[plugin_sets.lv]
+plugins = ["store_mmap", "delay_level", "alloc"]
+options.store_mmap = { flush = "async" }
+
+[plugin_sets.wh]
+plugins = ["store_mmap", "delay_wheel", "alloc"]
+options.store_mmap = { flush = "async" }
+
+[plugin_sets.tight]
+plugins = ["store_mmap", "alloc"]
+options.store_mmap = { flush = "async" }
+broker = { max_message_size = 64 }
+
+[[matrix]]
+name = "delay"
+kind = "delay"
+workloads = ["levels", "arbitrary"]
+plugin_sets = ["lv", "wh"]
+
+[[matrix]]
+name = "misc"
+kind = "general"
+workloads = ["churn", "burst"]
+plugin_sets = ["wh", "tight"]
+"""
+SPEC: dict[str, Any] = tomllib.loads(SPEC_TOML)
+EVENTS: list[ProgressEvent] = []
 
 
 @pytest.fixture(scope="module")
 def outcome(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> CompareOutcome:  # noqa: F811
     base = tmp_path_factory.mktemp("compare")
     options = ExecOptions(work_dir=str(base), window_s=5, isolate=True, timeout_s=300,
-                          lock_path=str(base / "host.lock"))
+                          lock_path=str(base / "real-clock.lock"))
     return run_compare(spark, parse_experiments(SPEC, source="test"), base / "out", options=options, sweep_max=9,
-                       master="local[2]")
+                       master="local[2]", on_event=EVENTS.append)
 
 
-def test_every_experiment_is_one_task(outcome: CompareOutcome) -> None:
+def test_virtual_experiments_are_tasks_and_real_clock_ones_share_the_serial_lane(outcome: CompareOutcome) -> None:
     exp = outcome.tables["experiments"]
     assert len(exp) == len(outcome.experiments) == 8
-    assert exp["partition_id"].nunique() == 8 and exp["task_attempt_id"].nunique() == 8
-    # Partition i runs the i-th experiment of the seeded order.
-    assert (exp["partition_id"] == exp["order"]).all()
     ids = [e.experiment_id for e in expand_matrix(parse_experiments(SPEC))]
     assert exp.sort_values("order")["experiment_id"].tolist() == ids
+    virtual, real = exp[exp["clock"] == "virtual"], exp[exp["clock"] == "real"]
+    assert len(virtual) == 6 and len(real) == 2
+    assert virtual["task_attempt_id"].nunique() == 6 and set(virtual["lane"]) == {"parallel"}
+    assert (real["partition_id"] == 0).all() and real["task_attempt_id"].nunique() == 1
+    assert set(real["lane"]) == {"real-clock lane"} and bool(real["real_clock_lock"].all())
+    assert not virtual["real_clock_lock"].any() and (virtual["lock_wait_s"] == 0).all()
+    # The lane runs its experiments one after another, in the seeded order.
+    lane = real.sort_values("position_in_task")
+    assert lane["order"].is_monotonic_increasing
+    first, second = lane.iloc[0], lane.iloc[1]
+    assert second["started_at"] >= first["started_at"] + first["wall_s"]
+
+
+def test_progress_reaches_the_driver_as_it_happens(outcome: CompareOutcome) -> None:
+    finished = [e for e in EVENTS if e.kind == "finished"]
+    assert sorted(e.experiment_id for e in finished) == sorted(e.experiment_id for e in outcome.experiments)
+    for event in EVENTS:
+        assert event.pid > 0 and event.host
+    started = {e.experiment_id: i for i, e in enumerate(EVENTS) if e.kind == "started"}
+    assert all(started[e.experiment_id] < EVENTS.index(e) for e in finished)
+    statuses = outcome.tables["experiments"].set_index("experiment_id")["status"]
+    assert {e.experiment_id: e.status for e in finished} == statuses.to_dict()
+    assert set(outcome.tables["experiments"]["progress"]) == {"sent"}
 
 
 def test_failures_are_rows_not_crashes(outcome: CompareOutcome) -> None:
@@ -67,7 +127,7 @@ def test_failures_are_rows_not_crashes(outcome: CompareOutcome) -> None:
     assert "cannot be expressed by levels" in exp.loc["delay/arbitrary/lv/r0", "error"]
     for workload in ("churn", "burst"):
         row = exp.loc[f"misc/{workload}/tight/r0"]
-        assert row["status"] == "failed" and "MessageTooLargeError" in row["error"]
+        assert row["status"] == "failed" and "MessageTooLargeError" in row["error"], row.to_dict()
     assert (exp["status"] == "ok").sum() == 5
     failed_ids = set(exp.index[exp["status"] != "ok"])
     assert not failed_ids & set(outcome.tables["metrics"]["experiment_id"]), "no figures from runs that failed"
@@ -108,9 +168,29 @@ def test_parquet_tables_and_report_hold_the_runs_numbers(outcome: CompareOutcome
     for section in ("delay", "misc", "Allocation sweep", "unsupported"):
         assert section in page
     assert f"{int(delivered['value'].iloc[0])}</td>" in page, "the table shows the run's own number"
-    for chart in ("delay_lateness_cdf.png", "misc_throughput.png", "sweep_by_consumers.png"):
+    for chart in ("delay_lateness_cdf.png", "misc_general.png", "sweep_by_consumers.png"):
         assert (out / chart).stat().st_size > 5_000
     assert any("p99 lateness" in f for f in outcome.findings)
+
+
+def test_report_opens_with_the_findings_and_ends_with_environment_and_flags(outcome: CompareOutcome) -> None:
+    page = outcome.report.read_text()
+    order = [page.index(marker) for marker in ("<section id=findings>", "<table class=headline>",
+                                                "<section id=charts>", "<img ", "<section id=environment>",
+                                                "store_mmap.flush = async")]
+    assert order == sorted(order), "findings, then charts, then environment and flags"
+    assert page.index("<h2>") == page.index("<h2>Findings</h2>"), "the first section is the findings"
+    assert "<h2>" not in page[:page.index("<section id=findings>")]
+    # The headline row for the level mix: the level strategy delivers on time, the wheel late.
+    headline = pd.read_parquet(outcome.report.parent / "headline.parquet")
+    row = headline[(headline["comparison"] == "delay") & (headline["scenario"] == "levels")
+                   & (headline["measure"] == "p99 lateness of delayed messages")].iloc[0]
+    summary = outcome.aggregated["summary"].set_index(["matrix", "workload", "plugin_set", "metric"])["value"]
+    assert row["winner"] == "lv" and row["value"] == summary[("delay", "levels", "lv", "delay_lateness_p99_ms")]
+    assert row["runner_up_value"] == summary[("delay", "levels", "wh", "delay_lateness_p99_ms")]
+    assert row["spread"] == "1 run: spread not measured"
+    # Every table scrolls inside its own box instead of widening the page.
+    assert page.count("<table") == page.count("<div class=scroll><table")
 
 
 def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareOutcome) -> None:
@@ -126,3 +206,43 @@ def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareO
     for strategy, part in local.groupby("strategy"):
         assert summary.loc[strategy, "mean_moved_fraction"] == pytest.approx(part["moved_fraction"].mean())
         assert summary.loc[strategy, "max_overload"] == pytest.approx(part["overload"].max())
+
+
+# ------------------------------------------------------------------------------------------ cluster mode
+def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local_mode(
+        outcome: CompareOutcome, standalone_cluster: Any, tmp_path: Path) -> None:  # noqa: F811
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_TOML)
+    out = tmp_path / "cluster"
+    # Standard output is a pipe here, as under CI or nohup: progress must still come line by line.
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "plugmq"), "compare", str(spec), "--out", str(out), "--master",
+         standalone_cluster.master_url, "--sweep-max", "9", "--work-dir", str(tmp_path / "work"),
+         "--real-clock-lock", str(tmp_path / "real-clock.lock"),
+         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+         "--conf", f"spark.local.dir={tmp_path / 'driver'}", "--conf", "spark.sql.shuffle.partitions=2"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    done = [line for line in lines if re.match(r"\[\s*\d/8\] (ok|failed|unsupported) ", line)]
+    assert len(done) == 8 and all(" · elapsed " in line and " · ETA " in line for line in done), proc.stdout
+    assert any("(real-clock lane)" in line for line in done)
+    local_dir = outcome.report.parent
+    cluster_files = sorted(p.name for p in out.glob("*.parquet"))
+    assert cluster_files == sorted(p.name for p in local_dir.glob("*.parquet"))
+    for name in cluster_files:
+        assert pq.read_schema(out / name) == pq.read_schema(local_dir / name), name
+    # Same experiments, same outcomes, and the deterministic (virtual-clock) figures are equal.
+    local_exp = outcome.tables["experiments"].set_index("experiment_id")
+    cluster_exp = pd.read_parquet(out / "experiments.parquet").set_index("experiment_id")
+    assert cluster_exp["status"].to_dict() == local_exp["status"].to_dict()
+    assert set(cluster_exp["progress"]) == {"sent"}
+
+    def deterministic(metrics: pd.DataFrame) -> dict[tuple[str, str], float]:
+        rows = metrics[metrics["deterministic"].astype(bool)]
+        return dict(zip(zip(rows["experiment_id"], rows["metric"], strict=True), rows["value"], strict=True))
+
+    assert deterministic(pd.read_parquet(out / "metrics.parquet")) == deterministic(outcome.tables["metrics"])
+    assert standalone_cluster.master_url in (out / "report.html").read_text()

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import attrs
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from plugmq.core.errors import ConfigError
@@ -44,8 +40,15 @@ def _conf(items: tuple[str, ...]) -> dict[str, str]:
               help="Run each experiment in its own Python process (crash, hang and memory isolation).")
 @click.option("--experiment-timeout", type=float, default=1800.0, show_default=True,
               help="Seconds after which an isolated experiment is killed and reported failed.")
-@click.option("--perf-isolation", type=click.Choice(["exclusive", "none"]), default="exclusive", show_default=True,
-              help="exclusive: a real-clock experiment runs alone on its host; none: no host lock (recorded).")
+@click.option("--perf-isolation", type=click.Choice(["lane", "exclusive", "none"]), default="lane", show_default=True,
+              help="lane: real-clock experiments one at a time in their own lane beside virtual-clock ones; "
+                   "exclusive: that lane after every virtual-clock experiment; none: all in parallel, no lock "
+                   "(recorded in the report).")
+@click.option("--real-clock-lock", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Host-wide lock file that real-clock experiments hold, so two comparisons on one host never "
+                   "measure speed at once (default: plugmq-real-clock.lock in the system temp dir).")
+@click.option("--progress-port", type=int, default=0, show_default=True,
+              help="Driver port the tasks report progress to (0: any free port; set one a firewall lets through).")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where experiments create their broker directories (default: the system temp dir).")
 @click.option("--keep-data", is_flag=True, help="Keep each experiment's broker directory.")
@@ -53,7 +56,8 @@ def _conf(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--dry-run", is_flag=True, help="Validate the file and list the experiments in run order; run nothing.")
 def command(experiments_file: Path, out: Path, master: str, seed: int | None, only: tuple[str, ...],
             sweep_max: int | None, isolate: bool, experiment_timeout: float, perf_isolation: str,
-            work_dir: Path | None, keep_data: bool, conf: tuple[str, ...], dry_run: bool) -> None:
+            real_clock_lock: Path | None, progress_port: int, work_dir: Path | None, keep_data: bool,
+            conf: tuple[str, ...], dry_run: bool) -> None:
     """Compare plugin sets on workloads (the file's matrix), one Spark task per experiment."""
     from plugmq.spark.compare import run_compare, select, sweep_spec
     from plugmq.spark.execute import ExecOptions
@@ -70,7 +74,8 @@ def command(experiments_file: Path, out: Path, master: str, seed: int | None, on
         for column in ("order", "experiment", "clock", "store / flush", "delay"):
             table.add_column(column, overflow="fold")
         for e in experiments:
-            table.add_row(str(e.order), e.experiment_id, e.workload.clock, f"{e.plugin_set.store} / {e.effective_flush}",
+            clock = f"{e.workload.clock} (lane)" if e.workload.clock == "real" and perf_isolation != "none" else e.workload.clock
+            table.add_row(str(e.order), e.experiment_id, clock, f"{e.plugin_set.store} / {e.effective_flush}",
                           e.plugin_set.delay or "-")
         console.print(table)
         sweep = sweep_spec(spec, sweep_max)
@@ -80,39 +85,56 @@ def command(experiments_file: Path, out: Path, master: str, seed: int | None, on
         work_dir.mkdir(parents=True, exist_ok=True)
     options = ExecOptions(work_dir=str(work_dir) if work_dir else None, window_s=spec.window_s, isolate=isolate,
                           timeout_s=experiment_timeout, perf_isolation=perf_isolation, keep_data=keep_data)
+    if real_clock_lock is not None:
+        options = attrs.evolve(options, lock_path=str(real_clock_lock))
     from plugmq.spark.job import make_session
+    from plugmq.spark.progress import ProgressEvent, ProgressTracker, format_s
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                  TimeElapsedColumn(), console=console) as progress:
-        starting = progress.add_task("starting Spark", total=1, note=master)
+    # One line per finished experiment (and per wait for the real-clock lock) whether or not a
+    # terminal is attached; the live bar only on a terminal, where the lines scroll above it.
+    live = console.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=not live)
+
+    def say(text: str) -> None:
+        if live:
+            progress.console.print(text, markup=False, highlight=False)
+        else:
+            click.echo(text)
+
+    began = time.monotonic()
+
+    def stage(text: str) -> None:
+        say(f"[{format_s(time.monotonic() - began)}] {text}")
+
+    with progress:
+        stage(f"starting Spark: {master}")
         spark = make_session(master, conf=_conf(conf))
-        progress.update(starting, completed=1)
-        tasks: dict[str, int] = {}
+        slots = spark.sparkContext.defaultParallelism
+        tracker = ProgressTracker(experiments, slots, serial_real=perf_isolation != "none")
+        bar = progress.add_task("experiments", total=len(experiments))
+        lane = sum(1 for e in experiments if e.workload.clock == "real")
+        stage(f"{len(experiments)} experiments on {slots} task slot(s): {lane} real-clock "
+            f"({'one at a time, in their own lane' if perf_isolation != 'none' else 'in parallel'}), "
+            f"{len(experiments) - lane} virtual-clock in parallel")
 
-        def on_progress(stage: str, done: int, running: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = progress.add_task(stage, total=total, note="")
-            progress.update(tasks[stage], completed=done, total=total, note=f"{running} running" if running else "")
+        def on_event(event: ProgressEvent) -> None:
+            line = tracker.line(event)
+            if line is not None:
+                say(line)
+            progress.update(bar, completed=len(tracker.done))
 
         try:
             outcome = run_compare(spark, spec, out, options=options, seed=seed, sweep_max=sweep_max, master=master,
-                                  on_progress=on_progress)
+                                  on_event=on_event, progress_port=progress_port, on_stage=stage)
         finally:
             spark.stop()
     statuses = outcome.tables["experiments"]["status"].value_counts().to_dict()
     console.print(f"[bold]{len(outcome.experiments)} experiments[/bold] in {outcome.matrix_wall_s:.1f} s: "
                   + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
-    findings = Table(title="headline findings", show_lines=False)
-    findings.add_column("finding")
+    console.print("[bold]findings[/bold] (report.html has them as a table, with the charts)")
     for line in outcome.findings:
-        findings.add_row(_plain(line))
-    console.print(findings)
+        console.print(f"  {line}", markup=False, highlight=False)
     console.print(f"report: {outcome.report}")
     console.print("tables: " + ", ".join(p.name for p in outcome.parquet))
 
-
-def _plain(text: str) -> str:
-    import html
-    import re
-
-    return html.unescape(re.sub(r"<[^>]+>", "", text)).replace("[", "\\[")

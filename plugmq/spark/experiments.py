@@ -62,6 +62,7 @@ from plugmq.core.config import load_config
 from plugmq.core.contracts import Family
 from plugmq.core.errors import ConfigError, PlugmqError
 from plugmq.core.pluginmanager import build_options, load_plugins
+from plugmq.spark.kinds import KINDS as _KINDS
 
 __all__ = [
     "Churn",
@@ -78,7 +79,7 @@ __all__ = [
     "parse_experiments",
 ]
 
-KINDS = ("delay", "storage", "allocation", "filter", "general")
+KINDS = tuple(_KINDS)  # what a matrix can compare: plugmq.spark.kinds
 CLOCKS = ("virtual", "real")
 FLUSH_MODES = ("sync", "async")
 SWEEP_STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH")
@@ -236,7 +237,7 @@ def load_experiments(path: str | Path) -> ExperimentsFile:
         raise ConfigError(f"{path}: cannot read the experiments file: {exc.strerror or exc}") from exc
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
-            import yaml  # type: ignore[import-untyped]
+            import yaml
         except ModuleNotFoundError as exc:
             raise ConfigError(f"{path}: reading YAML needs PyYAML (pip install pyyaml); or write the file as TOML") from exc
         try:
@@ -273,7 +274,7 @@ class _Table:
         self.used.add(name)
         return self.data.get(name, default)
 
-    def int(self, name: str, default: int, *, low: int | None = None) -> int:
+    def integer(self, name: str, default: int, *, low: int | None = None) -> int:
         value = self.raw(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{self.key(name)} must be an integer, got {value!r}")
@@ -281,7 +282,7 @@ class _Table:
             raise ConfigError(f"{self.key(name)} must be >= {low}, got {value}")
         return value
 
-    def float(self, name: str, default: float, *, low: float | None = None, high: float | None = None,
+    def number(self, name: str, default: float, *, low: float | None = None, high: float | None = None,
               above: float | None = None) -> float:
         value = self.raw(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -294,7 +295,7 @@ class _Table:
             raise ConfigError(f"{self.key(name)} must be > {above}, got {value}")
         return float(value)
 
-    def str(self, name: str, default: str | None, *, choices: Sequence[str] | None = None) -> str | None:
+    def text(self, name: str, default: str | None, *, choices: Sequence[str] | None = None) -> str | None:
         value = self.raw(name, default)
         if value is None:
             return None
@@ -346,9 +347,9 @@ def _weights(data: Any, path: str) -> tuple[tuple[str, float], ...]:
 
 
 def _parse_delay(t: _Table) -> DelayMix:
-    fraction = t.float("fraction", 0.0, low=0.0, high=1.0)
+    fraction = t.number("fraction", 0.0, low=0.0, high=1.0)
     levels_raw = t.raw("levels")
-    distribution = t.str("distribution", None, choices=("uniform", "exponential"))
+    distribution = t.text("distribution", None, choices=("uniform", "exponential"))
     if (levels_raw is None) == (distribution is None):
         raise ConfigError(f"{t.path}: give exactly one of 'levels' (a list of RocketMQ delay levels) or "
                           "'distribution' (\"uniform\" or \"exponential\" with max_delay_s)")
@@ -358,9 +359,9 @@ def _parse_delay(t: _Table) -> DelayMix:
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in levels_raw)):
             raise ConfigError(f"{t.key('levels')} must be a non-empty list of delay levels >= 1, got {levels_raw!r}")
         levels = tuple(levels_raw)
-    min_delay = t.float("min_delay_s", 1.0, low=0.0)
-    max_delay = t.float("max_delay_s", 0.0, low=0.0)
-    mean_delay = t.float("mean_delay_s", 0.0, low=0.0)
+    min_delay = t.number("min_delay_s", 1.0, low=0.0)
+    max_delay = t.number("max_delay_s", 0.0, low=0.0)
+    mean_delay = t.number("mean_delay_s", 0.0, low=0.0)
     if distribution is not None:
         if max_delay <= min_delay:
             raise ConfigError(f"{t.key('max_delay_s')} must be above min_delay_s ({min_delay}) for a "
@@ -372,15 +373,15 @@ def _parse_delay(t: _Table) -> DelayMix:
 
 
 def _parse_filter(t: _Table) -> FilterSpec:
-    ftype = t.str("type", None, choices=("TAG", "SQL92"))
+    ftype = t.text("type", None, choices=("TAG", "SQL92"))
     if ftype is None:
         raise ConfigError(f"{t.key('type')} is required: \"TAG\" or \"SQL92\"")
-    expression = t.str("expression", None)
+    expression = t.text("expression", None)
     selectivity = t.raw("selectivity")
     tags_t = t.raw("tags")
     props_t = t.raw("properties")
     if selectivity is not None:
-        selectivity = t.float("selectivity", 0.0, low=0.0, high=1.0)
+        selectivity = t.number("selectivity", 0.0, low=0.0, high=1.0)
     if selectivity is not None and (expression or tags_t or props_t):
         raise ConfigError(f"{t.path}: give either 'selectivity' alone (distribution and expression are generated) "
                           "or 'expression' with 'tags' / 'properties', not both")
@@ -417,8 +418,8 @@ def _parse_filter(t: _Table) -> FilterSpec:
 
 
 def _parse_churn(t: _Table) -> Churn:
-    churn = Churn(t.float("joins_per_minute", 0.0, low=0.0), t.float("leaves_per_minute", 0.0, low=0.0),
-                  t.int("min_consumers", 1, low=1))
+    churn = Churn(t.number("joins_per_minute", 0.0, low=0.0), t.number("leaves_per_minute", 0.0, low=0.0),
+                  t.integer("min_consumers", 1, low=1))
     t.done()
     return churn
 
@@ -431,22 +432,22 @@ def _parse_workload(name: str, t: _Table) -> Workload:
     default_clock = "virtual" if (delay is not None or churn is not None) else "real"
     w = Workload(
         name=name,
-        topics=t.int("topics", 1, low=1),
-        queues_per_topic=t.int("queues_per_topic", 4, low=1),
-        message_size=t.int("message_size", 128, low=16),
-        producers_per_topic=t.int("producers_per_topic", 1, low=1),
-        producer_rate=t.float("producer_rate", 0.0, low=0.0),
-        subscriptions_per_topic=t.int("subscriptions_per_topic", 1, low=0),
-        consumers_per_subscription=t.int("consumers_per_subscription", 1, low=1),
-        warmup_s=t.float("warmup_s", 0.0, low=0.0),
-        duration_s=t.float("duration_s", 10.0, above=0.0),
-        backlog_messages=t.int("backlog_messages", 0, low=0),
-        seed=t.int("seed", 0),
-        batch_size=t.int("batch_size", 1, low=1),
-        flush=t.str("flush", None, choices=FLUSH_MODES),
-        clock=t.str("clock", default_clock, choices=CLOCKS) or default_clock,
-        step_ms=t.int("step_ms", 1000, low=1),
-        drain_s=t.float("drain_s", 0.0, low=0.0),
+        topics=t.integer("topics", 1, low=1),
+        queues_per_topic=t.integer("queues_per_topic", 4, low=1),
+        message_size=t.integer("message_size", 128, low=16),
+        producers_per_topic=t.integer("producers_per_topic", 1, low=1),
+        producer_rate=t.number("producer_rate", 0.0, low=0.0),
+        subscriptions_per_topic=t.integer("subscriptions_per_topic", 1, low=0),
+        consumers_per_subscription=t.integer("consumers_per_subscription", 1, low=1),
+        warmup_s=t.number("warmup_s", 0.0, low=0.0),
+        duration_s=t.number("duration_s", 10.0, above=0.0),
+        backlog_messages=t.integer("backlog_messages", 0, low=0),
+        seed=t.integer("seed", 0),
+        batch_size=t.integer("batch_size", 1, low=1),
+        flush=t.text("flush", None, choices=FLUSH_MODES),
+        clock=t.text("clock", default_clock, choices=CLOCKS) or default_clock,
+        step_ms=t.integer("step_ms", 1000, low=1),
+        drain_s=t.number("drain_s", 0.0, low=0.0),
         delay=delay,
         filter=flt,
         churn=churn,
@@ -510,7 +511,7 @@ def _parse_plugin_set(name: str, t: _Table) -> PluginSet:
         load_config({"broker": {**broker, "plugins": list(plugins)}, "plugins": dict(options_raw)})
     except ConfigError as exc:
         raise ConfigError(f"{t.key('broker')}: {exc}") from exc
-    strategy = t.str("allocation_strategy", "AVG") or "AVG"
+    strategy = t.text("allocation_strategy", "AVG") or "AVG"
     strategies = loaded.hooks.allocate_strategies()
     if strategy not in strategies:
         raise ConfigError(f"{t.key('allocation_strategy')}: {strategy!r} is not offered by the set's plugins; "
@@ -536,8 +537,8 @@ def _parse_sweep(t: _Table) -> SweepSpec:
     for s in strategies:
         if s not in SWEEP_STRATEGIES:
             raise ConfigError(f"{t.key('strategies')}: the sweep models {', '.join(SWEEP_STRATEGIES)}, not {s!r}")
-    spec = SweepSpec(t.int("max_queues", 1000, low=0), t.int("max_consumers", 1000, low=0), strategies,
-                     t.int("virtual_nodes", 10, low=1))
+    spec = SweepSpec(t.integer("max_queues", 1000, low=0), t.integer("max_consumers", 1000, low=0), strategies,
+                     t.integer("virtual_nodes", 10, low=1))
     t.done()
     return spec
 
@@ -546,8 +547,8 @@ def parse_experiments(data: Mapping[str, Any], *, source: str = "<mapping>") -> 
     """Validate an experiments mapping (as read from TOML/YAML)."""
     top = _Table(data, "")
     run = top.table("run") or _Table({}, "run")
-    seed = run.int("seed", 0)
-    window_s = run.float("window_s", 10.0, above=0.0)
+    seed = run.integer("seed", 0)
+    window_s = run.number("window_s", 10.0, above=0.0)
     run.done()
     workloads_t = top.table("workloads")
     sets_t = top.table("plugin_sets")
@@ -576,12 +577,12 @@ def parse_experiments(data: Mapping[str, Any], *, source: str = "<mapping>") -> 
     seen = set()
     for i, raw in enumerate(matrices_raw):
         t = _Table(raw, f"matrix[{i}]")
-        name = t.str("name", None) or f"matrix{i}"
+        name = t.text("name", None) or f"matrix{i}"
         _check_name("matrix", name, t.key("name"))
         if name in seen:
             raise ConfigError(f"{t.key('name')}: matrix {name!r} is defined twice; names must be unique")
         seen.add(name)
-        kind = t.str("kind", "general", choices=KINDS) or "general"
+        kind = t.text("kind", "general", choices=KINDS) or "general"
         wls = t.names("workloads")
         sets = t.names("plugin_sets")
         for w in wls:
@@ -590,7 +591,7 @@ def parse_experiments(data: Mapping[str, Any], *, source: str = "<mapping>") -> 
         for s in sets:
             if s not in plugin_sets:
                 raise ConfigError(f"{t.key('plugin_sets')}: unknown plugin set {s!r}; defined: {', '.join(plugin_sets)}")
-        matrices.append(Matrix(name, kind, wls, sets, t.int("repetitions", 1, low=1),
+        matrices.append(Matrix(name, kind, wls, sets, t.integer("repetitions", 1, low=1),
                                bool(t.raw("reseed", False))))
         t.done()
     sweep_t = top.table("sweep")

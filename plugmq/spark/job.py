@@ -1,9 +1,10 @@
-"""The Spark side: the session, one task per experiment, gathering, aggregation, Parquet.
+"""The Spark side: the session, the tasks that run the experiments, gathering, aggregation, Parquet.
 
-One task per experiment: ``spark.range(0, n, 1, n)`` makes n partitions holding one id each, and
-``mapInPandas`` runs experiment ``experiments[id]`` in that partition's task (no shuffle, no hash
-repartitioning that could put two experiments in one task). The matrix runs as a single action
-whose rows are collected once, so no experiment is ever recomputed by a second action.
+``spark.range(0, n, 1, n)`` makes n partitions holding one id each, and ``mapInPandas`` runs task
+``id`` of the plan in that partition (no shuffle, no hash repartitioning that could move work
+between tasks). A virtual-clock experiment is a task of its own; the real-clock experiments
+share one task, the serial lane (:func:`plan_tasks`), so they never overlap each other and never
+hold up a task slot that a virtual-clock experiment could use.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +21,11 @@ import pandas as pd
 from plugmq.spark.execute import ExecOptions, execute
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.histogram import quantile_from_counts
+from plugmq.spark.progress import ProgressSender
 from plugmq.spark.results import LONG_COLUMNS, LONG_SCHEMA, QUANTILES
 
-__all__ = ["aggregate", "collect_matrix", "experiment_task", "make_session", "split_tables", "write_tables"]
-
-Progress = Callable[[int, int, int], None]  # (completed tasks, running tasks, total)
+__all__ = ["aggregate", "collect_matrix", "estimated_cost_s", "experiment_task", "make_session", "plan_tasks",
+           "split_tables", "write_tables"]
 
 
 def make_session(master: str = "local[*]", *, app_name: str = "plugmq-compare", local_dir: str | None = None,
@@ -47,7 +47,10 @@ def make_session(master: str = "local[*]", *, app_name: str = "plugmq-compare", 
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                # An experiment is a long task with side effects on the host: never run a copy
                # speculatively next to it.
-               .config("spark.speculation", "false"))
+               .config("spark.speculation", "false")
+               # The tables aggregated are small (gathered on the driver): Spark's default of 200
+               # shuffle partitions costs minutes of task start-up on a small cluster.
+               .config("spark.sql.shuffle.partitions", "4"))
     if local_dir:
         builder = builder.config("spark.local.dir", local_dir).config("spark.sql.warehouse.dir",
                                                                       str(Path(local_dir) / "warehouse"))
@@ -64,72 +67,96 @@ def rows_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
                          "deterministic": "boolean"})
 
 
-def experiment_task(experiments: Sequence[Experiment], options: ExecOptions) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The mapInPandas body: each id in the partition names one experiment to run."""
+def estimated_cost_s(exp: Experiment) -> float:
+    """A rough guess of an experiment's wall time, only to start the longest ones first."""
+    w = exp.workload
+    if w.clock == "real":
+        return w.warmup_s + w.duration_s + (w.drain_s if w.delay is not None else 0.0) + 1.0
+    span = w.warmup_s + w.duration_s
+    messages = w.topics * w.producers_per_topic * w.producer_rate * span + w.topics * w.backlog_messages
+    drain = w.drain_s or ((w.delay.max_delay_s or 60.0) if w.delay is not None else 0.0)
+    steps = (span + drain) / (w.step_ms / 1000)
+    consumers = w.topics * w.subscriptions_per_topic * w.consumers_per_subscription
+    # Measured on speedup24: ~0.6 ms per message sent and consumed, ~4 ms per consumer step.
+    return messages * 6e-4 + steps * consumers * 4e-3
+
+
+def plan_tasks(experiments: Sequence[Experiment], perf_isolation: str) -> list[list[list[int]]]:
+    """Stages of tasks of experiment indices: ``plan[stage][task]`` runs those experiments in order.
+
+    "lane": one stage; task 0 is the real-clock lane (its experiments in the seeded order, one after
+    another), then one task per virtual-clock experiment, the longest first (the order of
+    deterministic experiments does not matter, the makespan does). "exclusive": the virtual-clock
+    tasks first, then the lane alone in a second stage. "none": one task per experiment.
+    """
+    indices = range(len(experiments))
+    by_cost = sorted(indices, key=lambda i: (-estimated_cost_s(experiments[i]), i))
+    if perf_isolation == "none":
+        return [[[i] for i in by_cost]] if experiments else []
+    lane = [i for i in indices if experiments[i].workload.clock == "real"]
+    parallel = [[i] for i in by_cost if experiments[i].workload.clock != "real"]
+    if perf_isolation == "exclusive":
+        return [stage for stage in (parallel, [lane] if lane else []) if stage]
+    tasks = ([lane] if lane else []) + parallel
+    return [tasks] if tasks else []
+
+
+def experiment_task(experiments: Sequence[Experiment], tasks: Sequence[Sequence[int]],
+                    options: ExecOptions) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """The mapInPandas body: the id in the partition names the task; it runs that task's experiments."""
 
     def task(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        for batch in batches:
-            for index in batch["id"].tolist():
-                result = execute(experiments[int(index)], options)
-                result.info.update(partition_id=ctx.partitionId() if ctx else None,
-                                   task_attempt_id=ctx.taskAttemptId() if ctx else None,
-                                   task_attempt=ctx.attemptNumber() if ctx else None,
-                                   python_worker_pid=os.getpid())
-                yield rows_frame(result.rows())
+        sender = ProgressSender(options.progress)
+        try:
+            for batch in batches:
+                for task_index in batch["id"].tolist():
+                    members = tasks[int(task_index)]
+                    for position, index in enumerate(members):
+                        exp = experiments[index]
+                        result = execute(exp, options, sender)
+                        lane = "real-clock lane" if len(members) > 1 or (
+                            exp.workload.clock == "real" and options.perf_isolation != "none") else "parallel"
+                        result.info.update(partition_id=ctx.partitionId() if ctx else None,
+                                           task_attempt_id=ctx.taskAttemptId() if ctx else None,
+                                           task_attempt=ctx.attemptNumber() if ctx else None,
+                                           python_worker_pid=os.getpid(), lane=lane, task_index=int(task_index),
+                                           position_in_task=position)
+                        yield rows_frame(result.rows())
+        finally:
+            sender.close()
 
     return task
 
 
-def collect_matrix(spark: Any, experiments: Sequence[Experiment], options: ExecOptions,
-                   progress: Progress | None = None) -> pd.DataFrame:
-    """Run every experiment (one Spark task each) and return their long rows."""
-    n = len(experiments)
-    if n == 0:
-        return rows_frame([])
-    frame = spark.range(0, n, 1, n).mapInPandas(experiment_task(list(experiments), options), LONG_SCHEMA)
-    sc = spark.sparkContext
-    group = f"plugmq-compare-{os.getpid()}-{id(frame)}"
-    sc.setJobGroup(group, f"plugmq compare: {n} experiments")
-    stop = threading.Event()
-    watcher = None
-    if progress is not None:
-        watcher = threading.Thread(target=_watch, args=(sc, group, n, progress, stop), daemon=True)
-        watcher.start()
-    try:
-        collected = frame.toPandas()
-    finally:
-        stop.set()
-        if watcher is not None:
-            watcher.join()
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    if progress is not None:
-        progress(n, 0, n)
-    return collected
+def collect_matrix(spark: Any, experiments: Sequence[Experiment], options: ExecOptions) -> pd.DataFrame:
+    """Run every experiment (the lanes of :func:`plan_tasks`) and return their long rows.
 
-
-def _watch(sc: Any, group: str, total: int, progress: Progress, stop: threading.Event) -> None:
-    tracker = sc.statusTracker()
-    while not stop.wait(0.5):
-        done = running = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in (job.stageIds if job else ()):
-                stage = tracker.getStageInfo(stage_id)
-                if stage is not None:
-                    done += stage.numCompletedTasks
-                    running += stage.numActiveTasks
-        progress(min(done, total), running, total)
+    Each stage is a single action whose rows are collected once, so no experiment is ever
+    recomputed by a second action.
+    """
+    experiments = list(experiments)
+    frames = []
+    for tasks in plan_tasks(experiments, options.perf_isolation):
+        n = len(tasks)
+        frame = spark.range(0, n, 1, n).mapInPandas(experiment_task(experiments, tasks, options), LONG_SCHEMA)
+        spark.sparkContext.setJobDescription(f"plugmq compare: {sum(map(len, tasks))} experiments in {n} tasks")
+        try:
+            frames.append(frame.toPandas())
+        finally:
+            spark.sparkContext.setJobDescription(None)
+    return pd.concat(frames, ignore_index=True) if frames else rows_frame([])
 
 
 # ------------------------------------------------------------------------------------------ tables
 _INFO_COLUMNS = ("order", "matrix", "kind", "workload", "plugin_set", "repetition", "seed", "clock", "store", "flush",
                  "flush_source", "delay_plugin", "allocation_strategy", "filter_type", "filter_expression",
                  "filter_selectivity_target", "delay_mix", "batch_size", "message_size", "partition_id",
-                 "task_attempt_id", "task_attempt", "python_worker_pid", "wall_s", "started_at", "lock_wait_s",
-                 "perf_isolation", "exclusive", "isolated", "plugins", "options", "durability", "workload_json")
+                 "task_attempt_id", "task_attempt", "python_worker_pid", "lane", "task_index", "position_in_task",
+                 "wall_s", "started_at", "start_delay_s", "lock_wait_s", "perf_isolation", "real_clock_lock", "isolated",
+                 "progress", "plugins", "options", "durability", "workload_json")
 
 
 def split_tables(long: pd.DataFrame) -> dict[str, pd.DataFrame]:

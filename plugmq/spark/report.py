@@ -1,13 +1,17 @@
-"""``report.html`` and its PNG charts: one section per matrix, numbers straight from the tables.
+"""``report.html`` and its PNG charts, findings first, numbers straight from the tables.
 
-Each section has the run status, a table of medians over repetitions (latency percentiles from
-the merged histograms), the charts its kind calls for and a few headline findings computed from
-the same numbers. Charts use matplotlib's Agg backend (no display needed).
+The page opens with the findings: the headline table (:mod:`plugmq.spark.headline`: who wins each
+headline measure, by how much, and whether that beats the run-to-run spread) and notes
+(unsupported or failed runs, early deliveries). Then one section per matrix with its charts and
+its tables (medians over repetitions; latency percentiles from the merged histograms); then the
+allocation sweep; the environment and every durability flag come last. Wide tables scroll inside
+their box. Charts use matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,32 +21,16 @@ import numpy as np
 import pandas as pd
 
 from plugmq.spark.experiments import Matrix
+from plugmq.spark.headline import HeadlineRow, as_frame, headline_rows, sweep_headline_rows
 from plugmq.spark.histogram import bucket_upper_ms
+from plugmq.spark.kinds import KINDS
 
-__all__ = ["COLUMNS", "headline_findings", "write_report"]
+__all__ = ["notes", "write_report"]
 
-COLUMNS: dict[str, tuple[str, ...]] = {
-    "delay": ("delay_lateness_p50_ms", "delay_lateness_p99_ms", "delay_lateness_p999_ms", "delay_lateness_max_ms",
-              "delay_early_deliveries", "delay_delivered", "delay_undelivered", "publish_cost_us_per_msg",
-              "consume_missing", "consume_duplicates"),
-    "storage": ("publish_rate_msg_s", "publish_rate_mb_s", "publish_latency_p50_ms", "publish_latency_p99_ms",
-                "publish_latency_p999_ms", "publish_latency_max_ms", "end_to_end_latency_p50_ms",
-                "end_to_end_latency_p99_ms", "consume_rate_msg_s", "backlog_max", "publish_errors", "bytes_written",
-                "bytes_on_disk", "resident_memory_mb"),
-    "allocation": ("allocation_imbalance_initial", "allocation_imbalance", "allocation_imbalance_max",
-                   "allocation_overload", "allocation_overload_max", "allocation_queues_moved_per_change",
-                   "allocation_queues_moved_max", "allocation_membership_changes",
-                   "allocation_changes_moving_nothing", "allocation_idle_member_changes", "consume_duplicates",
-                   "consume_missing", "backlog_max"),
-    "filter": ("filter_selectivity", "filter_precheck_pass_rate", "filter_false_positive_rate",
-               "filter_scan_us_per_entry", "unfiltered_scan_us_per_entry", "filter_scan_cost_ratio",
-               "publish_rate_msg_s", "consume_rate_msg_s"),
-    "general": ("publish_rate_msg_s", "publish_latency_p50_ms", "publish_latency_p99_ms", "end_to_end_latency_p99_ms",
-                "consume_rate_msg_s", "backlog_max", "delay_lateness_p99_ms", "resident_memory_mb"),
-}
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}
+.scroll{overflow-x:auto;max-width:100%;margin:1em 0}.scroll table{margin:0}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td.wrap{white-space:normal;min-width:16em;text-align:left}
+.win{font-weight:600}.flags td{text-align:left;white-space:normal}td,th{white-space:nowrap}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f2f2f2}td:first-child,td:nth-child(2){text-align:left}.bad{color:#b00}.note{color:#555;font-size:13px}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}h2{border-bottom:2px solid #446;padding-bottom:.2em;margin-top:2em}
 li{margin:.2em 0}code{background:#f5f5f5;padding:0 3px}"""
@@ -78,7 +66,7 @@ def _fmt(value: Any) -> str:
 def _table(frame: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>" for row in frame.itertuples(index=False))
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class=scroll><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _pivot(summary: pd.DataFrame, matrix: str, columns: Sequence[str]) -> pd.DataFrame:
@@ -100,7 +88,7 @@ def _lateness_cdf(plt: Any, merged: pd.DataFrame, matrix: str, status: pd.DataFr
     floor = 1e-3
     for ax, workload in zip(axes[0], workloads, strict=True):
         rows = status[(status["matrix"] == matrix) & (status["workload"] == workload)]
-        curves = []
+        curves: list[tuple[str, np.ndarray | None, np.ndarray | None]] = []
         for plugin_set in sorted(rows["plugin_set"]):
             h = part[(part["workload"] == workload) & (part["plugin_set"] == plugin_set)].sort_values("bucket")
             if h.empty:
@@ -108,12 +96,12 @@ def _lateness_cdf(plt: Any, merged: pd.DataFrame, matrix: str, status: pd.DataFr
                 reason = "unsupported" if flags["unsupported"] else "failed" if flags["failed"] else "no data"
                 curves.append((f"{plugin_set} ({reason})", None, None))
                 continue
-            x = np.array([max(bucket_upper_ms(int(b)), floor) for b in h["bucket"]])
-            y = np.cumsum(h["count"].to_numpy()) / h["count"].sum()
-            curves.append((plugin_set, x, y))
-        right = max([float(x.max()) for _, x, _ in curves if x is not None] + [floor * 10]) * 1.5
+            edges = np.array([max(bucket_upper_ms(int(b)), floor) for b in h["bucket"]])
+            fractions = np.cumsum(h["count"].to_numpy()) / h["count"].sum()
+            curves.append((plugin_set, edges, fractions))
+        right = max([float(c[1].max()) for c in curves if c[1] is not None] + [floor * 10]) * 1.5
         for label, x, y in curves:
-            if x is None:
+            if x is None or y is None:
                 ax.plot([], [], label=label, linestyle=":")
                 continue
             # From (floor, 0) through every bucket edge, flat to the right edge: a curve whose
@@ -228,19 +216,8 @@ def _sweep_charts(plt: Any, sweep: dict[str, pd.DataFrame], out: Path) -> list[s
 
 
 # ------------------------------------------------------------------------------------------ findings
-def _best(wide: pd.DataFrame, metric: str, *, lowest: bool) -> tuple[str, float] | None:
-    if metric not in wide.columns:
-        return None
-    part = wide.dropna(subset=[metric])
-    if part.empty:
-        return None
-    row = part.loc[part[metric].idxmin() if lowest else part[metric].idxmax()]
-    return f"{row['plugin_set']} on {row['workload']}", float(row[metric])
-
-
-def headline_findings(matrix: Matrix, wide: pd.DataFrame, status: pd.DataFrame, errors: dict[tuple[str, str], str],
-                      experiments: pd.DataFrame) -> list[str]:
-    """A few sentences per section, each computed from the section's table."""
+def notes(matrix: Matrix, wide: pd.DataFrame, status: pd.DataFrame, errors: dict[tuple[str, str], str]) -> list[str]:
+    """What the headline table cannot say: unsupported and failed runs, invariants that must hold."""
     found = []
     part = status[status["matrix"] == matrix.name]
     for row in part[part["unsupported"] > 0].itertuples():
@@ -248,49 +225,48 @@ def headline_findings(matrix: Matrix, wide: pd.DataFrame, status: pd.DataFrame, 
         found.append(f"{row.plugin_set} on {row.workload}: <b>unsupported</b> — {html.escape(reason[:400])}")
     for row in part[part["failed"] > 0].itertuples():
         found.append(f"<span class=bad>{row.plugin_set} on {row.workload}: {row.failed} failed run(s)</span>")
-    if matrix.kind == "delay" and not wide.empty:
-        for workload, w in wide.groupby("workload"):
-            if "delay_lateness_p99_ms" in w:
-                ranked = w.dropna(subset=["delay_lateness_p99_ms"]).sort_values("delay_lateness_p99_ms")
-                text = ", ".join(f"{r.plugin_set} {_fmt(r.delay_lateness_p99_ms)} ms" for r in ranked.itertuples())
-                if text:
-                    found.append(f"{workload}: p99 lateness {text}")
-        if "delay_early_deliveries" in wide:
-            early = wide["delay_early_deliveries"].sum()
-            found.append(f"early deliveries over all runs: {_fmt(early)}" + (" (must be 0)" if early else ""))
-    elif matrix.kind == "storage" and not wide.empty and "publish_rate_msg_s" in wide:
-        flushes = experiments[experiments["matrix"] == matrix.name].groupby("plugin_set")["flush"].first()
-        for workload, w in wide.groupby("workload"):
-            ranked = w.dropna(subset=["publish_rate_msg_s"]).sort_values("publish_rate_msg_s", ascending=False)
-            text = ", ".join(f"{r.plugin_set} ({flushes.get(r.plugin_set, '?')}) {_fmt(r.publish_rate_msg_s)} msg/s"
-                             for r in ranked.itertuples())
-            if text:
-                found.append(f"{workload}: publish rate {text}")
-    elif matrix.kind == "allocation" and not wide.empty:
-        for metric, what in (("allocation_imbalance", "lowest mean imbalance"),
-                             ("allocation_overload", "least overloaded busiest member"),
-                             ("allocation_queues_moved_per_change", "fewest queues moved per membership change")):
-            best = _best(wide, metric, lowest=True)
-            if best:
-                found.append(f"{what}: {best[0]} ({_fmt(best[1])})")
-    elif matrix.kind == "filter" and {"filter_selectivity", "filter_scan_us_per_entry"} <= set(wide.columns):
-        ranked = wide.sort_values(["filter_selectivity", "plugin_set"])
-        for r in ranked.itertuples():
-            found.append(f"{r.workload} / {r.plugin_set}: selectivity {_fmt(r.filter_selectivity)}, "
-                         f"{_fmt(r.filter_scan_us_per_entry)} µs per entry, pre-check pass rate "
-                         f"{_fmt(getattr(r, 'filter_precheck_pass_rate', float('nan')))}")
-    else:
-        best = _best(wide, "publish_rate_msg_s", lowest=False)
-        if best:
-            found.append(f"highest publish rate: {best[0]} ({_fmt(best[1])} msg/s)")
+    if matrix.kind == "delay" and "delay_early_deliveries" in wide:
+        early = wide["delay_early_deliveries"].sum()
+        found.append(f"early deliveries over all runs: {_fmt(early)}" + (" (must be 0)" if early else ""))
+    for column in ("consume_missing", "consume_duplicates"):
+        if column in wide and wide[column].fillna(0).sum() > 0:
+            bad = wide[wide[column].fillna(0) > 0]
+            found.append("<span class=bad>" + ", ".join(f"{r.plugin_set} on {r.workload}: {_fmt(getattr(r, column))}"
+                                                         for r in bad.itertuples()) + f" {column}</span>")
     return found
+
+
+def _headline_table(rows: Sequence[HeadlineRow]) -> str:
+    head = ("<tr><th>comparison</th><th>scenario</th><th>measure</th><th>winner</th><th>value (range)</th>"
+            "<th>runner-up</th><th>value (range)</th><th>by how much</th><th>run-to-run spread</th>"
+            "<th>all, best first</th></tr>")
+    body = []
+    for r in rows:
+        def rng(value: float | None, low: float | None, high: float | None, runs: int) -> str:
+            if value is None:
+                return "–"
+            if runs > 1 and low is not None and high is not None and low != high:
+                return f"{_fmt(value)} ({_fmt(low)}–{_fmt(high)})"
+            return _fmt(value)
+
+        unit = f" {html.escape(r.unit)}" if r.unit else ""
+        ranking = "; ".join(f"{html.escape(name)} {_fmt(value)}" for name, value in r.ranking)
+        body.append(
+            f"<tr><td>{html.escape(r.comparison)}</td><td>{html.escape(r.scenario)}</td>"
+            f"<td>{html.escape(r.measure)} <small>({r.better} is better)</small></td>"
+            f"<td class=win>{html.escape(r.winner)}</td><td>{rng(r.value, r.low, r.high, r.runs)}{unit}</td>"
+            f"<td>{html.escape(r.runner_up or '–')}</td>"
+            f"<td>{rng(r.runner_up_value, r.runner_up_low, r.runner_up_high, r.runs)}{unit}</td>"
+            f"<td>{html.escape(r.margin)}</td><td>{html.escape(r.spread)}</td><td class=wrap>{ranking}</td></tr>")
+    return f"<div class=scroll><table class=headline>{head}{''.join(body)}</table></div>"
 
 
 # ------------------------------------------------------------------------------------------ page
 def write_report(out: Path, *, matrices: Sequence[Matrix], tables: dict[str, pd.DataFrame],
                  aggregated: dict[str, pd.DataFrame], sweep: dict[str, pd.DataFrame] | None,
-                 run_info: dict[str, Any]) -> tuple[Path, list[str]]:
-    """Write ``report.html`` and the charts into ``out``; returns the page and the findings."""
+                 run_info: dict[str, Any], sweep_note: str = "") -> tuple[Path, list[str]]:
+    """Write ``report.html`` (findings, charts, environment), the charts and ``headline.parquet``
+    into ``out``; returns the page and the findings as text lines."""
     plt = _plt()
     out.mkdir(parents=True, exist_ok=True)
     experiments = tables["experiments"]
@@ -299,91 +275,98 @@ def write_report(out: Path, *, matrices: Sequence[Matrix], tables: dict[str, pd.
     merged = aggregated["merged_histograms"]
     errors = {(r.workload, r.plugin_set): (r.error or "").strip().splitlines()[-1] if r.error else ""
               for r in experiments.itertuples() if r.status != "ok"}
-    all_findings: list[str] = []
+    rows = headline_rows(matrices, summary, experiments)
+    rows += sweep_headline_rows(sweep.get("summary") if sweep else None)
+    as_frame(rows).to_parquet(out / "headline.parquet", index=False)
+    wides = {m.name: _pivot(summary, m.name, KINDS[m.kind].columns) for m in matrices}
+    all_notes = [f"[{m.name}] {n}" for m in matrices for n in notes(m, wides[m.name], status, errors)]
+    counts = experiments["status"].value_counts().to_dict() if not experiments.empty else {}
     parts = [(f"<!doctype html><html><head><meta charset=utf-8><title>plugmq compare</title><style>{_CSS}</style>"
-              "</head><body><h1>plugmq plugin comparison</h1>")]
-    parts.append(_run_block(run_info, experiments))
+              "</head><body><h1>plugmq plugin comparison</h1>"),
+             f"<p class=note>{len(experiments)} experiments ("
+             + ", ".join(f"{n} {html.escape(str(k))}" for k, n in sorted(counts.items()))
+             + f") on {html.escape(str(run_info.get('spark master', '?')))}; matrix wall time "
+             f"{html.escape(str(run_info.get('matrix wall time (s)', '?')))} s. Environment and flags at the end.</p>",
+             "<section id=findings><h2>Findings</h2>",
+             "<p class=note>Per comparison and scenario, the plugin that wins each headline measure: medians over "
+             "repetitions, with the range (min–max) over runs; a win is clear only when the two ranges do not "
+             "overlap.</p>", _headline_table(rows) if rows else "<p>No measure had two contenders that finished.</p>"]
+    if all_notes:
+        parts.append("<ul>" + "".join(f"<li>{n}</li>" for n in all_notes) + "</ul>")
+    parts.append("</section><section id=charts><h2>Charts and tables</h2>")
     for matrix in matrices:
-        wide = _pivot(summary, matrix.name, COLUMNS[matrix.kind])
-        findings = headline_findings(matrix, wide, status, errors, experiments)
-        all_findings.extend(f"[{matrix.name}] {f}" for f in findings)
-        parts.append(f"<h2>{html.escape(matrix.name)} <small>({matrix.kind})</small></h2>")
+        wide = wides[matrix.name]
+        parts.append(f"<h3>{html.escape(matrix.name)} <small>({matrix.kind})</small></h3>")
         parts.append(f"<p class=note>workloads: {', '.join(matrix.workloads)} · plugin sets: "
                      f"{', '.join(matrix.plugin_sets)} · repetitions: {matrix.repetitions}</p>")
-        if findings:
-            parts.append("<ul>" + "".join(f"<li>{f}</li>" for f in findings) + "</ul>")
+        for chart in _charts(plt, matrix, wide, summary, merged, status, experiments, out):
+            parts.append(f'<img src="{chart}" alt="{html.escape(chart)}">')
         section_status = status[status["matrix"] == matrix.name].drop(columns=["matrix"])
         parts.append(_table(section_status.sort_values(["workload", "plugin_set"])))
         if not wide.empty:
             parts.append("<p class=note>Medians over repetitions; latency percentiles from the repetitions' merged "
                          "histograms (about 6 % bucket resolution), maxima over runs.</p>")
             parts.append(_table(wide))
-        for chart in _charts(plt, matrix, wide, summary, merged, status, experiments, out):
-            parts.append(f'<img src="{chart}" alt="{html.escape(chart)}">')
     if sweep:
-        parts.append(_sweep_block(plt, sweep, out, all_findings))
-    parts.append("</body></html>")
+        parts.append(_sweep_block(plt, sweep, out, sweep_note))
+    parts.append("</section><section id=environment><h2>Environment and flags</h2>")
+    parts.append(_run_block(run_info, experiments))
+    parts.append("</section></body></html>")
     page = out / "report.html"
     page.write_text("\n".join(parts), encoding="utf-8")
-    return page, all_findings
+    return page, [r.text() for r in rows] + [_plain(n) for n in all_notes]
+
+
+def _plain(text: str) -> str:
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
 
 
 def _charts(plt: Any, matrix: Matrix, wide: pd.DataFrame, summary: pd.DataFrame, merged: pd.DataFrame,
             status: pd.DataFrame, experiments: pd.DataFrame, out: Path) -> list[str]:
+    kind = KINDS[matrix.kind]
     name = matrix.name
     charts = []
-    if matrix.kind == "delay" and _lateness_cdf(plt, merged, name, status, out / f"{name}_lateness_cdf.png"):
+    if "lateness_cdf" in kind.charts and _lateness_cdf(plt, merged, name, status, out / f"{name}_lateness_cdf.png"):
         charts.append(f"{name}_lateness_cdf.png")
-    if matrix.kind == "storage" and _bars(plt, wide, [("publish_rate_msg_s", "publish rate (msg/s)"),
-                                                      ("publish_latency_p99_ms", "publish latency p99 (ms)"),
-                                                      ("end_to_end_latency_p99_ms", "end-to-end p99 (ms)")],
-                                          "throughput and latency per store and flush mode",
-                                          out / f"{name}_throughput.png", summary, name):
-        charts.append(f"{name}_throughput.png")
-    if matrix.kind == "allocation" and _bars(plt, wide, [("allocation_imbalance", "mean imbalance (max/min)"),
-                                                         ("allocation_overload", "busiest member / fair share"),
-                                                         ("allocation_queues_moved_per_change", "queues moved per change")],
-                                             "allocation under consumer churn", out / f"{name}_allocation.png",
-                                             summary, name):
-        charts.append(f"{name}_allocation.png")
-    if matrix.kind == "filter" and _filter_cost(plt, wide, experiments, name, out / f"{name}_filter_cost.png"):
+    if "filter_cost" in kind.charts and _filter_cost(plt, wide, experiments, name, out / f"{name}_filter_cost.png"):
         charts.append(f"{name}_filter_cost.png")
-    if matrix.kind == "general" and _bars(plt, wide, [("publish_rate_msg_s", "publish rate (msg/s)"),
-                                                      ("publish_latency_p99_ms", "publish latency p99 (ms)")],
-                                          "throughput", out / f"{name}_throughput.png", summary, name):
-        charts.append(f"{name}_throughput.png")
+    if kind.bars and _bars(plt, wide, kind.bars, kind.bars_title, out / f"{name}_{kind.name}.png", summary, name):
+        charts.append(f"{name}_{kind.name}.png")
     return charts
 
 
-def _sweep_block(plt: Any, sweep: dict[str, pd.DataFrame], out: Path, findings: list[str]) -> str:
-    summary = sweep["summary"]
-    parts = ["<h2>Allocation sweep <small>(every queues x consumers pair, Spark SQL)</small></h2>",
-             f"<p class=note>{html.escape(str(sweep.get('note', '')))}</p>"]
-    for row in summary.itertuples():
-        text = (f"{row.strategy}: mean imbalance {_fmt(row.mean_imbalance)} (queues >= consumers), busiest member "
-                f"{_fmt(row.mean_overload)} x its fair share on average, balanced "
-                f"(max - min <= 1) in {_fmt(100 * row.share_balanced)} % of pairs, a join moves "
-                f"{_fmt(row.mean_moved_over_ideal)} x the ideal number of queues on average")
-        findings.append(f"[sweep] {text}")
-        parts.append(f"<p>{text}</p>")
-    parts.append(_table(summary))
+def _sweep_block(plt: Any, sweep: dict[str, pd.DataFrame], out: Path, note: str) -> str:
+    parts = ["<h3>Allocation sweep <small>(every queues x consumers pair, Spark SQL)</small></h3>",
+             f"<p class=note>{html.escape(note)}</p>"]
     for chart in _sweep_charts(plt, sweep, out):
         parts.append(f'<img src="{chart}" alt="{chart}">')
+    parts.append(_table(sweep["summary"]))
     return "\n".join(parts)
 
 
 def _run_block(run_info: dict[str, Any], experiments: pd.DataFrame) -> str:
-    rows = list(run_info.items())
+    rows: list[tuple[str, str]] = [(k, str(v)) for k, v in run_info.items()]
+    flags: list[tuple[str, str]] = []
     if not experiments.empty:
-        env_cols = [c for c in experiments.columns if c.startswith("env_") and c not in ("env_load_1m",)]
+        env_cols = [c for c in experiments.columns if c.startswith("env_") and c not in ("env_load_1m", "env_host")]
         first = experiments.iloc[0]
-        rows.extend((c, first[c]) for c in env_cols)
+        rows.extend((c.removeprefix("env_"), str(first[c])) for c in env_cols)
+        if "env_host" in experiments:
+            rows.append(("hosts", ", ".join(sorted(map(str, experiments["env_host"].dropna().unique())))))
         if "env_load_1m" in experiments:
             loads = experiments["env_load_1m"].dropna()
             if len(loads):
                 rows.append(("load average (1 min) at experiment starts", f"{loads.min():.2f} – {loads.max():.2f}"))
-        durability = experiments.groupby("plugin_set")["durability"].first()
-        rows.extend((f"durability flags: {k}", v) for k, v in durability.items())
-    body = "".join(f"<tr><td>{html.escape(str(k))}</td><td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-                   for k, v in rows)
-    return f"<table>{body}</table>"
+        for plugin_set, raw in experiments.groupby("plugin_set")["durability"].first().items():
+            try:
+                parsed = json.loads(raw) if isinstance(raw, str) else {}
+            except ValueError:
+                parsed = {"unreadable": raw}
+            flags.append((str(plugin_set), ", ".join(f"{k} = {v}" for k, v in sorted(parsed.items())) or "–"))
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    flag_rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in flags)
+    return (f"<div class=scroll><table class=flags>{body}</table></div>"
+            "<h3>Durability flags in force, per plugin set</h3>"
+            f"<div class=scroll><table class=flags><tr><th>plugin set</th><th>flags</th></tr>{flag_rows}</table></div>")

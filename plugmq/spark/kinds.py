@@ -1,0 +1,109 @@
+"""What a matrix compares (its ``kind``): the measures in its table, the headline measures and who wins
+them, what competes and what is held fixed, its charts.
+
+This registry is the one place a new comparison dimension is declared. Adding one (say
+"replication": async vs sync double-write, failover time) takes:
+
+1. the metrics, emitted by the replay (``result.metric("failover_s", ...)``) - from a probe in
+   :meth:`plugmq.spark.replay.Replay.finish` or a replay of its own;
+2. if the workload needs new knobs, a sub-table parsed in :mod:`plugmq.spark.experiments`
+   (like ``delay``/``filter``/``churn``);
+3. a :class:`Kind` here: its columns, its headline :class:`Measure` s (which direction is better),
+   and the bar charts to draw. The report, the headline table and the ``kind = "..."`` accepted by
+   experiments files all follow from this entry.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["KINDS", "Kind", "Measure"]
+
+
+@attrs.frozen
+class Measure:
+    """A headline measure: ``better`` is "lower" or "higher"; ``unit`` labels differences."""
+
+    metric: str
+    label: str
+    better: str = attrs.field(validator=attrs.validators.in_(("lower", "higher")))
+    unit: str = ""
+
+
+@attrs.frozen
+class Kind:
+    """``contender``/``scenario``: columns of the experiments table naming what competes and what
+    is held fixed in a headline row (``plugin_set`` on one ``workload`` for most kinds; filter types
+    at one selectivity for filters). ``bars``: (metric, axis label) bar charts with run-to-run
+    error bars; ``charts``: special charts the report knows by name ("lateness_cdf", "filter_cost")."""
+
+    name: str
+    columns: tuple[str, ...]
+    headline: tuple[Measure, ...]
+    contender: str = "plugin_set"
+    scenario: str = "workload"
+    bars: tuple[tuple[str, str], ...] = ()
+    bars_title: str = ""
+    charts: tuple[str, ...] = ()
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind(
+        "delay",
+        columns=("delay_lateness_p50_ms", "delay_lateness_p99_ms", "delay_lateness_p999_ms", "delay_lateness_max_ms",
+                 "delay_early_deliveries", "delay_delivered", "delay_undelivered", "publish_cost_us_per_msg",
+                 "consume_missing", "consume_duplicates"),
+        headline=(Measure("delay_lateness_p99_ms", "p99 lateness of delayed messages", "lower", "ms"),
+                  Measure("delay_lateness_max_ms", "worst lateness", "lower", "ms"),
+                  Measure("publish_cost_us_per_msg", "send cost (CPU + I/O per message)", "lower", "µs")),
+        charts=("lateness_cdf",),
+    ),
+    Kind(
+        "storage",
+        columns=("publish_rate_msg_s", "publish_rate_mb_s", "publish_latency_p50_ms", "publish_latency_p99_ms",
+                 "publish_latency_p999_ms", "publish_latency_max_ms", "end_to_end_latency_p50_ms",
+                 "end_to_end_latency_p99_ms", "consume_rate_msg_s", "backlog_max", "publish_errors", "bytes_written",
+                 "bytes_on_disk", "resident_memory_mb"),
+        headline=(Measure("publish_rate_msg_s", "publish rate", "higher", "msg/s"),
+                  Measure("publish_latency_p99_ms", "publish latency p99", "lower", "ms"),
+                  Measure("end_to_end_latency_p99_ms", "end-to-end latency p99", "lower", "ms")),
+        bars=(("publish_rate_msg_s", "publish rate (msg/s)"), ("publish_latency_p99_ms", "publish latency p99 (ms)"),
+              ("end_to_end_latency_p99_ms", "end-to-end p99 (ms)")),
+        bars_title="throughput and latency per store and flush mode",
+    ),
+    Kind(
+        "allocation",
+        columns=("allocation_imbalance_initial", "allocation_imbalance", "allocation_imbalance_max",
+                 "allocation_overload", "allocation_overload_max", "allocation_queues_moved_per_change",
+                 "allocation_queues_moved_max", "allocation_membership_changes",
+                 "allocation_changes_moving_nothing", "allocation_idle_member_changes", "consume_duplicates",
+                 "consume_missing", "backlog_max"),
+        headline=(Measure("allocation_imbalance", "mean imbalance (max/min queues per member)", "lower", "x"),
+                  Measure("allocation_overload", "busiest member / fair share", "lower", "x"),
+                  Measure("allocation_queues_moved_per_change", "queues moved per membership change", "lower",
+                          "queues")),
+        bars=(("allocation_imbalance", "mean imbalance (max/min)"), ("allocation_overload", "busiest member / fair share"),
+              ("allocation_queues_moved_per_change", "queues moved per change")),
+        bars_title="allocation under consumer churn",
+    ),
+    Kind(
+        "filter",
+        columns=("filter_selectivity", "filter_precheck_pass_rate", "filter_false_positive_rate",
+                 "filter_scan_us_per_entry", "unfiltered_scan_us_per_entry", "filter_scan_cost_ratio",
+                 "publish_rate_msg_s", "consume_rate_msg_s"),
+        headline=(Measure("filter_scan_us_per_entry", "CPU per consume-queue entry scanned", "lower", "µs"),
+                  Measure("filter_false_positive_rate", "pre-check false positives", "lower", "")),
+        contender="filter_type",
+        scenario="filter_selectivity_target",
+        charts=("filter_cost",),
+    ),
+    Kind(
+        "general",
+        columns=("publish_rate_msg_s", "publish_latency_p50_ms", "publish_latency_p99_ms", "end_to_end_latency_p99_ms",
+                 "consume_rate_msg_s", "backlog_max", "delay_lateness_p99_ms", "resident_memory_mb"),
+        headline=(Measure("publish_rate_msg_s", "publish rate", "higher", "msg/s"),
+                  Measure("publish_latency_p99_ms", "publish latency p99", "lower", "ms")),
+        bars=(("publish_rate_msg_s", "publish rate (msg/s)"), ("publish_latency_p99_ms", "publish latency p99 (ms)")),
+        bars_title="throughput",
+    ),
+)}
