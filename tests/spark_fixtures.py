@@ -33,14 +33,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A Spark standalone master and two 1-core workers on loopback (ports picked by the daemons),
+    """A Spark standalone master and one 2-core worker on loopback (ports picked by the daemons),
     every file under pytest's temp dir; stopped (workers, their executors, master) at the end."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None:
         pytest.skip("Java is not installed (apt-get install openjdk-17-jre-headless)")
     from plugmq.spark.standalone import StandaloneCluster
 
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, cores=1, memory="768m")
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=1, cores=2, memory="1g")
     cluster.start()
     try:
         yield cluster

@@ -111,7 +111,7 @@ def command(experiments_file: Path, out: Path, master: str, seed: int | None, on
         stage(f"starting Spark: {master}")
         spark = make_session(master, conf=_conf(conf))
         slots = spark.sparkContext.defaultParallelism
-        tracker = ProgressTracker(experiments, slots, serial_real=perf_isolation != "none")
+        tracker = ProgressTracker(experiments, slots, serial_real=perf_isolation != "none", began=began)
         bar = progress.add_task("experiments", total=len(experiments))
         lane = sum(1 for e in experiments if e.workload.clock == "real")
         stage(f"{len(experiments)} experiments on {slots} task slot(s): {lane} real-clock "

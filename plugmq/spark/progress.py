@@ -153,13 +153,13 @@ class ProgressTracker:
     """
 
     def __init__(self, experiments: Sequence[Experiment], slots: int, *, serial_real: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, began: float | None = None) -> None:
         self.total = len(experiments)
         self.clock_of = {e.experiment_id: e.workload.clock for e in experiments}
         self.slots = max(1, slots)
         self.serial_real = serial_real
         self.clock = clock
-        self.began = clock()
+        self.began = clock() if began is None else began  # elapsed counts from here (the command's start)
         self.done: dict[str, float] = {}
         self.statuses: dict[str, int] = {}
         self.waiting: dict[str, float] = {}

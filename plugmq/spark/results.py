@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import socket
+import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -139,6 +140,7 @@ def environment() -> dict[str, Any]:
         "usable_cores": usable,
         "load_1m": load1,
         "python": platform.python_version(),
+        "python_executable": sys.executable,
         "platform": platform.platform(),
         "plugmq": _version("plugmq"),
         "pyspark": _version("pyspark"),
