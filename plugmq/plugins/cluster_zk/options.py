@@ -1,0 +1,58 @@
+"""The ``[plugins.cluster_zk]`` table: which ZooKeeper ensemble, under which path, how long a session lives."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+__all__ = ["ZkOptions"]
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _check_hosts(_inst: object, _attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'hosts must be a string like "zk1:2181,zk2:2181", got {value!r}')
+    if "/" in value:
+        raise ValueError(f"hosts {value!r} contains a path; put the path in the chroot option instead")
+    for entry in value.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f'hosts entry {entry.strip()!r} is not "host:port" (port 1..65535); '
+                             f'hosts is a comma-separated list like "zk1:2181,zk2:2181"')
+
+
+def _check_chroot(_inst: object, _attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.startswith("/") or value == "/" or value.endswith("/"):
+        raise ValueError(f'chroot must be an absolute ZooKeeper path like "/plugmq" (no trailing "/"), got {value!r}')
+    segments = value[1:].split("/")
+    for segment in segments:
+        if segment in ("", ".", "..") or not _SEGMENT.fullmatch(segment):
+            raise ValueError(f"chroot {value!r} has the path segment {segment!r}; use letters, digits and . _ - "
+                             "(not '.' or '..' alone)")
+    if segments[0] == "zookeeper":
+        raise ValueError(f"chroot {value!r} is inside /zookeeper, which ZooKeeper reserves; pick another path")
+
+
+def _check_seconds(low: float, high: float) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be a number of seconds from {low:g} to {high:g}, got {value!r}")
+    return check
+
+
+@attrs.frozen
+class ZkOptions:
+    """``hosts``: the ensemble, "host:port,host:port". ``chroot``: the path every cluster lives under.
+
+    ``session_timeout_s``: how long a broker may be silent before ZooKeeper ends its session, which
+    removes it from every route (the server bounds it to 2..20 of its ``tickTime``; the value it
+    grants is logged). ``connect_timeout_s``: how long a starting broker waits for the ensemble.
+    """
+
+    hosts: str = attrs.field(default="127.0.0.1:2181", validator=_check_hosts)
+    chroot: str = attrs.field(default="/plugmq", validator=_check_chroot)
+    session_timeout_s: float = attrs.field(default=10.0, validator=_check_seconds(1, 600))
+    connect_timeout_s: float = attrs.field(default=15.0, validator=_check_seconds(0.5, 600))

@@ -1,0 +1,421 @@
+"""The ZooKeeper name service: one kazoo session per broker, registrations as ephemeral znodes.
+
+Everything that talks to ZooKeeper after start-up runs on one worker thread, fed by kazoo's
+watches and session events, so a broker thread never waits on a ZooKeeper that is gone: it
+records what it wants published and returns. The view is a snapshot re-read in full after each
+change (children of ``brokers/`` and ``topics/``; the data watch on ``changes`` for updates in
+place), which is cheap for the tens of brokers a cluster holds and never misses an event that
+ZooKeeper's one-shot watches coalesced.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import structlog
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from plugmq.core import (
+    BrokerRegistration,
+    ClusterError,
+    ClusterListener,
+    ClusterTopic,
+    ClusterView,
+    MastershipListener,
+    TopicRegistration,
+    ValidationError,
+)
+from plugmq.plugins.cluster_zk.election import Campaign
+from plugmq.plugins.cluster_zk.options import ZkOptions
+from plugmq.plugins.cluster_zk.paths import ZkPaths
+
+__all__ = ["ZkClusterService"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+# ZooKeeper errors, and kazoo's own timeout for a call that got no answer in time.
+_ZK_ERRORS = (KazooException, KazooTimeoutError)
+
+
+class ZkClusterService:
+    """A broker's session with ZooKeeper: registration, the cluster view, topics, elections."""
+
+    def __init__(self, options: ZkOptions, cluster: str, broker_name: str) -> None:
+        self._options = options
+        self._cluster = cluster
+        self._broker_name = broker_name
+        self.paths = ZkPaths(options.chroot, cluster)
+        # A call that gets no answer within this is given up (and retried when the session is back).
+        self._op_timeout = min(max(options.session_timeout_s / 2, 1.0), 5.0)
+        self._log = log.bind(cluster=cluster, broker=broker_name, zookeeper=options.hosts)
+        self._lock = threading.Lock()
+        self._notify_lock = threading.Lock()
+        self._closed = False
+        self._registration: BrokerRegistration | None = None
+        self._published_by: int | None = None  # session id that owns our node, when published
+        self._session_lost = False
+        self._listeners: list[ClusterListener] = []
+        self._view = ClusterView(cluster)
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._refresh_queued = False
+        self._campaign: Campaign | None = None
+        self.client = KazooClient(
+            hosts=options.hosts, timeout=options.session_timeout_s,
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+            command_retry={"max_tries": 3, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+        )
+        self.client.add_listener(self._state_changed)
+        try:
+            self.client.start(timeout=options.connect_timeout_s)
+        except _ZK_ERRORS as exc:
+            self.client.stop()
+            self.client.close()
+            raise ClusterError(
+                f"cannot reach ZooKeeper at {options.hosts} within {options.connect_timeout_s:g} s "
+                f"({type(exc).__name__}); start ZooKeeper there or fix plugins.cluster_zk.hosts"
+            ) from exc
+        self._worker = threading.Thread(target=self._work, name=f"plugmq-zk-{broker_name}", daemon=True)
+        self._worker.start()
+        try:
+            for path in self.paths.directories():
+                self._wait(self.client.ensure_path_async(path))
+            try:
+                self._wait(self.client.create_async(self.paths.changes, b"0"))
+            except NodeExistsError:
+                pass
+        except _ZK_ERRORS as exc:
+            self.close()
+            raise ClusterError(f"ZooKeeper at {options.hosts} refused to create {self.paths.base}: {exc!r}; "
+                               "check the ensemble's health and the chroot option") from exc
+        ChildrenWatch(self.client, self.paths.brokers, self._watched)
+        ChildrenWatch(self.client, self.paths.topics, self._watched)
+        DataWatch(self.client, self.paths.changes, self._watched)
+        self._log.info("joined the cluster's name service", chroot=options.chroot,
+                       session_timeout_s=options.session_timeout_s)
+
+    # ------------------------------------------------------------------------------ plumbing
+    def _wait(self, result: Any) -> Any:
+        return result.get(timeout=self._op_timeout)
+
+    def _submit(self, task: Callable[[], None]) -> None:
+        self._tasks.put(task)
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            try:
+                task()
+            except _ZK_ERRORS as exc:
+                self._log.warning("ZooKeeper call failed; retried when the session is back", error=repr(exc))
+            except Exception:  # noqa: BLE001 - the worker must outlive one failed task; logged
+                self._log.exception("cluster service task failed")
+
+    def _watched(self, *_args: Any) -> None:
+        """A kazoo watch fired (kazoo's thread): re-read the view on the worker, once per burst."""
+        with self._lock:
+            if self._refresh_queued or self._closed:
+                return
+            self._refresh_queued = True
+        self._submit(self._refresh)
+
+    def _state_changed(self, state: str) -> None:
+        """kazoo's session listener (its connection thread: never block here)."""
+        if self._closed:
+            return  # close() ends the session on purpose
+        if state == KazooState.LOST:
+            self._log.warning("ZooKeeper session expired: this broker is out of every route until it registers "
+                              "again with a new session")
+            with self._lock:
+                self._session_lost = True
+                self._published_by = None
+        elif state == KazooState.SUSPENDED:
+            self._log.warning("connection to ZooKeeper lost; the session survives if it comes back within "
+                              "the session timeout", session_timeout_s=self._options.session_timeout_s)
+        elif state == KazooState.CONNECTED:
+            with self._lock:
+                renewed, self._session_lost = self._session_lost, False
+            if renewed:
+                self._log.info("ZooKeeper session renewed; registering again")
+            else:
+                self._log.info("connected to ZooKeeper")
+            self._submit(self._publish)
+            self._watched()
+        if self._campaign is not None:
+            self._campaign.session_state(state)
+        self._submit(self._mark_connection)
+
+    # ------------------------------------------------------------------------------ registration
+    def register(self, registration: BrokerRegistration) -> None:
+        if registration.cluster != self._cluster:
+            raise ClusterError(f"registration for cluster {registration.cluster!r} handed to the service of "
+                               f"cluster {self._cluster!r}")
+        with self._lock:
+            previous = self._registration
+            self._registration = attrs.evolve(registration, epoch=previous.epoch) if previous else registration
+        self._submit(self._publish)
+
+    def update_topics(self, topics: Mapping[str, TopicRegistration]) -> None:
+        with self._lock:
+            if self._registration is None:
+                raise ClusterError("update_topics before register: register the broker first")
+            self._registration = attrs.evolve(self._registration, topics=topics)
+        self._submit(self._publish)
+
+    def unregister(self) -> None:
+        with self._lock:
+            registration, self._registration = self._registration, None
+        if registration is None:
+            return
+        path = self.paths.broker(registration.key)
+        try:
+            stat = self._wait(self.client.exists_async(path))
+            if stat is not None and stat.ephemeralOwner == self._session_id():
+                self._wait(self.client.delete_async(path))
+            self._log.info("unregistered from the cluster")
+        except (NoNodeError, *_ZK_ERRORS) as exc:
+            self._log.warning("could not delete the registration; it goes when the session ends", error=repr(exc))
+
+    def _session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    def _set_epoch(self, epoch: int) -> None:
+        with self._lock:
+            if self._registration is not None:
+                self._registration = attrs.evolve(self._registration, epoch=epoch)
+        self._submit(self._publish)
+
+    def _publish(self) -> None:
+        """Create or update our ephemeral node (worker thread)."""
+        with self._lock:
+            registration = self._registration
+        if registration is None or self._closed or not self.connected:
+            return
+        path = self.paths.broker(registration.key)
+        data = json.dumps(registration.as_dict(), sort_keys=True).encode()
+        session = self._session_id()
+        stat = self._wait(self.client.exists_async(path, watch=self._own_node_event))
+        if stat is None:
+            try:
+                self._wait(self.client.create_async(path, data, ephemeral=True))
+            except NodeExistsError:
+                self._submit(self._publish)  # raced with an earlier session's node: look again
+                return
+            if self._published_by != session:
+                self._log.info("registered", endpoint=registration.endpoint, room=registration.room or None,
+                               role=registration.role.value, broker_id=registration.broker_id)
+            self._published_by = session
+        elif stat.ephemeralOwner == session:
+            self._commit([(path, data, -1), (self.paths.changes, b"", -1)])
+        else:
+            # A previous run that died keeps its node until its session times out; taking it over
+            # would also hide a second process misconfigured with our name and id.
+            self._log.warning("broker name and id still registered by another ZooKeeper session (a previous run "
+                              "that died, or another broker with this name and id); registering once it goes",
+                              node=path, owner=hex(stat.ephemeralOwner))
+
+    def _commit(self, writes: list[tuple[str, bytes, int]]) -> None:
+        """Set several nodes' data in one ZooKeeper transaction (path, data, expected version or -1).
+
+        kazoo reports a failed transaction as exceptions among the results instead of raising.
+        """
+        transaction = self.client.transaction()
+        for path, data, version in writes:
+            transaction.set_data(path, data, version=version)
+        results = self._wait(transaction.commit_async())
+        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failures:
+            raise failures[0]
+
+    def _own_node_event(self, event: WatchedEvent) -> None:
+        if event.type in (EventType.DELETED, EventType.CREATED):
+            self._submit(self._publish)
+
+    # ------------------------------------------------------------------------------ topics
+    def declare_topic(self, topic: str, declaration: ClusterTopic) -> None:
+        path = self.paths.topic(topic)
+        data = json.dumps({"queues": declaration.queue_count, "perm": int(declaration.permission),
+                           "auto": declaration.auto_created}).encode()
+        try:
+            for _ in range(16):  # compare-and-set against concurrent declarations
+                try:
+                    raw, stat = self._wait(self.client.get_async(path))
+                except NoNodeError:
+                    try:
+                        self._wait(self.client.create_async(path, data))
+                        return
+                    except NodeExistsError:
+                        continue
+                current = _declaration(raw)
+                if current is not None and current.queue_count >= declaration.queue_count and (
+                        declaration.auto_created or not current.auto_created):
+                    return  # already declared with at least as many queues
+                try:
+                    self._commit([(path, data, stat.version), (self.paths.changes, b"", -1)])
+                    return
+                except BadVersionError:
+                    continue
+        except _ZK_ERRORS as exc:
+            raise ClusterError(f"cannot declare topic {topic!r} in ZooKeeper at {self._options.hosts}: {exc!r}") from exc
+        raise ClusterError(f"topic {topic!r} was re-declared concurrently 16 times in a row; try again")
+
+    # ------------------------------------------------------------------------------ view
+    def _refresh(self) -> None:
+        """Re-read every registration and declaration (worker thread)."""
+        with self._lock:
+            self._refresh_queued = False
+        if self._closed:
+            return
+        brokers: list[BrokerRegistration] = []
+        for key in self._wait(self.client.get_children_async(self.paths.brokers)):
+            try:
+                raw, _ = self._wait(self.client.get_async(self.paths.broker(key)))
+                brokers.append(BrokerRegistration.from_dict(json.loads(raw)))
+            except NoNodeError:
+                continue  # gone between the listing and the read
+            except (ValueError, ValidationError) as exc:
+                self._log.warning("unreadable broker registration ignored", node=self.paths.broker(key), error=str(exc))
+        topics: dict[str, ClusterTopic] = {}
+        for name in self._wait(self.client.get_children_async(self.paths.topics)):
+            try:
+                raw, _ = self._wait(self.client.get_async(self.paths.topic(name)))
+            except NoNodeError:
+                continue
+            declaration = _declaration(raw)
+            if declaration is None:
+                self._log.warning("unreadable topic declaration ignored", node=self.paths.topic(name))
+            else:
+                topics[name] = declaration
+        brokers.sort(key=lambda b: (b.broker_name, b.broker_id))
+        self._publish_view(ClusterView(self._cluster, tuple(brokers), topics, connected=self.connected))
+
+    def _mark_connection(self) -> None:
+        self._publish_view(attrs.evolve(self._view, connected=self.connected))
+
+    def _publish_view(self, view: ClusterView) -> None:
+        with self._notify_lock:
+            previous, self._view = self._view, view
+            if view == previous:
+                return
+            self._log_changes(previous, view)
+            for listener in list(self._listeners):
+                self._call(listener, view)
+
+    def _log_changes(self, before: ClusterView, after: ClusterView) -> None:
+        old = {b.key: b for b in before.brokers}
+        new = {b.key: b for b in after.brokers}
+        for key in new.keys() - old.keys():
+            self._log.info("broker joined", node=key, endpoint=new[key].endpoint, room=new[key].room or None)
+        for key in old.keys() - new.keys():
+            self._log.warning("broker left (session ended)", node=key, endpoint=old[key].endpoint)
+        if before.connected != after.connected:
+            self._log.info("cluster view is live again" if after.connected else
+                           "cluster view may be stale until ZooKeeper is back")
+
+    def _call(self, listener: ClusterListener, view: ClusterView) -> None:
+        try:
+            listener(view)
+        except Exception:  # noqa: BLE001 - a broken listener must not stop the others; logged
+            self._log.exception("cluster listener failed", listener=repr(listener))
+
+    def view(self) -> ClusterView:
+        return self._view
+
+    def subscribe(self, listener: ClusterListener) -> Callable[[], None]:
+        with self._notify_lock:
+            self._listeners.append(listener)
+            self._call(listener, self._view)
+
+        def unsubscribe() -> None:
+            with self._notify_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+        return unsubscribe
+
+    # ------------------------------------------------------------------------------ elections
+    def campaign(self, listener: MastershipListener) -> None:
+        with self._lock:
+            registration = self._registration
+        if registration is None:
+            raise ClusterError("campaign before register: register the broker first, its name and id stand")
+        if self._campaign is not None:
+            raise ClusterError(f"broker {registration.key} already stands for master; withdraw first")
+        self._campaign = Campaign(self, registration.broker_name, registration.broker_id, listener)
+        self._campaign.start()
+
+    def withdraw(self) -> None:
+        campaign, self._campaign = self._campaign, None
+        if campaign is not None:
+            campaign.stop()
+
+    def bump_epoch(self, broker_name: str) -> int:
+        """Grant the next epoch of ``broker_name`` (compare-and-set; called by the election winner)."""
+        path = self.paths.epoch(broker_name)
+        while True:
+            try:
+                raw, stat = self._wait(self.client.get_async(path))
+            except NoNodeError:
+                try:
+                    self._wait(self.client.create_async(path, b"1"))
+                    return 1
+                except NodeExistsError:
+                    continue
+            epoch = int(raw or b"0") + 1
+            try:
+                self._wait(self.client.set_async(path, str(epoch).encode(), version=stat.version))
+                return epoch
+            except BadVersionError:
+                continue
+
+    def current_epoch(self, broker_name: str) -> int:
+        try:
+            raw, _ = self._wait(self.client.get_async(self.paths.epoch(broker_name)))
+        except NoNodeError:
+            return 0
+        except _ZK_ERRORS as exc:
+            raise ClusterError(f"cannot read the epoch of {broker_name!r} from ZooKeeper at "
+                               f"{self._options.hosts}: {exc!r}") from exc
+        return int(raw or b"0")
+
+    def election_changed(self, epoch: int) -> None:
+        """The campaign won (epoch > 0) or lost (0): publish it with the registration."""
+        self._set_epoch(epoch)
+
+    # ------------------------------------------------------------------------------ lifecycle
+    @property
+    def connected(self) -> bool:
+        return not self._closed and self.client.state == KazooState.CONNECTED
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.withdraw()
+        self._tasks.put(None)
+        if self._worker.is_alive() and self._worker is not threading.current_thread():
+            self._worker.join(timeout=self._op_timeout * 2)
+        try:
+            self.client.stop()  # ends the session: ZooKeeper deletes our ephemeral nodes now
+        finally:
+            self.client.close()
+        self._log.info("left the cluster's name service")
+
+
+def _declaration(raw: bytes | None) -> ClusterTopic | None:
+    try:
+        data = json.loads(raw or b"")
+        return ClusterTopic(data["queues"], data.get("perm", 6), bool(data.get("auto", False)))
+    except (ValueError, KeyError, TypeError, ValidationError):
+        return None
