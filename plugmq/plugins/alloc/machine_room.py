@@ -18,7 +18,8 @@ from plugmq.core import (
 from plugmq.core.rebalance_order import java_string_key
 from plugmq.plugins.alloc._common import check_inputs, java_split, take_params
 
-Resolver = Callable[[str], str]
+Resolver = Callable[[str], "str | None"]
+"""A room resolver: the machine room of a broker name or consumer id, None (or "") for none."""
 
 
 def default_resolver(name: str) -> str:
@@ -27,22 +28,33 @@ def default_resolver(name: str) -> str:
     return name.split("-", 1)[0]
 
 
+def at_sign_room(broker_name: str) -> str | None:
+    """RocketMQ's AllocateMessageQueueByMachineRoom rule: a broker named "<room>@<broker>" is in
+    <room>; any other name (no "@", more than one, "room@" with nothing after) is in none."""
+    parts = java_split(broker_name, "@")
+    return parts[0] if len(parts) == 2 else None
+
+
 @attrs.frozen
 class MachineRoomNearby:
     """Queues go to consumers of their own room first; rooms without consumers are shared by all.
 
     Every step uses ``inner`` on a sub-list, so its answer is RocketMQ's for the same inner
-    strategy and resolver.
+    strategy and resolvers. ``resolver`` gives the room of a broker name and, unless
+    ``consumer_resolver`` is set, of a consumer id too (RocketMQ's MachineRoomResolver has one
+    method per side; a live broker passes the configured rooms of its cluster's brokers and of
+    the brokers its consumers connect to).
     """
 
     name: ClassVar[str] = "MACHINE_ROOM_NEARBY"
-    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities()
+    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities(room_aware=True)
 
     inner: AllocateStrategy
     resolver: Resolver = default_resolver
+    consumer_resolver: Resolver | None = None
 
-    def _room(self, name: str, what: str) -> str:
-        room = self.resolver(name)
+    def _room(self, resolver: Resolver, name: str, what: str) -> str:
+        room = resolver(name)
         if not room or not isinstance(room, str):
             raise AllocationError(
                 f"Machine room is null for {what}: the resolver gave {room!r} for {name!r}; "
@@ -59,6 +71,8 @@ class MachineRoomNearby:
     ) -> list[MessageQueue]:
         if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
             return []
+        broker_resolver = self.resolver
+        consumer_resolver = self.consumer_resolver or self.resolver
         queues_by_room: dict[str, list[MessageQueue]] = {}
         # One resolver call per broker, not per queue: a big topic has thousands of queues on
         # a few dozen brokers. The first failing queue is still the one named, as in RocketMQ.
@@ -66,13 +80,13 @@ class MachineRoomNearby:
         for queue in all_queues:
             room = broker_rooms.get(queue.broker_name)
             if room is None:
-                room = broker_rooms[queue.broker_name] = self._room(queue.broker_name, f"mq {queue}")
+                room = broker_rooms[queue.broker_name] = self._room(broker_resolver, queue.broker_name, f"mq {queue}")
             queues_by_room.setdefault(room, []).append(queue)
         consumers_by_room: dict[str, list[str]] = {}
         for cid in all_consumer_ids:
-            consumers_by_room.setdefault(self._room(cid, f"consumer id {cid}"), []).append(cid)
+            consumers_by_room.setdefault(self._room(consumer_resolver, cid, f"consumer id {cid}"), []).append(cid)
 
-        current_room = self._room(current_id, f"consumer id {current_id}")
+        current_room = self._room(consumer_resolver, current_id, f"consumer id {current_id}")
         result: list[MessageQueue] = []
         own_queues = queues_by_room.pop(current_room, None)
         if own_queues:
@@ -88,28 +102,34 @@ class MachineRoomNearby:
 
 @attrs.frozen
 class MachineRoom:
-    """Only queues on brokers named "<room>@<broker>" with a configured room; contiguous split,
-    the remainder dealt one each to the first consumers."""
+    """Only queues on brokers in one of ``rooms``; contiguous split, the remainder dealt one each
+    to the first consumers.
+
+    ``broker_room`` resolves a broker's room; by default RocketMQ's own rule, which reads it from
+    broker names of the form "<room>@<broker>" (:func:`at_sign_room`). A live broker passes the
+    rooms its cluster's brokers are configured with instead, since broker names cannot hold "@".
+    """
 
     name: ClassVar[str] = "MACHINE_ROOM"
     # example_params: rooms named like the conformance suite's "r<k>@b<n>" brokers.
     capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities(
-        may_leave_queues_unassigned=True, example_params={"rooms": ("r0", "r1")}
+        may_leave_queues_unassigned=True, example_params={"rooms": ("r0", "r1")}, room_aware=True
     )
 
     rooms: frozenset[str] | None = None
+    broker_room: Resolver = at_sign_room
 
     def _qualifies(self, queue: MessageQueue) -> bool:
-        parts = java_split(queue.broker_name, "@")
-        if len(parts) != 2:
+        room = self.broker_room(queue.broker_name)
+        if room is None:
             return False
         if self.rooms is None:
             # RocketMQ dereferences its unset room set here (a NullPointerException).
             raise AllocationError(
-                f"MACHINE_ROOM has no rooms configured but broker {queue.broker_name!r} names room "
-                f"{parts[0]!r}; pass rooms=[...] (the machine rooms this consumer may consume from)"
+                f"MACHINE_ROOM has no rooms configured but broker {queue.broker_name!r} is in room "
+                f"{room!r}; pass rooms=[...] (the machine rooms this consumer may consume from)"
             )
-        return parts[0] in self.rooms
+        return room in self.rooms
 
     def allocate(
         self,
@@ -121,7 +141,14 @@ class MachineRoom:
         if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
             return []
         index = list(all_consumer_ids).index(current_id)
-        qualifying = [q for q in all_queues if self._qualifies(q)]
+        rooms: dict[str, bool] = {}  # one resolver call per broker
+        qualifying = []
+        for queue in all_queues:
+            ok = rooms.get(queue.broker_name)
+            if ok is None:
+                ok = rooms[queue.broker_name] = self._qualifies(queue)
+            if ok:
+                qualifying.append(queue)
         c = len(all_consumer_ids)
         mod, rem = divmod(len(qualifying), c)
         result = qualifying[index * mod : index * mod + mod]
@@ -130,9 +157,16 @@ class MachineRoom:
         return result
 
 
+def _callable(strategy: str, param: str, value: Any) -> Resolver:
+    if not callable(value):
+        raise AllocationError(f"{strategy} parameter {param} must be a callable(name) -> room, got {value!r}")
+    return value
+
+
 def make_machine_room_nearby(strategies: Mapping[str, AllocateStrategyFactory], **params: Any) -> MachineRoomNearby:
     p = take_params(
-        MachineRoomNearby.name, params, {"inner": "AVG", "inner_params": None, "resolver": None}
+        MachineRoomNearby.name, params,
+        {"inner": "AVG", "inner_params": None, "resolver": None, "broker_room": None, "consumer_room": None},
     )
     inner_name, inner_params = p["inner"], p["inner_params"] or {}
     if not isinstance(inner_name, str) or inner_name not in strategies:
@@ -145,12 +179,11 @@ def make_machine_room_nearby(strategies: Mapping[str, AllocateStrategyFactory], 
             f"MACHINE_ROOM_NEARBY parameter inner_params must be a dict of the inner strategy's "
             f"parameters, got {inner_params!r}"
         )
-    resolver = p["resolver"] if p["resolver"] is not None else default_resolver
-    if not callable(resolver):
-        raise AllocationError(
-            f"MACHINE_ROOM_NEARBY parameter resolver must be a callable(name) -> room, got {resolver!r}"
-        )
-    return MachineRoomNearby(inner=strategies[inner_name](**inner_params), resolver=resolver)
+    name = MachineRoomNearby.name
+    both = default_resolver if p["resolver"] is None else _callable(name, "resolver", p["resolver"])
+    broker = both if p["broker_room"] is None else _callable(name, "broker_room", p["broker_room"])
+    consumer = both if p["consumer_room"] is None else _callable(name, "consumer_room", p["consumer_room"])
+    return MachineRoomNearby(inner=strategies[inner_name](**inner_params), resolver=broker, consumer_resolver=consumer)
 
 
 def _room_set(rooms: Any) -> frozenset[str] | None:
@@ -164,5 +197,11 @@ def _room_set(rooms: Any) -> frozenset[str] | None:
 
 
 def make_machine_room(**params: Any) -> MachineRoom:
-    p = take_params(MachineRoom.name, params, {"rooms": None})
-    return MachineRoom(rooms=_room_set(p["rooms"]))
+    # consumer_room is accepted because every room-aware strategy takes both resolvers; RocketMQ's
+    # by-machine-room strategy never looks at the consumers' rooms.
+    p = take_params(MachineRoom.name, params, {"rooms": None, "broker_room": None, "consumer_room": None})
+    if p["consumer_room"] is not None:
+        _callable(MachineRoom.name, "consumer_room", p["consumer_room"])
+    broker_room = at_sign_room if p["broker_room"] is None else _callable(MachineRoom.name, "broker_room",
+                                                                        p["broker_room"])
+    return MachineRoom(rooms=_room_set(p["rooms"]), broker_room=broker_room)
