@@ -27,3 +27,4 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         yield server
     finally:
         server.stop()
+

@@ -1031,7 +1031,7 @@ class ClusterService(Protocol):
     """
 
     def register(self, registration: BrokerRegistration) -> None:
-        """Publish this broker (replacing this service's earlier registration).
+        """Publish this broker (replacing this service's earlier registration), waiting briefly for it.
 
         If an earlier session (a previous run that died) still holds the same broker name and id,
         the registration is published once that session expires. Raises ClusterError only for a

@@ -120,6 +120,10 @@ class GroupPolicy:
 
     redelivery: RedeliveryPolicy = attrs.field(factory=RedeliveryPolicy)
     fifo: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    # plugmq serve: push consumers of the group get this strategy's share of the cluster-wide,
+    # RocketMQ-sorted queue list (None: RocketMQ 5's pop assignment, every broker to everyone).
+    allocation: str | None = None
+    allocation_params: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
 
 
 @attrs.frozen
@@ -135,7 +139,10 @@ class GroupPolicies:
 
 # ------------------------------------------------------------------------------ the [groups] table
 #: The keys of a group table; ``[groups]`` takes them as every group's defaults.
-GROUP_POLICY_KEYS = ("max_delivery_attempts", "backoff_s", "dead_letter_topic", "fifo")
+GROUP_POLICY_KEYS = ("max_delivery_attempts", "backoff_s", "dead_letter_topic", "fifo", "allocation",
+                     "allocation_params")
+# Setting keys whose values are tables, so a [groups] table cannot take them for a group's name.
+_TABLE_KEYS = ("allocation_params",)
 
 
 def _expected(path: str, value: Any, what: str) -> ConfigError:
@@ -167,6 +174,14 @@ def _apply_key(path: str, key: str, value: Any, values: dict[str, Any]) -> None:
         if not isinstance(value, bool):
             raise _expected(where, value, "true or false")
         values["fifo"] = value
+    elif key == "allocation":
+        if not isinstance(value, str) or not value:
+            raise _expected(where, value, 'an allocation strategy name such as "AVG" or "MACHINE_ROOM_NEARBY"')
+        values["allocation"] = value
+    elif key == "allocation_params":
+        if not isinstance(value, Mapping):
+            raise _expected(where, value, "a table of the strategy's parameters, e.g. { rooms = [\"east\"] }")
+        values["allocation_params"] = dict(value)
     else:
         close = difflib.get_close_matches(key, GROUP_POLICY_KEYS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -178,7 +193,9 @@ def _policy(path: str, table: Mapping[str, Any], base: GroupPolicy) -> GroupPoli
     for key, value in table.items():
         _apply_key(path, key, value, values)
     fifo = values.pop("fifo", base.fifo)
-    return GroupPolicy(attrs.evolve(base.redelivery, **values), fifo)
+    allocation = values.pop("allocation", base.allocation)
+    allocation_params = values.pop("allocation_params", base.allocation_params)
+    return GroupPolicy(attrs.evolve(base.redelivery, **values), fifo, allocation, allocation_params)
 
 
 def parse_groups_table(table: Any, *, path: str = "groups",
@@ -191,7 +208,7 @@ def parse_groups_table(table: Any, *, path: str = "groups",
     if not isinstance(table, Mapping):
         raise _expected(path, table, "a table")
     base = base or GroupPolicies()
-    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy))}
+    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in _TABLE_KEYS}
     default = _policy(path, defaults, base.default)
     groups = dict(base.groups)
     for name, entry in table.items():

@@ -155,11 +155,12 @@ class PopService:
     # ------------------------------------------------------------------------------ receive
     def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
                 *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
-                consume_timestamp_ms: int | None = None) -> list[ReceivedMessage]:
+                consume_timestamp_ms: int | None = None, only_queue: int | None = None) -> list[ReceivedMessage]:
         """Up to ``max_messages`` of ``topic`` for ``group``: redeliveries first, then new ones.
 
         ``consume_from`` places a queue the group has never received from: its first message
         (FIRST_OFFSET), messages sent from now on (LAST_OFFSET) or from ``consume_timestamp_ms``.
+        ``only_queue``: read that queue alone (a consumer allocated queues rather than brokers).
         """
         if max_messages < 1:
             raise ValidationError(f"max_messages must be >= 1, got {max_messages}")
@@ -168,6 +169,8 @@ class PopService:
         if consume_from is ConsumeFrom.TIMESTAMP and consume_timestamp_ms is None:
             raise ValidationError("consume_from=TIMESTAMP needs consume_timestamp_ms")
         queues = self.backend.topic_queues(topic, create=False)
+        if only_queue is not None:
+            queues = [q for q in queues if q.queue_id == only_queue]
         policy = self.backend.group_policy(group)
         start = functools.partial(self.backend.start_offset, consume_from=consume_from,
                                   timestamp_ms=consume_timestamp_ms)

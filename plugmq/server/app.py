@@ -19,6 +19,8 @@ from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.server.admin import AdminService
+from plugmq.server.assignment import Assigner, ConsumerMembers
+from plugmq.server.cluster import ClusterMember, LocalRoutes, advertised_endpoint
 from plugmq.server.metrics import MetricsEndpoint
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import service_pb2_grpc
@@ -43,12 +45,16 @@ class PlugmqServer:
         self._server: grpc.aio.Server | None = None
         self.metrics: MetricsEndpoint | None = None
         self._stopped = False
+        self.cluster: ClusterMember | None = None
 
     async def start(self, listen: str | None = None) -> str:
         """Bind (port 0 picks a free one), start serving; returns the bound ``host:port``."""
         loop = asyncio.get_running_loop()
         options = self.options
         listen = listen or options.listen
+        # Checked before anything is opened: a bad allocation strategy or parameter is a config error.
+        self.assigner = Assigner(self.broker.strategies, self.broker.config.groups,
+                                 ConsumerMembers(self.broker.clock, self.broker.config.heartbeat_timeout_s))
         self.wakeup = Wakeup(loop)
         self.pop = self.broker.pop
         self.pop.deadline_listeners.append(self.wakeup.notify_threadsafe)  # invisible times running out
@@ -70,8 +76,16 @@ class PlugmqServer:
             raise ConfigError(f"cannot listen on {listen!r} ({error or 'address in use or not local'}); "
                               "pick another --listen host:port")
         self.address = f"{host}:{port}"
-        self.service = MessagingService(self.broker, options, self.sessions, self.wakeup,
-                                        self.executor, self.address,
+        if self.broker.cluster is not None:
+            try:
+                endpoint = advertised_endpoint(self.address, options.advertise)
+            except ConfigError:
+                self._release()
+                raise
+            self.cluster = ClusterMember(self.broker, self.broker.cluster, endpoint)
+        self.service = MessagingService(self.broker, options, self.sessions, self.wakeup, self.executor, self.address,
+                                        assigner=self.assigner, cluster=self.cluster,
+                                        local=LocalRoutes(self.broker, options.advertise or self.address),
                                         max_batch_bytes=self.broker.config.max_message_size)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor).handler(),))
@@ -83,6 +97,8 @@ class PlugmqServer:
                 raise
         await server.start()
         self._server = server
+        if self.cluster is not None:
+            await loop.run_in_executor(self.executor, self.cluster.join)
         log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
                  acl=options.acl.enabled, in_flight=self.pop.inflight_count())
         return self.address
@@ -92,6 +108,9 @@ class PlugmqServer:
         if self._stopped or self._server is None:
             return
         self._stopped = True
+        if self.cluster is not None:
+            # Out of the routes first, so clients move to the other brokers while calls finish.
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.cluster.leave)
         self.service.stopping.set()
         self.wakeup.notify()  # long polls answer now instead of at their deadline
         await self._server.stop(self.options.shutdown_grace_s if grace is None else grace)

@@ -14,15 +14,18 @@ from typing import Any, TypeVar
 
 import grpc
 
-from plugmq.core.contracts import Filter, TransactionDecision
-from plugmq.core.errors import InvalidNameError
+from plugmq.core.contracts import ClusterView, Filter, TopicPermission, TransactionDecision
+from plugmq.core.errors import InvalidNameError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
 from plugmq.core.pop import ReceivedMessage
 from plugmq.core.ports import Serving
+from plugmq.core.routes import RoutedQueue
+from plugmq.server.assignment import Assigner, access_point_address
 from plugmq.server.auth import Authenticator
+from plugmq.server.cluster import ClusterMember, LocalRoutes
 from plugmq.server.convert import to_proto, topic_name
 from plugmq.server.options import Account, ServerOptions
 from plugmq.server.protocol import (
@@ -53,6 +56,9 @@ _ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageTy
 _FILTER_TYPES = {FilterType.TAG: "TAG", FilterType.SQL: "SQL92"}
 CLIENT_ID_HEADER = "x-mq-client-id"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
+_CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
+_PERMISSIONS = {TopicPermission.READ_WRITE: Permission.READ_WRITE, TopicPermission.READ: Permission.READ,
+                TopicPermission.WRITE: Permission.WRITE, TopicPermission.NONE: Permission.NONE}
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -92,8 +98,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def __init__(self, broker: Serving, options: ServerOptions, sessions: Sessions,
                  wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str, *,
-                 max_batch_bytes: int = DEFAULT_MAX_BODY_SIZE) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_BODY_SIZE, assigner: Assigner, local: LocalRoutes,
+                 cluster: ClusterMember | None = None) -> None:
         self.broker = broker
+        self.assigner = assigner
+        self.local = local  # this broker alone (no cluster), also as a one-broker view
+        self.cluster = cluster
         self.options = options
         self.pop = broker.pop  # pop consumption is the broker's; these RPCs only translate it
         self._consume_from = (ConsumeFrom.LAST_OFFSET if options.new_group_from == "last"
@@ -137,6 +147,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return self._readable_queues(topic)
         return self.broker.topic_queues(topic)  # auto-creates when the broker allows it
 
+    def _routed(self, topic: str) -> list[RoutedQueue]:
+        """The topic's queues over every live broker of the cluster (this broker's alone without one)."""
+        if self.cluster is None:
+            permission = TopicPermission.READ if topic.startswith(DLQ_PREFIX) else TopicPermission.READ_WRITE
+            return self.local.routed(self._route(topic), permission)
+        if is_system_topic(topic) and not topic.startswith(DLQ_PREFIX):
+            self._readable_queues(topic)  # refuses with the reason
+        if not is_system_topic(topic) and self.cluster.auto_creates_topics:
+            self.broker.topic_queues(topic)  # creates and declares it for the cluster
+        routed = self.cluster.route(topic)
+        if not routed:
+            raise TopicError(f"topic {topic!r} does not exist on any live broker of cluster {self.cluster.cluster!r} "
+                             "and this broker does not auto-create topics; create it first")
+        return routed
+
+    def _view(self) -> ClusterView:
+        return self.cluster.view() if self.cluster is not None else self.local.view()
+
+    def _broker_proto(self, target: definition_pb2.Broker, queue: RoutedQueue, asked: definition_pb2.Endpoints) -> None:
+        target.name = queue.broker.broker_name
+        target.id = queue.broker.broker_id
+        if self.cluster is None:
+            target.endpoints.CopyFrom(self._endpoints(asked))  # the address the client used for this broker
+            return
+        host, _, port = queue.broker.endpoint.rpartition(":")
+        target.endpoints.scheme = definition_pb2.AddressScheme.IPv4
+        target.endpoints.addresses.add(host=host, port=int(port))
+
     @_answering(service_pb2.QueryRouteResponse, "query route")
     async def QueryRoute(self, request: service_pb2.QueryRouteRequest,
                          context: grpc.aio.ServicerContext) -> service_pb2.QueryRouteResponse:
@@ -144,19 +182,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic = topic_name(request.topic)
         if account is not None and not (account.may("publish", topic) or account.may("subscribe", topic)):
             self.auth.require(account, "subscribe", topic)
-        queues = await self._run(self._route, topic)
-        endpoints = self._endpoints(request.endpoints)
+        routed = await self._run(self._routed, topic)
         types = [t for t in _ALL_TYPES if (t != MessageType.DELAY or self.broker.delay is not None)
                  and (t != MessageType.TRANSACTION or self.broker.transactions is not None)]
-        permission = Permission.READ if topic.startswith(DLQ_PREFIX) else Permission.READ_WRITE
         response = service_pb2.QueryRouteResponse(status=ok())
-        for queue in queues:
-            entry = response.message_queues.add(id=queue.queue_id, permission=permission,
+        for queue in routed:
+            entry = response.message_queues.add(id=queue.queue.queue_id, permission=_PERMISSIONS[queue.permission],
                                                 accept_message_types=types)
             entry.topic.CopyFrom(request.topic)
-            entry.broker.name = self.broker.name
-            entry.broker.id = 0
-            entry.broker.endpoints.CopyFrom(endpoints)
+            self._broker_proto(entry.broker, queue, request.endpoints)
         return response
 
     @_answering(service_pb2.HeartbeatResponse, "heartbeat")
@@ -164,7 +198,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         context: grpc.aio.ServicerContext) -> service_pb2.HeartbeatResponse:
         self._account(context)
         if request.HasField("group"):
-            _group(request.group)
+            group = _group(request.group)
+            if request.client_type in _CONSUMER_TYPES:
+                self.assigner.members.seen(group, _metadata(context).get(CLIENT_ID_HEADER, ""))
         return service_pb2.HeartbeatResponse(status=ok())
 
     @_answering(service_pb2.QueryAssignmentResponse, "query assignment")
@@ -172,19 +208,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               context: grpc.aio.ServicerContext) -> service_pb2.QueryAssignmentResponse:
         account = self._account(context)
         topic = topic_name(request.topic)
-        _group(request.group)
+        group = _group(request.group)
         self.auth.require(account, "subscribe", topic)
-        await self._run(self._readable_queues, topic)
+        if self.cluster is None:
+            await self._run(self._readable_queues, topic)
+        routed = await self._run(self._routed, topic)
+        allocating = self.assigner.allocating(group)
+        if allocating:
+            client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
+            assigned = await self._run(self.assigner.assign, group, client_id, routed, await self._run(self._view))
+        else:
+            # RocketMQ 5's pop assignment: one per broker (queue id -1); each receive pops from
+            # every queue of the topic on that broker, so one long poll serves a consumer.
+            assigned = list({r.broker.broker_name: r for r in routed if r.readable and r.broker.is_master}.values())
         response = service_pb2.QueryAssignmentResponse(status=ok())
-        # One assignment for the whole broker (queue id -1, as RocketMQ's proxy does): each
-        # receive pops from every queue of the topic, so one long poll serves a consumer.
-        queue = response.assignments.add().message_queue
-        queue.topic.CopyFrom(request.topic)
-        queue.id = -1
-        queue.permission = Permission.READ_WRITE
-        queue.broker.name = self.broker.name
-        queue.broker.endpoints.CopyFrom(self._endpoints(request.endpoints))
-        queue.accept_message_types.extend(_ALL_TYPES)
+        for routed_queue in assigned:
+            queue = response.assignments.add().message_queue
+            queue.topic.CopyFrom(request.topic)
+            queue.id = routed_queue.queue.queue_id if allocating else -1
+            queue.permission = _PERMISSIONS[routed_queue.permission]
+            self._broker_proto(queue.broker, routed_queue, request.endpoints)
+            queue.accept_message_types.extend(_ALL_TYPES)
         return response
 
     # ------------------------------------------------------------------------------ send
@@ -296,11 +340,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if remaining is not None:
                 polling = min(polling, remaining - _POLL_MARGIN_S)
             deadline = loop.time() + polling
+            # A group that allocates reads only the queue of its assignment; others pop the broker.
+            only_queue = (request.message_queue.id if request.message_queue.id >= 0
+                          and self.assigner.allocating(group) else None)
             while True:
                 generation = self.wakeup.generation
                 deliveries = await self._run(functools.partial(
                     self.pop.receive, group, topic, subscription, batch, invisible_ms,
-                    consume_from=self._consume_from))
+                    consume_from=self._consume_from, only_queue=only_queue))
                 left = deadline - loop.time()
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break
@@ -416,6 +463,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def _read_telemetry(self, commands: AsyncIterator[service_pb2.TelemetryCommand], session: Session) -> None:
         try:
             async for command in commands:
+                if command.WhichOneof("command") == "settings":
+                    self._saw_settings(session.client_id, command.settings)
                 reply = await self._run(self.sessions.handle, session, command)
                 if reply is not None:
                     session.outbox.put_nowait(reply)
@@ -424,6 +473,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception:
             log.exception("telemetry stream failed", client=session.client_id)
 
+    def _saw_settings(self, client_id: str, settings: Any) -> None:
+        """A client's settings: where it was configured to connect (its room), and its group."""
+        members = self.assigner.members
+        members.access_point(client_id, access_point_address(settings))
+        if settings.client_type in _CONSUMER_TYPES and settings.subscription.group.name:
+            members.seen(settings.subscription.group.name, client_id)
+
     @_answering(service_pb2.NotifyClientTerminationResponse, "notify termination")
     async def NotifyClientTermination(self, request: service_pb2.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext
@@ -431,6 +487,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         metadata = _metadata(context)
         self.auth.account(metadata)
         await self._run(self.sessions.close_client, metadata.get(CLIENT_ID_HEADER, ""))
+        self.assigner.members.leave(metadata.get(CLIENT_ID_HEADER, ""))
         return service_pb2.NotifyClientTerminationResponse(status=ok())
 
     # ------------------------------------------------------------------------------ unsupported

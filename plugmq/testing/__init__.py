@@ -1,5 +1,8 @@
-"""Helpers for tests that start real components (never mocks): a standalone ZooKeeper server."""
+"""Helpers for tests and benchmarks that start real components (never mocks): a standalone
+ZooKeeper server, ``plugmq serve`` children of a cluster, a route probe."""
 
+from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, query_route, write_broker_config
 from plugmq.testing.zookeeper import ZooKeeperServer, zookeeper_missing
 
-__all__ = ["ZooKeeperServer", "zookeeper_missing"]
+__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "ZooKeeperServer", "query_route", "write_broker_config",
+           "zookeeper_missing"]

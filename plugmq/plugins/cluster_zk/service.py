@@ -163,7 +163,17 @@ class ZkClusterService:
         with self._lock:
             previous = self._registration
             self._registration = attrs.evolve(registration, epoch=previous.epoch) if previous else registration
-        self._submit(self._publish)
+        attempted = threading.Event()
+        self._submit(lambda: self._publish_then(attempted))
+        # Published (or found held by an earlier session) before this returns, so a broker that
+        # says it serves is already in the routes; a ZooKeeper that does not answer is not waited for.
+        attempted.wait(self._op_timeout)
+
+    def _publish_then(self, attempted: threading.Event) -> None:
+        try:
+            self._publish()
+        finally:
+            attempted.set()
 
     def update_topics(self, topics: Mapping[str, TopicRegistration]) -> None:
         with self._lock:

@@ -1,0 +1,152 @@
+"""QueryAssignment: which queues a push consumer of a group reads, over every broker of the route.
+
+By default the answer is RocketMQ 5's pop assignment (the proxy's ``RouteActivity``): one
+assignment per broker that has readable queues of the topic, with queue id -1, so every consumer
+receives from every broker and the broker's pop state hands each message to one of them. A group
+whose policy names an allocation strategy (``[groups.<g>] allocation``) gets RocketMQ 4's
+rebalance instead: the strategy runs over the RocketMQ-sorted, cluster-wide queue list and the
+group's live consumer ids, and the consumer reads only its own queues. Consumers heartbeat every
+broker of their routes, so every broker sees the same members once heartbeats have gone round.
+
+Room-aware strategies (MACHINE_ROOM, MACHINE_ROOM_NEARBY) get the rooms configured on the brokers
+(``[broker] room``); a consumer is in the room of the broker its client is configured with (its
+access point).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from plugmq.core.clock import Clock
+from plugmq.core.contracts import AllocateStrategy, AllocateStrategyFactory, BrokerRegistration, ClusterView
+from plugmq.core.errors import AllocationError, ConfigError
+from plugmq.core.logs import get_logger
+from plugmq.core.message import MessageQueue
+from plugmq.core.policy import GroupPolicies, GroupPolicy
+from plugmq.core.rebalance_order import rocketmq_sorted
+from plugmq.core.routes import RoutedQueue
+
+__all__ = ["Assigner", "ConsumerMembers", "access_point_address"]
+
+log = get_logger(__name__)
+
+
+class ConsumerMembers:
+    """The consumers of each group that talk to this broker (RocketMQ's ConsumerManager).
+
+    A consumer is a member from its first heartbeat (or assignment query) until it says goodbye
+    (NotifyClientTermination) or stays silent for ``expiry_s`` on ``clock``.
+    """
+
+    def __init__(self, clock: Clock, expiry_s: float) -> None:
+        self._clock = clock
+        self._expiry_ms = round(expiry_s * 1000)
+        self._lock = threading.Lock()
+        self._groups: dict[str, dict[str, int]] = {}
+        self._access_points: dict[str, str] = {}
+
+    def seen(self, group: str, client_id: str) -> None:
+        if not client_id:
+            return
+        with self._lock:
+            self._groups.setdefault(group, {})[client_id] = self._clock.now_ms()
+
+    def access_point(self, client_id: str, address: str) -> None:
+        """The endpoint the client was configured with ("host:port", its first address)."""
+        if client_id and address:
+            with self._lock:
+                self._access_points[client_id] = address
+
+    def access_point_of(self, client_id: str) -> str | None:
+        with self._lock:
+            return self._access_points.get(client_id)
+
+    def leave(self, client_id: str) -> None:
+        with self._lock:
+            for members in self._groups.values():
+                members.pop(client_id, None)
+            self._access_points.pop(client_id, None)
+
+    def members(self, group: str) -> list[str]:
+        """The group's live consumer ids (unsorted)."""
+        oldest = self._clock.now_ms() - self._expiry_ms
+        with self._lock:
+            members = self._groups.get(group, {})
+            for client_id in [c for c, seen in members.items() if seen < oldest]:
+                del members[client_id]
+                log.info("consumer expired from its group (no heartbeat)", group=group, client=client_id)
+            return list(members)
+
+
+class Assigner:
+    """Builds each allocating group's strategy and answers its consumers' assignment queries."""
+
+    def __init__(self, strategies: Mapping[str, AllocateStrategyFactory], policies: GroupPolicies,
+                 members: ConsumerMembers) -> None:
+        self._strategies = strategies
+        self._policies = policies
+        self.members = members
+        self._plain: dict[str, AllocateStrategy] = {}  # strategies without rooms, built once per group
+        for group, policy in {"": policies.default, **policies.groups}.items():
+            if policy.allocation is not None:
+                self._check(group, policy)
+
+    def _check(self, group: str, policy: GroupPolicy) -> None:
+        where = (f"groups.{group}" if group else "groups") + ".allocation"
+        factory = self._strategies.get(policy.allocation or "")
+        if factory is None:
+            raise ConfigError(f"{where} = {policy.allocation!r} is not an allocation strategy of this broker; known: "
+                              f"{', '.join(sorted(self._strategies)) or 'none (add the alloc plugin)'}")
+        try:
+            self._strategy(group, policy, ClusterView(""))
+        except (AllocationError, TypeError) as exc:
+            raise ConfigError(f"{where}_params: {exc}") from exc
+
+    def allocating(self, group: str) -> bool:
+        return self._policies.policy(group).allocation is not None
+
+    def assign(self, group: str, client_id: str, route: list[RoutedQueue], view: ClusterView) -> list[RoutedQueue]:
+        """The caller's queues under the group's strategy (the group must allocate)."""
+        policy = self._policies.policy(group)
+        self.members.seen(group, client_id)  # it is alive: it is asking
+        readable = {r.queue: r for r in route if r.readable and r.broker.is_master}
+        if not readable:
+            return []
+        queues, consumers = rocketmq_sorted(readable, self.members.members(group))
+        strategy = self._strategy(group, policy, view)
+        try:
+            mine: list[MessageQueue] = strategy.allocate(group, client_id, queues, consumers)
+        except AllocationError as exc:
+            raise AllocationError(
+                f"group {group!r} allocates with {policy.allocation}, which failed: {exc}. Room strategies need "
+                "[broker] room on every broker, and each consumer configured with the endpoint of a broker in "
+                "its own room") from exc
+        return [readable[q] for q in mine if q in readable]
+
+    def _strategy(self, group: str, policy: GroupPolicy, view: ClusterView) -> AllocateStrategy:
+        cached = self._plain.get(group)
+        if cached is not None:
+            return cached
+        assert policy.allocation is not None
+        factory = self._strategies[policy.allocation]
+        strategy = factory(**policy.allocation_params)
+        if not strategy.capabilities.room_aware:
+            self._plain[group] = strategy  # keeps e.g. CONSISTENT_HASH's ring cache across calls
+            return strategy
+        # A broker name's room is its master's (id 0), else any of its brokers'.
+        rooms = {b.broker_name: b.room for b in sorted(view.brokers, key=lambda b: -b.broker_id)}
+        return factory(**policy.allocation_params, broker_room=lambda name: rooms.get(name) or None,
+                       consumer_room=lambda cid: self._consumer_room(cid, view))
+
+    def _consumer_room(self, client_id: str, view: ClusterView) -> str | None:
+        address = self.members.access_point_of(client_id)
+        broker: BrokerRegistration | None = next((b for b in view.brokers if b.endpoint == address), None)
+        return broker.room if broker is not None and broker.room else None
+
+
+def access_point_address(settings: Any) -> str:
+    """The first address of a client's configured endpoints (its Telemetry settings' access point)."""
+    addresses = list(settings.access_point.addresses)
+    return f"{addresses[0].host}:{addresses[0].port}" if addresses else ""

@@ -1,0 +1,96 @@
+"""A cluster on one machine for tests and benchmarks: ``plugmq serve`` children and a route probe.
+
+Each broker is a real child process (``plugmq serve --listen 127.0.0.1:0``) with a config written
+by :func:`write_broker_config`; :func:`query_route` asks any broker for a topic's route over gRPC,
+as the official clients do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "query_route", "write_broker_config"]
+
+
+# The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
+_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
+          "main.add_command(command); main()")
+CLUSTER_PLUGINS = ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "alloc", "txn", "cluster_zk"]
+
+
+def write_broker_config(directory: Path, name: str, *, zookeeper: str, cluster: str, room: str = "",
+                        session_timeout_s: float = 2.0, extra: str = "") -> Path:
+    """A broker TOML for ``plugmq serve`` in ``cluster`` (data under ``directory/<name>``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / f"{name}.toml"
+    room_line = f'room = "{room}"\n' if room else ""
+    config.write_text(
+        f'[broker]\nname = "{name}"\ndata_dir = "{name}"\n{room_line}plugins = {CLUSTER_PLUGINS!r}\n'
+        f'[cluster]\nname = "{cluster}"\n'
+        f'[plugins.cluster_zk]\nhosts = "{zookeeper}"\nsession_timeout_s = {session_timeout_s}\n'
+        f"[server]\nlong_polling_s = 1\n{extra}", encoding="utf-8")
+    return config
+
+
+class ServeProcess:
+    """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller."""
+
+    def __init__(self, config: Path, wait_s: float = 60.0) -> None:
+        self.config = config
+        self.log_path = config.with_suffix(".log")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
+             "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=config.parent)
+        self._wait_s = wait_s
+        self.address: str | None = None
+
+    def await_address(self) -> str:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + self._wait_s
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline().decode()
+            if not line:
+                break  # the child exited
+            if line.startswith("plugmq serve: listening on "):
+                self.address = line.split()[4]
+                return self.address
+        self.stop(signal.SIGKILL)
+        raise AssertionError(f"plugmq serve did not come up; see {self.log_path}")
+
+    def stop(self, signum: int = signal.SIGTERM) -> int | None:
+        """Send ``signum`` and wait; SIGKILL after 30 s. Idempotent."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if not self._log.closed:
+            self._log.close()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+
+def query_route(address: str, topic: str, timeout_s: float = 3.0) -> list[tuple[str, int, str]]:
+    """``(broker name, queue id, endpoint)`` of each queue in ``topic``'s route, as ``address`` answers."""
+    import grpc
+    from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        request = service_pb2.QueryRouteRequest()
+        request.topic.name = topic
+        response = stub.QueryRoute(request, timeout=timeout_s)
+    if response.status.code != Code.OK:
+        raise RuntimeError(f"QueryRoute {topic!r} at {address}: {response.status.message}")
+    return [(q.broker.name, q.id, f"{q.broker.endpoints.addresses[0].host}:{q.broker.endpoints.addresses[0].port}")
+            for q in response.message_queues]
