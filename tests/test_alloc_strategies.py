@@ -348,6 +348,60 @@ def test_machine_room_without_rooms() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# room resolvers: what a live broker passes (configured rooms instead of names)
+# ----------------------------------------------------------------------------------------------
+
+BROKER_ROOMS = {"broker-a": "r1", "broker-b": "r1", "broker-c": "r2", "broker-d": None}
+
+
+def test_machine_room_with_configured_rooms_equals_rocketmqs_answer_on_room_named_brokers() -> None:
+    # RocketMQ reads rooms from "<room>@<broker>" names; renaming keeps the sort order here.
+    plain = [mq(b, i) for b in BROKER_ROOMS for i in range(3)]
+    named = [mq(f"{room}@{b}" if room else b, i) for b, room in BROKER_ROOMS.items() for i in range(3)]
+    cids = ["c1", "c2", "c3"]
+    for rooms in (["r1"], ["r2"], ["r1", "r2"]):
+        for c in cids:
+            configured = share("MACHINE_ROOM", c, plain, cids, rooms=rooms, broker_room=BROKER_ROOMS.get)
+            by_name = share("MACHINE_ROOM", c, named, cids, rooms=rooms)
+            assert [(q.broker_name, q.queue_id) for q in configured] == [
+                (q.broker_name.split("@")[-1], q.queue_id) for q in by_name]
+    # A broker with no room never qualifies; a broker in a room with no configured set is an error.
+    assert share("MACHINE_ROOM", "c1", queues("broker-d", 2), ["c1"], broker_room=BROKER_ROOMS.get) == []
+    with pytest.raises(AllocationError, match="'broker-a' is in room 'r1'"):
+        share("MACHINE_ROOM", "c1", queues("broker-a", 1), ["c1"], broker_room=BROKER_ROOMS.get)
+
+
+def test_nearby_with_configured_rooms_equals_rocketmqs_answer_on_room_named_brokers_and_consumers() -> None:
+    consumer_rooms = {"x-1": "r1", "x-2": "r1", "y-1": "r2"}
+    plain = [mq(b, i) for b in ("broker-a", "broker-b", "broker-c") for i in range(3)]
+    named = [mq(f"{BROKER_ROOMS[b]}-{b}", i) for b in ("broker-a", "broker-b", "broker-c") for i in range(3)]
+    cids = list(consumer_rooms)
+    named_cids = [f"{consumer_rooms[c]}-{c}" for c in cids]
+    for c, named_c in zip(cids, named_cids, strict=True):
+        configured = share("MACHINE_ROOM_NEARBY", c, plain, cids, broker_room=BROKER_ROOMS.get,
+                           consumer_room=consumer_rooms.get)
+        by_name = share("MACHINE_ROOM_NEARBY", named_c, named, named_cids)
+        assert [(q.broker_name, q.queue_id) for q in configured] == [
+            (q.broker_name.split("-", 1)[1], q.queue_id) for q in by_name]
+    # The consumer side defaults to the shared resolver; each side can be set on its own.
+    assert share("MACHINE_ROOM_NEARBY", "y-1", plain, cids, broker_room=BROKER_ROOMS.get,
+                 resolver=lambda cid: consumer_rooms.get(cid)) == plain[6:]
+    with pytest.raises(AllocationError, match=r"Machine room is null for mq .*brokerName=broker-d"):
+        share("MACHINE_ROOM_NEARBY", "x-1", queues("broker-d", 1), ["x-1"], broker_room=BROKER_ROOMS.get,
+              consumer_room=consumer_rooms.get)
+    for param in ("broker_room", "consumer_room"):
+        with pytest.raises(AllocationError, match=f"parameter {param} must be a callable"):
+            STRATEGIES["MACHINE_ROOM_NEARBY"](**{param: "r1"})
+        with pytest.raises(AllocationError, match=f"parameter {param} must be a callable"):
+            STRATEGIES["MACHINE_ROOM"](**{param: "r1"})
+
+
+def test_room_strategies_say_they_take_room_resolvers() -> None:
+    capabilities = alloc.plugmq_declare().capabilities
+    assert {name for name, c in capabilities.items() if c.room_aware} == {"MACHINE_ROOM", "MACHINE_ROOM_NEARBY"}
+
+
+# ----------------------------------------------------------------------------------------------
 # CONFIG
 # ----------------------------------------------------------------------------------------------
 
@@ -393,7 +447,7 @@ def test_config_never_configured_gives_nothing_with_a_warning() -> None:
         ("AVG", {"virtual_nodes": 3}, r"'virtual_nodes' for allocation strategy AVG; accepted parameters: none"),
         ("CONSISTENT_HASH", {"virtual_node": 3}, r"'virtual_node'.*accepted parameters: virtual_nodes, hash_function"),
         ("MACHINE_ROOM_NEARBY", {"room": "a"}, r"'room'.*accepted parameters: inner, inner_params, resolver"),
-        ("MACHINE_ROOM", {"room": "a", "x": 1}, r"parameters 'room', 'x'.*accepted parameters: rooms"),
+        ("MACHINE_ROOM", {"room": "a", "x": 1}, r"parameters 'room', 'x'.*accepted parameters: rooms, broker_room"),
         ("CONFIG", {"queues": []}, r"'queues'.*accepted parameters: message_queues"),
     ],
 )

@@ -143,6 +143,8 @@ class Assigner:
     def _consumer_room(self, client_id: str, view: ClusterView) -> str | None:
         address = self.members.access_point_of(client_id)
         broker: BrokerRegistration | None = next((b for b in view.brokers if b.endpoint == address), None)
+        if broker is None and len({b.broker_name for b in view.brokers}) == 1:
+            broker = view.brokers[0]  # one broker: whatever address the client used, it is this one
         return broker.room if broker is not None and broker.room else None
 
 
