@@ -34,8 +34,9 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import ClientType, Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from plugmq.core import MessageQueue
+from plugmq.core import ClusterTopic, MessageQueue
 from plugmq.core.allocation_api import allocate_with
+from plugmq.core.cluster import open_cluster_service
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config
@@ -166,6 +167,23 @@ def test_a_producer_spreads_over_every_broker_and_a_simple_consumer_group_gets_e
         assert consumer.receive(32, 30) == []  # all acked: nothing comes back on any broker
     finally:
         consumer.shutdown()
+
+
+def test_a_topic_declared_for_the_cluster_is_created_on_every_master(cluster: Cluster) -> None:
+    """What ``plugmq admin update-topic --cluster`` does: one declaration, every master creates it."""
+    config = {"broker": {"name": "admin", "data_dir": str(cluster.directory / "admin"),
+                         "plugins": ["store_mmap", "cluster_zk"]},
+              "cluster": {"name": cluster.name}, "plugins": {"cluster_zk": {"hosts": cluster.zookeeper.hosts}}}
+    admin = open_cluster_service(config)
+    try:
+        admin.declare_topic("Declared", ClusterTopic(2))
+        wait_for(lambda: all(("Declared" in b.topics and b.topics["Declared"].queue_count == 2)
+                             for b in admin.view().brokers) and len(admin.view().brokers) == 3,
+                 "every broker registered the declared topic")
+    finally:
+        admin.close()
+    assert collections.Counter(b for b, _, _ in query_route(cluster.address("broker-c"), "Declared")) == {
+        "broker-a": 2, "broker-b": 2, "broker-c": 2}
 
 
 # --------------------------------------------------------------------------------------- rooms

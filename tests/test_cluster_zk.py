@@ -32,6 +32,7 @@ from plugmq.core import (
     TopicRegistration,
 )
 from plugmq.core.broker import Broker
+from plugmq.core.cluster import open_cluster_service
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.service import ZkClusterService
 from plugmq.testing import ZooKeeperServer
@@ -228,6 +229,28 @@ def test_an_unreachable_zookeeper_is_a_clear_error() -> None:
         port = probe.getsockname()[1]
     with pytest.raises(ClusterError, match=rf"cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s.*start ZooKeeper"):
         ZkClusterService(ZkOptions(hosts=f"127.0.0.1:{port}", connect_timeout_s=1), "c", "broker-a")
+
+
+# ------------------------------------------------------------------------------------- admin
+def test_an_admin_session_from_a_broker_config_sees_the_cluster_at_once(services: Services, tmp_path: Path) -> None:
+    member = services.open("broker-a")
+    member.register(services.registration("broker-a", 1001, room="east", topics={"T": TopicRegistration(4)}))
+    config = _config(tmp_path, broker={"name": "admin"}, cluster={"name": services.cluster},
+                     plugins={"cluster_zk": {"hosts": services.hosts}})
+    admin = open_cluster_service(config)
+    try:
+        listed = admin.view().as_dict()  # no waiting: the view is read before the service is returned
+        assert [(b["broker_name"], b["room"], b["role"], b["endpoint"], b["topics"]) for b in listed["brokers"]] == [
+            ("broker-a", "east", "async_master", "127.0.0.1:1001", {"T": {"queues": 4, "perm": 6}})]
+        admin.declare_topic("Orders", ClusterTopic(8))
+        wait_for(lambda: member.view().topics.get("Orders") == ClusterTopic(8), "the declaration at the member")
+        assert not (tmp_path / "data").exists()  # the broker itself was not opened
+    finally:
+        admin.close()
+    with pytest.raises(ConfigError, match="names no cluster"):
+        open_cluster_service(_config(tmp_path))
+    with pytest.raises(PluginError, match="lists no cluster plugin; add one of: cluster_zk"):
+        open_cluster_service(_config(tmp_path, broker={"plugins": ["store_mmap"]}, cluster={"name": "x"}))
 
 
 # ------------------------------------------------------------------------------------- configuration

@@ -1004,6 +1004,16 @@ class ClusterView:
         """The live masters (broker id 0, a master role), in broker-name order."""
         return [b for b in self.brokers if b.is_master]
 
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: every live broker (name, id, role, room, endpoint, epoch, topics) and the
+        topics declared for the whole cluster (what ``plugmq admin cluster-list`` shows)."""
+        return {
+            "cluster": self.cluster, "connected": self.connected,
+            "brokers": [b.as_dict() for b in self.brokers],
+            "topics": {name: {"queues": t.queue_count, "perm": int(t.permission), "auto_created": t.auto_created}
+                       for name, t in sorted(self.topics.items())},
+        }
+
 
 ClusterListener = Callable[[ClusterView], None]
 """Called with every new ClusterView (on the cluster service's thread: return quickly)."""
@@ -1051,7 +1061,8 @@ class ClusterService(Protocol):
         """
 
     def view(self) -> ClusterView:
-        """The latest snapshot of the live brokers and declared topics (no round trip)."""
+        """The latest snapshot of the live brokers and declared topics (no round trip); already
+        read when the factory returns the service, so a one-shot admin tool can use it at once."""
 
     def subscribe(self, listener: ClusterListener) -> Callable[[], None]:
         """Call ``listener(view)`` now and after every change; returns the function that unsubscribes."""

@@ -21,7 +21,7 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from plugmq.core import (
@@ -55,13 +55,16 @@ class ZkClusterService:
         self._broker_name = broker_name
         self.paths = ZkPaths(options.chroot, cluster)
         # A call that gets no answer within this is given up (and retried when the session is back).
-        self._op_timeout = min(max(options.session_timeout_s / 2, 1.0), 5.0)
+        self._op_timeout = min(max(options.session_timeout_s, 5.0), 10.0)
         self._log = log.bind(cluster=cluster, broker=broker_name, zookeeper=options.hosts)
         self._lock = threading.Lock()
         self._notify_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()  # one re-read at a time, so views are published in order
         self._closed = False
         self._registration: BrokerRegistration | None = None
         self._published_by: int | None = None  # session id that owns our node, when published
+        self._waiting_for: int | None = None  # session id of an earlier run still holding our node
+        self._ready = False  # base paths exist: watches may read
         self._session_lost = False
         self._listeners: list[ClusterListener] = []
         self._view = ClusterView(cluster)
@@ -96,6 +99,12 @@ class ZkClusterService:
             self.close()
             raise ClusterError(f"ZooKeeper at {options.hosts} refused to create {self.paths.base}: {exc!r}; "
                                "check the ensemble's health and the chroot option") from exc
+        self._ready = True
+        try:
+            self._refresh()  # the view is accurate from the start (an admin tool reads it at once)
+        except _ZK_ERRORS as exc:
+            self.close()
+            raise ClusterError(f"ZooKeeper at {options.hosts} did not answer reading {self.paths.base}: {exc!r}") from exc
         ChildrenWatch(self.client, self.paths.brokers, self._watched)
         ChildrenWatch(self.client, self.paths.topics, self._watched)
         DataWatch(self.client, self.paths.changes, self._watched)
@@ -124,7 +133,7 @@ class ZkClusterService:
     def _watched(self, *_args: Any) -> None:
         """A kazoo watch fired (kazoo's thread): re-read the view on the worker, once per burst."""
         with self._lock:
-            if self._refresh_queued or self._closed:
+            if self._refresh_queued or self._closed or not self._ready:
                 return
             self._refresh_queued = True
         self._submit(self._refresh)
@@ -226,11 +235,15 @@ class ZkClusterService:
                 self._log.info("registered", endpoint=registration.endpoint, room=registration.room or None,
                                role=registration.role.value, broker_id=registration.broker_id)
             self._published_by = session
+            self._waiting_for = None
         elif stat.ephemeralOwner == session:
-            self._commit([(path, data, -1), (self.paths.changes, b"", -1)])
-        else:
+            current, _ = self._wait(self.client.get_async(path))
+            if current != data:  # our own write fires the watch too: never write the same data again
+                self._commit([(path, data, -1), (self.paths.changes, b"", -1)])
+        elif self._waiting_for != stat.ephemeralOwner:
             # A previous run that died keeps its node until its session times out; taking it over
             # would also hide a second process misconfigured with our name and id.
+            self._waiting_for = stat.ephemeralOwner
             self._log.warning("broker name and id still registered by another ZooKeeper session (a previous run "
                               "that died, or another broker with this name and id); registering once it goes",
                               node=path, owner=hex(stat.ephemeralOwner))
@@ -248,9 +261,9 @@ class ZkClusterService:
         if failures:
             raise failures[0]
 
-    def _own_node_event(self, event: WatchedEvent) -> None:
-        if event.type in (EventType.DELETED, EventType.CREATED):
-            self._submit(self._publish)
+    def _own_node_event(self, _event: WatchedEvent) -> None:
+        """Our node (or the one an earlier session holds) changed: look again, re-arming the watch."""
+        self._submit(self._publish)
 
     # ------------------------------------------------------------------------------ topics
     def declare_topic(self, topic: str, declaration: ClusterTopic) -> None:
@@ -283,6 +296,10 @@ class ZkClusterService:
     # ------------------------------------------------------------------------------ view
     def _refresh(self) -> None:
         """Re-read every registration and declaration (worker thread)."""
+        with self._refresh_lock:
+            self._read_view()
+
+    def _read_view(self) -> None:
         with self._lock:
             self._refresh_queued = False
         if self._closed:
