@@ -42,6 +42,8 @@ from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
+pytestmark = pytest.mark.slow  # three serve children and a ZooKeeper: about a minute
+
 SESSION_TIMEOUT_S = 2.0
 WAIT_S = 30.0
 ROOMS = {"broker-a": "r1", "broker-b": "r1", "broker-c": "r2"}

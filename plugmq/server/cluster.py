@@ -132,12 +132,18 @@ class ClusterMember:
             return
         declaration = ClusterTopic(count, TopicPermission.READ_WRITE, auto_created=True)
         with self._lock:
-            self._declared[topic] = declaration
+            self._declared[topic] = declaration  # routed at once; written to the name service in the background
+        try:
+            self._applier.submit(self._publish_declaration, topic, declaration)
+        except RuntimeError:
+            pass  # leaving
+
+    def _publish_declaration(self, topic: str, declaration: ClusterTopic) -> None:
         try:
             self.service.declare_topic(topic, declaration)
         except ClusterError as exc:
-            self._log.warning("topic not declared for the cluster yet; the other brokers learn it when the "
-                              "name service is back", topic=topic, error=str(exc))
+            self._log.warning("topic not declared for the cluster yet; declared again with the next live view",
+                              topic=topic, error=str(exc))
 
     def _view_changed(self, view: ClusterView) -> None:
         """A new view (the cluster service's thread): forget declarations it shows, apply the rest."""
@@ -145,6 +151,13 @@ class ClusterMember:
             for topic in [t for t, d in self._declared.items()
                           if (seen := view.topics.get(t)) is not None and seen.queue_count >= d.queue_count]:
                 del self._declared[topic]
+            unseen = dict(self._declared)
+        if view.connected and self._joined:
+            for topic, declaration in unseen.items():  # again: it may have failed while ZooKeeper was away
+                try:
+                    self._applier.submit(self._publish_declaration, topic, declaration)
+                except RuntimeError:
+                    break  # leaving
         me = self.registration()
         missing = {topic: declaration for topic, declaration in view.topics.items()
                    if declaration_applies(declaration, me)
