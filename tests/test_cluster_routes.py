@@ -16,13 +16,13 @@ from plugmq.core import (
     TopicPermission,
     TopicRegistration,
 )
+from plugmq.core.policy import GroupPolicies, GroupPolicy
 from plugmq.core.routes import registered_topics, topic_route
 from plugmq.plugins.alloc.registry import STRATEGIES
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="the server modules need the serve extra")
 
 from plugmq.server.assignment import Assigner, ConsumerMembers
-from plugmq.server.options import GroupPolicy, ServerOptions
 
 
 def broker(name: str, port: int, topics: dict[str, int] | None = None, **fields: Any) -> BrokerRegistration:
@@ -100,7 +100,7 @@ def test_consumers_are_members_until_they_leave_or_go_silent() -> None:
 
 # ------------------------------------------------------------------------------------- assignment
 def assigner(**groups: GroupPolicy) -> Assigner:
-    return Assigner(STRATEGIES, ServerOptions(groups=groups), ConsumerMembers(ManualClock(), 120))
+    return Assigner(STRATEGIES, GroupPolicies(groups=groups), ConsumerMembers(ManualClock(), 120))
 
 
 def test_an_allocating_group_shares_the_cluster_wide_sorted_queues() -> None:
@@ -131,11 +131,26 @@ def test_room_strategies_get_the_configured_rooms_and_the_consumers_access_point
 
 
 @pytest.mark.parametrize(("policy", "message"), [
-    (GroupPolicy(allocation="AVERAGE"), r"server.groups.g.allocation = 'AVERAGE' is not an allocation strategy"),
+    (GroupPolicy(allocation="AVERAGE"), r"groups.g.allocation = 'AVERAGE' is not an allocation strategy"),
     (GroupPolicy(allocation="CONSISTENT_HASH", allocation_params={"virtual_nodes": -1}),
-     r"server.groups.g.allocation_params: illegal virtualNodeCnt :-1"),
-    (GroupPolicy(allocation="AVG", allocation_params={"rooms": ["x"]}), r"server.groups.g.allocation_params: unknown"),
+     r"groups.g.allocation_params: illegal virtualNodeCnt :-1"),
+    (GroupPolicy(allocation="AVG", allocation_params={"rooms": ["x"]}), r"groups.g.allocation_params: unknown"),
 ])
 def test_a_bad_allocation_policy_is_a_config_error(policy: GroupPolicy, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         assigner(g=policy)
+
+
+def test_groups_name_their_allocation_in_the_broker_config() -> None:
+    from plugmq.core.config import load_config
+
+    config = load_config({"groups": {"allocation": "AVG", "allocation_params": {},
+                                     "east": {"allocation": "MACHINE_ROOM", "allocation_params": {"rooms": ["r1"]}}}})
+    assert (config.groups.policy("east").allocation, config.groups.policy("east").allocation_params) == (
+        "MACHINE_ROOM", {"rooms": ["r1"]})
+    assert config.groups.policy("other").allocation == "AVG"  # the [groups] default
+    assert "allocation_params" not in config.groups.groups  # a setting, not a group's name
+    with pytest.raises(ConfigError, match=r"groups.g.allocation must be an allocation strategy name"):
+        load_config({"groups": {"g": {"allocation": 3}}})
+    with pytest.raises(ConfigError, match=r"groups.g.allocation_params must be a table"):
+        load_config({"groups": {"g": {"allocation_params": "rooms=r1"}}})

@@ -48,13 +48,13 @@ SESSION_TIMEOUT_S = 2.0
 WAIT_S = 30.0
 ROOMS = {"broker-a": "r1", "broker-b": "r1", "broker-c": "r2"}
 GROUPS = """
-[server.groups.room-raw]
+[groups.room-raw]
 allocation = "MACHINE_ROOM"
 allocation_params = { rooms = ["r1"] }
-[server.groups.room-live]
+[groups.room-live]
 allocation = "MACHINE_ROOM"
 allocation_params = { rooms = ["r1"] }
-[server.groups.near-raw]
+[groups.near-raw]
 allocation = "MACHINE_ROOM_NEARBY"
 allocation_params = { inner = "AVG" }
 """
