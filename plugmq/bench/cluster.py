@@ -48,6 +48,7 @@ class Round:
     window_s: float
     steady_p99_ms: float
     window_p99_ms: float
+    errors: tuple[str, ...] = ()
 
     @property
     def steady_rate(self) -> float:
@@ -82,7 +83,7 @@ class _Senders:
 
     @staticmethod
     def _new_phase() -> dict[str, Any]:
-        return {"ok": 0, "failed": 0, "latencies": [], "started": time.monotonic()}
+        return {"ok": 0, "failed": 0, "latencies": [], "errors": [], "started": time.monotonic()}
 
     def _send(self) -> None:
         while not self._stop.is_set():
@@ -90,13 +91,16 @@ class _Senders:
             message.topic = TOPIC
             message.body = self._body
             started = time.monotonic()
+            error = None
             try:
                 self.producer.send(message)
                 outcome = "ok"
-            except Exception:  # noqa: BLE001 - a failed send is what is counted here
-                outcome = "failed"
+            except Exception as exc:  # noqa: BLE001 - a failed send is what is counted here
+                outcome, error = "failed", f"{type(exc).__name__}: {exc}"[:160]
             with self._lock:
                 self._phase[outcome] += 1
+                if error is not None:
+                    self._phase["errors"].append(error)
                 self._phase["latencies"].append(time.monotonic() - started)
 
     def next_phase(self) -> dict[str, Any]:
@@ -165,7 +169,7 @@ def measure(directory: Path, *, brokers: int, session_timeout_s: float, threads:
             rejoin = _wait(lambda: victim in _routed(first), 30)
             results.append(Round(route_change, rejoin, steady["ok"], steady["failed"], steady["seconds"],
                                  window["ok"], window["failed"], window["seconds"], _p99_ms(steady["latencies"]),
-                                 _p99_ms(window["latencies"])))
+                                 _p99_ms(window["latencies"]), tuple(steady["errors"] + window["errors"])))
             # A new producer after each round: the old one's cached route would hide the rejoined broker.
             senders.stop()
             senders = _Senders(first, threads, b"x" * body_size)
@@ -214,5 +218,8 @@ def command(brokers: int, session_timeout_s: float, threads: int, rounds: int, s
                       f"{r.window_ok:,}", str(r.window_failed), f"{r.window_success:.2%}",
                       f"{r.steady_p99_ms:.0f} / {r.window_p99_ms:.0f}")
     console.print(table)
+    for i, r in enumerate(results, 1):
+        for error in sorted(set(r.errors)):
+            console.print(f"round {i}: {r.errors.count(error)} failed send(s): {error}")
     console.print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} "
                   f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
