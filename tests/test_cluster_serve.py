@@ -157,14 +157,14 @@ def test_a_producer_spreads_over_every_broker_and_a_simple_consumer_group_gets_e
     try:
         deliveries: collections.Counter[str] = collections.Counter()
         from_brokers: set[str] = set()
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + 3 * WAIT_S  # a loaded machine: every empty receive waits 1 s
         while len(deliveries) < len(sent) and time.monotonic() < deadline:
-            for received in consumer.receive(32, 30):
+            for received in consumer.receive(32, 60):
                 deliveries[received.message_id] += 1
                 from_brokers.add(str(received.endpoints))
                 consumer.ack(received)
-        assert set(deliveries) == sent
-        assert max(deliveries.values()) == 1
+        assert set(deliveries) == sent, f"{len(set(deliveries) & sent)} of {len(sent)} received, from {from_brokers}"
+        assert max(deliveries.values()) == 1, [m for m, n in deliveries.items() if n > 1]
         assert from_brokers == {cluster.address(b) for b in ROOMS}
         assert consumer.receive(32, 30) == []  # all acked: nothing comes back on any broker
     finally:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-import structlog
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from plugmq.core import Mastership, MastershipListener
+from plugmq.core.logs import get_logger
 
 if TYPE_CHECKING:
     from kazoo.recipe.election import Election
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Campaign"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Campaign:

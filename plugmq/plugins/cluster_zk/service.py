@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -34,13 +33,14 @@ from plugmq.core import (
     TopicRegistration,
     ValidationError,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.cluster_zk.election import Campaign
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.paths import ZkPaths
 
 __all__ = ["ZkClusterService"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 # ZooKeeper errors, and kazoo's own timeout for a call that got no answer in time.
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
