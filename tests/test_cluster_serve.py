@@ -7,6 +7,7 @@ file order and share the cluster; the last one kills and restarts broker c.
 from __future__ import annotations
 
 import collections
+import re
 import signal
 import threading
 import time
@@ -90,6 +91,8 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             cluster.start(broker)  # all three start at once
         for process in cluster.brokers.values():
             process.await_address()
+        for broker in ROOMS:  # every broker sees the others before any client asks for a route
+            wait_for(lambda b=broker: route_brokers(cluster, b, "Warmup") == set(ROOMS), f"{broker} sees every broker")
         yield cluster
     finally:
         for process in cluster.brokers.values():
@@ -186,6 +189,19 @@ def test_a_topic_declared_for_the_cluster_is_created_on_every_master(cluster: Cl
         admin.close()
     assert collections.Counter(b for b, _, _ in query_route(cluster.address("broker-c"), "Declared")) == {
         "broker-a": 2, "broker-b": 2, "broker-c": 2}
+
+
+def test_the_readme_cluster_example_runs_against_this_cluster(cluster: Cluster,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python cluster\n(.*?)```", readme, re.DOTALL)
+    ports = {"127.0.0.1:8081": "broker-a", "127.0.0.1:8082": "broker-b", "127.0.0.1:8083": "broker-c"}
+    for readme_address, broker in ports.items():
+        assert readme_address in code
+        code = code.replace(readme_address, cluster.address(broker))
+    exec(compile(code, "README.md cluster client block", "exec"), {})
+    brokers, received = capsys.readouterr().out.splitlines()[-2:]
+    assert all(f"'{b}'" in brokers for b in ROOMS) and received.strip() == "300"
 
 
 # --------------------------------------------------------------------------------------- rooms
