@@ -83,7 +83,8 @@ class ServeProcess:
 def query_route(address: str, topic: str, timeout_s: float = 3.0) -> list[tuple[str, int, str]]:
     """``(broker name, queue id, endpoint)`` of each queue in ``topic``'s route, as ``address`` answers."""
     import grpc
-    from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
+
+    from plugmq.server.protocol import Code, service_pb2, service_pb2_grpc
 
     with grpc.insecure_channel(address) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
