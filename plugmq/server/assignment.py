@@ -108,10 +108,11 @@ class Assigner:
         return self._policies.policy(group).allocation is not None
 
     def assign(self, group: str, client_id: str, route: list[RoutedQueue], view: ClusterView) -> list[RoutedQueue]:
-        """The caller's queues under the group's strategy (the group must allocate)."""
+        """The caller's queues under the group's strategy (the group must allocate), out of the
+        readable queues of ``route`` (the caller leaves out the brokers consumers do not read)."""
         policy = self._policies.policy(group)
         self.members.seen(group, client_id)  # it is alive: it is asking
-        readable = {r.queue: r for r in route if r.readable and r.broker.is_master}
+        readable = {r.queue: r for r in route if r.readable}
         if not readable:
             return []
         queues, consumers = rocketmq_sorted(readable, self.members.members(group))

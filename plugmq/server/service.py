@@ -167,10 +167,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _broker_proto(self, target: definition_pb2.Broker, queue: RoutedQueue, asked: definition_pb2.Endpoints) -> None:
         target.name = queue.broker.broker_name
-        target.id = queue.broker.broker_id
         if self.cluster is None:
+            # Alone, the broker is the one its clients must use: id 0, the only id the official
+            # producers and simple consumers accept (a slave serves its readers this way).
+            target.id = 0
             target.endpoints.CopyFrom(self._endpoints(asked))  # the address the client used for this broker
             return
+        target.id = queue.broker.broker_id
         host, _, port = queue.broker.endpoint.rpartition(":")
         target.endpoints.scheme = definition_pb2.AddressScheme.IPv4
         target.endpoints.addresses.add(host=host, port=int(port))
@@ -214,13 +217,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             await self._run(self._readable_queues, topic)
         routed = await self._run(self._routed, topic)
         allocating = self.assigner.allocating(group)
+        # Consumers read masters; a broker alone serves its readers whatever its role.
+        routed = [r for r in routed if r.readable and (r.broker.is_master or self.cluster is None)]
         if allocating:
             client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
             assigned = await self._run(self.assigner.assign, group, client_id, routed, await self._run(self._view))
         else:
             # RocketMQ 5's pop assignment: one per broker (queue id -1); each receive pops from
             # every queue of the topic on that broker, so one long poll serves a consumer.
-            assigned = list({r.broker.broker_name: r for r in routed if r.readable and r.broker.is_master}.values())
+            assigned = list({r.broker.broker_name: r for r in routed}.values())
         response = service_pb2.QueryAssignmentResponse(status=ok())
         for routed_queue in assigned:
             queue = response.assignments.add().message_queue
