@@ -298,6 +298,8 @@ def test_cli_on_a_stopped_data_dir_and_one_line_errors(tmp_path: Path) -> None:
         (("reset-offset", "g", "Orders", "--time", "now", "--config", str(config)), ("never consumed topic",)),
         (("query-msg", "--config", str(config)), ("exactly one of --id, --key or --time",)),
         (("update-topic", "bad name", "-q", "1", "--config", str(config)), ("contains ' '",)),
+        (("cluster-list", "--config", str(config)), ("names no cluster", '[cluster] name = "..."')),
+        (("update-topic", "T", "-q", "1", "--cluster", "c1", "--config", str(config)), ("names no cluster",)),
     ]:
         result = runner.invoke(main, ["admin", *args])
         lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -73,6 +73,8 @@ def test_admin_calls_need_an_admin_account_when_access_control_is_on(served: tup
             ops.call("topic-status", {"topic": "Nope"})
         with pytest.raises(ValidationError, match="unknown argument"):
             ops.call("topic-status", {"topic": "Orders", "extra": 1})
+        with pytest.raises(ClientError, match="this broker is not in a cluster"):
+            ops.call("cluster-list", {})
 
 
 def test_unreachable_server_is_one_clear_error() -> None:

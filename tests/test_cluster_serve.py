@@ -191,6 +191,45 @@ def test_a_topic_declared_for_the_cluster_is_created_on_every_master(cluster: Cl
         "broker-a": 2, "broker-b": 2, "broker-c": 2}
 
 
+def test_admin_cluster_list_and_update_topic_cluster(cluster: Cluster) -> None:
+    """``plugmq admin cluster-list`` and ``update-topic --cluster`` by a broker's config (only the
+    name service is contacted, beside the running brokers) and through a running broker."""
+    import json
+
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    def admin(*args: str) -> Any:
+        done = CliRunner().invoke(main, ["admin", *args], catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        return done.stdout
+
+    config = str(cluster.brokers["broker-a"].config)
+    listed = json.loads(admin("cluster-list", "--config", config, "--json"))
+    assert listed["cluster"] == cluster.name and listed["connected"] is True
+    assert {(b["broker_name"], b["room"], b["role"], b["endpoint"]) for b in listed["brokers"]} == {
+        (name, room, "async_master", cluster.address(name)) for name, room in ROOMS.items()}
+    table = admin("cluster-list", "--server", cluster.address("broker-c"))
+    assert f"cluster {cluster.name}" in table and all(cluster.address(b) in table for b in ROOMS)
+
+    update = json.loads(admin("update-topic", "AdminWide", "-q", "3", "--cluster", cluster.name,
+                              "--server", cluster.address("broker-b"), "--json"))
+    assert update["previous"] is None and sorted(update["applied"]) == sorted(ROOMS) and update["pending"] == []
+    assert collections.Counter(b for b, _, _ in query_route(cluster.address("broker-a"), "AdminWide")) == {
+        "broker-a": 3, "broker-b": 3, "broker-c": 3}
+    grown = admin("update-topic", "AdminWide", "-q", "5", "--cluster", cluster.name, "--config", config)
+    assert "grown from 3 to 5 queues" in grown and "created on: broker-a, broker-b, broker-c" in grown
+
+    for args, fragment in [
+        (("update-topic", "AdminWide", "-q", "2", "--cluster", cluster.name, "--config", config), "never shrinks"),
+        (("update-topic", "AdminWide", "-q", "5", "--cluster", "other", "--config", config), "not 'other'"),
+        (("update-topic", "bad name", "-q", "1", "--cluster", cluster.name, "--config", config), "contains ' '"),
+    ]:
+        done = CliRunner().invoke(main, ["admin", *args])
+        assert done.exit_code != 0 and fragment in done.output, done.output
+
+
 def test_the_readme_cluster_example_runs_against_this_cluster(cluster: Cluster,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

@@ -48,6 +48,29 @@ class _Target:
         except PlugmqError as exc:
             raise click.ClickException(str(exc)) from exc
 
+    def run_cluster(self, verb: str, args: Mapping[str, Any]) -> Any:
+        """A cluster verb: through the server's session, or a session of the config's cluster."""
+        try:
+            if self.server is not None:
+                return self._remote(verb, args)
+            return self._local_cluster(verb, args)
+        except PlugmqError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    def _local_cluster(self, verb: str, args: Mapping[str, Any]) -> Any:
+        from plugmq.core.admin.cluster import ClusterAdmin, execute_cluster
+        from plugmq.core.cluster import open_cluster_service
+        from plugmq.core.config import load_config
+
+        assert self.config is not None
+        cluster_name = load_config(self.config).cluster_name
+        service = open_cluster_service(self.config)  # ConfigError when the config names no cluster
+        try:
+            assert cluster_name is not None
+            return execute_cluster(ClusterAdmin(service, cluster_name), verb, args)
+        finally:
+            service.close()
+
     def _remote(self, verb: str, args: Mapping[str, Any]) -> Any:
         try:
             from plugmq.server.admin import AdminClient
@@ -176,9 +199,30 @@ def topic_status(target: _Target, as_json: bool, topic: str) -> None:
 @command.command("update-topic")
 @click.argument("topic")
 @click.option("--queues", "-q", "queue_count", type=int, required=True, help="Queue count (created or grown to).")
+@click.option("--cluster", "-c", "cluster", metavar="NAME",
+              help="Create it on every master of cluster NAME (the broker given belongs to it).")
 @_target_options
-def update_topic(target: _Target, as_json: bool, topic: str, queue_count: int) -> None:
-    """Create TOPIC with --queues queues, or grow it to that many (topics never shrink)."""
+def update_topic(target: _Target, as_json: bool, topic: str, queue_count: int, cluster: str | None) -> None:
+    """Create TOPIC with --queues queues, or grow it to that many (topics never shrink).
+
+    With --cluster NAME the topic is declared for the whole cluster: every live master creates it
+    (and a master that joins later), and the command says which masters have it so far.
+    """
+    if cluster is not None:
+        def render_cluster(update: dict[str, Any]) -> None:
+            previous = update["previous"]
+            what = "declared" if previous is None else f"grown from {previous} to"
+            click.echo(f"topic {update['topic']} {what} {update['queue_count']} queues in cluster {update['cluster']}")
+            click.echo(f"created on: {', '.join(update['applied']) or 'no master yet'}")
+            if update["pending"]:
+                click.echo(f"not yet on: {', '.join(update['pending'])} (they create it when they see the "
+                           "declaration)")
+
+        result = target.run_cluster("cluster-update-topic",
+                                    {"topic": topic, "queue_count": queue_count, "cluster": cluster})
+        _emit(result, as_json, render_cluster)
+        return
+
     def render(update: dict[str, Any]) -> None:
         previous, count = update["previous"], update["queue_count"]
         if previous is None:
@@ -331,6 +375,30 @@ def resend_dlq(target: _Target, as_json: bool, group: str, ids: Sequence[str], l
 
     args = {"group": group, "ids": wanted, "limit": limit, "target": destination}
     _emit(target.run("resend-dlq", args), as_json, render)
+
+
+@command.command("cluster-list")
+@_target_options
+def cluster_list(target: _Target, as_json: bool) -> None:
+    """The cluster's live brokers: name, id, role, room, endpoint, epoch, and their topics.
+
+    Give any broker of the cluster: --server (a running one) or --config (its config file; only
+    the name service is contacted, so this works beside the running brokers).
+    """
+    def render(view: dict[str, Any]) -> None:
+        state = "" if view["connected"] else " (name service unreachable: last view seen)"
+        table = _table("Broker", "ID", "Role", "Room", "Endpoint", "Epoch", "Topics",
+                       title=f"cluster {view['cluster']}{state}")
+        for b in view["brokers"]:
+            topics = ", ".join(f"{name}({t['queues']})" for name, t in b["topics"].items()) or "-"
+            table.add_row(b["broker_name"], str(b["broker_id"]), b["role"], b["room"] or "-", b["endpoint"],
+                          str(b["epoch"]), topics)
+        _print_table(table)
+        declared = ", ".join(f"{name}({t['queues']}{', auto' if t['auto_created'] else ''})"
+                             for name, t in view["topics"].items())
+        click.echo(f"Topics declared for the cluster: {declared or 'none'}")
+
+    _emit(target.run_cluster("cluster-list", {}), as_json, render)
 
 
 @command.command("broker-status")

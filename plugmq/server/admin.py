@@ -28,8 +28,16 @@ from typing import Any
 import grpc
 
 from plugmq.core.admin import VERBS, BrokerAdmin, execute
+from plugmq.core.admin.cluster import CLUSTER_VERBS, ClusterAdmin, execute_cluster
 from plugmq.core.broker import Broker
-from plugmq.core.errors import ClientError, PlugmqError, StoreFullError, TopicError, ValidationError
+from plugmq.core.errors import (
+    ClientError,
+    ConfigError,
+    PlugmqError,
+    StoreFullError,
+    TopicError,
+    ValidationError,
+)
 from plugmq.core.logs import get_logger
 from plugmq.server.auth import DATE_HEADER, Authenticator
 from plugmq.server.options import AclOptions
@@ -74,6 +82,9 @@ class AdminService:
 
     def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor) -> None:
         self.admin = BrokerAdmin(broker)
+        cluster_name = broker.config.cluster_name
+        self.cluster_admin = (ClusterAdmin(broker.cluster, cluster_name, clock=broker.clock)
+                              if broker.cluster is not None and cluster_name is not None else None)
         self._acl = acl
         self._auth = Authenticator(acl)
         self._executor = executor
@@ -82,7 +93,7 @@ class AdminService:
         methods = {
             method_name(verb): grpc.unary_unary_rpc_method_handler(
                 self._method(verb), request_deserializer=bytes, response_serializer=_encode)
-            for verb in VERBS
+            for verb in (*VERBS, *CLUSTER_VERBS)
         }
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
@@ -93,13 +104,21 @@ class AdminService:
             raise PermissionError(f"access key {account.access_key!r} may not administer this broker; set "
                                   f"admin = true in [server.acl.accounts.{account.access_key}]")
 
+    def _run(self, verb: str, args: Any) -> Any:
+        if verb not in CLUSTER_VERBS:
+            return execute(self.admin, verb, args)
+        if self.cluster_admin is None:
+            raise ConfigError(f"{verb}: this broker is not in a cluster (its config has no [cluster] name and "
+                              "cluster plugin); ask a broker of the cluster, or use --config with its config")
+        return execute_cluster(self.cluster_admin, verb, args)
+
     def _method(self, verb: str) -> Callable[[bytes, grpc.aio.ServicerContext], Any]:
         async def call(request: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
                 self._check_access(context)
                 args = _decode(request)
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, execute, self.admin, verb, args)
+                return await loop.run_in_executor(self._executor, self._run, verb, args)
             except RpcFailure as exc:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
             except PermissionError as exc:
@@ -136,8 +155,8 @@ class AdminClient:
         self._channel = grpc.insecure_channel(address)
 
     def call(self, verb: str, args: Mapping[str, Any]) -> Any:
-        if verb not in VERBS:
-            raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join(VERBS)}")
+        if verb not in VERBS and verb not in CLUSTER_VERBS:
+            raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join([*VERBS, *CLUSTER_VERBS])}")
         stub = self._channel.unary_unary(f"/{SERVICE}/{method_name(verb)}", request_serializer=_encode,
                                          response_deserializer=json.loads)
         metadata = signature_metadata(*self._credentials) if self._credentials else []
