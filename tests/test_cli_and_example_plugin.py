@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
@@ -37,6 +38,16 @@ def test_check_config_ok_and_every_error(tmp_path: Path) -> None:
     bad_option = write_config(tmp_path, ["store_lmdb"], "[plugins.store_lmdb]\nflsh = 1\n")
     result = CliRunner().invoke(main, ["check-config", str(bad_option)])
     assert result.exit_code == 1 and "unknown option 'flsh' for plugin 'store_lmdb'" in result.output
+
+
+def test_check_config_checks_the_server_table_as_serve_reads_it(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="needs the serve extra")
+    served = write_config(tmp_path, ["store_lmdb"], '[server]\nlisten = "127.0.0.1:9876"\n')
+    result = CliRunner().invoke(main, ["check-config", str(served)])
+    assert result.exit_code == 0 and "listen=127.0.0.1:9876" in result.output, result.output
+    typo = write_config(tmp_path, ["store_lmdb"], '[server]\nlistn = "127.0.0.1:9876"\n')
+    result = CliRunner().invoke(main, ["check-config", str(typo)])
+    assert result.exit_code == 1 and "listn" in result.output and "config OK" not in result.output, result.output
 
 
 def test_example_plugin_loads_by_name_from_a_config_file(tmp_path: Path) -> None:

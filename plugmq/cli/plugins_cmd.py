@@ -81,6 +81,7 @@ def check_config(config_file: Path) -> None:
         check_data_dir(config.data_dir, config.source)  # usable, or creatable (nothing is created)
     except PlugmqError as exc:
         errors.append(str(exc))
+    server_checked = _check_server_table(config_file, errors)
     if errors:
         for error in errors:
             click.echo(ERROR_PREFIX + error, err=True)
@@ -96,4 +97,27 @@ def check_config(config_file: Path) -> None:
     console.print(table)
     console.print(f"data_dir={config.data_dir} default_queue_count={config.default_queue_count} "
                   f"auto_create_topic={config.auto_create_topic} max_message_size={config.max_message_size}")
+    if server_checked is not None:
+        console.print(server_checked)
     console.print("[green]config OK[/green]")
+
+
+def _check_server_table(config_file: Path, errors: list[str]) -> str | None:
+    """Validate ``[server]`` as ``plugmq serve`` would; returns a line for the summary, or None
+    when the file has no [server] table."""
+    import tomllib
+
+    table = tomllib.loads(config_file.read_text(encoding="utf-8")).get("server")
+    if table is None:
+        return None
+    try:
+        from plugmq.server.options import parse_server_table
+    except ModuleNotFoundError as exc:
+        return (f"[yellow][server] not checked: plugmq serve needs the 'serve' extra ({exc.name} is missing): "
+                "pip install 'plugmq[serve]'[/yellow]")
+    try:
+        options = parse_server_table(table, source=str(config_file))
+    except PlugmqError as exc:
+        errors.append(str(exc))
+        return None
+    return f"[server] listen={options.listen} (checked as plugmq serve reads it)"
