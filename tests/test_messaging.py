@@ -156,7 +156,8 @@ def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualCloc
 
 def test_consumed_offsets_are_persisted_after_each_step(tmp_path: Path, clock: ManualClock) -> None:
     """A process that dies after a consume step (no shutdown, no broker close) restarts after what it consumed."""
-    from plugmq.core.offsets import OffsetStore
+    from plugmq.core.journal import Journal
+    from plugmq.core.offsets import ConsumerOffsets
 
     broker = Broker.open(tmp_path, plugins=STORE, clock=clock)
     broker.create_topic("T", 1)
@@ -166,6 +167,6 @@ def test_consumed_offsets_are_persisted_after_each_step(tmp_path: Path, clock: M
                                     max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
     consumer.subscribe("T").start()
     assert consumer.consume_available() == 5
-    on_disk = OffsetStore.for_group(broker.broker_dir, "p")  # what a restarted process would read
+    on_disk = ConsumerOffsets(Journal(broker.store, "offsets")).view("p")  # what a restarted process would read
     assert on_disk.read(broker.topic_queues("T")[0]) == 5
     broker.close()

@@ -18,6 +18,7 @@ from plugmq.core.broker import Broker
 from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.pop import PopService, ReceivedMessage
+from tests.legacy_state import write_legacy_pop
 
 TOPIC = "Pop"
 GROUPS = {"fifo": {"fifo": True}, "g": {"max_delivery_attempts": 3}}
@@ -42,10 +43,6 @@ class Rig:
     @property
     def pop(self) -> PopService:
         return self.broker.pop
-
-    @property
-    def pop_log(self) -> Path:
-        return self.broker.data_dir / "broker" / "pop" / "pop-0.log"
 
     def restart(self) -> None:
         self.broker.close()
@@ -231,34 +228,37 @@ def test_restart_replays_acks_cursor_and_in_flight_attempts(rig: Rig) -> None:
     assert rig.receive() == []
 
 
-def test_a_torn_last_record_is_cut_off(rig: Rig) -> None:
+def _legacy(rig: Rig, log_ops: list[Any]) -> Path:
+    """Older plugmq's pop files for "m" (in flight, attempt 1), imported at the next open."""
     rig.send("m")
-    (delivery,) = rig.receive()
-    rig.pop.ack("g", TOPIC, delivery.receipt_handle)
+    pop_dir = rig.broker.data_dir / "broker" / "pop"
+    now = rig.clock.now_ms()
+    write_legacy_pop(pop_dir, rig.broker.store, group="g", topic=TOPIC, next_offset=1,
+                     inflight={0: (1, now + 10_000, 1)}, log_ops=log_ops)
     rig.broker.close()
-    log = rig.pop_log
-    whole = log.read_bytes()
-    log.write_bytes(whole[:-5])  # the ack record, torn
+    return pop_dir / "pop-1.log"
+
+
+def test_a_torn_last_record_of_an_older_log_is_cut_off(rig: Rig) -> None:
+    log = _legacy(rig, [["A", 1, [0]]])
+    log.write_bytes(log.read_bytes()[:-5])  # the ack record, torn
     rig.broker = rig._open()
-    assert log.read_bytes() == whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]
     rig.clock.advance(60)
-    assert bodies(rig.receive()) == ["m"]  # the torn ack is lost: redelivered, never lost
+    assert [(m.body, m.delivery_attempt) for m in rig.receive()] == [(b"m", 2)]  # redelivered, never lost
 
 
-def test_damage_before_the_tail_is_refused(rig: Rig) -> None:
-    rig.send("m")
-    rig.receive()
-    rig.broker.close()
-    log = rig.pop_log
+def test_damage_before_the_tail_of_an_older_log_is_refused(rig: Rig) -> None:
+    log = _legacy(rig, [["A", 1, [0]]])
     log.write_bytes(b"{not json\n" + log.read_bytes())
     with pytest.raises(CorruptRecordError, match=r"move the directory .*pop aside"):
         rig._open()
-    log.unlink()  # what the message says to do, in effect: the group starts over; messages stay stored
+    log.unlink()  # what the message says to do, in effect: the group's log is gone; messages stay stored
     rig.broker = rig._open()
+    rig.clock.advance(60)
     assert bodies(rig.receive()) == ["m"]
 
 
-def test_compaction_keeps_the_state_and_drops_old_logs(tmp_path: Path) -> None:
+def test_compaction_writes_a_snapshot_and_keeps_the_state(tmp_path: Path) -> None:
     r = Rig(tmp_path, compact_bytes=600)
     try:
         for i in range(12):
@@ -268,9 +268,10 @@ def test_compaction_keeps_the_state_and_drops_old_logs(tmp_path: Path) -> None:
             handles.extend(d.receipt_handle for d in r.receive(batch=1, invisible_s=5))
         for handle in handles[::2]:
             r.pop.ack("g", TOPIC, handle)
-        pop_dir = r.pop_log.parent
-        assert (pop_dir / "pop-snapshot.json").exists()
-        assert len(list(pop_dir.glob("pop-*.log"))) == 1
+        journal = r.broker.journals.journals()["pop"]
+        assert journal.bytes_since_snapshot < 600
+        replay = journal.replay()
+        assert replay.snapshot is not None and len(replay.records) < 12
         r.restart()
         r.clock.advance(6)
         assert bodies(r.receive()) == [f"m{i}" for i in range(1, 12, 2)]

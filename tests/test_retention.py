@@ -155,11 +155,10 @@ def test_txn_op_log_compacted_by_the_clock(tmp_path: Path) -> None:
                                        lambda _m: TransactionDecision.COMMIT)
         for i in range(1500):
             producer.send_in_transaction(Message(TOPIC, i.to_bytes(4, "big")), None)
-        oplog = tmp_path / "txn" / "oplog"
-        before = oplog.stat().st_size
+        before = broker.transactions.metrics()["op_log_bytes"]
         assert before > 64 << 10
         clock.advance(RETENTION_INTERVAL_S)
-        after = oplog.stat().st_size
+        after = broker.transactions.metrics()["op_log_bytes"]
         assert after < before // 10 and broker.retention.removed["transactions"] == 1
         metrics = broker.transactions.metrics()
         assert metrics["compactions"] == 1 and metrics["committed"] == 1500

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from plugmq import (
 )
 from plugmq.core import Prop, hookimpl
 from plugmq.core.errors import ClientError, FilterSyntaxError, TopicError, ValidationError
+from tests.legacy_state import write_legacy_pop
 
 TOPIC = "Jobs"
 PLUGINS = ["store_mmap", "filter_tag", "filter_sql"]
@@ -331,53 +331,56 @@ def test_delete_group_is_refused_while_push_consumers_run(tmp_path: Path) -> Non
         with pytest.raises(ClientError, match="still has running consumers"):
             broker.delete_group("g")
         consumer.shutdown()
-        offsets = tmp_path / "data" / "broker" / "offsets" / "g.json"
-        assert offsets.exists()
+        assert broker.consumer_offsets.group_names() == ["g"]
         broker.delete_group("g")
-        assert not offsets.exists()
+        assert broker.consumer_offsets.group_names() == []
 
 
 # ------------------------------------------------------------------------------ state of older data dirs
-def test_pop_state_written_under_server_by_older_versions_is_adopted(rig: Rig) -> None:
+def _legacy_rig_state(rig: Rig, directory: Path) -> list[Path]:
+    """Pop state as an older plugmq left it: "acked" acked, "unacked" in flight (attempt 1, due
+    5 s after the clock's start), "new" not handed out; the broker's journal holds no pop state."""
     rig.send("acked", "unacked", "new")
-    consumer = rig.consumer()
-    acked, _ = consumer.receive(2, 5)
-    consumer.ack(acked)
+    now = rig.clock.now_ms()
+    files = write_legacy_pop(directory, rig.broker.store, group="g", topic=TOPIC, next_offset=2,
+                             inflight={0: (1, now + 5000, 1), 1: (1, now + 5000, 2)}, log_ops=[["A", 1, [0]]])
     rig.broker.close()
+    return files
+
+
+def test_pop_state_of_older_versions_is_imported_into_the_journal(rig: Rig) -> None:
     pop_dir = rig.directory / "broker" / "pop"
-    legacy = rig.directory / "server"
-    shutil.move(pop_dir, legacy)  # where plugmq serve kept it before pop moved into the core
+    _legacy_rig_state(rig, pop_dir)
     rig.broker = rig.open()
-    assert not list(legacy.iterdir()) and (pop_dir / "pop-0.log").exists()
+    assert not pop_dir.exists() and (pop_dir.with_name("pop.imported") / "pop-1.log").exists()
+    rig.restart()  # imported once: the journal holds it now
+    consumer = rig.consumer()
+    rig.clock.advance(6)
+    assert [(m.body, m.delivery_attempt) for m in consumer.receive(16, 5)] == [(b"unacked", 2), (b"new", 1)]
+
+
+def test_pop_state_written_under_server_by_older_versions_is_adopted(rig: Rig) -> None:
+    legacy = rig.directory / "server"
+    _legacy_rig_state(rig, legacy)  # where plugmq serve kept it before pop moved into the core
+    rig.broker = rig.open()
+    assert not list(legacy.iterdir())
     consumer = rig.consumer()
     rig.clock.advance(6)
     assert [(m.body, m.delivery_attempt) for m in consumer.receive(16, 5)] == [(b"unacked", 2), (b"new", 1)]
 
 
 def test_adoption_interrupted_by_a_crash_finishes_on_the_next_open(rig: Rig) -> None:
-    rig.send("acked", "unacked")
-    consumer = rig.consumer()
-    acked, _ = consumer.receive(2, 5)
-    consumer.ack(acked)
-    rig.clock.advance(60)
-    consumer.receive(16, 5)  # attempt 2 of "unacked"
-    rig.broker.pop.state.compact()  # a snapshot and a log, so the move has two files
-    rig.consumer().receive(16, 5)
-    rig.broker.close()
     pop_dir = rig.directory / "broker" / "pop"
     legacy = rig.directory / "server"
-    legacy.mkdir()
+    legacy.mkdir(parents=True)
     staging = pop_dir.with_name("pop.adopting")
-    files = sorted(pop_dir.iterdir())
+    files = _legacy_rig_state(rig, staging)
     assert len(files) == 2
-    staging.mkdir()
-    os.replace(files[0], staging / files[0].name)  # the crash came after the first rename
-    os.replace(files[1], legacy / files[1].name)
-    pop_dir.rmdir()
+    os.replace(files[1], legacy / files[1].name)  # the crash came after the first rename
     rig.broker = rig.open()
-    assert not staging.exists() and len(list(pop_dir.iterdir())) == 2
+    assert not staging.exists() and len(list(pop_dir.with_name("pop.imported").iterdir())) == 2
     rig.clock.advance(60)
-    assert [(m.body, m.delivery_attempt) for m in rig.consumer().receive(16, 5)] == [(b"unacked", 3)]
+    assert [(m.body, m.delivery_attempt) for m in rig.consumer().receive(16, 5)] == [(b"unacked", 2), (b"new", 1)]
 
 
 # ------------------------------------------------------------------------------ kill -9 of a real process

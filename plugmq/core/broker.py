@@ -26,6 +26,7 @@ from plugmq.core.contracts import (
     ClusterService,
     DelayContext,
     DelayScheduler,
+    FailoverReplication,
     Family,
     Filter,
     FilterCompiler,
@@ -44,11 +45,13 @@ from plugmq.core.errors import (
     FilterSyntaxError,
     MessageTooLargeError,
     PluginError,
+    ReplicationError,
     TopicError,
     ValidationError,
 )
 from plugmq.core.groups import GroupMember, GroupRegistry
 from plugmq.core.hashing import tags_code
+from plugmq.core.journal import JournalSet
 from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     AppendRequest,
@@ -66,7 +69,7 @@ from plugmq.core.message import (
 )
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import Prop, is_system_topic, retry_topic, validate_group, validate_topic
-from plugmq.core.offsets import OffsetStore
+from plugmq.core.offsets import ConsumerOffsets, OffsetStore
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.pop import PopService
@@ -105,10 +108,13 @@ class Broker:
         self._arrivals = threading.Condition()
         self._waiting = 0
         self._consumers: list[Stoppable] = []
-        self._offset_stores: dict[str, OffsetStore] = {}
         self._queue_cache: dict[str, tuple[MessageQueue, ...]] = {}
         self.traffic = Traffic()  # messages in/out and append latency, for metrics
-        self.role = BrokerRole(config.role)
+        # With failover the election picks the master: every broker starts as a slave, and
+        # ``role`` names the mode it works in whenever it is master.
+        self.master_role = BrokerRole(config.role)
+        self.role = BrokerRole.SLAVE if config.failover else self.master_role
+        self._role_lock = threading.RLock()
         self.replication: ReplicationService | None = None
         self.plugins: LoadedPlugins = load_plugins(
             config.plugins, config_path=f"{config.source}: broker.plugins", objects=plugin_objects
@@ -135,31 +141,41 @@ class Broker:
             self.strategies: dict[str, AllocateStrategyFactory] = hooks.allocate_strategies()
             self.topics = TopicTable(self.broker_dir / "topics.json", self.store.queues())
             self.groups = GroupRegistry(self.clock, config.heartbeat_timeout_s, self.topic_queues)
-            self.delay: DelayScheduler | None = None
+            # Service state rides in the commit log (plugmq.core.journal): one order, one cut.
+            self.journals = JournalSet(self.store, writable=lambda: self.role is not BrokerRole.SLAVE,
+                                       settle=self.await_replication, broker_name=self.name,
+                                       floor=self.retention_floor, clock=self.clock)
+            self.consumer_offsets = ConsumerOffsets(
+                self.journals.open("offsets", compact=lambda: self.consumer_offsets.compact()),
+                legacy_root=self.broker_dir)
+            self._delay_context: DelayContext | None = None
             if self.plugins.with_family(Family.DELAY):
-                self.delay = hooks.make_delay_scheduler(DelayContext(
-                    **base, store=self.store, deliver=self._deliver, was_delivered=self._was_delivered))
-            self.transactions: TransactionService | None = None
+                self._delay_context = DelayContext(**base, store=self.store, deliver=self._deliver,
+                                                   was_delivered=self._was_delivered)
+            self._txn_context: TransactionContext | None = None
             if self.plugins.with_family(Family.TRANSACTION):
-                self.transactions = hooks.make_transaction_service(
-                    TransactionContext(**base, store=self.store, deliver=self._deliver))
+                self._txn_context = TransactionContext(**base, store=self.store, deliver=self._deliver,
+                                                       journal=self.journals.open("txn"))
+            self.delay: DelayScheduler | None = None
+            self.transactions: TransactionService | None = None
+            self._build_services()
             self._topic_follower = TopicFollower(self.store, self.topics.ensure, self.topics.get)
             self.replication = open_replication(self.plugins, base, self.store, role=self.role,
                                                 broker_id=config.broker_id, replicated=self._on_replicated,
+                                                truncated=self._on_truncated, failover=config.failover,
                                                 where=config.source)
             adopt_legacy_state(self.broker_dir / "pop", self.data_dir / "server")
-            self.pop = PopService(self, PopState(self.broker_dir / "pop", fsync=config.pop_fsync,
-                                                 compact_bytes=config.pop_compact_bytes))
+            self.pop = PopService(self, PopState(
+                self.journals.open("pop", compact=lambda: self.pop.state.compact()), fsync=config.pop_fsync,
+                compact_bytes=config.pop_compact_bytes, legacy_dir=self.broker_dir / "pop"))
             self.pop.collect(self.topics.all())
             self.pop.deadline_listeners.append(self.wake_consumers)
             # A slave's store is written by the replication stream alone: no delay or transaction
-            # service of its own may deliver into it.
-            if self.delay is not None and self.role is not BrokerRole.SLAVE:
-                self.delay.start()
-            if self.transactions is not None and self.role is not BrokerRole.SLAVE:
-                self.transactions.start()
-            self.pop.start()
+            # service of its own may deliver into it; they start when it is promoted.
             self._start_retention()
+            if self.role is not BrokerRole.SLAVE:
+                self._start_services()
+            self.pop.start()
             if self.replication is not None:
                 self.replication.start()
             self.cluster: ClusterService | None = self._join_name_service(base)
@@ -405,6 +421,84 @@ class Broker:
         result = self.store.append(request)
         self.traffic.appended(time.perf_counter() - started)
         return result
+    # ------------------------------------------------------------------------------ roles
+    def _build_services(self) -> None:
+        """The delay and transaction services, built (not started: a master starts them)."""
+        hooks = self.plugins.hooks
+        if self._delay_context is not None:
+            self.delay = hooks.make_delay_scheduler(self._delay_context)
+        if self._txn_context is not None:
+            self.transactions = hooks.make_transaction_service(self._txn_context)
+
+    @property
+    def epoch(self) -> int:
+        """The newest master epoch this broker's log knows (0 without failover)."""
+        replication = self.replication
+        return replication.epoch if isinstance(replication, FailoverReplication) else 0
+
+    def _failover_replication(self, action: str) -> FailoverReplication:
+        replication = self.replication
+        if not isinstance(replication, FailoverReplication):
+            raise ReplicationError(f"broker {self.name!r} cannot {action}: its replication plugin does not switch "
+                                   "roles (capabilities.failover); use the ha plugin")
+        return replication
+
+    def promote(self, epoch: int) -> None:
+        """Become the master of this broker name for ``epoch`` (the election was won): take the
+        rest of the followed state, write it as the services' first snapshots (the changes this
+        broker's own readers made as a slave become durable), start the delay and transaction
+        services (they replay their journals: what the old master decided stays decided, what
+        it had open is checked back), and take writes as ``master_role``."""
+        with self._role_lock:
+            self._check_open()
+            replication = self._failover_replication("become master")
+            replication.promote(epoch, self.master_role)
+            self._topic_follower.refresh()
+            self.consumer_offsets.follow()
+            self.pop.state.follow()
+            self.role = self.master_role
+            self.consumer_offsets.compact()
+            self.pop.state.compact()
+            self._start_services()
+            self.pop.start()  # dead-letter what ran out of attempts while no master could
+        log.warning("broker promoted to master", broker=self.name, epoch=epoch, mode=self.master_role.value)
+
+    def _start_services(self) -> None:
+        if self.delay is not None:
+            self.delay.start()
+        if self.transactions is not None:
+            self.transactions.start()
+        self.retention.add("delay", self.delay)
+        self.retention.add("transactions", self.transactions)
+
+    def demote(self, master: str | None) -> None:
+        """Stop being master (the election was lost, or another broker holds a newer epoch): take
+        no more writes, stop the delay and transaction services (rebuilt, not started, for a later
+        promotion), and follow the master at replication address ``master`` (None: follow later,
+        with :meth:`follow`). Sends of a ``sync_master`` still waiting for a slave are answered."""
+        with self._role_lock:
+            was_master = self.role.is_master
+            self.role = BrokerRole.SLAVE
+            if was_master:
+                for service in (self.transactions, self.delay):
+                    if service is not None:
+                        service.close()
+                self._build_services()
+                self.retention.add("delay", self.delay)
+                self.retention.add("transactions", self.transactions)
+            if master is not None:
+                self._failover_replication("follow a master").follow(master)
+        if was_master:
+            log.warning("broker demoted to slave", broker=self.name, epoch=self.epoch, master=master)
+
+    def follow(self, master: str) -> None:
+        """As a slave, copy the log of the master at replication address ``master``."""
+        with self._role_lock:
+            if self.role.is_master:
+                self.demote(master)
+                return
+            self._failover_replication("follow a master").follow(master)
+
     # ------------------------------------------------------------------------------ replication
     def check_writable(self, action: str = "take writes") -> None:
         """ReadOnlyBrokerError on a slave: only its master takes writes."""
@@ -421,9 +515,23 @@ class Broker:
             end_offset = getattr(self.store, "log_end_offset", lambda: 0)()
         return self.replication.await_replicated(end_offset)
 
+    def _on_truncated(self, end_offset: int) -> None:
+        """A slave cut its log back to where it agrees with a new master: the state it followed
+        from the cut records is gone with them; rebuild it from the log."""
+        self.consumer_offsets.reload()
+        pop: PopService | None = getattr(self, "pop", None)
+        if pop is not None:
+            pop.state.reload()
+        log.warning("followed state rebuilt after the log was cut", broker=self.name, log_end=end_offset)
+
     def _on_replicated(self, _end_offset: int) -> None:
-        """A slave appended replicated records: learn their topics, wake long polls."""
+        """A slave appended replicated records: learn their topics, follow the master's state
+        (offsets, pop progress), wake long polls."""
         self._topic_follower.refresh()
+        self.consumer_offsets.follow()
+        pop: PopService | None = getattr(self, "pop", None)
+        if pop is not None:
+            pop.state.follow()
         self.wake_consumers()
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
@@ -590,13 +698,7 @@ class Broker:
     def offsets(self, group: str, member: str | None = None) -> OffsetStore:
         """The broker-kept offsets of a clustering group (one atomically rewritten file), or with
         ``member``, those of one member of a broadcasting group (each member keeps its own)."""
-        validate_group(group)
-        if member is not None:
-            return OffsetStore.for_group(self.broker_dir, group, member)
-        with self._lock:
-            if group not in self._offset_stores:
-                self._offset_stores[group] = OffsetStore.for_group(self.broker_dir, group)
-            return self._offset_stores[group]
+        return self.consumer_offsets.view(group, member)
 
     def delete_group(self, group: str) -> None:
         """Forget everything the broker keeps for ``group``: its offsets and its pop consumers'
@@ -607,9 +709,7 @@ class Broker:
         if members:
             raise ClientError(f"group {group!r} still has running consumers ({', '.join(members)}); "
                               "shut them down before deleting the group")
-        with self._lock:
-            self._offset_stores.pop(group, None)
-        OffsetStore.forget_group(self.broker_dir, group)
+        self.consumer_offsets.forget_group(group)
         dropped = self.pop.delete_group(group)
         log.info("consumer group deleted", group=group, pop_lanes=dropped)
 
@@ -751,13 +851,11 @@ class Broker:
     def _start_retention(self) -> None:
         """Retention on the broker's clock for the store and services; never below what a
         consumer group has not consumed (its committed offsets) - see plugmq.core.retention."""
-        offsets_dir = self.broker_dir / "offsets"
         self.retention_floor.hold("consumer groups",
-                                  lambda: consumer_group_floor(offsets_dir, self.name, self.store))
+                                  lambda: consumer_group_floor(self.consumer_offsets.tables(), self.name, self.store))
         self.retention_floor.hold("pop consumers", lambda: pop_consumer_floor(self.pop.state, self.store))
         self.retention.add("store", self.store)
-        self.retention.add("delay", self.delay)
-        self.retention.add("transactions", self.transactions)
+        self.retention.add("state snapshots", self.journals)
         self.retention.start()
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -791,8 +889,7 @@ class Broker:
         self.plugins.hooks.broker_stopping(self.name)
         for consumer in list(self._consumers):
             consumer.shutdown()
-        for offsets in self._offset_stores.values():
-            offsets.persist()
+        self.consumer_offsets.persist_all()
         self.groups.close()
         self._close_services()
         log.info("broker closed", broker=self.name)

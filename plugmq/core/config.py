@@ -80,6 +80,7 @@ class BrokerConfig:
     room: str = ""
     broker_id: int = 0
     role: str = "async_master"
+    failover: bool = False
     cluster_name: str | None = None
     source: str = "<mapping>"
 
@@ -142,7 +143,7 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
         elif key in ("default_queue_count", "max_message_size", "pop_compact_bytes"):
             if _expect(path, value, int, "an integer") < 1:
                 raise ConfigError(f"{path} must be >= 1, got {value}")
-        elif key in ("auto_create_topic", "pop_fsync"):
+        elif key in ("auto_create_topic", "pop_fsync", "failover"):
             _expect(path, value, bool, "true or false")
         elif key == "heartbeat_timeout_s":
             if _expect(path, value, (int, float), "a number of seconds") <= 0:
@@ -150,7 +151,11 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
             value = float(value)
         values[key] = value
     role, broker_id = values.get("role", "async_master"), values.get("broker_id", 0)
-    if (role == "slave") != (broker_id > 0):
+    if values.get("failover"):
+        if role == "slave":
+            raise ConfigError(f"{source}: broker.failover = true elects the master, so broker.role names the mode "
+                              "this broker works in whenever it is master: async_master or sync_master, not 'slave'")
+    elif (role == "slave") != (broker_id > 0):
         raise ConfigError(f"{source}: broker.role = {role!r} with broker.broker_id = {broker_id}: a master has "
                           "broker_id 0 and a slave a broker_id above 0; fix one of the two")
     return values

@@ -48,10 +48,12 @@ __all__ = [
     "DelayContext",
     "DelayScheduler",
     "Deliver",
+    "FailoverReplication",
     "Family",
     "Filter",
     "FilterCapabilities",
     "FilterCompiler",
+    "JournalReplay",
     "LogChunk",
     "LogListener",
     "Mastership",
@@ -66,6 +68,7 @@ __all__ = [
     "ReplicationContext",
     "ReplicationService",
     "ReplicationStatus",
+    "StateJournal",
     "StoreCapabilities",
     "TopicPermission",
     "TopicRegistration",
@@ -422,6 +425,65 @@ class ReplicableStore(MessageStore, Protocol):
 
 
 # --------------------------------------------------------------------------------------------
+# state journal (a service's state as records in the commit log)
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class JournalReplay:
+    """What :meth:`StateJournal.replay` found: the latest complete snapshot (None when the journal
+    holds none) and the records written after it, oldest first."""
+
+    snapshot: bytes | None
+    records: tuple[bytes, ...]
+
+
+@runtime_checkable
+class StateJournal(Protocol):
+    """A service's state as records of its own system topic in the store (``plugmq.core.journal``).
+
+    The broker hands one to each stateful service (``TransactionContext.journal``,
+    ``DelayContext.journal``). The service keeps its state in memory, appends a record before a
+    change takes effect, writes a snapshot of the whole state now and then (records before it are
+    no longer replayed), and rebuilds at start from :meth:`replay`. Records travel to slaves with
+    the messages, in one order, so a promoted slave replays the state its master had at the
+    offset it holds, and a cut of the log (fencing) removes messages and state together.
+    """
+
+    @property
+    def writable(self) -> bool:
+        """False on a slave: the replication stream alone writes its store."""
+
+    @property
+    def bytes_since_snapshot(self) -> int:
+        """Bytes of records written (or followed) since the latest snapshot."""
+
+    def append(self, bodies: Sequence[bytes]) -> int:
+        """Store records in one batch; returns the log offset past the last, for :meth:`settle`.
+        ReadOnlyBrokerError where the journal is not writable."""
+
+    def write_snapshot(self, data: bytes) -> int:
+        """Store the whole state (the caller holds its lock: none of its records falls inside)."""
+
+    def replay(self) -> JournalReplay:
+        """The latest complete snapshot and the records after it."""
+
+    def follow(self) -> list[bytes] | None:
+        """Records stored since the last replay, follow or append (snapshots skipped); None when
+        the log was cut below them, so the service must replay afresh."""
+
+    def settle(self, end_offset: int) -> SendStatus:
+        """On a ``sync_master``, wait until a slave holds the log up to ``end_offset``."""
+
+    def snapshot_due(self) -> bool:
+        """Whether the latest snapshot holds retention back so far that a new one is wanted."""
+
+    def sync(self) -> None:
+        """Make every record written so far durable (the store's flush), for services whose
+        option asks for it beyond the store's flush mode."""
+
+
+# --------------------------------------------------------------------------------------------
 # delay
 # --------------------------------------------------------------------------------------------
 
@@ -459,12 +521,14 @@ class DelayContext(PluginContext):
 
     ``deliver`` writes a due message to its real topic/queue. ``was_delivered`` answers, after a
     crash, whether a delivery whose completion was not recorded did reach the store, so a restart
-    neither loses nor duplicates it.
+    neither loses nor duplicates it. ``journal`` (in a broker): where the strategy keeps state
+    that must follow the messages to a slave (see :class:`StateJournal`).
     """
 
     store: MessageStore | None = None
     deliver: Deliver | None = None
     was_delivered: WasDelivered | None = None
+    journal: StateJournal | None = None
 
 
 @runtime_checkable
@@ -719,10 +783,13 @@ class TransactionContext(PluginContext):
 
     ``deliver`` makes a committed message visible on its real topic/queue (and moves a
     discarded one to the discard topic); every effect of a decision goes through it.
+    ``journal`` (in a broker): where the service keeps its op log, so decisions and counted
+    checks travel to a slave with the half messages (see :class:`StateJournal`).
     """
 
     store: MessageStore | None = None
     deliver: Deliver | None = None
+    journal: StateJournal | None = None
 
 
 TransactionChecker = Callable[[StoredMessage], TransactionDecision]
@@ -1171,13 +1238,18 @@ class ReplicationContext(PluginContext):
 
     ``store`` is a :class:`ReplicableStore` (the broker refuses a store without the
     ``replication`` capability before it calls the factory). ``replicated`` is called on a
-    slave after each chunk it appended.
+    slave after each chunk it appended; ``truncated`` after the slave cut its log back to where it
+    agrees with its master (the broker then rebuilds the state it follows from the log).
+    ``failover``: the cluster's election picks the master (``[broker] failover``); the broker
+    then starts as a slave that follows no master until told which (:class:`FailoverReplication`).
     """
 
     store: ReplicableStore | None = None
     role: BrokerRole = BrokerRole.ASYNC_MASTER
     broker_id: int = 0
     replicated: Replicated | None = None
+    truncated: Replicated | None = None
+    failover: bool = False
 
 
 @runtime_checkable
@@ -1216,3 +1288,36 @@ class ReplicationService(Protocol):
 
     def close(self) -> None:
         """Stop listening / streaming and close connections. Idempotent."""
+
+
+@runtime_checkable
+class FailoverReplication(ReplicationService, Protocol):
+    """A replication service whose broker changes role at run time (``capabilities.failover``).
+
+    The broker calls these when its cluster's election says so (``plugmq.core.failover``). Epochs
+    fence: a log records where each master epoch began (RocketMQ 5's EpochFileCache), a slave
+    whose log knows a newer epoch than a master's is refused by it, and a slave that holds records
+    its new master never had (a returning old master) cuts them off in the handshake - its log
+    then agrees with the new master's up to the point it follows from.
+    """
+
+    @property
+    def epoch(self) -> int:
+        """The newest master epoch this broker's log knows (0 before any election)."""
+
+    def promote(self, epoch: int, role: BrokerRole) -> None:
+        """Become the master for ``epoch`` (a master ``role``): stop following, note that ``epoch``
+        begins at the log's end, accept slaves. Returns without waiting for a slave."""
+
+    def follow(self, master: str) -> None:
+        """Become (or stay) a slave of the master whose replication address is ``master``: stop
+        serving slaves (sends waiting for one are answered), connect and copy its log."""
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether this broker may stand for master: it is the master, or a slave whose master
+        last reported it within the plugin's in-sync gap (also after that master died)."""
+
+    @property
+    def master_address(self) -> str:
+        """Where slaves reach this broker while it is master ("" while it is a slave)."""

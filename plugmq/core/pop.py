@@ -254,6 +254,8 @@ class PopService:
     # ------------------------------------------------------------------------------ expiry
     def _expire(self, lane: Lane, now: int, policy: GroupPolicy) -> None:
         """Dead-letter this lane's timed-out messages that used their last attempt."""
+        if not self.state.writable:
+            return  # a slave cannot write dead letters: its master (or its promotion) will
         spent = [e for e in lane.inflight.values()
                  if e.until_ms <= now and policy.redelivery.exhausted(e.attempt)]
         if not spent:
@@ -356,7 +358,8 @@ class PopService:
         """The group is done with the message: it never comes back."""
         with self.state.lock:
             lane, entry, _ = self._find(group, topic, receipt_handle)
-            self.state.commit([["A", lane.id, [entry.offset]]])
+            end = self.state.commit([["A", lane.id, [entry.offset]]])
+        self.state.settle(end)  # a sync_master's slave holds the ack before the client hears of it
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int,
                                   *, gave_up: bool = False) -> str:
@@ -391,7 +394,8 @@ class PopService:
         with self.state.lock:
             lane, entry, _ = self._find(group, topic, receipt_handle)
             self._dead_letter(lane, entry, self.backend.group_policy(group), reason="the consumer forwarded it")
-            self.state.commit([["A", lane.id, [entry.offset]]])
+            end = self.state.commit([["A", lane.id, [entry.offset]]])
+        self.state.settle(end)
 
     # ------------------------------------------------------------------------------ housekeeping
     def inflight_count(self, group: str | None = None) -> int:

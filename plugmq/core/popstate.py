@@ -1,12 +1,20 @@
 """Durable pop-consumption state: per (group, topic, queue) lane, a cursor and the in-flight messages.
 
-Everything a consumer group did is in ``<data_dir>/broker/pop/``: a snapshot (``pop-snapshot.json``,
-replaced atomically) and the append-only log of changes made since (``pop-<generation>.log``,
-one JSON array per line). Data dirs written before pop moved into the core kept these files in
-``<data_dir>/server/``; they are moved over (renames only, crash-safe) the first time the state opens. A change is written to the log before it takes effect in memory, so a
-restart replays to the same state; a torn last line (a crash mid-write) is cut off. A lost line
-can only make a message be delivered again (at-least-once), never lose one: messages live in
-the store, the log only says which ones a group is done with.
+The state lives in the broker's journal ``rmq_sys_state_pop`` (plugmq.core.journal): every change
+is a record (one JSON array per operation, one line each) stored before it takes effect in memory,
+and a snapshot replaces the records once they outgrow ``compact_bytes``. A restart replays to the
+same state; a slave follows its master's records, so a promoted slave knows every group's
+progress. A lost record (a power cut with async flush) can only make a message be delivered again
+(at-least-once), never lose one: messages live in the store, the state only says which ones a group
+is done with.
+
+A slave's journal is read-only: consumers that read from a slave change its state in memory only
+(lanes it creates get negative ids, so they never collide with the master's), and a slave promoted
+to master writes the state it holds, its own readers' progress included, as its first snapshot.
+
+Data dirs written before the journal kept a snapshot (``pop-snapshot.json``) and a log
+(``pop-<generation>.log``) in ``<data_dir>/broker/pop/`` (earlier still in ``<data_dir>/server/``):
+they are imported into the journal once, and the directory is renamed ``pop.imported``.
 
 Operations (``apply`` runs the same code live and on replay):
 
@@ -32,6 +40,7 @@ from typing import Any
 import attrs
 
 from plugmq.core.errors import ClientError, CorruptRecordError
+from plugmq.core.journal import Journal
 from plugmq.core.logs import get_logger
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
@@ -113,65 +122,31 @@ def adopt_legacy_state(directory: Path, legacy: Path) -> bool:
     return True
 
 
-class PopState:
-    """The lanes in memory plus their log. Callers hold ``lock`` around read-modify-commit."""
+class _Lanes:
+    """Lanes by key and by id, and the highest receipt-handle sequence seen."""
 
-    def __init__(self, directory: Path, *, fsync: bool = False, compact_bytes: int = 8 << 20) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.lock = threading.RLock()
-        self._fsync = fsync
-        self._compact_bytes = compact_bytes
+    def __init__(self) -> None:
         self.lanes: dict[tuple[str, str, int], Lane] = {}
         self.by_id: dict[int, Lane] = {}
         self.seq = 0
-        self._generation = 0
-        self._fd = -1
-        self._size = 0
-        self._closed = False
-        self._load()
-
-    # ------------------------------------------------------------------------------ live changes
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def lane(self, group: str, topic: str, queue_id: int, start: Callable[[], int]) -> Lane:
-        """The lane of (group, topic, queue), created at offset ``start()`` on first use."""
-        found = self.lanes.get((group, topic, queue_id))
-        if found is not None:
-            return found
-        lane_id = max(self.by_id, default=0) + 1
-        self.commit([["L", lane_id, group, topic, queue_id, start()]])
-        return self.by_id[lane_id]
-
-    def commit(self, ops: list[list[Any]]) -> None:
-        """Log ``ops`` (one write), then apply them."""
-        if not ops:
-            return
-        if self._closed:
-            raise ClientError(f"pop state in {self.directory} is closed; the broker is closing")
-        data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode()
-        written = os.write(self._fd, data)
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
-        if self._fsync:
-            os.fdatasync(self._fd)
-        self._size += len(data)
-        for op in ops:
-            self.apply(op)
-        if self._size >= self._compact_bytes:
-            self.compact()
 
     def apply(self, op: list[Any]) -> None:
         kind = op[0]
         if kind == "L":
             _, lane_id, group, topic, queue_id, start = op
             lane = Lane(lane_id, group, topic, queue_id, start)
+            replaced = self.lanes.get((group, topic, queue_id))
+            if replaced is not None and replaced.id != lane_id:
+                # A slave's own reader created this lane before the master's record arrived: the
+                # master's lane wins (the reader's in-flight messages come again from it).
+                self.by_id.pop(replaced.id, None)
             self.lanes[(group, topic, queue_id)] = lane
             self.by_id[lane_id] = lane
             return
-        lane = self.by_id[op[1]]
+        lane_found = self.by_id.get(op[1])
+        if lane_found is None:
+            raise CorruptRecordError(f"pop-state operation {kind!r} names lane {op[1]}, which no record created")
+        lane = lane_found
         if kind == "P":
             lane.next_offset = max(lane.next_offset, op[2])
             for row in op[3]:
@@ -191,81 +166,151 @@ class PopState:
             lane.inflight.clear()
         elif kind == "D":
             del self.by_id[lane.id]
-            del self.lanes[(lane.group, lane.topic, lane.queue_id)]
+            if self.lanes.get((lane.group, lane.topic, lane.queue_id)) is lane:
+                del self.lanes[(lane.group, lane.topic, lane.queue_id)]
         else:
             raise CorruptRecordError(f"unknown pop-state operation {kind!r}")
 
-    # ------------------------------------------------------------------------------ files
-    def _log_path(self, generation: int) -> Path:
-        return self.directory / f"pop-{generation}.log"
+
+class PopState(_Lanes):
+    """The lanes in memory plus their journal. Callers hold ``lock`` around read-modify-commit."""
+
+    def __init__(self, journal: Journal, *, fsync: bool = False, compact_bytes: int = 8 << 20,
+                 legacy_dir: Path | None = None) -> None:
+        super().__init__()
+        self.journal = journal
+        self.lock = threading.RLock()
+        self._fsync = fsync
+        self._compact_bytes = compact_bytes
+        self._closed = False
+        with self.lock:
+            self._load()
+            if legacy_dir is not None:
+                self._import_legacy(legacy_dir)
+
+    @property
+    def writable(self) -> bool:
+        """False on a slave: changes stay in memory (see the module docstring)."""
+        return self.journal.writable
+
+    # ------------------------------------------------------------------------------ live changes
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def lane(self, group: str, topic: str, queue_id: int, start: Callable[[], int]) -> Lane:
+        """The lane of (group, topic, queue), created at offset ``start()`` on first use."""
+        found = self.lanes.get((group, topic, queue_id))
+        if found is not None:
+            return found
+        # A slave's readers number their lanes downwards: the master's ids never meet them.
+        lane_id = max(self.by_id, default=0) + 1 if self.writable else min(min(self.by_id, default=0), 0) - 1
+        self.commit([["L", lane_id, group, topic, queue_id, start()]])
+        return self.by_id[lane_id]
+
+    def commit(self, ops: list[list[Any]]) -> int | None:
+        """Record ``ops`` (one journal record), then apply them; returns the log offset past the
+        record for :meth:`settle` (None when nothing was written: no ops, or a slave)."""
+        if not ops:
+            return None
+        if self._closed:
+            raise ClientError("pop state is closed; the broker is closing")
+        end = None
+        if self.writable:
+            data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode()
+            end = self.journal.append([data])
+            if self._fsync:
+                self.journal.store.flush()
+        for op in ops:
+            self.apply(op)
+        if end is not None and self.journal.bytes_since_snapshot >= self._compact_bytes:
+            self.compact()
+        return end
+
+    def settle(self, end: int | None) -> None:
+        """Wait (on a ``sync_master``) for a slave to hold what a commit wrote; call without ``lock``."""
+        if end is not None:
+            self.journal.settle(end)
+
+    # ------------------------------------------------------------------------------ journal
+    def _reset(self) -> None:
+        self.lanes.clear()
+        self.by_id.clear()
+        self.seq = 0
+
+    def _load_snapshot(self, data: dict[str, Any], where: str) -> None:
+        if data.get("version") != _VERSION:
+            raise CorruptRecordError(f"{where} has version {data.get('version')!r}, expected {_VERSION}; "
+                                     "it was written by another plugmq version")
+        self.seq = max(self.seq, data["seq"])
+        for lane_id, group, topic, queue_id, next_offset, rows in data["lanes"]:
+            self.apply(["L", lane_id, group, topic, queue_id, next_offset])
+            self.apply(["P", lane_id, next_offset, rows])
+
+    def _apply_record(self, record: bytes) -> None:
+        try:
+            ops = [json.loads(line) for line in record.splitlines() if line]
+        except ValueError as exc:
+            raise CorruptRecordError(f"{self.journal.topic}: a pop-state record is not JSON ({exc}); the store "
+                                     "holds a damaged record") from exc
+        for op in ops:
+            self.apply(op)
 
     def _load(self) -> None:
-        snapshot = self.directory / _SNAPSHOT
-        if snapshot.exists():
-            data = json.loads(snapshot.read_text(encoding="utf-8"))
-            if data.get("version") != _VERSION:
-                raise CorruptRecordError(f"{snapshot} has version {data.get('version')!r}, expected {_VERSION}; "
-                                         "it was written by another plugmq version")
-            self._generation = data["generation"]
-            self.seq = data["seq"]
-            for lane_id, group, topic, queue_id, next_offset, rows in data["lanes"]:
-                self.apply(["L", lane_id, group, topic, queue_id, next_offset])
-                self.apply(["P", lane_id, next_offset, rows])
-        path = self._log_path(self._generation)
-        replayed = self._replay(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
-        for stale in self.directory.glob("pop-*.log"):
-            if stale != path:
-                stale.unlink()  # an older generation the snapshot already holds
-        log.info("pop state loaded", lanes=len(self.lanes), inflight=self.inflight_count(), replayed=replayed,
-                 directory=str(self.directory))
+        replay = self.journal.replay()
+        self._reset()
+        if replay.snapshot is not None:
+            self._load_snapshot(json.loads(replay.snapshot), f"{self.journal.topic} snapshot")
+        for record in replay.records:
+            self._apply_record(record)
+        log.info("pop state loaded", lanes=len(self.lanes), inflight=self.inflight_count(),
+                 replayed=len(replay.records), journal=self.journal.topic)
 
-    def _replay(self, path: Path) -> int:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        count = 0
-        position = 0
-        for line in raw.splitlines(keepends=True):
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("no line end")
-                op = json.loads(line)
-            except ValueError as exc:
-                if position + len(line) == len(raw):
-                    log.warning("pop-state log ends in a torn write; cut off", path=str(path), at=position)
-                    os.truncate(path, position)
-                    break
-                raise CorruptRecordError(f"{path}: unreadable record at byte {position} ({exc}); the log is damaged "
-                                         f"beyond a torn tail: move the directory {self.directory} aside to reset "
-                                         "pop consumers' progress (messages stay in the store)") from exc
-            self.apply(op)
-            position += len(line)
-            count += 1
-        return count
+    def follow(self) -> bool:
+        """Apply the records the master wrote since (a slave); a log cut below what was applied
+        (the slave cut back to its new master's history) rebuilds the state from the journal.
+        Returns whether anything changed."""
+        with self.lock:
+            records = self.journal.follow()
+            if records is None:
+                self._load()
+                return True
+            for record in records:
+                self._apply_record(record)
+            return bool(records)
+
+    def reload(self) -> None:
+        """Rebuild the state from the journal alone (the local changes of a slave's readers go)."""
+        with self.lock:
+            self._load()
+
+    def _import_legacy(self, directory: Path) -> None:
+        files = _state_files(directory)
+        if not files:
+            return
+        if self.lanes or self.journal.position > 0:
+            log.warning("pop state files from before the journal ignored: the journal already holds pop state",
+                        directory=str(directory))
+            return
+        if not self.writable:
+            return  # a slave takes its master's state
+        legacy = _LegacyFiles(directory)
+        self._reset()
+        self._load_snapshot({"version": _VERSION, "seq": legacy.seq, "lanes": legacy.lanes}, str(directory))
+        self.compact()
+        self.journal.store.flush()
+        imported = directory.with_name(directory.name + ".imported")
+        os.replace(directory, imported)
+        log.info("pop state imported into the journal", source=str(directory), moved_to=str(imported),
+                 lanes=len(self.lanes))
 
     def compact(self) -> None:
-        """Snapshot the state under a new generation, then drop the old log."""
-        generation = self._generation + 1
-        lanes = [[lane.id, lane.group, lane.topic, lane.queue_id, lane.next_offset,
-                  [entry.row() for entry in lane.inflight.values()]] for lane in self.by_id.values()]
-        data = json.dumps({"version": _VERSION, "generation": generation, "seq": self.seq, "lanes": lanes})
-        target = self.directory / _SNAPSHOT
-        temporary = target.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, target)
-        _fsync_dir(self.directory)
-        old = self._generation
-        os.close(self._fd)
-        self._generation = generation
-        self._fd = os.open(self._log_path(generation), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self._size = 0
-        self._log_path(old).unlink(missing_ok=True)
+        """Write the whole state as a journal snapshot (records before it are no longer replayed)."""
+        with self.lock:
+            lanes = [[lane.id, lane.group, lane.topic, lane.queue_id, lane.next_offset,
+                      [entry.row() for entry in lane.inflight.values()]] for lane in self.by_id.values()]
+            data = json.dumps({"version": _VERSION, "seq": self.seq, "lanes": lanes}, separators=(",", ":"))
+            self.journal.write_snapshot(data.encode())
 
     def inflight_count(self) -> int:
         return sum(len(lane.inflight) for lane in self.by_id.values())
@@ -278,10 +323,44 @@ class PopState:
 
     def close(self) -> None:
         with self.lock:
-            if self._closed:
-                return
             self._closed = True
-            if self._fd >= 0:
-                os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = -1
+
+
+class _LegacyFiles:
+    """The pop state of a data dir written before the journal: a snapshot plus a JSON-lines log."""
+
+    def __init__(self, directory: Path) -> None:
+        self.seq = 0
+        self.lanes: list[list[Any]] = []
+        state = _Lanes()
+        snapshot = directory / _SNAPSHOT
+        generation = 0
+        if snapshot.exists():
+            data = json.loads(snapshot.read_text(encoding="utf-8"))
+            if data.get("version") != _VERSION:
+                raise CorruptRecordError(f"{snapshot} has version {data.get('version')!r}, expected {_VERSION}")
+            generation = data["generation"]
+            state.seq = data["seq"]
+            for lane_id, group, topic, queue_id, next_offset, rows in data["lanes"]:
+                state.apply(["L", lane_id, group, topic, queue_id, next_offset])
+                state.apply(["P", lane_id, next_offset, rows])
+        path = directory / f"pop-{generation}.log"
+        raw = path.read_bytes() if path.exists() else b""
+        position = 0
+        for line in raw.splitlines(keepends=True):
+            try:
+                if not line.endswith(b"\n"):
+                    raise ValueError("no line end")
+                op = json.loads(line)
+            except ValueError as exc:
+                if position + len(line) == len(raw):
+                    log.warning("pop-state log ends in a torn write; cut off", path=str(path), at=position)
+                    break
+                raise CorruptRecordError(f"{path}: unreadable record at byte {position} ({exc}); the log is damaged "
+                                         f"beyond a torn tail: move the directory {directory} aside to reset "
+                                         "pop consumers' progress (messages stay in the store)") from exc
+            state.apply(op)
+            position += len(line)
+        self.seq = state.seq
+        self.lanes = [[lane.id, lane.group, lane.topic, lane.queue_id, lane.next_offset,
+                       [entry.row() for entry in lane.inflight.values()]] for lane in state.by_id.values()]

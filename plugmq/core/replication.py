@@ -5,6 +5,10 @@ optional), ``sync_master`` (a send is acked once a slave holds it) or ``slave`` 
 the replication stream writes its store; consumers may read). ``sync_master`` and ``slave`` need
 a replication plugin (e.g. ``ha``) in ``broker.plugins``, and that plugin needs a store that can
 ship its log (the ``replication`` capability).
+
+With ``[broker] failover = true`` the cluster's election picks the master (``plugmq.core.failover``):
+the broker starts as a slave, the replication plugin (one with the ``failover`` capability)
+switches sides at run time, and ``role`` names the mode the broker works in while it is master.
 """
 
 from __future__ import annotations
@@ -30,16 +34,21 @@ log = get_logger(__name__)
 
 
 def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: MessageStore, *, role: BrokerRole,
-                     broker_id: int, replicated: Callable[[int], None], where: str) -> ReplicationService | None:
+                     broker_id: int, replicated: Callable[[int], None], truncated: Callable[[int], None],
+                     failover: bool, where: str) -> ReplicationService | None:
     """The replication plugin's service for this broker, or None for a master without one."""
     plugins = loaded.with_family(Family.REPLICATION)
     if not plugins:
-        if role is BrokerRole.ASYNC_MASTER:
+        if role is BrokerRole.ASYNC_MASTER and not failover:
             return None
         installed = installed_of_family(Family.REPLICATION)
-        raise PluginError(f"{where}: broker.role = {role.value!r} needs a replication plugin in broker.plugins; "
+        need = "broker.failover = true" if failover else f"broker.role = {role.value!r}"
+        raise PluginError(f"{where}: {need} needs a replication plugin in broker.plugins; "
                           f"add one of: {', '.join(installed) or 'ha'}")
     plugin = plugins[0]
+    if failover and not getattr(loaded.declarations[plugin].capabilities, "failover", False):
+        raise PluginError(f"{where}: broker.failover = true needs a replication plugin that switches roles "
+                          f"(capabilities.failover); {plugin!r} does not; use ha")
     capabilities = getattr(store, "capabilities", None)
     if not getattr(capabilities, "replication", False) or not isinstance(store, ReplicableStore):
         storage = loaded.with_family(Family.STORAGE)
@@ -47,7 +56,8 @@ def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: Mess
                           f"{', '.join(storage)} does not declare the replication capability; use store_mmap, "
                           "store_lmdb or store_rocks")
     service = loaded.hooks.make_replication_service(ReplicationContext(
-        **base, store=store, role=role, broker_id=broker_id, replicated=replicated))
+        **base, store=store, role=role, broker_id=broker_id, replicated=replicated, truncated=truncated,
+        failover=failover))
     if service is None:
         raise PluginError(f"replication plugin {plugin!r} returned no replication service")
     return service

@@ -19,10 +19,8 @@ other components, which share the clock's one thread.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from plugmq.core.clock import Clock, ManualClock, Timer
@@ -110,34 +108,17 @@ class RetentionFloor:
         return out
 
 
-def _offset_tables(offsets_dir: Path) -> Iterable[tuple[Path, Mapping[str, Any]]]:
-    if not offsets_dir.is_dir():
-        return
-    for path in sorted(offsets_dir.rglob("*.json")):
-        try:
-            table = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            # Unknown offsets could be anywhere: hold everything rather than guess.
-            log.error("consumer offset file unreadable; retention holds every queue", path=str(path), error=str(exc))
-            yield path, {"*": 0}
-            continue
-        if isinstance(table, Mapping):
-            yield path, table
-
-
-def consumer_group_floor(offsets_dir: Path, broker_name: str, store: _QueueReader) -> int | None:
+def consumer_group_floor(tables: Iterable[Mapping[str, Any]], broker_name: str, store: _QueueReader) -> int | None:
     """The lowest commit-log offset a consumer group has not consumed yet.
 
-    Reads every committed offset table under ``offsets_dir`` (clustering groups' and broadcasting
-    members' files, ``{"topic@broker@queue": next offset}``). Committed offsets lag what a
+    ``tables``: every committed offset table (clustering groups' and broadcasting members',
+    ``{"topic@broker@queue": next offset}``; plugmq.core.offsets). Committed offsets lag what a
     consumer holds in memory by at most one consume step, so the floor is never too high. A
     queue a group consumed completely holds nothing; a group holds a queue only once it
     committed an offset for it (RocketMQ holds nothing at all).
     """
     needed: dict[tuple[str, int], int] = {}
-    for _path, table in _offset_tables(offsets_dir):
-        if "*" in table:
-            return 0
+    for table in tables:
         for key, value in table.items():
             parts = str(key).rsplit("@", 2)
             if len(parts) != 3 or parts[1] != broker_name or not parts[2].isdigit():
@@ -213,7 +194,9 @@ class RetentionSchedule:
         self.removed: dict[str, int] = {}
 
     def add(self, name: str, target: object | None) -> None:
-        """Clean ``target`` each round (None is ignored: the broker has no such service)."""
+        """Clean ``target`` each round under ``name``, in place of an earlier target of that name
+        (None only removes it: the broker has no such service, or not now)."""
+        self._targets = [(n, t) for n, t in self._targets if n != name]
         if target is None:
             return
         clean = getattr(target, "clean_expired", None)
@@ -221,7 +204,7 @@ class RetentionSchedule:
             log.info("component has no clean_expired(now_ms); the broker cannot remove its old files",
                      component=name, type=type(target).__name__)
             return
-        self._targets.append((name, target))  # type: ignore[arg-type]
+        self._targets = [*self._targets, (name, target)]  # type: ignore[list-item]
         self.removed.setdefault(name, 0)
 
     def start(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Collection
-from pathlib import Path
 
 from plugmq.core.admin.values import (
     OFFSET_MODE,
@@ -37,7 +36,7 @@ from plugmq.core.names import (
     validate_group,
     validate_topic,
 )
-from plugmq.core.offsets import OffsetStore
+from plugmq.core.offsets import DLQ_RESEND, OffsetStore
 
 __all__ = ["MAX_QUERY", "RESEND_TARGETS", "BrokerAdmin"]
 
@@ -114,7 +113,7 @@ class BrokerAdmin:
 
     # -------------------------------------------------------------------------------- groups
     def _offset_groups(self) -> list[str]:
-        return OffsetStore.group_names(self.broker.broker_dir)
+        return self.broker.consumer_offsets.group_names()
 
     def _offset_entries(self, group: str) -> dict[tuple[str, int], int]:
         if group not in self._offset_groups():
@@ -282,9 +281,7 @@ class BrokerAdmin:
 
     # -------------------------------------------------------------------------------- dead letters
     def _resend_cursor(self, group: str) -> OffsetStore:
-        directory: Path = self.broker.broker_dir / "dlq-resend"
-        directory.mkdir(parents=True, exist_ok=True)
-        return OffsetStore(directory / f"{group}.json")
+        return self.broker.consumer_offsets.view(group, kind=DLQ_RESEND)
 
     def resend_dlq(self, group: str, *, ids: Collection[str] = (), limit: int = 1000,
                    target: str = "topic") -> ResendResult:

@@ -23,6 +23,7 @@ from typing import Any
 from plugmq.core import ReplicableStore, ReplicaStatus, ReplicationError, SendStatus, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.epochs import EpochFile, consistent_point
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.options import HaOptions, parse_address
 
@@ -118,8 +119,9 @@ class MasterSide:
     """Listens for slaves of this broker name and streams them the commit log."""
 
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, plugin_dir: Path,
-                 sync: bool) -> None:
+                 sync: bool, epochs: EpochFile) -> None:
         self.store = store
+        self.epochs = epochs
         self.options = options
         self.broker_name = broker_name
         self.sync = sync
@@ -199,6 +201,15 @@ class MasterSide:
         end, low = store.log_end_offset(), store.log_min_offset()
         reason = None
         slave_end = hello.get("end")
+        mine = self.epochs.entries()
+        try:
+            theirs = [(int(e), int(s)) for e, s in hello.get("epochs") or []]
+        except (TypeError, ValueError):
+            theirs = []
+            reason = f"bad epoch entries {hello.get('epochs')!r}"
+        my_epoch = mine[-1][0] if mine else 0
+        their_epoch = theirs[-1][0] if theirs else 0
+        cut: int | None = None
         if hello.get("version") != frames.PROTOCOL_VERSION:
             reason = f"protocol version {hello.get('version')!r}; this master speaks {frames.PROTOCOL_VERSION}"
         elif hello.get("broker_name") != self.broker_name:
@@ -211,9 +222,23 @@ class MasterSide:
                       "use the same storage plugin (and segment size) on both")
         elif not isinstance(slave_end, int) or slave_end < 0:
             reason = f"bad end offset {slave_end!r}"
+        elif their_epoch > my_epoch:
+            reason = (f"it knows master epoch {their_epoch}, newer than this master's {my_epoch}: this broker is no "
+                      "longer the master of its name (fenced); it must follow the newer master")
+            log.error("replication master fenced: a slave knows a newer epoch", epoch=my_epoch, newer=their_epoch)
+        elif theirs and mine:
+            cut = consistent_point(mine, end, theirs, slave_end)
+            if cut is None:
+                reason = (f"its log (epochs {theirs}) shares no epoch with this master's ({mine}); remove the slave's "
+                          "store so it copies the master afresh")
         elif slave_end > end:
             reason = (f"it holds log up to {slave_end}, past this master's end {end}: it was a master itself or "
                       "followed another one; cut it back or remove its data before it rejoins")
+        if reason is None and cut is not None and isinstance(slave_end, int) and cut < slave_end:
+            log.warning("replication slave diverged from this master: it cuts its log back", slave=slave.address,
+                        broker_id=hello.get("broker_id"), slave_end=slave_end, cut_to=cut,
+                        dropped_bytes=slave_end - cut, slave_epochs=theirs, master_epochs=mine)
+            slave_end = cut
         if reason is not None:
             log.error("replication slave refused", slave=slave.address, reason=reason)
             slave.sock.sendall(frames.json_frame(FrameType.REFUSE, {"reason": reason}))
@@ -226,8 +251,11 @@ class MasterSide:
             for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
                 old.alive = False  # a reconnect replaces a half-open connection of the same slave
                 threading.Thread(target=old.close, daemon=True).start()
-        slave.sock.sendall(frames.json_frame(FrameType.WELCOME, {
-            "start": start, "end": end, "min": low, "format": store.log_format, "epoch": 0}))
+        welcome: dict[str, Any] = {"start": start, "end": end, "min": low, "format": store.log_format,
+                                   "epoch": my_epoch, "epochs": [list(e) for e in mine]}
+        if cut is not None and cut < int(hello["end"]):
+            welcome["truncate"] = cut
+        slave.sock.sendall(frames.json_frame(FrameType.WELCOME, welcome))
         slave.ready = True
         self.confirm(slave, slave_end)
         log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,

@@ -1,7 +1,9 @@
-"""HaService: the ReplicationService of the ha plugin, a master side or a slave side by role."""
+"""HaService: the ReplicationService of the ha plugin; a master side or a slave side by role, and
+the switch between them when the cluster's election moves the master (failover)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from plugmq.core import (
@@ -13,17 +15,22 @@ from plugmq.core import (
     ReplicationStatus,
     SendStatus,
 )
+from plugmq.core.logs import get_logger
+from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.master import MasterSide
 from plugmq.plugins.ha.options import HaOptions
 from plugmq.plugins.ha.slave import SlaveSide
 
 __all__ = ["CAPABILITIES", "HaService"]
 
-CAPABILITIES = ReplicationCapabilities(sync_double_write=True, failover=False, replicates_state=False)
+log = get_logger(__name__)
+
+CAPABILITIES = ReplicationCapabilities(sync_double_write=True, failover=True, replicates_state=True)
 
 
 class HaService:
-    """Replication over one TCP connection per slave (RocketMQ's HAService, HAConnection, HAClient)."""
+    """Replication over one TCP connection per slave (RocketMQ's HAService, HAConnection, HAClient),
+    with epochs (RocketMQ 5's AutoSwitchHAService): ``promote`` and ``follow`` switch the role."""
 
     capabilities = CAPABILITIES
 
@@ -35,32 +42,120 @@ class HaService:
         self.role = context.role
         self.broker_id = context.broker_id
         self.store = store
+        self._context = context
+        self._options = options
+        self._plugin_dir = plugin_dir
+        self._epochs = EpochFile(plugin_dir / "epochs")
+        self._lock = threading.Lock()
         self._master: MasterSide | None = None
         self._slave: SlaveSide | None = None
         if context.role is BrokerRole.SLAVE:
-            self._slave = SlaveSide(store, options, broker_name=context.broker_name, broker_id=context.broker_id,
-                                    replicated=context.replicated)
+            if options.master or not context.failover:
+                self._slave = self._slave_of(options.master)  # without failover, a slave needs its master
         else:
-            self._master = MasterSide(store, options, broker_name=context.broker_name, plugin_dir=plugin_dir,
-                                      sync=context.role is BrokerRole.SYNC_MASTER)
+            self._master = self._master_side(context.role)
         self._started = self._closed = False
 
+    def _master_side(self, role: BrokerRole) -> MasterSide:
+        return MasterSide(self.store, self._options, broker_name=self._context.broker_name,
+                          plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER, epochs=self._epochs)
+
+    def _slave_of(self, master: str) -> SlaveSide:
+        return SlaveSide(self.store, self._options, broker_name=self._context.broker_name,
+                         broker_id=self._context.broker_id, replicated=self._context.replicated,
+                         epochs=self._epochs, master=master, truncated=self._context.truncated)
+
     def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        if self._master is not None:
-            self._master.start()
-        if self._slave is not None:
-            self._slave.start()
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            master, slave = self._master, self._slave
+        if master is not None:
+            master.start()
+        if slave is not None:
+            slave.start()
+
+    # ------------------------------------------------------------------------------ failover
+    @property
+    def epoch(self) -> int:
+        return self._epochs.last_epoch
+
+    def promote(self, epoch: int, role: BrokerRole) -> None:
+        if not role.is_master:
+            raise ReplicationError(f"promote needs a master role (async_master or sync_master), got {role.value!r}")
+        with self._lock:
+            if self._closed:
+                raise ReplicationError("the replication service is closed")
+            slave, self._slave = self._slave, None
+        if slave is not None:
+            slave.close()  # nothing more arrives from the old master: the log end is final now
+        end = self.store.log_end_offset()
+        if epoch > self._epochs.last_epoch:
+            self._epochs.cut(end)
+            self._epochs.begin(epoch, end)
+        elif epoch < self._epochs.last_epoch:
+            raise ReplicationError(f"cannot become master for epoch {epoch}: this log already knows epoch "
+                                   f"{self._epochs.last_epoch} (a newer master was elected)")
+        with self._lock:
+            master = self._master
+            fresh = master is None
+            if master is None:
+                master = self._master = self._master_side(role)
+            master.sync = role is BrokerRole.SYNC_MASTER
+            self.role = role
+            started = self._started
+        if fresh and started:
+            master.start()
+        log.info("replication: this broker is master", broker=self._context.broker_name, epoch=epoch,
+                 mode=role.value, log_end=end, address=master.address)
+
+    def follow(self, master: str) -> None:
+        with self._lock:
+            if self._closed:
+                raise ReplicationError("the replication service is closed")
+            current = self._slave
+            if current is not None and current.address == master and self._master is None:
+                return
+            old_master, self._master = self._master, None
+            old_slave, self._slave = self._slave, None
+            self.role = BrokerRole.SLAVE
+        if old_master is not None:
+            old_master.close()  # sends waiting for a slave are answered now
+        if old_slave is not None:
+            old_slave.close()
+        slave = self._slave_of(master)
+        with self._lock:
+            if self._closed or self._slave is not None:
+                return
+            self._slave = slave
+            started = self._started
+        if started:
+            slave.start()
+        log.info("replication: following a master", broker=self._context.broker_name, master=master,
+                 epoch=self._epochs.last_epoch, log_end=self.store.log_end_offset())
 
     @property
+    def caught_up(self) -> bool:
+        with self._lock:
+            master, slave = self._master, self._slave
+        if master is not None:
+            return True
+        return slave is not None and slave.in_sync
+
+    @property
+    def master_address(self) -> str:
+        master = self._master
+        return master.address if master is not None else ""
+
+    # ------------------------------------------------------------------------------ contract
+    @property
     def address(self) -> str:
-        """A master's bound replication address; a slave's master."""
-        if self._master is not None:
-            return self._master.address
-        assert self._slave is not None
-        return self._slave.address
+        """A master's bound replication address; a slave's master ("" before it follows one)."""
+        master, slave = self._master, self._slave
+        if master is not None:
+            return master.address
+        return slave.address if slave is not None else ""
 
     def await_replicated(self, end_offset: int) -> SendStatus:
         master = self._master
@@ -70,21 +165,26 @@ class HaService:
 
     def status(self) -> ReplicationStatus:
         end = self.store.log_end_offset()
-        if self._master is not None:
-            master = self._master
+        epoch = self._epochs.last_epoch
+        master, slave = self._master, self._slave
+        if master is not None:
             return ReplicationStatus(role=self.role, broker_id=self.broker_id, address=master.address, end_offset=end,
                                      confirmed_offset=master.confirmed_offset,
-                                     slaves=master.slave_statuses(master.count_records), connected=True)
-        assert self._slave is not None
-        slave = self._slave
-        return ReplicationStatus(role=self.role, broker_id=self.broker_id, address=slave.address, end_offset=end,
-                                 confirmed_offset=end, master_end_offset=slave.master_end, connected=slave.connected)
+                                     slaves=master.slave_statuses(master.count_records), connected=True, epoch=epoch)
+        if slave is None:
+            return ReplicationStatus(role=BrokerRole.SLAVE, broker_id=self.broker_id, address="", end_offset=end,
+                                     confirmed_offset=end, connected=False, epoch=epoch)
+        return ReplicationStatus(role=BrokerRole.SLAVE, broker_id=self.broker_id, address=slave.address,
+                                 end_offset=end, confirmed_offset=end, master_end_offset=slave.master_end,
+                                 connected=slave.connected, epoch=epoch)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._master is not None:
-            self._master.close()
-        if self._slave is not None:
-            self._slave.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            master, slave = self._master, self._slave
+        if master is not None:
+            master.close()
+        if slave is not None:
+            slave.close()

@@ -12,10 +12,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from plugmq.core import LogChunk, PlugmqError, ReplicableStore, Replicated, ReplicationError, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.options import HaOptions, parse_address
 
@@ -28,16 +30,20 @@ class SlaveSide:
     """Follows the master at ``options.master`` for broker ``broker_name`` / ``broker_id``."""
 
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
-                 replicated: Replicated | None) -> None:
-        if not options.master:
+                 replicated: Replicated | None, epochs: EpochFile, master: str,
+                 truncated: Callable[[int], None] | None = None) -> None:
+        if not master:
             raise ReplicationError(f"broker {broker_name!r} is a slave but [plugins.ha] names no master; "
                                    'add master = "host:port" (the master\'s [plugins.ha] listen address)')
         self.store = store
         self.options = options
         self.broker_name = broker_name
         self.broker_id = broker_id
-        self.address = options.master
+        self.address = master
+        self.epochs = epochs
         self._replicated = replicated
+        self._truncated = truncated
+        self.in_sync = False  # the last thing heard from the master: this slave was within max_gap_bytes
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"ha-follow-{broker_name}-{broker_id}")
@@ -106,7 +112,8 @@ class SlaveSide:
         end = store.log_end_offset()
         sock.sendall(frames.json_frame(FrameType.HELLO, {
             "version": frames.PROTOCOL_VERSION, "broker_name": self.broker_name, "broker_id": self.broker_id,
-            "format": store.log_format, "end": end, "min": store.log_min_offset(), "epoch": 0}))
+            "format": store.log_format, "end": end, "min": store.log_min_offset(), "epoch": self.epochs.last_epoch,
+            "epochs": [list(e) for e in self.epochs.entries()]}))
         reader = frames.Reader(sock, self.address)
         kind, payload = reader.read()
         body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
@@ -115,6 +122,15 @@ class SlaveSide:
         if kind is not FrameType.WELCOME:
             raise ReplicationError(f"master {self.address} answered {kind.name} to HELLO")
         self.master_end = int(body.get("end", 0))
+        cut = body.get("truncate")
+        if isinstance(cut, int) and 0 <= cut < end:
+            removed = store.truncate_log(cut)
+            log.warning("log cut back to where it agrees with the master (records of an older epoch this master "
+                        "never had)", master=self.address, broker=self.broker_name, was=end, now=cut, records=removed)
+            end = store.log_end_offset()
+            if self._truncated is not None:
+                self._truncated(end)
+        self.epochs.adopt(body.get("epochs") or [], end)
         self.connected = True
         self.connects += 1
         self.last_error = ""
@@ -128,6 +144,7 @@ class SlaveSide:
                 raise ReplicationError(f"master {self.address} sent {kind.name} while streaming")
             start, master_end, records, data = frames.parse_data(payload)
             self.master_end = master_end
+            self.in_sync = master_end - (start + len(data)) <= self.options.max_gap_bytes
             if data:
                 try:
                     end = store.append_log(LogChunk(start, data, records))

@@ -1,8 +1,9 @@
 """The op log: every decision, counted check and finished effect of the transaction service.
 
 RocketMQ keeps decisions as messages of an op topic and matches them against the half queue on
-every check pass; here they are fixed-size records in the plugin's own file, replayed once at
-start, so "is this transaction settled?" is a set lookup and a restart knows every decision::
+every check pass; here they are fixed-size records in the broker's state journal (the commit log,
+``rmq_sys_state_txn``), replayed once at start, so "is this transaction settled?" is a set lookup
+and a restart - or a promoted slave - knows every decision::
 
     1 kind | 3 pad | 4 crc32(kind + half + value) | 8 half queue offset | 8 value   (24 bytes)
 
@@ -14,21 +15,22 @@ start, so "is this transaction settled?" is a set lookup and a restart knows eve
     L  lost              the half message is gone from the store (retention); terminal
     W  watermark         every half offset below ``half`` is terminal (written by compaction)
 
-A decision is written (and fsynced) before it takes effect; a D only after the store took the
-delivery, so a C or T without a D is the one state recovery has to settle by looking.
+A decision is written (and, with the fsync option, flushed; on a ``sync_master``, held by a slave)
+before it takes effect; a D only after the store took the delivery, so a C or T without a D is the
+one state recovery has to settle by looking.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import threading
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 
+from plugmq.core import StateJournal
 from plugmq.core.logs import get_logger
 
 __all__ = ["CHECKED", "COMMIT", "DISCARD", "DONE", "LOST", "ROLLBACK", "WATERMARK", "OpLog", "OpState", "record"]
@@ -88,105 +90,95 @@ class OpState:
 
 
 class OpLog:
-    """Append-only file of op records; ``rewrite`` replaces it atomically (compaction)."""
+    """The op records in the broker's journal (``rmq_sys_state_txn``): appended in batches, a
+    snapshot of the open state replaces them (``rewrite``), replayed at start. Records travel to
+    slaves with the half messages, so a promoted slave knows every decision and counted check.
 
-    def __init__(self, path: Path, *, fsync: bool) -> None:
-        self.path = path
+    A data dir written before the journal kept the records in ``<data_dir>/txn/oplog``: its valid
+    records become the journal's first snapshot and the file is renamed ``oplog.imported``.
+    """
+
+    def __init__(self, journal: StateJournal, *, fsync: bool, legacy: Path | None = None) -> None:
+        self._journal = journal
         self._fsync = fsync
-        self._fd = -1
-        self.size = 0
-        self._synced = 0
-        self._sync_lock = threading.Lock()
+        self._legacy = legacy
+        self._snapshot_size = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes a replay reads: the latest snapshot plus the records after it."""
+        return self._snapshot_size + self._journal.bytes_since_snapshot
+
+    @property
+    def snapshot_due(self) -> bool:
+        """The latest snapshot holds the store's retention back: rewrite soon."""
+        return self._journal.snapshot_due()
 
     def replay(self) -> OpState:
-        """Read every record, cutting a torn or corrupt tail (only the last write can be torn)."""
+        """Apply the latest snapshot and every record after it (a record failing its CRC - never
+        written by this plugin - is skipped with an error)."""
+        replay = self._journal.replay()
+        if replay.snapshot is None and not replay.records and self._legacy is not None and self._legacy.exists():
+            return self._import_legacy(self._legacy)
         state = OpState()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        pos = 0
-        while pos + RECORD_SIZE <= len(data):
-            kind, crc, half, value = _RECORD.unpack_from(data, pos)
-            if kind not in _KINDS or zlib.crc32(_CRC_PART.pack(kind, half, value)) != crc:
-                break
-            state.apply(kind, half, value)
-            pos += RECORD_SIZE
-        if pos != len(data):
-            log.warning("transaction op log tail cut", path=str(self.path), valid=pos, size=len(data))
-            with self.path.open("r+b") as f:
-                f.truncate(pos)
-                os.fsync(f.fileno())
+        self._snapshot_size = len(replay.snapshot or b"")
+        for data in ([replay.snapshot] if replay.snapshot else []) + list(replay.records):
+            _apply_records(state, data, strict=False)
         state.prune()
-        self._open()
-        self.size = self._synced = pos
         return state
 
-    def _open(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        existed = self.path.exists()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if not existed and self._fsync:
-            _fsync_dir(self.path.parent)
+    def _import_legacy(self, path: Path) -> OpState:
+        data = path.read_bytes()
+        state = OpState()
+        valid = _apply_records(state, data, strict=True)
+        if valid != len(data):
+            log.warning("transaction op log tail cut", path=str(path), valid=valid, size=len(data))
+        if self._journal.writable:
+            self.rewrite([data[:valid]])
+            self._journal.sync()
+            imported = path.with_name(path.name + ".imported")
+            os.replace(path, imported)
+            log.info("transaction op log imported into the journal", source=str(path), moved_to=str(imported),
+                     records=state.records)
+        state.prune()
+        return state
 
     def append(self, data: bytes) -> int:
-        """Append records (the caller serialises appends); returns the end position to sync to."""
-        _write_all(self._fd, data)
-        self.size += len(data)
-        return self.size
+        """Append records (the caller serialises appends); returns the position ``sync_to`` takes."""
+        return self._journal.append([data])
 
     def sync_to(self, position: int) -> None:
-        """Make everything up to ``position`` durable (with the fsync option). Group commit: one
-        fdatasync covers every append made before it started, whoever made them."""
-        if not self._fsync or self._synced >= position:
-            return
-        with self._sync_lock:
-            if self._synced >= position or self._fd < 0:
-                return
-            target = self.size
-            _datasync(self._fd)
-            self._synced = target
+        """Make the records up to ``position`` durable (the store's flush, with the fsync option)
+        and, on a ``sync_master``, held by a slave."""
+        if self._fsync:
+            self._journal.sync()
+        self._journal.settle(position)
 
     def sync(self) -> None:
-        self.sync_to(self.size)
+        if self._fsync:
+            self._journal.sync()
 
     def rewrite(self, records: Iterable[bytes]) -> None:
-        """Replace the log with ``records`` so a restart sees the old or the new log, never a mix."""
+        """Replace what replay reads with ``records`` (one journal snapshot)."""
         data = b"".join(records)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with self._sync_lock:  # no group-commit fsync may run on the descriptor being replaced
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
-            self._open()
-            self.size = self._synced = len(data)
+        self._journal.write_snapshot(data)
+        self._snapshot_size = len(data)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.sync()
-            with self._sync_lock:
-                os.close(self._fd)
-                self._fd = -1
+        self.sync()
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-_datasync = getattr(os, "fdatasync", os.fsync)
+def _apply_records(state: OpState, data: bytes, *, strict: bool) -> int:
+    """Apply the records in ``data``; returns the bytes of valid records read. ``strict`` (an
+    old file) stops at the first bad one - only a torn tail can be bad there."""
+    pos = 0
+    while pos + RECORD_SIZE <= len(data):
+        kind, crc, half, value = _RECORD.unpack_from(data, pos)
+        if kind not in _KINDS or zlib.crc32(_CRC_PART.pack(kind, half, value)) != crc:
+            if strict:
+                break
+            log.error("transaction op record failed its check; skipped", kind=kind, half=half)
+        else:
+            state.apply(kind, half, value)
+        pos += RECORD_SIZE
+    return pos

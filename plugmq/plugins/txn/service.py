@@ -78,14 +78,15 @@ class TxnService:
     """RocketMQ's transactional message service with a file op log. Thread-safe."""
 
     def __init__(self, context: TransactionContext, options: TxnOptions) -> None:
-        if context.store is None or context.deliver is None:
-            raise PluginError("the txn plugin needs a TransactionContext with a store and a deliver callback")
+        if context.store is None or context.deliver is None or context.journal is None:
+            raise PluginError("the txn plugin needs a TransactionContext with a store, a deliver callback and a "
+                              "state journal (a broker gives all three)")
         self._store = context.store
         self._deliver = context.deliver
         self._clock = context.clock
         self._options = options
         self.capabilities = capabilities_for(options)
-        self._oplog = OpLog(context.plugin_dir(PLUGIN_NAME) / "oplog", fsync=options.fsync)
+        self._oplog = OpLog(context.journal, fsync=options.fsync, legacy=context.data_dir / PLUGIN_NAME / "oplog")
         self._lock = threading.RLock()
         self._schedule = Schedule()
         self._decided: dict[int, tuple[int, int]] = {}  # decided, effect not yet recorded as done
@@ -178,8 +179,9 @@ class TxnService:
 
     def clean_expired(self, now_ms: int) -> int:
         """Rewrite the op log without the records of settled transactions once they make up most
-        of it (at least ``_CLEAN_MIN_BYTES``), instead of waiting for ``compact_bytes``; returns 1
-        when the old op log file was replaced, else 0. Half messages live in the store, whose
+        of it (at least ``_CLEAN_MIN_BYTES``), instead of waiting for ``compact_bytes``, or when its
+        latest snapshot holds the store's retention back; returns 1 when a snapshot replaced the
+        records, else 0. Half messages live in the store, whose
         retention removes them; open and undelivered ones are held there (``_lowest_needed``)."""
         with self._lock:
             if self._closed or not self._started or self._preparing:
@@ -187,7 +189,7 @@ class TxnService:
             low = min(chain(self._schedule.open, self._decided), default=self._half_high)
             live = 1 + len(self._decided) + sum(1 for h in self._terminal if h >= low) + sum(
                 1 for t in self._schedule.open.values() if t.checks)
-            if self._oplog.size < max(_CLEAN_MIN_BYTES, 2 * live * oplog.RECORD_SIZE):
+            if self._oplog.size < max(_CLEAN_MIN_BYTES, 2 * live * oplog.RECORD_SIZE) and not self._oplog.snapshot_due:
                 return 0
             before = self._oplog.size
             self._compact()

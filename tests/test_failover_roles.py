@@ -1,0 +1,204 @@
+"""Role switches without a name service: brokers with ``failover = true`` promoted and demoted by
+hand, real stores, real TCP on loopback. State travels with the log (offsets, pop progress, the
+transaction op log); a returning old master is cut back to where it agrees with the new master.
+
+Waits poll real state with a deadline; the brokers' clocks are ManualClocks (check-backs, pop
+deadlines), so nothing sleeps for a delay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugmq.core import (
+    BrokerRole,
+    ConfigError,
+    ManualClock,
+    Message,
+    MessageQueue,
+    PluginError,
+    ReadOnlyBrokerError,
+    ReplicableStore,
+    TransactionDecision,
+)
+from plugmq.core.broker import Broker
+from plugmq.core.transactions import TransactionProducer
+
+PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
+TOPIC = "Failover"
+DEADLINE_S = 20.0
+HA = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "reconnect_ms": 20, "reconnect_max_ms": 200,
+      "sync_timeout_ms": 2000}
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def end_of(broker: Broker) -> int:
+    store = broker.store
+    assert isinstance(store, ReplicableStore)
+    return store.log_end_offset()
+
+
+class Group:
+    """Brokers of one broker name under tmp_path, one ManualClock; all closed at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = ManualClock(1_700_000_000)
+        self.opened: list[Broker] = []
+
+    def open(self, name: str, broker_id: int, role: str = "async_master") -> Broker:
+        broker = Broker.open(self.root / name, plugins=PLUGINS, role=role, failover=True, broker_id=broker_id,
+                             clock=self.clock, store_host=f"127.0.0.{broker_id + 1}:10911",
+                             options={"ha": HA, "txn": {"fsync": False}})
+        self.opened.append(broker)
+        return broker
+
+    def close_all(self) -> None:
+        for broker in reversed(self.opened):
+            broker.close()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    made = Group(tmp_path)
+    yield made
+    made.close_all()
+
+
+def follow(slave: Broker, master: Broker) -> None:
+    slave.follow(master.replication.master_address)  # type: ignore[union-attr]
+    until(lambda: bool(master.replication.status().slaves), "the slave to connect")  # type: ignore[union-attr]
+
+
+def caught_up(slave: Broker, master: Broker) -> None:
+    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+
+
+class Checker:
+    def __init__(self, answer: TransactionDecision) -> None:
+        self.answer = answer
+        self.asked: list[bytes] = []
+
+    def __call__(self, message: Any) -> TransactionDecision:
+        self.asked.append(message.body)
+        return self.answer
+
+
+def by_arg(_message: Message, arg: object) -> object:
+    return arg
+
+
+def test_a_failover_broker_starts_read_only_and_takes_writes_once_promoted(group: Group) -> None:
+    broker = group.open("a", 1)
+    assert broker.role is BrokerRole.SLAVE and broker.epoch == 0
+    with pytest.raises(ReadOnlyBrokerError):
+        broker.put(Message(TOPIC, b"x"), 0)
+    broker.promote(1)
+    assert broker.role is BrokerRole.ASYNC_MASTER and broker.epoch == 1
+    broker.put(Message(TOPIC, b"x"), 0)
+    assert broker.replication.status().epoch == 1  # type: ignore[union-attr]
+
+
+def test_failover_configuration_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mode this broker works in"):
+        Broker.open(tmp_path / "a", plugins=PLUGINS, role="slave", failover=True, broker_id=1)
+    with pytest.raises(PluginError, match="failover = true needs a replication plugin"):
+        Broker.open(tmp_path / "b", plugins=["store_mmap"], failover=True)
+
+
+def test_state_follows_the_log_and_survives_promotion(group: Group) -> None:
+    """Offsets, pop progress and transactions on the master; the slave follows them as they
+    arrive; promoted, it delivers nothing acked again, keeps settled transactions settled and
+    checks the open one back."""
+    a, b = group.open("a", 1, role="sync_master"), group.open("b", 2, role="sync_master")
+    a.promote(1)
+    follow(b, a)
+    a.create_topic(TOPIC, 1)
+    for i in range(6):
+        assert a.put(Message(TOPIC, f"m{i}".encode()), 0).status.value == "SEND_OK"
+    consumer = a.simple_consumer("pop-g", {TOPIC: "*"})
+    got = consumer.receive(4, 30)
+    for message in got[:3]:
+        consumer.ack(message)
+    queue = MessageQueue(TOPIC, a.name, 0)
+    a.offsets("pull-g").update(queue, 5)
+    settled = TransactionProducer(a, "pg", by_arg, Checker(TransactionDecision.COMMIT))
+    settled.send_in_transaction(Message(TOPIC, b"committed"), TransactionDecision.COMMIT)
+    settled.send_in_transaction(Message(TOPIC, b"rolled-back"), TransactionDecision.ROLLBACK)
+    settled.send_in_transaction(Message(TOPIC, b"open"), TransactionDecision.UNKNOWN)
+    caught_up(b, a)
+    assert b.offsets("pull-g").read(queue) == 5, "the slave follows committed offsets"
+    assert b.pop.progress("pop-g") == a.pop.progress("pop-g"), "the slave follows pop progress"
+
+    a.close()
+    b.promote(2)
+    assert b.role is BrokerRole.SYNC_MASTER and b.epoch == 2
+    checker = Checker(TransactionDecision.COMMIT)
+    b.transaction_producer("pg", by_arg, checker)
+    group.clock.advance(7)  # past the transaction timeout: the open one is checked back
+    assert checker.asked == [b"open"], "only the open transaction is checked back by the new master"
+    bodies = sorted(m.body for m in b.pull(queue, 0, 100).messages)
+    assert bodies == sorted([f"m{i}".encode() for i in range(6)] + [b"committed", b"open"])
+    group.clock.advance(31)  # the unacked one comes back; the acked ones never do
+    again = b.simple_consumer("pop-g", {TOPIC: "*"}).receive(16, 30)
+    assert sorted(m.body for m in again) == [b"committed", b"m3", b"m4", b"m5", b"open"]
+    assert {m.body: m.delivery_attempt for m in again}[b"m3"] == 2
+    assert b.offsets("pull-g").read(queue) == 5
+
+
+def test_a_returning_old_master_is_cut_back_to_the_new_masters_history(group: Group) -> None:
+    a, b = group.open("a", 1), group.open("b", 2)
+    a.promote(1)
+    follow(b, a)
+    a.create_topic(TOPIC, 1)
+    for i in range(5):
+        a.put(Message(TOPIC, f"common-{i}".encode()), 0)
+    caught_up(b, a)
+    common_end = end_of(a)
+    b.follow("127.0.0.1:1")  # the link breaks (nothing listens there): b hears nothing more from a
+    for i in range(3):
+        a.put(Message(TOPIC, f"only-on-a-{i}".encode()), 0)  # async_master: acked, never replicated
+    a.simple_consumer("g", {TOPIC: "*"}).receive(8, 30)  # state records that will be cut too
+    assert end_of(a) > common_end
+    a.close()
+    b.promote(2)
+    for i in range(2):
+        b.put(Message(TOPIC, f"new-{i}".encode()), 0)
+
+    returning = group.open("a", 1)  # the old master restarts: a slave until told otherwise
+    assert returning.role is BrokerRole.SLAVE and returning.epoch == 1
+    assert returning.pop.progress("g"), "its own (soon cut) pop state is what it replays at open"
+    follow(returning, b)
+    caught_up(returning, b)
+    queue = MessageQueue(TOPIC, b.name, 0)
+    assert [m.body for m in returning.pull(queue, 0, 100).messages] == \
+        [m.body for m in b.pull(queue, 0, 100).messages]
+    assert not any(m.body.startswith(b"only-on-a") for m in returning.pull(queue, 0, 100).messages)
+    assert returning.pop.progress("g") == [], "the cut removed the state records with the messages"
+    assert returning.epoch == 2
+    status = b.replication.status()  # type: ignore[union-attr]
+    assert status.epoch == 2 and [s.broker_id for s in status.slaves] == [1]
+    with pytest.raises(ReadOnlyBrokerError):
+        returning.put(Message(TOPIC, b"stale"), 0)
+
+
+def test_a_stale_master_is_fenced_by_a_slave_that_knows_a_newer_epoch(group: Group) -> None:
+    a, b = group.open("a", 1), group.open("b", 2)
+    a.promote(1)
+    b.promote(2)  # b was elected while a did not know yet
+    b.put(Message(TOPIC, b"x"), 0)
+    b.demote(a.replication.master_address)  # type: ignore[union-attr]
+    until(lambda: "fenced" in b.replication._slave.last_error, "the stale master to refuse b")  # type: ignore[union-attr]
+    assert b.role is BrokerRole.SLAVE and b.epoch == 2
