@@ -202,3 +202,26 @@ def test_a_stale_master_is_fenced_by_a_slave_that_knows_a_newer_epoch(group: Gro
     b.demote(a.replication.master_address)  # type: ignore[union-attr]
     until(lambda: "fenced" in b.replication._slave.last_error, "the stale master to refuse b")  # type: ignore[union-attr]
     assert b.role is BrokerRole.SLAVE and b.epoch == 2
+
+
+def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
+    from plugmq.core.admin.operations import BrokerAdmin
+
+    a, b = group.open("a", 1), group.open("b", 2)
+    assert BrokerAdmin(a).broker_status().role == "slave"
+    a.promote(1)
+    follow(b, a)
+    a.create_topic(TOPIC, 1)
+    for i in range(3):
+        a.put(Message(TOPIC, f"m{i}".encode()), 0)
+    caught_up(b, a)
+    until(lambda: BrokerAdmin(a).broker_status().replication["slaves"][0]["lag_bytes"] == 0, "the ACK")
+    master, slave = BrokerAdmin(a).broker_status(), BrokerAdmin(b).broker_status()
+    assert (master.role, master.epoch, slave.role, slave.epoch) == ("async_master", 1, "slave", 1)
+    assert master.replication["slaves"][0]["broker_id"] == 2
+    assert master.replication["slaves"][0]["lag_messages"] == 0
+    assert slave.replication["connected"] and slave.replication["lag_bytes"] == 0
+    b.follow("127.0.0.1:1")  # b hears nothing more: what a writes next is lag
+    a.put(Message(TOPIC, b"late"), 0)
+    until(lambda: not BrokerAdmin(a).broker_status().replication["slaves"], "the slave to leave")
+    assert BrokerAdmin(a).broker_status().replication["lag_bytes"] == 0  # no slave: nothing to lag behind

@@ -401,13 +401,28 @@ def cluster_list(target: _Target, as_json: bool) -> None:
     _emit(target.run_cluster("cluster-list", {}), as_json, render)
 
 
+def _replication_rows(table: Any, replication: dict[str, Any]) -> None:
+    """Replication figures of broker-status: where it streams from or to, ends, lag per slave."""
+    if not replication:
+        return
+    for key in ("address", "end_offset", "confirmed_offset", "master_end_offset", "connected", "lag_bytes"):
+        value = replication.get(key)
+        table.add_row(f"replication.{key}", "-" if value is None or value == "" else str(value))
+    for slave in replication.get("slaves", []):
+        lag_messages = slave.get("lag_messages")
+        table.add_row(f"slave {slave['broker_id']}",
+                      f"{slave['address']} confirmed {slave['confirmed_offset']}, lag {slave['lag_bytes']} B / "
+                      f"{'-' if lag_messages is None else lag_messages} messages"
+                      f"{'' if slave.get('in_sync', True) else ' (not in sync)'}")
+
+
 @command.command("broker-status")
 @_target_options
 def broker_status(target: _Target, as_json: bool) -> None:
     """The broker at a glance: role, plugins, topics, groups, in-flight and pending work, store figures."""
     def render(status: dict[str, Any]) -> None:
         table = _table("Field", "Value", title=f"broker {status['broker']}")
-        for key in ("role", "data_dir", "topics", "groups", "pop_inflight", "delay_pending", "transactions_pending",
+        for key in ("role", "epoch", "data_dir", "topics", "groups", "pop_inflight", "delay_pending", "transactions_pending",
                     "messages_in", "messages_out"):
             table.add_row(key, "-" if status[key] is None else str(status[key]))
         table.add_row("plugins", ", ".join(status["plugins"]))
@@ -415,6 +430,7 @@ def broker_status(target: _Target, as_json: bool) -> None:
             table.add_row(f"store.{key}", f"{value:g}")
         for key, value in sorted(status["delay"].items()):
             table.add_row(f"delay.{key}", f"{value:g}")
+        _replication_rows(table, status.get("replication") or {})
         _print_table(table)
 
     _emit(target.run("broker-status", {}), as_json, render)

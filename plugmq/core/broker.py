@@ -509,8 +509,12 @@ class Broker:
         """On a ``sync_master``: wait until a slave holds the log up to ``end_offset`` (default: its
         end now) and say how it went (SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE);
         SEND_OK at once on any other broker."""
-        if self.replication is None or self.role is not BrokerRole.SYNC_MASTER:
+        if self.replication is None:
             return SendStatus.SEND_OK
+        if self.role is not BrokerRole.SYNC_MASTER:
+            # A send stored just before a failover demotion: no slave will confirm it here.
+            lost_race = self.config.failover and self.master_role is BrokerRole.SYNC_MASTER
+            return SendStatus.SLAVE_NOT_AVAILABLE if lost_race and self.role is BrokerRole.SLAVE else SendStatus.SEND_OK
         if end_offset is None:
             end_offset = getattr(self.store, "log_end_offset", lambda: 0)()
         return self.replication.await_replicated(end_offset)

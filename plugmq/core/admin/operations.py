@@ -372,8 +372,10 @@ class BrokerAdmin:
     def broker_status(self) -> BrokerStatus:
         broker = self.broker
         traffic = broker.traffic.snapshot()
+        replication = broker.replication.status().as_dict() if broker.replication is not None else {}
         return BrokerStatus(
-            broker=broker.name, role="standalone", data_dir=str(broker.data_dir),
+            broker=broker.name, role=broker.role.value if broker.replication is not None else "standalone",
+            epoch=broker.epoch, replication=replication, data_dir=str(broker.data_dir),
             plugins=tuple(broker.config.plugins), topics=len(broker.topics.all()), groups=len(self.group_names()),
             pop_inflight=broker.pop.inflight_count(),
             delay_pending=broker.delay.pending() if broker.delay is not None else None,

@@ -194,8 +194,11 @@ class ResendResult:
 
 @attrs.frozen
 class BrokerStatus:
-    """The broker at a glance. ``role`` is ``standalone`` for a broker outside any cluster; the
-    cluster and replication families add their role, epoch and replication lag here."""
+    """The broker at a glance. ``role`` is ``standalone`` for a broker with no replication plugin,
+    else its role now (``async_master``, ``sync_master``, ``slave``); ``epoch`` the master epoch
+    its log knows (0 without failover); ``replication`` what its replication plugin reports
+    (``ReplicationStatus.as_dict``: address, ends, each slave's lag in bytes and messages; {}
+    without one)."""
 
     broker: str
     role: str
@@ -210,6 +213,8 @@ class BrokerStatus:
     messages_out: int
     store: Mapping[str, float]
     delay: Mapping[str, float]
+    epoch: int = 0
+    replication: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 def to_json(value: Any) -> Any:
