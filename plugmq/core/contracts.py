@@ -991,6 +991,8 @@ class BrokerRegistration:
     ``endpoint`` is where clients reach it (the advertised gRPC address). ``room``: its machine
     room ("" when none is configured). ``epoch``: the master epoch this broker holds, 0 when it
     holds none. ``auto_create_topics`` / ``default_queue_count``: how it treats an unknown topic.
+    ``replication``: where this broker's slaves connect while it is master (its replication
+    plugin's address; "" when it serves none), so a failover slave finds the elected master.
     """
 
     cluster: str = attrs.field(validator=_checked_name(validate_cluster_name))
@@ -1003,6 +1005,7 @@ class BrokerRegistration:
     auto_create_topics: bool = True
     default_queue_count: int = attrs.field(default=4, validator=_check_queue_count)
     epoch: int = attrs.field(default=0, validator=_check_non_negative)
+    replication: str = ""
 
     @property
     def key(self) -> str:
@@ -1011,13 +1014,15 @@ class BrokerRegistration:
 
     @property
     def is_master(self) -> bool:
-        return self.broker_id == 0 and self.role.is_master
+        """Broker id 0 in a master role, or (failover) the elected master: a master role and an epoch."""
+        return self.role.is_master and (self.broker_id == 0 or self.epoch > 0)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what a name-service plugin stores, what ``--json`` output shows)."""
         return {
             "cluster": self.cluster, "broker_name": self.broker_name, "broker_id": self.broker_id,
             "endpoint": self.endpoint, "room": self.room, "role": self.role.value, "epoch": self.epoch,
+            "replication": self.replication,
             "auto_create_topics": self.auto_create_topics, "default_queue_count": self.default_queue_count,
             "topics": {name: {"queues": t.queue_count, "perm": int(t.permission)}
                        for name, t in sorted(self.topics.items())},
@@ -1033,7 +1038,8 @@ class BrokerRegistration:
                        broker_id=data.get("broker_id", 0), room=data.get("room", ""),
                        role=data.get("role", BrokerRole.ASYNC_MASTER.value), topics=topics,
                        auto_create_topics=bool(data.get("auto_create_topics", True)),
-                       default_queue_count=data.get("default_queue_count", 4), epoch=data.get("epoch", 0))
+                       default_queue_count=data.get("default_queue_count", 4), epoch=data.get("epoch", 0),
+                       replication=str(data.get("replication", "")))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValidationError(f"not a broker registration ({type(exc).__name__}: {exc}): {dict(data)!r:.200}") from exc
 

@@ -21,10 +21,12 @@ from plugmq.core.contracts import (
     ClusterService,
     ClusterTopic,
     ClusterView,
+    FailoverReplication,
     Mastership,
     TopicPermission,
 )
 from plugmq.core.errors import ClusterError, ConfigError
+from plugmq.core.failover import Failover
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import is_system_topic
@@ -78,6 +80,7 @@ class ClusterMember:
         self._lock = threading.Lock()
         self._declared: dict[str, ClusterTopic] = {}  # our own declarations, until a view shows them
         self._mastership: Mastership | None = None
+        self._failover: Failover | None = None  # [broker] failover: the election moves the master
         self._applier = ThreadPoolExecutor(1, thread_name_prefix="plugmq-cluster-apply")
         self._unsubscribe: list[Callable[[], None]] = []
         self._joined = False
@@ -85,11 +88,15 @@ class ClusterMember:
     # ------------------------------------------------------------------------------ lifecycle
     def registration(self) -> BrokerRegistration:
         config = self.broker.config
-        epoch = self._mastership.epoch if self._mastership is not None else 0
+        mastership = self._failover.mastership if self._failover is not None else self._mastership
+        epoch = mastership.epoch if mastership is not None else 0
+        replication = self.broker.replication
+        address = replication.master_address if isinstance(replication, FailoverReplication) else ""
         return BrokerRegistration(
             cluster=self.cluster, broker_name=self.broker.name, endpoint=self.endpoint, broker_id=config.broker_id,
-            room=config.room, role=BrokerRole(config.role), topics=registered_topics(self.broker.topics.all()),
-            auto_create_topics=config.auto_create_topic, default_queue_count=config.default_queue_count, epoch=epoch)
+            room=config.room, role=self.broker.role, topics=registered_topics(self.broker.topics.all()),
+            auto_create_topics=config.auto_create_topic, default_queue_count=config.default_queue_count, epoch=epoch,
+            replication=address)
 
     def join(self) -> None:
         """Register, follow the view, stand for master (masters only)."""
@@ -100,7 +107,10 @@ class ClusterMember:
         for topic, count in self.broker.topics.all().items():
             self._declare(topic, count)  # topics created before the broker joined (or while it was away)
         self._unsubscribe.append(self.service.subscribe(self._view_changed))
-        if BrokerRole(self.broker.config.role).is_master:
+        if self.broker.config.failover:
+            self._failover = Failover(self.broker, self.service, self._republish)
+            self._failover.start()
+        elif BrokerRole(self.broker.config.role).is_master:
             self.service.campaign(self._mastership_changed)
 
     def leave(self) -> None:
@@ -110,9 +120,16 @@ class ClusterMember:
         self._joined = False
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+        if self._failover is not None:
+            self._failover.close()
         self.service.withdraw()
         self.service.unregister()
         self._applier.shutdown(wait=True)
+
+    def _republish(self) -> None:
+        """The broker's role changed (failover): publish it, so routes follow at once."""
+        if self._joined:
+            self.service.register(self.registration())
 
     # ------------------------------------------------------------------------------ topics
     def _topic_changed(self, topic: str, count: int) -> None:

@@ -173,7 +173,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             target.id = 0
             target.endpoints.CopyFrom(self._endpoints(asked))  # the address the client used for this broker
             return
-        target.id = queue.broker.broker_id
+        # The official clients send to id 0 alone: an elected master (failover) is id 0 whatever its
+        # configured id, and a broker that is not master never is.
+        target.id = 0 if queue.broker.is_master else max(queue.broker.broker_id, 1)
         host, _, port = queue.broker.endpoint.rpartition(":")
         target.endpoints.scheme = definition_pb2.AddressScheme.IPv4
         target.endpoints.addresses.add(host=host, port=int(port))

@@ -321,7 +321,8 @@ class MasterSide:
             return SendStatus.SEND_OK
         gap = self.options.max_gap_bytes
         if not any(end_offset - s.confirmed < gap for s in self._ready_slaves()):
-            return SendStatus.SLAVE_NOT_AVAILABLE
+            # The in-sync set is this master alone: enough where one copy is allowed.
+            return SendStatus.SEND_OK if self.options.min_in_sync_replicas <= 1 else SendStatus.SLAVE_NOT_AVAILABLE
         event = threading.Event()
         with self._confirmed:
             if self._best >= end_offset:

@@ -38,7 +38,12 @@ class HaOptions:
     syncFlushTimeout). ``max_gap_bytes``: a slave further behind than this does not count as
     available; with none available a ``sync_master`` answers SLAVE_NOT_AVAILABLE at once
     (haMaxGapNotInSync). ``transfer_batch_bytes``: the most bytes of log one transfer frame
-    carries (haTransferBatchSize).
+    carries (haTransferBatchSize). ``min_in_sync_replicas``: the copies (the master's own
+    counted) a ``sync_master`` send needs (RocketMQ 5's minInSyncReplicas): 2, the default,
+    waits for a slave and answers SLAVE_NOT_AVAILABLE without one; 1 lets a master whose slaves
+    are all gone or out of sync ack alone - the in-sync set shrank to itself, as a new master just
+    elected by failover is until its old master returns - and wait for a slave again once one is
+    in sync.
 
     On a slave: ``master`` is the master's replication address (its ``listen``). The slave
     reconnects by itself after ``reconnect_ms``, doubling up to ``reconnect_max_ms``.
@@ -58,6 +63,7 @@ class HaOptions:
     reconnect_ms: int = attrs.field(default=200, validator=[v.instance_of(int), v.ge(1)])
     reconnect_max_ms: int = attrs.field(default=5000, validator=[v.instance_of(int), v.ge(1)])
     connect_timeout_ms: int = attrs.field(default=3000, validator=[v.instance_of(int), v.ge(1)])
+    min_in_sync_replicas: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1), v.le(2)])
 
     def __attrs_post_init__(self) -> None:
         if self.peer_timeout_ms <= self.heartbeat_ms:

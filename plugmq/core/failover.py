@@ -1,0 +1,212 @@
+"""Automatic failover: the cluster's election picks the master of a broker name.
+
+With ``[broker] failover = true`` every broker of one name starts as a slave and stands for
+master through its cluster service (:meth:`ClusterService.campaign`: on ZooKeeper, kazoo's
+election recipe, each win granting the next epoch of the name). :class:`Failover` turns what the
+election and the live view say into role switches of the broker:
+
+* election won: the broker becomes master for the granted epoch (:meth:`Broker.promote`) if it
+  may stand - it holds its old master's log up to the replication plugin's in-sync gap
+  (``caught_up``), or no master of the name was ever elected, or its own log is the newest master
+  history there is (the last master itself, restarted). A broker that may not stand gives the
+  election up and stands again later, so a lagging slave never becomes master while a caught-up
+  one lives (RocketMQ 5's controller elects from the in-sync replicas alone);
+* election lost (session expired, withdrawn): the broker stops taking writes at once;
+* live view: a slave follows the elected master of its name (the registration names its
+  replication address); a master that sees a newer epoch than its own demotes itself. A
+  returning old master starts as a slave, follows the new master and is cut back in the
+  replication handshake to where both logs agree (epochs, see the ha plugin): it never takes a
+  write under its old epoch.
+
+Role switches run on one worker thread of their own: the cluster service's threads (elections,
+watches) only hand over what they saw.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from plugmq.core.contracts import (
+    BrokerRegistration,
+    BrokerRole,
+    ClusterService,
+    ClusterView,
+    FailoverReplication,
+    Mastership,
+)
+from plugmq.core.errors import PlugmqError
+from plugmq.core.logs import get_logger
+
+if TYPE_CHECKING:
+    from plugmq.core.broker import Broker
+
+__all__ = ["Failover", "elected_master"]
+
+log = get_logger(__name__)
+
+#: How long a broker that may not stand (not caught up) waits before it stands again.
+RESTAND_S = 1.0
+
+
+def elected_master(view: ClusterView, broker_name: str, *, other_than: int | None = None) -> BrokerRegistration | None:
+    """The live elected master of ``broker_name`` in ``view`` (the newest epoch when a stale one is
+    still listed), leaving out broker id ``other_than``; None when there is none."""
+    masters = [b for b in view.brokers if b.broker_name == broker_name and b.is_master and b.replication
+               and b.broker_id != other_than]
+    return max(masters, key=lambda b: b.epoch) if masters else None
+
+
+class Failover:
+    """Drives one broker's role from its cluster's election and live view. Thread-safe."""
+
+    def __init__(self, broker: Broker, service: ClusterService, republish: Callable[[], None],
+                 *, restand_s: float = RESTAND_S) -> None:
+        replication = broker.replication
+        if not isinstance(replication, FailoverReplication):
+            raise PlugmqError(f"broker {broker.name!r}: failover needs a replication plugin that switches roles")
+        self.broker = broker
+        self.service = service
+        self.replication: FailoverReplication = replication
+        self._republish = republish
+        self._restand_s = restand_s
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="plugmq-failover")
+        self._lock = threading.Lock()
+        self._mastership: Mastership | None = None
+        self._following = ""
+        self._closed = False
+        self._restand: threading.Timer | None = None
+        self._log = log.bind(broker=broker.name, broker_id=broker.config.broker_id)
+
+    @property
+    def mastership(self) -> Mastership | None:
+        """The election this broker holds now (None while it is a slave)."""
+        with self._lock:
+            return self._mastership
+
+    def start(self) -> None:
+        """Stand for master and follow the live view (call after the broker registered)."""
+        self._unsubscribe = self.service.subscribe(self.view_changed)
+        self.service.campaign(self.mastership_changed)
+
+    def close(self) -> None:
+        """Stop standing and switching (the broker keeps its present role until it closes)."""
+        with self._lock:
+            self._closed = True
+            timer, self._restand = self._restand, None
+        if timer is not None:
+            timer.cancel()
+        unsubscribe = getattr(self, "_unsubscribe", None)
+        if unsubscribe is not None:
+            unsubscribe()
+        self.service.withdraw()
+        self._worker.shutdown(wait=True)
+
+    # ------------------------------------------------------------------------------ inputs
+    def mastership_changed(self, mastership: Mastership | None) -> None:
+        """The election's listener (its thread): hand over to the worker."""
+        self._submit(self._apply_mastership, mastership)
+
+    def view_changed(self, view: ClusterView) -> None:
+        """The cluster service's listener (its thread): hand over to the worker."""
+        self._submit(self._apply_view, view)
+
+    def _submit(self, task: Callable[..., None], argument: object) -> None:
+        with self._lock:
+            if self._closed:
+                return
+        try:
+            self._worker.submit(self._guarded, task, argument)
+        except RuntimeError:
+            pass  # closing
+
+    def _guarded(self, task: Callable[[object], None], argument: object) -> None:
+        try:
+            task(argument)
+        except Exception:  # noqa: BLE001 - one failed switch must not stop the next; logged
+            self._log.exception("failover step failed; the next election or view tries again")
+
+    # ------------------------------------------------------------------------------ switches
+    def may_stand(self) -> tuple[bool, str]:
+        """Whether this broker may become master now, and why (or why not)."""
+        if self.replication.caught_up:
+            return True, "caught up with the last master"
+        if self.service.current_epoch(self.broker.name) <= 1:
+            return True, "first election of this broker name"  # 1: our own win, just granted
+        others = [b for b in self.service.view().brokers
+                  if b.broker_name == self.broker.name and b.broker_id != self.broker.config.broker_id]
+        if not others:
+            return True, "no other broker of this name is alive (whoever returns is cut back to this log)"
+        return False, (f"not caught up with the last master while {', '.join(b.key for b in others)} "
+                       "may be; one of them stands")
+
+    def _apply_mastership(self, mastership: object) -> None:
+        assert mastership is None or isinstance(mastership, Mastership)
+        with self._lock:
+            if self._closed:
+                return
+        if mastership is None:
+            with self._lock:
+                held, self._mastership = self._mastership, None
+            if held is not None or self.broker.role.is_master:
+                self.broker.demote(None)  # no more writes until the view names the new master
+                self._following = ""
+                self._republish()
+            return
+        allowed, why = self.may_stand()
+        if not allowed:
+            self._log.warning("won the election but may not be master; giving it up and standing again",
+                              epoch=mastership.epoch, reason=why)
+            self.service.withdraw()
+            self._schedule_restand()
+            return
+        self.broker.promote(mastership.epoch)
+        with self._lock:
+            self._mastership = mastership
+        self._following = ""
+        self._log.warning("elected master", epoch=mastership.epoch, reason=why,
+                          replication=self.replication.master_address)
+        self._republish()
+
+    def _schedule_restand(self) -> None:
+        def restand() -> None:
+            with self._lock:
+                if self._closed:
+                    return
+                self._restand = None
+            try:
+                self.service.campaign(self.mastership_changed)
+            except PlugmqError as exc:
+                self._log.warning("could not stand for master again", error=str(exc))
+
+        timer = threading.Timer(self._restand_s, restand)
+        timer.daemon = True
+        with self._lock:
+            self._restand = timer
+        timer.start()
+
+    def _apply_view(self, view: object) -> None:
+        assert isinstance(view, ClusterView)
+        master = elected_master(view, self.broker.name, other_than=self.broker.config.broker_id)
+        if master is None:
+            return
+        mine = self.mastership
+        if mine is not None:
+            if master.epoch > mine.epoch:
+                self._log.error("another broker holds a newer epoch: this one steps down", epoch=mine.epoch,
+                                newer=master.epoch, master=master.key)
+                with self._lock:
+                    self._mastership = None
+                self.service.withdraw()
+                self.broker.demote(master.replication)
+                self._following = master.replication
+                self._republish()
+                self._schedule_restand()
+            return
+        if self.broker.role is BrokerRole.SLAVE and master.replication != self._following:
+            self._log.info("following the elected master", master=master.key, epoch=master.epoch,
+                           replication=master.replication)
+            self.broker.follow(master.replication)
+            self._following = master.replication

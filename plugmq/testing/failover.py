@@ -1,0 +1,243 @@
+"""Failover on one machine for tests and ``plugmq bench failover``: two ``plugmq serve`` children of
+one broker name (``[broker] failover = true``, the ha and cluster_zk plugins) on a real ZooKeeper.
+
+:func:`run_kill` sends from producer threads of the official Python client to the elected master,
+kills it with SIGKILL, times until the other broker takes sends as the new master, reads back what
+it holds, restarts the old master and waits until it follows the new one: a :class:`KillRun`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess
+from plugmq.testing.zookeeper import ZooKeeperServer
+
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "broker_status", "run_kill", "write_failover_config"]
+
+FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
+TOPIC = "FailoverTopic"
+BROKER = "broker-f"
+
+
+def write_failover_config(directory: Path, data_dir: str, broker_id: int, *, mode: str, zookeeper: str,
+                          cluster: str, session_timeout_s: float = 2.0) -> Path:
+    """A ``plugmq serve`` TOML for broker ``broker-f`` (id ``broker_id``) standing for master in ``mode``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / f"{data_dir}.toml"
+    config.write_text(
+        f'[broker]\nname = "{BROKER}"\ndata_dir = "{data_dir}"\nbroker_id = {broker_id}\nrole = "{mode}"\n'
+        f"failover = true\nplugins = {json.dumps(FAILOVER_PLUGINS)}\n"
+        f'[cluster]\nname = "{cluster}"\n'
+        f'[plugins.cluster_zk]\nhosts = "{zookeeper}"\nsession_timeout_s = {session_timeout_s}\n'
+        "[plugins.ha]\nheartbeat_ms = 100\npeer_timeout_ms = 3000\nreconnect_ms = 20\nreconnect_max_ms = 200\n"
+        "sync_timeout_ms = 3000\nmin_in_sync_replicas = 1\n"
+        "[server]\nlong_polling_s = 1\n", encoding="utf-8")
+    return config
+
+
+def broker_status(address: str) -> dict[str, Any]:
+    """``plugmq admin broker-status`` of the served broker at ``address`` (JSON form)."""
+    from plugmq.server.admin import AdminClient
+
+    with AdminClient(address, timeout_s=3) as client:
+        return dict(client.call("broker-status", {}))
+
+
+def _status_or_none(address: str) -> dict[str, Any] | None:
+    try:
+        return broker_status(address)
+    except Exception:  # noqa: BLE001 - a broker starting or just killed: not answering is the answer
+        return None
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float) -> float:
+    """Poll ``predicate`` every 10 ms; the seconds it took (AssertionError past ``timeout_s``)."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"gave up waiting for {what} after {timeout_s:g} s")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@attrs.frozen
+class KillRun:
+    """One kill -9 of the master. ``acked``: bodies the producers got SEND_OK for; ``held``: bodies
+    the new master holds; ``last_lag_messages``: the lag the old master last reported (messages)
+    and ``acked_after_report`` the sends acked after that report (both bound an async loss)."""
+
+    mode: str
+    failover_s: float
+    steady_rate: float
+    acked: frozenset[bytes]
+    held: frozenset[bytes]
+    last_lag_messages: int
+    acked_after_report: int
+    old_epoch: int
+    new_epoch: int
+    rejoined: dict[str, Any]
+    errors: tuple[str, ...]
+
+    @property
+    def lost(self) -> frozenset[bytes]:
+        return self.acked - self.held
+
+
+class _Senders:
+    """Producer threads of the official client sending unique bodies to ``address``."""
+
+    def __init__(self, address: str, threads: int) -> None:
+        from rocketmq import ClientConfiguration, Credentials, Producer
+
+        self.producer = Producer(ClientConfiguration(address, Credentials(), request_timeout=3), (TOPIC,))
+        self.producer.startup()
+        self._lock = threading.Lock()
+        self.acked: list[tuple[float, bytes]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send, args=(i,), daemon=True) for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def _send(self, index: int) -> None:
+        from rocketmq import Message
+
+        sequence = 0
+        while not self._stop.is_set():
+            message = Message()
+            message.topic = TOPIC
+            message.body = f"t{index}-{sequence}".encode()
+            sequence += 1
+            try:
+                self.producer.send(message)
+            except Exception as exc:  # noqa: BLE001 - a failed send is what is counted here
+                with self._lock:
+                    self.errors.append(f"{type(exc).__name__}: {exc}"[:160])
+                time.sleep(0.01)
+                continue
+            with self._lock:
+                self.acked.append((time.monotonic(), message.body))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self.producer.shutdown()
+
+
+def _send_one(address: str) -> bool:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    producer = Producer(ClientConfiguration(address, Credentials(), request_timeout=2), (TOPIC,))
+    try:
+        producer.startup()
+        message = Message()
+        message.topic = TOPIC
+        message.body = b"probe-" + uuid.uuid4().hex.encode()
+        producer.send(message)
+        return True
+    except Exception:  # noqa: BLE001 - not yet a master: try again
+        return False
+    finally:
+        try:
+            producer.shutdown()
+        except Exception:  # noqa: BLE001 - a producer that never started may refuse to shut down
+            pass
+
+
+def _read_all(address: str, group: str) -> set[bytes]:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    consumer = SimpleConsumer(ClientConfiguration(address, Credentials(), request_timeout=3), group,
+                              {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    held: set[bytes] = set()
+    empty = 0
+    try:
+        while empty < 3:
+            batch = consumer.receive(32, 60)
+            empty = 0 if batch else empty + 1
+            for received in batch:
+                held.add(bytes(received.body))
+                consumer.ack(received)
+    finally:
+        consumer.shutdown()
+    return held
+
+
+def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads: int = 8, steady_s: float = 2.0,
+             session_timeout_s: float = 2.0, wait_s: float = 60.0) -> KillRun:
+    """Two brokers, sends, kill -9 of the master, the new master, the old one back as a slave."""
+    cluster = f"f{uuid.uuid4().hex[:8]}"
+    configs = [write_failover_config(directory, f"n{i}", i, mode=mode, zookeeper=zookeeper.hosts, cluster=cluster,
+                                     session_timeout_s=session_timeout_s) for i in (1, 2)]
+    processes = [ServeProcess(config) for config in configs]
+    senders: _Senders | None = None
+    try:
+        addresses = [p.await_address() for p in processes]
+        statuses: dict[str, dict[str, Any] | None] = {}
+
+        def settled() -> bool:
+            for address in addresses:
+                statuses[address] = _status_or_none(address)
+            roles = sorted(str((s or {}).get("role")) for s in statuses.values())
+            slave = next((s for s in statuses.values() if s and s["role"] == "slave"), None)
+            return roles == sorted([mode, "slave"]) and slave is not None and slave["replication"]["connected"]
+
+        wait_for(settled, "one master and a connected slave", wait_s)
+        master_index = next(i for i, a in enumerate(addresses) if (statuses[a] or {}).get("role") == mode)
+        master, survivor = addresses[master_index], addresses[1 - master_index]
+        old_epoch = int((statuses[master] or {})["epoch"])
+        senders = _Senders(master, threads)
+        time.sleep(steady_s)
+        report = broker_status(master)  # what the master says just before it dies
+        reported_at = time.monotonic()
+        slaves = report["replication"]["slaves"]
+        last_lag = int(slaves[0]["lag_messages"] or 0) if slaves else 0
+        processes[master_index].stop(signal.SIGKILL)
+        killed = time.monotonic()
+        with senders._lock:
+            steady = [t for t, _ in senders.acked]
+        steady_rate = len(steady) / max(1e-9, (steady[-1] - steady[0])) if len(steady) > 1 else 0.0
+        failover_s = wait_for(lambda: _send_one(survivor), "the survivor to take sends as master", wait_s)
+        del killed
+        senders.stop()
+        acked = frozenset(body for _, body in senders.acked)
+        acked_after = sum(1 for t, _ in senders.acked if t > reported_at)
+        errors = tuple(sorted(set(senders.errors)))
+        senders = None
+        new_epoch = int(broker_status(survivor)["epoch"])
+        held = frozenset(b for b in _read_all(survivor, f"check-{uuid.uuid4().hex[:6]}") if not b.startswith(b"probe-"))
+
+        processes[master_index] = ServeProcess(configs[master_index])
+        returned = processes[master_index].await_address()
+        rejoined: dict[str, Any] = {}
+
+        def following() -> bool:
+            status = _status_or_none(returned)
+            mine = _status_or_none(survivor)
+            if status is None or mine is None:
+                return False
+            rejoined.update(status)
+            replication = status["replication"]
+            return (status["role"] == "slave" and replication["connected"]
+                    and replication["end_offset"] == mine["replication"]["end_offset"])
+
+        wait_for(following, "the old master to rejoin as a caught-up slave", wait_s)
+        return KillRun(mode, failover_s, steady_rate, acked, held, last_lag, acked_after, old_epoch, new_epoch,
+                       dict(rejoined), errors)
+    finally:
+        if senders is not None:
+            senders.stop()
+        for process in processes:
+            process.stop(signal.SIGTERM)

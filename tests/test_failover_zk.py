@@ -1,0 +1,38 @@
+"""Automatic failover on a real ZooKeeper: two ``plugmq serve`` children of one broker name, the
+official Python client's producers on 8 threads, kill -9 of the elected master.
+
+sync_master: no acked message is lost. async_master: what is lost is bounded by the lag the master
+last reported plus what it acked after that report. In both modes the other broker takes sends as
+master under a newer epoch, and the killed one, restarted, follows it as a slave (its log cut back
+to the new master's history; it never takes a write under its old epoch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
+
+from plugmq.testing import ZooKeeperServer
+from plugmq.testing.failover import run_kill
+from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
+
+pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mode: about a minute
+
+
+@pytest.mark.parametrize("mode", ["sync_master", "async_master"])
+def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its_slave(
+        mode: str, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+    run = run_kill(tmp_path, zookeeper, mode=mode, threads=8, steady_s=2.0)
+    print(f"{mode}: failover {run.failover_s:.2f} s, {len(run.acked)} acked, {len(run.lost)} lost, "
+          f"last reported lag {run.last_lag_messages} msgs, {run.acked_after_report} acked after it")
+    assert run.acked, f"no send succeeded before the kill: {run.errors[:3]}"
+    assert run.new_epoch > run.old_epoch >= 1
+    if mode == "sync_master":
+        assert not run.lost, f"{len(run.lost)} acked messages lost, e.g. {sorted(run.lost)[:5]}"
+    else:
+        assert len(run.lost) <= run.last_lag_messages + run.acked_after_report
+    assert run.rejoined["role"] == "slave"
+    assert run.rejoined["epoch"] == run.new_epoch, "the returning master took the new master's epochs"
