@@ -206,6 +206,7 @@ def test_a_stale_master_is_fenced_by_a_slave_that_knows_a_newer_epoch(group: Gro
 
 def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
     from plugmq.core.admin.operations import BrokerAdmin
+    from plugmq.server.metrics import BrokerCollector, EventCounter
 
     a, b = group.open("a", 1), group.open("b", 2)
     assert BrokerAdmin(a).broker_status().role == "slave"
@@ -221,6 +222,12 @@ def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
     assert master.replication["slaves"][0]["broker_id"] == 2
     assert master.replication["slaves"][0]["lag_messages"] == 0
     assert slave.replication["connected"] and slave.replication["lag_bytes"] == 0
+    metrics = {(m.name, tuple(sorted(s.labels.items())), s.value) for m in BrokerCollector(a, EventCounter()).collect()
+               for s in m.samples}
+    assert ("plugmq_broker_info", (("broker", a.name), ("role", "async_master")), 1.0) in metrics
+    assert ("plugmq_master_epoch", (("broker", a.name),), 1.0) in metrics
+    assert ("plugmq_replication_lag_bytes", (("broker", a.name), ("slave_id", "2")), 0.0) in metrics
+    assert ("plugmq_replication_lag_messages", (("broker", a.name), ("slave_id", "2")), 0.0) in metrics
     b.follow("127.0.0.1:1")  # b hears nothing more: what a writes next is lag
     a.put(Message(TOPIC, b"late"), 0)
     until(lambda: not BrokerAdmin(a).broker_status().replication["slaves"], "the slave to leave")

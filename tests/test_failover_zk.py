@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
 from plugmq.testing import ZooKeeperServer
-from plugmq.testing.failover import run_kill
+from plugmq.testing.failover import run_kill, run_pause
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mode: about a minute
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mo
 def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its_slave(
         mode: str, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
     run = run_kill(tmp_path, zookeeper, mode=mode, threads=8, steady_s=2.0)
-    print(f"{mode}: failover {run.failover_s:.2f} s, {len(run.acked)} acked, {len(run.lost)} lost, "
+    print(f"{mode}: failover {run.failover_s:.2f} s (routed {run.routed_s:.2f} s), {len(run.acked)} acked, {len(run.lost)} lost, "
           f"last reported lag {run.last_lag_messages} msgs, {run.acked_after_report} acked after it")
     assert run.acked, f"no send succeeded before the kill: {run.errors[:3]}"
     assert run.new_epoch > run.old_epoch >= 1
@@ -36,3 +36,15 @@ def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its
         assert len(run.lost) <= run.last_lag_messages + run.acked_after_report
     assert run.rejoined["role"] == "slave"
     assert run.rejoined["epoch"] == run.new_epoch, "the returning master took the new master's epochs"
+
+
+def test_a_master_frozen_past_its_session_steps_down_and_cuts_its_unreplicated_tail(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+    run = run_pause(tmp_path, zookeeper)
+    print(f"frozen master: failover {run.failover_s:.2f} s, stepped down {run.demoted_s:.2f} s after the thaw, "
+          f"old master {run.old_end - run.slave_end} B ahead of its slave when it froze")
+    assert run.old_end > run.slave_end, "the old master held records its slave never got"
+    assert run.stale_write_refused, "the thawed old master took a write"
+    assert run.rejoined["epoch"] == run.new_master["epoch"] >= 2
+    assert run.rejoined["replication"]["end_offset"] == run.new_master["replication"]["end_offset"]
+    assert run.cut_logged

@@ -31,6 +31,8 @@ quantiles), ``plugmq_store_*`` / ``plugmq_delay_*`` / ``plugmq_transaction_*`` (
 the plugin's ``stats()`` / ``metrics()``), ``plugmq_disk_*_bytes``, ``plugmq_pop_inflight_messages``,
 ``plugmq_retried_messages_total``, ``plugmq_broker_info`` (broker name and role: the place where a
 cluster's role, epoch and replication lag join) and the process's CPU and memory (``process_*``).
+With a replication plugin: ``plugmq_master_epoch`` and ``plugmq_replication_lag_bytes`` /
+``plugmq_replication_lag_messages`` by slave_id (a master's slaves; a slave's own lag).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from plugmq.core import hookimpl
+from plugmq.core import BrokerRole, hookimpl
 from plugmq.core.admin import BrokerAdmin
 from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
@@ -135,8 +137,30 @@ class BrokerCollector:
     def _info(self) -> Iterator[Metric]:
         info = GaugeMetricFamily("plugmq_broker_info", "The broker (value 1): its name and role in a cluster",
                                  labels=["broker", "role"])
-        info.add_metric([self.broker.name, "standalone"], 1)  # cluster and replication plugins add their role here
+        replication = self.broker.replication
+        info.add_metric([self.broker.name, self.broker.role.value if replication is not None else "standalone"], 1)
         yield info
+        if replication is None:
+            return
+        status = replication.status()
+        epoch = GaugeMetricFamily("plugmq_master_epoch", "The newest master epoch the broker's log knows (failover)",
+                                  labels=["broker"])
+        epoch.add_metric([self.broker.name], status.epoch)
+        yield epoch
+        lag_bytes = GaugeMetricFamily("plugmq_replication_lag_bytes",
+                                      "Commit-log bytes a slave lacks: per slave on a master, its own on a slave",
+                                      labels=["broker", "slave_id"])
+        lag_messages = GaugeMetricFamily("plugmq_replication_lag_messages",
+                                         "Records a slave lacks (on a master, per slave; left out when not counted)",
+                                         labels=["broker", "slave_id"])
+        if status.role is BrokerRole.SLAVE:
+            lag_bytes.add_metric([self.broker.name, str(status.broker_id)], status.lag_bytes)
+        for slave in status.slaves:
+            lag_bytes.add_metric([self.broker.name, str(slave.broker_id)], slave.lag_bytes)
+            if slave.lag_messages is not None:
+                lag_messages.add_metric([self.broker.name, str(slave.broker_id)], slave.lag_messages)
+        yield lag_bytes
+        yield lag_messages
 
     def _traffic(self) -> Iterator[Metric]:
         snapshot = self.broker.traffic.snapshot()

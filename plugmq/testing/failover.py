@@ -22,7 +22,7 @@ import attrs
 from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess
 from plugmq.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["FAILOVER_PLUGINS", "KillRun", "broker_status", "run_kill", "write_failover_config"]
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "broker_status", "run_kill", "run_pause", "write_failover_config"]
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
 TOPIC = "FailoverTopic"
@@ -77,7 +77,8 @@ class KillRun:
     and ``acked_after_report`` the sends acked after that report (both bound an async loss)."""
 
     mode: str
-    failover_s: float
+    failover_s: float  # kill -> a send straight to the other broker succeeds
+    routed_s: float  # kill -> the official producer (routed afresh) sends to it
     steady_rate: float
     acked: frozenset[bytes]
     held: frozenset[bytes]
@@ -127,6 +128,10 @@ class _Senders:
                 continue
             with self._lock:
                 self.acked.append((time.monotonic(), message.body))
+
+    def stop_soon(self) -> None:
+        """No new sends; those under way finish (or time out) in the background."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -209,7 +214,9 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
         with senders._lock:
             steady = [t for t, _ in senders.acked]
         steady_rate = len(steady) / max(1e-9, (steady[-1] - steady[0])) if len(steady) > 1 else 0.0
-        failover_s = wait_for(lambda: _send_one(survivor), "the survivor to take sends as master", wait_s)
+        failover_s = wait_for(lambda: _taken(survivor), "the survivor to take sends as master", wait_s)
+        routed_s = failover_s + wait_for(lambda: _send_one(survivor), "the official producer's send to the new master",
+                                         wait_s)
         del killed
         senders.stop()
         acked = frozenset(body for _, body in senders.acked)
@@ -234,9 +241,126 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
                     and replication["end_offset"] == mine["replication"]["end_offset"])
 
         wait_for(following, "the old master to rejoin as a caught-up slave", wait_s)
-        return KillRun(mode, failover_s, steady_rate, acked, held, last_lag, acked_after, old_epoch, new_epoch,
+        return KillRun(mode, failover_s, routed_s, steady_rate, acked, held, last_lag, acked_after, old_epoch, new_epoch,
                        dict(rejoined), errors)
     finally:
+        if senders is not None:
+            senders.stop()
+        for process in processes:
+            process.stop(signal.SIGTERM)
+
+
+@attrs.frozen
+class PauseRun:
+    """The master frozen (SIGSTOP) until its ZooKeeper session expired, with a tail its slave never
+    got; then thawed (SIGCONT) while the other broker is master under a newer epoch."""
+
+    old_end: int  # the old master's log end just before it froze (beyond what its slave held)
+    slave_end: int  # what the slave held then: the new master's history begins there
+    failover_s: float  # freeze -> the other broker takes a send (straight to it)
+    demoted_s: float  # thaw -> the old master reports itself a slave
+    rejoined: dict[str, Any]  # its broker-status once it follows the new master, caught up
+    new_master: dict[str, Any]  # the new master's broker-status then
+    stale_write_refused: bool  # a send straight to the thawed old master failed
+    cut_logged: bool  # the new master logged that the returning one cut its log back
+
+
+def _send_direct(address: str, timeout_s: float = 3.0) -> bool:
+    """One send to the broker at ``address`` itself (its own route, not the cluster's)."""
+    import grpc
+
+    from plugmq.server.protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
+
+    request = service_pb2.SendMessageRequest()
+    message = request.messages.add()
+    message.topic.name = TOPIC
+    message.body = b"probe-" + uuid.uuid4().hex.encode()
+    message.system_properties.message_id = uuid.uuid4().hex.upper()
+    message.system_properties.message_type = definition_pb2.MessageType.NORMAL
+    message.system_properties.body_encoding = definition_pb2.Encoding.IDENTITY
+    message.system_properties.queue_id = 0
+    with grpc.insecure_channel(address) as channel:
+        response = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, timeout=timeout_s)
+    return response.status.code == Code.OK and all(e.status.code == Code.OK for e in response.entries)
+
+
+def _taken(address: str) -> bool:
+    try:
+        return _send_direct(address, timeout_s=0.5)
+    except Exception:  # noqa: BLE001 - not answering yet
+        return False
+
+
+def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s: float = 2.0,
+              wait_s: float = 60.0) -> PauseRun:
+    """async_master: the slave frozen for a moment (the master acks what it never gets), then the
+    master frozen past its session timeout; the slave is elected; the old master thawed."""
+    cluster = f"p{uuid.uuid4().hex[:8]}"
+    configs = [write_failover_config(directory, f"n{i}", i, mode="async_master", zookeeper=zookeeper.hosts,
+                                     cluster=cluster, session_timeout_s=session_timeout_s) for i in (1, 2)]
+    processes = [ServeProcess(config) for config in configs]
+    senders: _Senders | None = None
+    frozen: list[ServeProcess] = []
+    try:
+        addresses = [p.await_address() for p in processes]
+
+        def roles() -> dict[str, str]:
+            return {a: str((_status_or_none(a) or {}).get("role")) for a in addresses}
+
+        wait_for(lambda: sorted(roles().values()) == ["async_master", "slave"], "one master and a slave", wait_s)
+        now = roles()
+        m = next(i for i, a in enumerate(addresses) if now[a] == "async_master")
+        master, slave = addresses[m], addresses[1 - m]
+        wait_for(lambda: bool((_status_or_none(slave) or {}).get("replication", {}).get("connected")),
+                 "the slave to connect", wait_s)
+        senders = _Senders(master, 2)
+        time.sleep(0.5)
+        wait_for(lambda: (_status_or_none(slave) or {}).get("replication", {}).get("end_offset", 0) > 0,
+                 "the slave to hold something", wait_s)
+        # Freeze the slave well inside its session timeout: the master acks what it never gets.
+        processes[1 - m].process.send_signal(signal.SIGSTOP)
+        frozen.append(processes[1 - m])
+        time.sleep(min(0.6, session_timeout_s / 3))
+        old_end = int(broker_status(master)["replication"]["end_offset"])
+        processes[m].process.send_signal(signal.SIGSTOP)
+        frozen.append(processes[m])
+        processes[1 - m].process.send_signal(signal.SIGCONT)
+        frozen.remove(processes[1 - m])
+        paused = time.monotonic()
+        senders.stop_soon()  # their sends to the frozen master time out in the background
+        slave_end = int(broker_status(slave)["replication"]["end_offset"])
+        wait_for(lambda: _taken(slave), "the slave to take sends as master", wait_s)
+        failover_s = time.monotonic() - paused
+        wait_for(lambda: _send_one(slave), "the official producer's send to the new master", wait_s)
+        # The old master's end as it froze: what its own store holds (read at the thaw below).
+        processes[m].process.send_signal(signal.SIGCONT)
+        frozen.remove(processes[m])
+        demoted_s = wait_for(lambda: (_status_or_none(master) or {}).get("role") == "slave",
+                             "the thawed master to step down", wait_s)
+        try:
+            refused = not _send_direct(master)
+        except Exception:  # noqa: BLE001 - an RPC error is a refusal too
+            refused = True
+        rejoined: dict[str, Any] = {}
+        new_master: dict[str, Any] = {}
+
+        def following() -> bool:
+            status, mine = _status_or_none(master), _status_or_none(slave)
+            if status is None or mine is None:
+                return False
+            rejoined.clear()
+            rejoined.update(status)
+            new_master.clear()
+            new_master.update(mine)
+            return (status["role"] == "slave" and status["replication"]["connected"]
+                    and status["replication"]["end_offset"] == mine["replication"]["end_offset"])
+
+        wait_for(following, "the old master to follow the new one, caught up", wait_s)
+        cut = "diverged from this master" in processes[1 - m].log_path.read_text("utf-8", errors="replace")
+        return PauseRun(old_end, slave_end, failover_s, demoted_s, dict(rejoined), dict(new_master), refused, cut)
+    finally:
+        for process in frozen:
+            process.process.send_signal(signal.SIGCONT)
         if senders is not None:
             senders.stop()
         for process in processes:
