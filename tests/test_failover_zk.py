@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
 from plugmq.testing import ZooKeeperServer
-from plugmq.testing.failover import run_kill, run_pause
+from plugmq.testing.failover import run_kill, run_pause, run_restart_all
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mode: about a minute
@@ -48,3 +48,11 @@ def test_a_master_frozen_past_its_session_steps_down_and_cuts_its_unreplicated_t
     assert run.rejoined["epoch"] == run.new_master["epoch"] >= 2
     assert run.rejoined["replication"]["end_offset"] == run.new_master["replication"]["end_offset"]
     assert run.cut_logged
+
+
+def test_when_every_broker_restarts_the_last_master_stands_and_keeps_its_tail(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+    run = run_restart_all(tmp_path, zookeeper)
+    assert run.new_master_id == run.old_master_id, "the broker that led the newest epoch is master again"
+    assert run.new_epoch > run.old_epoch
+    assert run.held_after >= run.held_before, "the tail its slave never got is kept"

@@ -993,6 +993,8 @@ class BrokerRegistration:
     holds none. ``auto_create_topics`` / ``default_queue_count``: how it treats an unknown topic.
     ``replication``: where this broker's slaves connect while it is master (its replication
     plugin's address; "" when it serves none), so a failover slave finds the elected master.
+    ``log_epoch``: the newest master epoch its log knows (failover: who may stand when no broker
+    of the name is caught up).
     """
 
     cluster: str = attrs.field(validator=_checked_name(validate_cluster_name))
@@ -1006,6 +1008,7 @@ class BrokerRegistration:
     default_queue_count: int = attrs.field(default=4, validator=_check_queue_count)
     epoch: int = attrs.field(default=0, validator=_check_non_negative)
     replication: str = ""
+    log_epoch: int = attrs.field(default=0, validator=_check_non_negative)
 
     @property
     def key(self) -> str:
@@ -1022,7 +1025,7 @@ class BrokerRegistration:
         return {
             "cluster": self.cluster, "broker_name": self.broker_name, "broker_id": self.broker_id,
             "endpoint": self.endpoint, "room": self.room, "role": self.role.value, "epoch": self.epoch,
-            "replication": self.replication,
+            "replication": self.replication, "log_epoch": self.log_epoch,
             "auto_create_topics": self.auto_create_topics, "default_queue_count": self.default_queue_count,
             "topics": {name: {"queues": t.queue_count, "perm": int(t.permission)}
                        for name, t in sorted(self.topics.items())},
@@ -1039,7 +1042,7 @@ class BrokerRegistration:
                        role=data.get("role", BrokerRole.ASYNC_MASTER.value), topics=topics,
                        auto_create_topics=bool(data.get("auto_create_topics", True)),
                        default_queue_count=data.get("default_queue_count", 4), epoch=data.get("epoch", 0),
-                       replication=str(data.get("replication", "")))
+                       replication=str(data.get("replication", "")), log_epoch=data.get("log_epoch", 0))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValidationError(f"not a broker registration ({type(exc).__name__}: {exc}): {dict(data)!r:.200}") from exc
 
@@ -1318,6 +1321,10 @@ class FailoverReplication(ReplicationService, Protocol):
     def follow(self, master: str) -> None:
         """Become (or stay) a slave of the master whose replication address is ``master``: stop
         serving slaves (sends waiting for one are answered), connect and copy its log."""
+
+    @property
+    def led_epoch(self) -> int:
+        """The newest epoch this broker was itself master for (0 if none), kept across restarts."""
 
     @property
     def caught_up(self) -> bool:

@@ -7,10 +7,11 @@ election and the live view say into role switches of the broker:
 
 * election won: the broker becomes master for the granted epoch (:meth:`Broker.promote`) if it
   may stand - it holds its old master's log up to the replication plugin's in-sync gap
-  (``caught_up``), or no master of the name was ever elected, or its own log is the newest master
-  history there is (the last master itself, restarted). A broker that may not stand gives the
-  election up and stands again later, so a lagging slave never becomes master while a caught-up
-  one lives (RocketMQ 5's controller elects from the in-sync replicas alone);
+  (``caught_up``), or no master of the name was ever elected, or it was itself the master of the
+  newest epoch any live broker of the name knows (the last master, restarted: its log holds all
+  that was acked). A broker that may not stand gives the election up and stands again later: a
+  slave that lagged behind a master that never returns is not elected (RocketMQ 5's controller
+  elects from the in-sync replicas alone; there is no unclean election);
 * election lost (session expired, withdrawn): the broker stops taking writes at once;
 * live view: a slave follows the elected master of its name (the registration names its
   replication address); a master that sees a newer epoch than its own demotes itself. A
@@ -137,10 +138,13 @@ class Failover:
             return True, "first election of this broker name"  # 1: our own win, just granted
         others = [b for b in self.service.view().brokers
                   if b.broker_name == self.broker.name and b.broker_id != self.broker.config.broker_id]
-        if not others:
-            return True, "no other broker of this name is alive (whoever returns is cut back to this log)"
-        return False, (f"not caught up with the last master while {', '.join(b.key for b in others)} "
-                       "may be; one of them stands")
+        mine = self.replication.epoch
+        if mine > 0 and self.replication.led_epoch == mine and all(b.log_epoch <= mine for b in others):
+            # Nobody is caught up (every broker restarted): the last master's log holds everything
+            # acked under its epoch, and no live log knows a newer one.
+            return True, f"it was the master of epoch {mine}, the newest any live broker of the name knows"
+        return False, (f"not caught up with the last master (its log knows epoch {mine}, led {self.replication.led_epoch})"
+                       f" while {', '.join(f'{b.key} (epoch {b.log_epoch})' for b in others)} may be")
 
     def _apply_mastership(self, mastership: object) -> None:
         assert mastership is None or isinstance(mastership, Mastership)
@@ -176,6 +180,7 @@ class Failover:
                 if self._closed:
                     return
                 self._restand = None
+            self._submit(lambda view: self._publish_log_epoch(view), self.service.view())
             try:
                 self.service.campaign(self.mastership_changed)
             except PlugmqError as exc:
@@ -187,8 +192,16 @@ class Failover:
             self._restand = timer
         timer.start()
 
+    def _publish_log_epoch(self, view: ClusterView) -> None:
+        """Publish the epoch this broker's log knows when the view shows an older one (the
+        replication handshake adopts a master's epochs after the role change was published)."""
+        me = view.broker(self.broker.name, self.broker.config.broker_id)
+        if me is not None and me.log_epoch != self.replication.epoch:
+            self._republish()
+
     def _apply_view(self, view: object) -> None:
         assert isinstance(view, ClusterView)
+        self._publish_log_epoch(view)
         master = elected_master(view, self.broker.name, other_than=self.broker.config.broker_id)
         if master is None:
             return

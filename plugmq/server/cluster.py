@@ -96,7 +96,7 @@ class ClusterMember:
             cluster=self.cluster, broker_name=self.broker.name, endpoint=self.endpoint, broker_id=config.broker_id,
             room=config.room, role=self.broker.role, topics=registered_topics(self.broker.topics.all()),
             auto_create_topics=config.auto_create_topic, default_queue_count=config.default_queue_count, epoch=epoch,
-            replication=address)
+            replication=address, log_epoch=self.broker.epoch)
 
     def join(self) -> None:
         """Register, follow the view, stand for master (masters only)."""

@@ -22,7 +22,8 @@ import attrs
 from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess
 from plugmq.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "broker_status", "run_kill", "run_pause", "write_failover_config"]
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "broker_status", "run_kill", "run_pause",
+           "run_restart_all", "write_failover_config"]
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
 TOPIC = "FailoverTopic"
@@ -363,5 +364,66 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
             process.process.send_signal(signal.SIGCONT)
         if senders is not None:
             senders.stop()
+        for process in processes:
+            process.stop(signal.SIGTERM)
+
+
+@attrs.frozen
+class RestartRun:
+    """Both brokers killed (the slave first), then both restarted: who is master again."""
+
+    old_master_id: int
+    new_master_id: int
+    old_epoch: int
+    new_epoch: int
+    held_before: int  # the old master's log end when it was killed
+    held_after: int  # the new master's log end once both run again
+    elected_s: float  # restart -> a master with a connected slave
+
+
+def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s: float = 2.0,
+                    wait_s: float = 60.0) -> RestartRun:
+    """async_master: sends, kill -9 of the slave, more sends, kill -9 of the master; both restarted
+    together. Neither is caught up with a live master then: the one that led the newest epoch
+    stands, so the acked tail the slave never got is kept."""
+    cluster = f"r{uuid.uuid4().hex[:8]}"
+    configs = [write_failover_config(directory, f"n{i}", i, mode="async_master", zookeeper=zookeeper.hosts,
+                                     cluster=cluster, session_timeout_s=session_timeout_s) for i in (1, 2)]
+    processes = [ServeProcess(config) for config in configs]
+    try:
+        addresses = [p.await_address() for p in processes]
+
+        def roles() -> dict[str, dict[str, Any] | None]:
+            return {a: _status_or_none(a) for a in addresses}
+
+        def settled() -> bool:
+            now = roles()
+            kinds = sorted(str((s or {}).get("role")) for s in now.values())
+            return kinds == ["async_master", "slave"] and all(
+                s is not None and s["replication"]["connected"] for s in now.values())
+
+        wait_for(settled, "one master and a connected slave", wait_s)
+        now = roles()
+        m = next(i for i, a in enumerate(addresses) if (now[a] or {}).get("role") == "async_master")
+        old_epoch = int((now[addresses[m]] or {})["epoch"])
+        for _ in range(20):
+            assert _send_direct(addresses[m])
+        processes[1 - m].stop(signal.SIGKILL)
+        for _ in range(20):
+            assert _send_direct(addresses[m])  # acked, never replicated
+        held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
+        processes[m].stop(signal.SIGKILL)
+        time.sleep(session_timeout_s * 1.5)  # both sessions gone: nobody of the name is alive
+        processes = [ServeProcess(config) for config in configs]
+        restarted = time.monotonic()
+        addresses = [p.await_address() for p in processes]
+        wait_for(settled, "a master and a connected slave after the restart", wait_s)
+        elected_s = time.monotonic() - restarted
+        now = roles()
+        n = next(i for i, a in enumerate(addresses) if (now[a] or {}).get("role") == "async_master")
+        master = now[addresses[n]] or {}
+        return RestartRun(m + 1, n + 1, old_epoch, int(master["epoch"]), held_before,
+                          int(master["replication"]["end_offset"]), elected_s)
+    finally:
         for process in processes:
             process.stop(signal.SIGTERM)

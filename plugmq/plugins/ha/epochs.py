@@ -51,6 +51,15 @@ class EpochFile:
                 raise ReplicationError(f"epoch file {path} is unreadable ({exc}); move it aside: the broker then "
                                        "takes its master's epochs at the next handshake") from exc
 
+    @property
+    def led_epoch(self) -> int:
+        """The newest epoch this broker itself was master for (0 if none): kept in ``<path>.led``."""
+        led = self.path.with_name(self.path.name + ".led")
+        try:
+            return int(led.read_text("utf-8").strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def entries(self) -> list[Entry]:
         with self._lock:
             return list(self._entries)
@@ -72,6 +81,7 @@ class EpochFile:
         with self._lock:
             kept = [(e, s) for e, s in self._entries if s <= start and e < epoch]
             self._replace(_checked([*kept, (epoch, start)]))
+            _write_atomically(self.path.with_name(self.path.name + ".led"), f"{epoch}\n")
 
     def adopt(self, entries: Sequence[Sequence[int]], end: int) -> None:
         """Take a master's entries (a slave after the handshake cut its log to ``end``): entries
@@ -88,18 +98,22 @@ class EpochFile:
     def _replace(self, entries: list[Entry]) -> None:
         if entries == self._entries:
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write("".join(f"{e} {s}\n" for e, s in entries))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_atomically(self.path, "".join(f"{e} {s}\n" for e, s in entries))
         self._entries = entries
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def consistent_point(mine: Sequence[Entry], my_end: int, theirs: Sequence[Entry], their_end: int) -> int | None:

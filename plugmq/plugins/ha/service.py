@@ -78,6 +78,10 @@ class HaService:
 
     # ------------------------------------------------------------------------------ failover
     @property
+    def led_epoch(self) -> int:
+        return self._epochs.led_epoch
+
+    @property
     def epoch(self) -> int:
         return self._epochs.last_epoch
 
