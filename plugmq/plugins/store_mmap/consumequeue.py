@@ -157,6 +157,30 @@ class ConsumeQueue:
         if qoff >= self.max_offset:
             self.max_offset = qoff + 1
 
+    def put_many(self, qoffs: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Recovery: write many entries at once (int64 arrays of one length, any queue offsets),
+        file by file, each file given blocks first. Later entries for one offset win, as with
+        ``put`` one by one."""
+        if not qoffs.size:
+            return
+        which = qoffs // self.per_file
+        order = np.arange(which.size) if np.all(which[1:] >= which[:-1]) else np.argsort(which, kind="stable")
+        for pick in np.split(order, np.flatnonzero(np.diff(which[order])) + 1):
+            base = int(which[pick[0]]) * self.per_file
+            rel = qoffs[pick] - base
+            if rel.size > 1 and not np.all(np.diff(rel) > 0):  # repeated offsets: keep the last of each
+                last = rel.size - 1 - np.unique(rel[::-1], return_index=True)[1]
+                pick, rel = pick[last], rel[last]
+            f = self._file_for(base) or self._create_until(base)
+            f.reserve((int(rel.max()) + 1) * ENTRY_SIZE, _ALLOCATION_CHUNK)
+            entries = np.frombuffer(f.mm, dtype=_DTYPE, count=self.per_file)
+            entries["phys"][rel] = phys[pick]
+            entries["size"][rel] = sizes[pick]
+            entries["tags"][rel] = tags[pick]
+            del entries  # the view exports the mapping: drop it before anyone may close the file
+        self.max_offset = max(self.max_offset, int(qoffs.max()) + 1)
+        self._cur = None  # the next append prepares its file (and its ``room``) again
+
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:

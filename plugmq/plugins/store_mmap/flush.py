@@ -71,7 +71,9 @@ class GroupCommit:
 
 class FlushService:
     """One daemon thread: commit-log flush (async mode), derived-file flush + checkpoint, and
-    housekeeping, each on its own real-time interval."""
+    housekeeping, each on its own real-time interval. With ``catch_up`` it first flushes the
+    commit log once, whatever the mode: records a crashed process left in the page cache, which
+    the store opened without waiting for."""
 
     def __init__(
         self,
@@ -84,8 +86,10 @@ class FlushService:
         derived_interval_ms: int,
         flush_derived: Callable[[], None],
         housekeeping: Callable[[], None],
+        catch_up: bool = False,
     ) -> None:
         self._cl = commit_log
+        self._catch_up = catch_up
         self._flush_cl = flush_commit_log
         self._interval = interval_ms / 1000.0
         self._least_bytes = least_pages * PAGE
@@ -104,6 +108,11 @@ class FlushService:
         now = time.monotonic()
         next_thorough = now + self._thorough
         next_derived = now + self._derived_interval
+        if self._catch_up:
+            try:
+                self._cl.flush()
+            except OSError:  # the next rounds (or the first sync write) try again
+                log.exception("flushing the commit log recovered after a crash failed")
         while not self._stop.wait(tick):
             try:
                 now = time.monotonic()

@@ -155,15 +155,22 @@ class IndexFile:
             return
         mm = self.mf.mm
         at = self._entries_at
-        for s in np.flatnonzero(self.slots >= keep):
-            j = int(self.slots[s])
-            while j >= keep:
-                if j >= self.max_entries:
-                    j = 0
-                    break
-                prev = ENTRY.unpack_from(mm, at + j * ENTRY_SIZE)[3]
-                j = prev if 0 <= prev < j else 0
-            self.slots[s] = j
+        # Each slot whose head is cut falls back along its chain to the first entry kept; all
+        # such slots step together (chains of the cut entries are short).
+        cut_slots = np.flatnonzero(self.slots >= keep)
+        heads = self.slots[cut_slots].astype(np.int64)
+        prevs = self.entries["prev"]
+        while True:
+            walking = np.flatnonzero(heads >= keep)
+            if not walking.size:
+                break
+            j = heads[walking]
+            inside = j < self.max_entries  # a head past the file is garbage: the slot empties
+            prev = np.zeros(j.size, dtype=np.int64)
+            prev[inside] = prevs[j[inside]]
+            heads[walking] = np.where(inside & (prev >= 0) & (prev < j), prev, 0)
+        del prevs
+        self.slots[cut_slots] = heads
         top = min(self.max_entries, count + 4096)
         self.mf.zero(at + keep * ENTRY_SIZE, at + top * ENTRY_SIZE)
         self.count = keep
@@ -267,6 +274,8 @@ class IndexService:
                 self.files[-1].cut(end_phys)
                 if self.files[-1].empty:
                     self.files.pop().close(destroy=True)
+                else:
+                    self._dirty.add(self.files[-1])  # the next flush makes the cut durable
             self.indexed_upto = end_phys
 
     def add(self, items: Sequence[tuple[str, str | None, str | None, int, int]]) -> None:

@@ -80,7 +80,8 @@ class MmapStoreOptions:
     Recovery after a clean shutdown re-checks the last ``recover_check_segments`` segments record
     by record. Appends: ``append_kernel`` picks the compiled append kernel (``"c"``), the
     pure-Python one (``"python"``) or the compiled one when it was built (``"auto"``); both
-    write the same bytes.
+    write the same bytes. Opening: ``scan_kernel`` picks the recovery scan the same way (compiled
+    or Python; both check records and consume-queue entries by the same rules).
     """
 
     commit_log_segment_size: int = attrs.field(default=1 << 30, validator=_positive)
@@ -105,6 +106,7 @@ class MmapStoreOptions:
     warm_segments: bool = attrs.field(default=False, validator=_bool)
     recover_check_segments: int = attrs.field(default=1, validator=_positive)
     append_kernel: str = attrs.field(default="auto")
+    scan_kernel: str = attrs.field(default="auto")
 
     @commit_log_segment_size.validator
     def _check_segment(self, _attr: Any, value: int) -> None:
@@ -123,10 +125,11 @@ class MmapStoreOptions:
             raise ConfigError(f"store_mmap.flush must be \"async\" or \"sync\", got {value!r}")
 
     @append_kernel.validator
-    def _check_kernel(self, _attr: Any, value: str) -> None:
+    @scan_kernel.validator
+    def _check_kernel(self, attr: Any, value: str) -> None:
         if value not in ("auto", "c", "python"):
             raise ConfigError(
-                f"store_mmap.append_kernel must be \"auto\", \"c\" or \"python\", got {value!r} "
+                f"store_mmap.{attr.name} must be \"auto\", \"c\" or \"python\", got {value!r} "
                 "(auto: the compiled kernel when it was built, else Python)"
             )
 

@@ -21,82 +21,35 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 import attrs
+import numpy as np
 
-from plugmq.core import Prop, StoreFullError
+from plugmq.core import StoreFullError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.appender import IndexEntries
 from plugmq.plugins.store_mmap.checkpoint import CheckpointData
 from plugmq.plugins.store_mmap.commitlog import CommitLog
 from plugmq.plugins.store_mmap.consumequeue import ConsumeQueue, ConsumeQueues
 from plugmq.plugins.store_mmap.indexfile import IndexService
 from plugmq.plugins.store_mmap.queuecheck import bad_entries, rebuild_entries
-from plugmq.plugins.store_mmap.record import END_FILE_MIN_BLANK, MESSAGE_MAGIC, Decoded, decode
+from plugmq.plugins.store_mmap.scan import (
+    PHYS,
+    QUEUE_ID,
+    QUEUE_OFFSET,
+    TAGS,
+    TOPIC,
+    TOTAL,
+    Damage,
+    LogScan,
+    ScanKernel,
+    scan_log,
+)
 
-__all__ = ["Damage", "Recovered", "RecoveryReport", "recover", "repair_queue", "scan_log"]
+__all__ = ["Damage", "Recovered", "RecoveryReport", "recover", "repair_queue"]
 
 log = get_logger(__name__)
-
-_INDEX_BATCH = 4096
-_MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
-_MAGIC_AT = 4  # the magic's position inside a record
-
-
-@attrs.frozen
-class Damage:
-    """Bytes ``[start, end)`` of the log hold no sound record but sound ones follow them."""
-
-    start: int
-    end: int
-
-
-def _next_sound(cl: CommitLog, bad: int) -> int | None:
-    """The first sound record boundary after the unsound one at ``bad``: a later record in the same
-    segment (found by its magic, then checked whole: offset field, sizes and both CRCs), or the
-    first record of a later segment. None when nothing sound follows (``bad`` is the log's end)."""
-    seg = cl.segment_for(bad)
-    if seg is None:
-        return None
-    rel = bad - seg.start + 1
-    while seg is not None:
-        mm = seg.mm
-        # Only stretches holding data are searched (and read): holes hold no record, and reading
-        # one through a tmpfs mapping on a full file system is a SIGBUS.
-        for first, last in seg.data_ranges(rel, seg.size):
-            last = min(last, seg.size - END_FILE_MIN_BLANK)
-            at = mm.find(_MAGIC_BYTES, max(first, rel) + _MAGIC_AT, last)
-            while at >= 0:
-                pos = at - _MAGIC_AT
-                if pos >= first and decode(mm, pos, last - pos, seg.start + pos) is not None:
-                    return seg.start + pos
-                at = mm.find(_MAGIC_BYTES, at + 1, last)
-        seg = cl.segment_for(seg.end)
-        rel = 0
-        if seg is not None:
-            readable = min(seg.data_end(), seg.size - END_FILE_MIN_BLANK)
-            if decode(seg.mm, 0, readable, seg.start) is not None:
-                return seg.start
-    return None
-
-
-def scan_log(cl: CommitLog, begin: int, visit: Callable[[Decoded], None] | None = None,
-             limit: int | None = None) -> tuple[int, list[Damage]]:
-    """Like ``CommitLog.walk`` from ``begin``, but an unsound record followed by sound ones is
-    damage to skip, not the end of the log. Returns the end (the first unsound record nothing
-    sound follows, or the first boundary at or past ``limit``) and the damaged ranges skipped."""
-    damage: list[Damage] = []
-    pos = begin
-    while True:
-        end = cl.walk(pos, visit, limit=limit)
-        if limit is not None and end >= limit:
-            return end, damage
-        resume = _next_sound(cl, end)
-        if resume is None or (limit is not None and resume >= limit):
-            return end, damage
-        damage.append(Damage(end, resume))
-        pos = resume
 
 
 @attrs.frozen
@@ -124,7 +77,7 @@ class RecoveryReport:
 @attrs.define
 class Recovered:
     report: RecoveryReport
-    unindexed: list[tuple[str, str | None, str | None, int, int]]  # keys the index had no room for
+    unindexed: IndexEntries | None  # index entries the index had no room for (a full disk)
     lost_entries: dict[tuple[str, int], set[int]]  # queue -> offsets whose record is gone
 
 
@@ -137,7 +90,7 @@ def recover(
     crashed: bool,
     check_segments: int,
     index_unique_id: bool,
-    dispatch_cq: Callable[[Decoded], None],
+    kernel: ScanKernel,
 ) -> Recovered:
     cl.load()
     cq_complete = cqs.load()
@@ -162,12 +115,9 @@ def recover(
     else:
         check_from = first
 
-    last_ts = [checkpoint.commit_log_ts if checkpoint else 0]
-
-    def note_ts(rec: Decoded) -> None:
-        last_ts[0] = rec.store_ts
-
-    end, damage = scan_log(cl, check_from, note_ts)
+    checked = scan_log(cl, kernel, check_from)
+    end, damage = checked.end, checked.damage
+    last_ts = checked.last_ts if checked.count else (checkpoint.commit_log_ts if checkpoint else 0)
     for bad in damage:
         log.error("damaged commit-log records skipped; later records are intact", start=bad.start, end=bad.end,
                   bytes=bad.end - bad.start)
@@ -189,44 +139,19 @@ def recover(
     index.cut(index_from)
 
     redispatched = 0
-    pending: list[tuple[str, str | None, str | None, int, int]] = []
-    index_full = False
-
-    def add_to_index() -> None:
-        nonlocal index_full
-        if index_full:
-            return
-        try:
-            index.add(pending)
-        except StoreFullError as exc:  # the store keeps the rest queued; the checkpoint the old offset
-            log.warning("key index not rebuilt: disk full; its keys stay queued", error=str(exc))
-            index_full = True
-            return
-        pending.clear()
-
+    unindexed: IndexEntries | None = None
     if min(cq_from, index_from) < end:
-
-        def visit(rec: Decoded) -> None:
-            nonlocal redispatched
-            redispatched += 1
-            last_ts[0] = rec.store_ts
-            if rec.phys >= cq_from:
-                dispatch_cq(rec)
-            if rec.phys >= index_from:
-                props = rec.properties()
-                keys = props.get(Prop.KEYS)
-                uniq = props.get(Prop.UNIQ_KEY) if index_unique_id else None
-                if keys or uniq:
-                    pending.append((rec.topic, keys, uniq, rec.phys, rec.store_ts))
-                    if len(pending) >= _INDEX_BATCH:
-                        add_to_index()
-
         start = min(cq_from, index_from)
-        reached, _ = scan_log(cl, start, visit, limit=end)
-        if reached != end:  # cannot happen: the same records were valid a moment ago
-            log.error("re-dispatch stopped early", start=start, reached=reached, end=end)
-        add_to_index()
-    index.indexed_upto = index_from if index_full else end
+        found = scan_log(cl, kernel, start, limit=end, rows=cq_from < end,
+                         keys=(2 if index_unique_id else 1) if index_from < end else 0)
+        if found.end != end:  # cannot happen: the same records were sound a moment ago
+            log.error("re-dispatch stopped early", start=start, reached=found.end, end=end)
+        redispatched = found.count
+        if found.count:
+            last_ts = found.last_ts
+        _dispatch_to_queues(cqs, found, cq_from)
+        unindexed = _dispatch_to_index(index, found, index_from)
+    index.indexed_upto = index_from if unindexed is not None else end
     records_cut = 0
     for cq in cqs:
         cq.fix_min_offset(first)
@@ -236,19 +161,19 @@ def recover(
             log.warning("messages lost with the cut tail", topic=cq.topic, queue=cq.queue_id, count=lost_here,
                         first_queue_offset=cq.max_offset)
 
-    checked = repaired = 0
+    entries_checked = repaired = 0
     lost: dict[tuple[str, int], set[int]] = {}
     if crashed or not cq_complete or cl.regrown or damage:
         # Entries written before the checkpoint were not re-dispatched: check them against the log.
         for cq in cqs:
-            checked += max(0, cq.max_offset - cq.min_offset)
-            fixed, gone = repair_queue(cl, cq, cq.min_offset, cq.max_offset, end)
+            entries_checked += max(0, cq.max_offset - cq.min_offset)
+            fixed, gone = repair_queue(cl, cq, cq.min_offset, cq.max_offset, end, kernel)
             repaired += fixed
             if gone:
                 lost[(cq.topic, cq.queue_id)] = set(gone)
-    for cq in cqs:
-        cq.flush(everything=True)
-    index.flush(everything=True)
+    # What recovery wrote into queues and index is not flushed here: the store's checkpoint keeps
+    # saying they are durable only up to consume_queue_from / index_from until the flush thread's
+    # first round has flushed them (start-up does not wait for that I/O).
     report = RecoveryReport(
         crashed=crashed,
         checkpoint_valid=checkpoint is not None,
@@ -258,29 +183,57 @@ def recover(
         consume_queue_from=cq_from,
         index_from=index_from,
         redispatched=redispatched,
-        last_store_ts=last_ts[0],
+        last_store_ts=last_ts,
         regrown_segments=len(cl.regrown),
         records_cut=records_cut,
         damaged_ranges=len(damage),
         damaged_bytes=sum(d.end - d.start for d in damage),
-        queue_entries_checked=checked,
+        queue_entries_checked=entries_checked,
         queue_entries_repaired=repaired,
         queue_entries_lost=sum(len(v) for v in lost.values()),
     )
     log.info("store_mmap recovered", **attrs.asdict(report))
-    return Recovered(report, pending if index_full else [], lost)
+    return Recovered(report, unindexed, lost)
 
 
-def repair_queue(cl: CommitLog, cq: ConsumeQueue, lo: int, hi: int, log_end: int,
+def _dispatch_to_queues(cqs: ConsumeQueues, found: LogScan, cq_from: int) -> None:
+    """Write the consume-queue entries of the scanned records at or past ``cq_from``, queue by queue."""
+    rows = found.rows[found.rows[:, PHYS] >= cq_from]
+    if not rows.size:
+        return
+    # One group per (topic, queue id), records in log order within each.
+    group = (rows[:, TOPIC] << 32) | rows[:, QUEUE_ID]
+    order = np.argsort(group, kind="stable")
+    rows, group = rows[order], group[order]
+    for part in np.split(rows, np.flatnonzero(np.diff(group)) + 1):
+        topic, queue_id = found.topics[int(part[0, TOPIC])], int(part[0, QUEUE_ID])
+        cq = cqs.get(topic, queue_id) or cqs.create(topic, queue_id)
+        cq.put_many(part[:, QUEUE_OFFSET], part[:, PHYS], part[:, TOTAL], part[:, TAGS])
+
+
+def _dispatch_to_index(index: IndexService, found: LogScan, index_from: int) -> IndexEntries | None:
+    """Index the keys of the scanned records at or past ``index_from``; what a full disk keeps out
+    is returned (the store keeps it queued and the checkpoint keeps the old index offset)."""
+    keys = found.keys[found.keys[:, 1] >= index_from]
+    entries = (keys[:, 0].copy(), keys[:, 1].copy(), keys[:, 2].copy())
+    try:
+        index.add_arrays(*entries)
+    except StoreFullError as exc:
+        log.warning("key index not rebuilt: disk full; its keys stay queued", error=str(exc))
+        return entries
+    return None
+
+
+def repair_queue(cl: CommitLog, cq: ConsumeQueue, lo: int, hi: int, log_end: int, kernel: ScanKernel,
                  write: Callable[[Callable[[], None]], None] | None = None) -> tuple[int, list[int]]:
     """Check entries ``[lo, hi)`` of ``cq`` against the log and rebuild the unsound ones from it.
     Returns how many were rewritten and the queue offsets whose record is gone (logged)."""
-    bad = bad_entries(cl, cq, lo, hi, log_end)
+    bad = bad_entries(cl, cq, lo, hi, log_end, kernel)
     if not bad:
         return 0, []
 
-    def scan(begin: int, end: int, visit: Callable[[Decoded], None]) -> None:
-        scan_log(cl, begin, visit, limit=end)
+    def scan(begin: int, end: int) -> LogScan:
+        return scan_log(cl, kernel, begin, limit=end, rows=True)
 
     repaired, gone = rebuild_entries(cl, cq, bad, log_end, scan, write or (lambda fn: fn()))
     log.error("damaged consume-queue entries rebuilt from the commit log", topic=cq.topic, queue=cq.queue_id,

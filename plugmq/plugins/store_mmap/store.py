@@ -67,10 +67,11 @@ from plugmq.plugins.store_mmap.flush import FlushService, GroupCommit
 from plugmq.plugins.store_mmap.indexfile import IndexService, key_entries
 from plugmq.plugins.store_mmap.mapped_file import fsync_dir
 from plugmq.plugins.store_mmap.options import MmapStoreOptions
-from plugmq.plugins.store_mmap.record import Decoded, build_tail, host_bytes, topic_part
+from plugmq.plugins.store_mmap.record import build_tail, host_bytes, topic_part
 from plugmq.plugins.store_mmap.recovery import recover, repair_queue
 from plugmq.plugins.store_mmap.replica import ReplicaLog
 from plugmq.plugins.store_mmap.retention import Retention
+from plugmq.plugins.store_mmap.scan import make_scan_kernel
 
 __all__ = ["CAPABILITIES", "MmapMessageStore"]
 
@@ -163,7 +164,7 @@ class MmapMessageStore(ReplicaLog):
 
         self._put_lock = threading.Lock()
         self._derived_lock = threading.Lock()
-        self._unindexed: list[tuple[str, str | None, str | None, int, int]] = []  # recovered, not yet indexed
+        self._unindexed: list[tuple[str, str | None, str | None, int, int]] = []  # replicated, not yet indexed
         self._index_retry: list[IndexEntries] = []  # entries a full disk kept out of the index
         self._index_full_logged = -60_000  # store time of the last "index full" warning
         self._repair_lock = threading.Lock()
@@ -187,18 +188,21 @@ class MmapMessageStore(ReplicaLog):
         self._index = IndexService(self.dir / "index", opts.index_slot_count, opts.index_max_entries)
         self._checkpoint = Checkpoint(self.dir / "checkpoint")
         try:
+            self._scan_kernel = make_scan_kernel(opts.scan_kernel)
+            checkpoint = self._checkpoint.read()
             recovered = recover(
                 self._cl,
                 self._cqs,
                 self._index,
-                self._checkpoint.read(),
+                checkpoint,
                 crashed=crashed,
                 check_segments=opts.recover_check_segments,
                 index_unique_id=opts.index_unique_id,
-                dispatch_cq=self._redispatch_cq,
+                kernel=self._scan_kernel,
             )
             self.recovery = recovered.report
-            self._unindexed = recovered.unindexed
+            if recovered.unindexed is not None:
+                self._index_retry.append(recovered.unindexed)
             self._lost_entries = recovered.lost_entries
             self._cl.open_for_write(self.recovery.end)
             self._max_record = self._cl.max_record
@@ -206,9 +210,11 @@ class MmapMessageStore(ReplicaLog):
             self._release_files()
             raise
         if crashed:
-            # Records recovered from the page cache of the dead process are not known durable.
-            for seg in self._cl.segments:
-                seg.flush()
+            # Records recovered from the page cache of the dead process are not known durable past
+            # what the checkpoint vouched for: the flush thread writes them back as it starts, so
+            # the store opens without waiting for that I/O (the checkpoint never claims more).
+            durable = checkpoint.commit_log_offset if checkpoint is not None else 0
+            self._cl.flushed = max(self._cl.min_offset, min(self._cl.flushed, durable))
         try:
             self._appender: Appender = make_appender(
                 opts.append_kernel,
@@ -240,7 +246,11 @@ class MmapMessageStore(ReplicaLog):
             closed_message=f"store {self.dir} is closed",
         )
         self._closed = False
-        self._write_checkpoint(self._cl.wrote, self._appender.last_ts)
+        # Queues and index hold what recovery re-dispatched, not flushed yet: vouch for them only
+        # up to where they were durable; the flush thread's first round moves this on.
+        recovery = self.recovery
+        self._write_checkpoint(min(recovery.consume_queue_from, recovery.index_from, self._cl.wrote),
+                               self._appender.last_ts)
 
         self._group = GroupCommit(self._cl, opts.sync_flush_timeout_ms) if self._sync else None
         self._flusher = FlushService(
@@ -252,12 +262,9 @@ class MmapMessageStore(ReplicaLog):
             derived_interval_ms=opts.derived_flush_interval_ms,
             flush_derived=self._flush_derived,
             housekeeping=self._housekeeping,
+            catch_up=self._cl.flushed < self._cl.wrote,
         )
         self._flusher.start()
-
-    def _redispatch_cq(self, rec: Decoded) -> None:
-        cq = self._cqs.get(rec.topic, rec.queue_id) or self._cqs.create(rec.topic, rec.queue_id)
-        cq.put(rec.queue_offset, rec.phys, rec.total, rec.tags_code)
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -339,11 +346,11 @@ class MmapMessageStore(ReplicaLog):
         appender = self._appender
         with self._index.lock:
             with self._put_lock:
-                recovered, self._unindexed = self._unindexed, []
+                replicated, self._unindexed = self._unindexed, []
                 retry, self._index_retry = self._index_retry, []
                 taken = appender.take_pending()
                 upto = self._cl.wrote
-            parts = [*retry, key_entries(recovered), appender.pending_entries(taken)]  # commit-log order
+            parts = [*retry, key_entries(replicated), appender.pending_entries(taken)]  # commit-log order
             hashes, offsets, stamps = (np.concatenate([part[k] for part in parts]) for k in range(3))
             entries = (hashes, offsets, stamps)
             try:
@@ -449,7 +456,8 @@ class MmapMessageStore(ReplicaLog):
         lo = max(cq.min_offset, offset - _REPAIR_WINDOW)
         hi = min(cq.max_offset, offset + _REPAIR_WINDOW)
         with self._repair_lock:
-            fixed, gone = repair_queue(self._cl, cq, lo, hi, self._cl.wrote, write=self._under_put_lock)
+            fixed, gone = repair_queue(self._cl, cq, lo, hi, self._cl.wrote, self._scan_kernel,
+                                       write=self._under_put_lock)
             self._queue_entries_repaired += fixed
             if offset not in gone and not fixed:
                 entry = cq.entry(offset)

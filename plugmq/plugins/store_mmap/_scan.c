@@ -1,0 +1,443 @@
+/* The compiled recovery scan of store_mmap: check commit-log records and consume-queue entries.
+ *
+ * Why C: opening a store after a crash checks every record written since the last checkpoint
+ * (magic, sizes, offset, both CRCs) and hands each one to the consume queues and the key index;
+ * after a clean stop it checks the newest segment. In Python that costs ~10 us per record
+ * (decoding, two zlib calls, a Decoded object, the properties dict), about what a whole record
+ * costs to write with the compiled append kernel, so recovery time grew with the send rate.
+ * This walks the same bytes with the same rules without creating an object per record.
+ * scan.py holds the same algorithm in Python: the reference, and the fallback when this module
+ * was not built.
+ *
+ *   scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name,
+ *        topic_ids, topic_names) -> (stop, kind, count, last_ts, rows_bytes | None, keys_bytes | None)
+ *     Checks the records of one segment from byte `pos` (a record boundary): it stops at the
+ *     first record that is not sound (kind STOP_BAD), at the end-of-segment blank marker
+ *     (STOP_BLANK) or at the first record starting at or past `limit` (STOP_LIMIT).
+ *     `readable` bounds what is read (records end before it). With `rows` each sound record
+ *     adds 7 native int64 (phys, total, queue id, queue offset, tags code, store timestamp,
+ *     topic number; the topic's name is topic_names[number], topic_ids maps its bytes to the
+ *     number and both grow when a new topic is met). `keys` 1 notes index entries for each
+ *     white-space separated key of the KEYS property, 2 also for the unique id: native int64
+ *     triples (RocketMQ index hash of "topic#key", phys, store timestamp), as the append kernel
+ *     notes them.
+ *   check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes
+ *     One byte per 20-byte consume-queue entry of `entries`: 1 when the record it points at (in
+ *     `segments`, (start, size, buffer) tuples sorted by start) has the record magic, the
+ *     entry's size, this queue's id, the entry's queue offset, its own position and the entry's
+ *     tag code, and ends before `log_end`; 0 otherwise.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_crc32.h"
+
+#define HEADER_SIZE 100
+#define MIN_RECORD (HEADER_SIZE + 1 + 2 + 1)
+#define CQ_ENTRY_SIZE 20
+#define MESSAGE_MAGIC 0xDAA320B7u
+#define BLANK_MAGIC 0xCBD43194u
+#define ROW_FIELDS 7
+
+enum { STOP_BAD = 0, STOP_BLANK = 1, STOP_LIMIT = 2 };
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)(((unsigned)p[0] << 8) | p[1]); }
+
+/* A growing array of int64, released with PyMem_Free. */
+typedef struct {
+    int64_t *items;
+    Py_ssize_t len, cap;
+} Int64s;
+
+static int push(Int64s *a, int64_t v) {
+    if (a->len == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 4096;
+        int64_t *p = PyMem_Realloc(a->items, (size_t)cap * sizeof(int64_t));
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->items = p;
+        a->cap = cap;
+    }
+    a->items[a->len++] = v;
+    return 0;
+}
+
+static PyObject *to_bytes(const Int64s *a) {
+    return PyBytes_FromStringAndSize((const char *)a->items, a->len * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* -- one record -------------------------------------------------------------------------------- */
+
+/* record.decode's checks for the record at p (avail readable bytes) that must sit at `phys`.
+ * Returns its total size, or 0 when it is not sound. */
+static int64_t sound_record(const unsigned char *p, int64_t avail, int64_t phys) {
+    if (avail < MIN_RECORD) return 0;
+    int64_t total = (int32_t)be32(p);
+    if (be32(p + 4) != MESSAGE_MAGIC || total < MIN_RECORD || total > avail || (int64_t)be64(p + 32) != phys) return 0;
+    int64_t body_len = (int32_t)be32(p + 96);
+    int64_t tail_at = HEADER_SIZE + body_len;
+    if (body_len < 0 || tail_at + 3 > total || (int32_t)be32(p + 16) < 0 || (int64_t)be64(p + 24) < 0) return 0;
+    const unsigned char *tail = p + tail_at;
+    int64_t tail_len = total - tail_at;
+    unsigned topic_len = tail[0];
+    if (1 + (int64_t)topic_len + 2 > tail_len) return 0;
+    if (1 + (int64_t)topic_len + 2 + be16(tail + 1 + topic_len) != tail_len) return 0;
+    uint32_t crc = crc32_update(crc32_update(0, tail, (size_t)tail_len), p + 12, HEADER_SIZE - 12);
+    if (crc != be32(p + 8)) return 0;
+    if (crc32_update(0, p + HEADER_SIZE, (size_t)body_len) != be32(p + 12)) return 0;
+    for (unsigned i = 0; i < topic_len; i++)
+        if (tail[1 + i] & 0x80) return 0; /* topics are ASCII */
+    return total;
+}
+
+/* -- index keys -------------------------------------------------------------------------------- */
+
+/* The next code point of UTF-8 text (lone surrogates pass, as Python's "surrogatepass");
+ * -1 for bytes that are not UTF-8. */
+static int32_t next_code_point(const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *p = *pp;
+    unsigned b = p[0];
+    int32_t c;
+    int n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (b < 0x80) {
+        *pp = p + 1;
+        return (int32_t)b;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+        n = 1;
+        c = b & 0x1F;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+        n = 2;
+        c = b & 0x0F;
+        if (b == 0xE0) lo = 0xA0;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        n = 3;
+        c = b & 0x07;
+        if (b == 0xF0) lo = 0x90;
+        if (b == 0xF4) hi = 0x8F;
+    } else {
+        return -1;
+    }
+    if (end - p <= n) return -1;
+    for (int i = 1; i <= n; i++) {
+        unsigned x = p[i];
+        if (x < (i == 1 ? lo : 0x80) || x > (i == 1 ? hi : 0xBF)) return -1;
+        c = (c << 6) | (int32_t)(x & 0x3F);
+    }
+    *pp = p + n + 1;
+    return c;
+}
+
+static inline uint32_t java_step(uint32_t h, int32_t c) {
+    if (c > 0xFFFF) {
+        c -= 0x10000;
+        h = 31u * h + (0xD800u + ((uint32_t)c >> 10));
+        return 31u * h + (0xDC00u + ((uint32_t)c & 0x3FF));
+    }
+    return 31u * h + (uint32_t)c;
+}
+
+static int64_t index_hash(uint32_t h) {
+    /* RocketMQ: abs(key.hashCode()), with Integer.MIN_VALUE (whose abs stays negative) as 0 */
+    int32_t s = (int32_t)h;
+    if (s == INT32_MIN) return 0;
+    return s < 0 ? -(int64_t)s : (int64_t)s;
+}
+
+/* The code points of a property value; 0 on success, -1 when it is not UTF-8. */
+static int decode_value(const unsigned char *p, const unsigned char *end, int32_t *out, Py_ssize_t *count) {
+    Py_ssize_t n = 0;
+    while (p < end) {
+        int32_t c = next_code_point(&p, end);
+        if (c < 0) return -1;
+        out[n++] = c;
+    }
+    *count = n;
+    return 0;
+}
+
+/* Index entries of one record: the keys of KEYS (split on white space, as str.split()), then
+ * the unique id. A value that is not UTF-8 adds nothing (the Python twin skips it alike). */
+static int note_keys(Int64s *keys, int mode, const unsigned char *topic, unsigned topic_len,
+                     const unsigned char *props, int64_t props_len, const char *keys_name, Py_ssize_t keys_len,
+                     const char *uniq_name, Py_ssize_t uniq_len, int64_t phys, int64_t ts, int32_t **scratch,
+                     Py_ssize_t *scratch_cap) {
+    const unsigned char *keys_v = NULL, *keys_e = NULL, *uniq_v = NULL, *uniq_e = NULL;
+    const unsigned char *p = props, *end = props + props_len;
+    while (p < end) { /* items "key\x01value\x02"; the last of a name wins, as in a dict */
+        const unsigned char *item_end = memchr(p, 0x02, (size_t)(end - p));
+        if (item_end == NULL) item_end = end;
+        if (item_end > p) {
+            const unsigned char *sep = memchr(p, 0x01, (size_t)(item_end - p));
+            const unsigned char *name_end = sep ? sep : item_end;
+            const unsigned char *value = sep ? sep + 1 : item_end;
+            Py_ssize_t name_len = name_end - p;
+            if (name_len == keys_len && memcmp(p, keys_name, (size_t)keys_len) == 0) {
+                keys_v = value;
+                keys_e = item_end;
+            } else if (mode >= 2 && name_len == uniq_len && memcmp(p, uniq_name, (size_t)uniq_len) == 0) {
+                uniq_v = value;
+                uniq_e = item_end;
+            }
+        }
+        p = item_end + 1;
+    }
+    if (keys_v == NULL && uniq_v == NULL) return 0;
+    uint32_t th = 0;
+    for (unsigned i = 0; i < topic_len; i++) th = 31u * th + topic[i];
+    th = 31u * th + '#';
+    Py_ssize_t need = (keys_e ? keys_e - keys_v : 0) + (uniq_e ? uniq_e - uniq_v : 0) + 1;
+    if (need > *scratch_cap) {
+        int32_t *s = PyMem_Realloc(*scratch, (size_t)need * sizeof(int32_t));
+        if (s == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *scratch = s;
+        *scratch_cap = need;
+    }
+    int32_t *cps = *scratch;
+    Py_ssize_t n;
+    if (keys_v != NULL && decode_value(keys_v, keys_e, cps, &n) == 0) {
+        Py_ssize_t i = 0;
+        while (i < n) {
+            while (i < n && Py_UNICODE_ISSPACE((Py_UCS4)cps[i])) i++;
+            if (i >= n) break;
+            uint32_t h = th;
+            while (i < n && !Py_UNICODE_ISSPACE((Py_UCS4)cps[i])) h = java_step(h, cps[i++]);
+            if (push(keys, index_hash(h)) < 0 || push(keys, phys) < 0 || push(keys, ts) < 0) return -1;
+        }
+    }
+    if (uniq_v != NULL && uniq_e > uniq_v && decode_value(uniq_v, uniq_e, cps, &n) == 0) {
+        uint32_t h = th;
+        for (Py_ssize_t i = 0; i < n; i++) h = java_step(h, cps[i]);
+        if (push(keys, index_hash(h)) < 0 || push(keys, phys) < 0 || push(keys, ts) < 0) return -1;
+    }
+    return 0;
+}
+
+/* -- scan ----------------------------------------------------------------------------------------- */
+
+/* The number of a topic (its bytes at p), adding it to topic_ids / topic_names when new. */
+static int64_t topic_number(PyObject *ids, PyObject *names, const unsigned char *p, unsigned len) {
+    PyObject *key = PyBytes_FromStringAndSize((const char *)p, len);
+    if (key == NULL) return -1;
+    PyObject *found = PyDict_GetItemWithError(ids, key);
+    int64_t number;
+    if (found != NULL) {
+        number = PyLong_AsLongLong(found);
+    } else if (PyErr_Occurred()) {
+        number = -1;
+    } else {
+        number = PyList_GET_SIZE(names);
+        PyObject *name = PyUnicode_DecodeASCII((const char *)p, len, "strict");
+        PyObject *value = name ? PyLong_FromLongLong(number) : NULL;
+        if (value == NULL || PyDict_SetItem(ids, key, value) < 0 || PyList_Append(names, name) < 0) number = -1;
+        Py_XDECREF(value);
+        Py_XDECREF(name);
+    }
+    Py_DECREF(key);
+    return number;
+}
+
+static PyObject *py_scan(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    long long pos, readable, seg_size, seg_start, limit;
+    int want_rows, keys_mode;
+    const char *keys_name, *uniq_name;
+    Py_ssize_t keys_len, uniq_len;
+    PyObject *topic_ids, *topic_names;
+    if (!PyArg_ParseTuple(args, "y*LLLLLpiy#y#O!O!", &view, &pos, &readable, &seg_size, &seg_start, &limit,
+                          &want_rows, &keys_mode, &keys_name, &keys_len, &uniq_name, &uniq_len, &PyDict_Type,
+                          &topic_ids, &PyList_Type, &topic_names))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    int64_t len = view.len;
+    if (readable > len) readable = len;
+    Int64s rows = {0}, keys = {0};
+    int32_t *scratch = NULL;
+    Py_ssize_t scratch_cap = 0;
+    int64_t count = 0, last_ts = -1;
+    int kind = STOP_BAD;
+    /* the last topic met, to skip the dictionary while records keep to one topic */
+    const unsigned char *last_topic = NULL;
+    unsigned last_topic_len = 0;
+    int64_t last_topic_number = -1;
+    int failed = 0;
+    while (1) {
+        if (pos >= limit) {
+            kind = STOP_LIMIT;
+            break;
+        }
+        if (pos >= 0 && pos + 8 <= seg_size && pos + 8 <= readable + 8 && pos + 8 <= len) {
+            if (be32(buf + pos + 4) == BLANK_MAGIC && (int64_t)(int32_t)be32(buf + pos) == seg_size - pos) {
+                kind = STOP_BLANK;
+                break;
+            }
+        }
+        if (pos < 0) break;
+        const unsigned char *p = buf + pos;
+        int64_t total = sound_record(p, readable - pos, seg_start + pos);
+        if (total == 0) break;
+        int64_t phys = seg_start + pos;
+        int64_t ts = (int64_t)be64(p + 60);
+        const unsigned char *tail = p + HEADER_SIZE + (int32_t)be32(p + 96);
+        unsigned topic_len = tail[0];
+        if (want_rows) {
+            if (last_topic == NULL || topic_len != last_topic_len || memcmp(tail + 1, last_topic, topic_len) != 0) {
+                last_topic_number = topic_number(topic_ids, topic_names, tail + 1, topic_len);
+                if (last_topic_number < 0) {
+                    failed = 1;
+                    break;
+                }
+                last_topic = tail + 1;
+                last_topic_len = topic_len;
+            }
+            if (push(&rows, phys) < 0 || push(&rows, total) < 0 || push(&rows, (int32_t)be32(p + 16)) < 0 ||
+                push(&rows, (int64_t)be64(p + 24)) < 0 || push(&rows, (int64_t)be64(p + 88)) < 0 ||
+                push(&rows, ts) < 0 || push(&rows, last_topic_number) < 0) {
+                failed = 1;
+                break;
+            }
+        }
+        if (keys_mode > 0) {
+            const unsigned char *props = tail + 1 + topic_len + 2;
+            if (note_keys(&keys, keys_mode, tail + 1, topic_len, props, be16(tail + 1 + topic_len), keys_name,
+                          keys_len, uniq_name, uniq_len, phys, ts, &scratch, &scratch_cap) < 0) {
+                failed = 1;
+                break;
+            }
+        }
+        count++;
+        last_ts = ts;
+        pos += total;
+    }
+    PyBuffer_Release(&view);
+    PyMem_Free(scratch);
+    PyObject *result = NULL;
+    if (!failed) {
+        PyObject *rows_b = want_rows ? to_bytes(&rows) : Py_NewRef(Py_None);
+        PyObject *keys_b = rows_b && keys_mode > 0 ? to_bytes(&keys) : (rows_b ? Py_NewRef(Py_None) : NULL);
+        if (rows_b && keys_b) result = Py_BuildValue("(LiLLOO)", pos, kind, count, last_ts, rows_b, keys_b);
+        Py_XDECREF(rows_b);
+        Py_XDECREF(keys_b);
+    }
+    PyMem_Free(rows.items);
+    PyMem_Free(keys.items);
+    return result;
+}
+
+/* -- consume-queue entries ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t start, size;
+    Py_buffer view;
+} Segment;
+
+static PyObject *py_check_entries(PyObject *module, PyObject *args) {
+    Py_buffer entries;
+    long long first_qoff, log_end;
+    int queue_id;
+    PyObject *segments_arg;
+    if (!PyArg_ParseTuple(args, "y*LiLO", &entries, &first_qoff, &queue_id, &log_end, &segments_arg)) return NULL;
+    PyObject *seq = PySequence_Fast(segments_arg, "segments must be a sequence of (start, size, buffer)");
+    if (seq == NULL) {
+        PyBuffer_Release(&entries);
+        return NULL;
+    }
+    Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq);
+    Segment *segs = PyMem_Calloc((size_t)(nseg ? nseg : 1), sizeof(Segment));
+    Py_ssize_t got = 0;
+    PyObject *result = NULL;
+    if (segs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < nseg; got++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
+        long long start, size;
+        PyObject *buffer;
+        if (!PyArg_ParseTuple(item, "LLO", &start, &size, &buffer)) goto done;
+        if (PyObject_GetBuffer(buffer, &segs[got].view, PyBUF_SIMPLE) < 0) goto done;
+        segs[got].start = start;
+        segs[got].size = size < segs[got].view.len ? size : segs[got].view.len;
+        if (got > 0 && start < segs[got - 1].start) {
+            got++;
+            PyErr_SetString(PyExc_ValueError, "segments must be sorted by start");
+            goto done;
+        }
+    }
+    Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
+    result = PyBytes_FromStringAndSize(NULL, count);
+    if (result == NULL) goto done;
+    unsigned char *ok = (unsigned char *)PyBytes_AS_STRING(result);
+    const unsigned char *e = entries.buf;
+    for (Py_ssize_t i = 0; i < count; i++, e += CQ_ENTRY_SIZE) {
+        int64_t phys = (int64_t)be64(e), tags = (int64_t)be64(e + 12);
+        int64_t size = (int32_t)be32(e + 8);
+        ok[i] = 0;
+        if (size < HEADER_SIZE || phys < 0 || phys + size > log_end) continue;
+        Py_ssize_t lo = 0, hi = nseg; /* the last segment starting at or before phys */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (segs[mid].start <= phys) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == 0) continue;
+        const Segment *s = &segs[lo - 1];
+        int64_t rel = phys - s->start;
+        if (rel + size > s->size) continue;
+        const unsigned char *r = (const unsigned char *)s->view.buf + rel;
+        ok[i] = be32(r + 4) == MESSAGE_MAGIC && (int64_t)(int32_t)be32(r) == size && (int32_t)be32(r + 16) == queue_id &&
+                (int64_t)be64(r + 24) == first_qoff + i && (int64_t)be64(r + 32) == phys && (int64_t)be64(r + 88) == tags;
+    }
+done:
+    for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
+        if (segs[i].view.obj != NULL) PyBuffer_Release(&segs[i].view);
+    PyMem_Free(segs);
+    Py_DECREF(seq);
+    PyBuffer_Release(&entries);
+    if (PyErr_Occurred()) Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *py_crc32(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    unsigned int seed = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &view, &seed)) return NULL;
+    uint32_t crc = crc32_update(seed, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan", py_scan, METH_VARARGS,
+     "scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name, topic_ids, "
+     "topic_names) -> (stop, kind, count, last_ts, rows | None, keys | None)"},
+    {"check_entries", py_check_entries, METH_VARARGS,
+     "check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes (1 = sound entry)"},
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, seed=0) -> int, equal to zlib.crc32 (for tests)"},
+    {NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_scan", "store_mmap's compiled recovery scan", -1,
+                                        module_methods};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    crc_init();
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "STOP_BAD", STOP_BAD) < 0 || PyModule_AddIntConstant(m, "STOP_BLANK", STOP_BLANK) < 0 ||
+        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT) < 0 || PyModule_AddIntConstant(m, "ROW_FIELDS", ROW_FIELDS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

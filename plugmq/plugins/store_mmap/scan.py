@@ -1,0 +1,339 @@
+"""Checking the commit log and the consume queues when a store opens: the recovery scan.
+
+Two kernels with one contract and identical results, as for the append path:
+
+* the compiled one (``_scan.c``, built by ``pip install``), the default: it checks a record (magic,
+  sizes, offset, both CRCs) and notes what recovery needs of it without creating an object per
+  record;
+* ``PyScanKernel`` below: the same rules in Python, the reference for the compiled one and the
+  fallback where it could not be built (``scan_kernel = "python"`` forces it).
+
+Kernel contract (one segment at a time, see ``_scan.c`` for the full text):
+
+``scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name,
+topic_ids, topic_names) -> (stop, kind, count, last_ts, rows_bytes | None, keys_bytes | None)``
+    walk the sound records from ``pos``; stop at an unsound one (STOP_BAD), the end-of-segment
+    blank marker (STOP_BLANK) or ``limit`` (STOP_LIMIT); rows of 7 native int64 per record
+    (phys, total, queue id, queue offset, tags code, store time, topic number) and index entries
+    (key hash, phys, store time) on request.
+``check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes``
+    one byte per 20-byte consume-queue entry: 1 when the record it points at matches it.
+
+:func:`scan_log` runs a kernel over the log (segment after segment, skipping damage followed by
+sound records) and returns a :class:`LogScan`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import numpy as np
+
+from plugmq.core import Prop, StoreError
+from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.record import (
+    BLANK,
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK,
+    HEAD,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    decode,
+)
+
+if TYPE_CHECKING:
+    from plugmq.plugins.store_mmap.commitlog import CommitLog
+
+__all__ = [
+    "KERNELS",
+    "ROW_FIELDS",
+    "STOP_BAD",
+    "STOP_BLANK",
+    "STOP_LIMIT",
+    "Damage",
+    "LogScan",
+    "PyScanKernel",
+    "ScanKernel",
+    "compiled_scan_kernel",
+    "make_scan_kernel",
+    "next_sound",
+    "scan_log",
+]
+
+log = get_logger(__name__)
+
+KERNELS = ("auto", "c", "python")
+STOP_BAD, STOP_BLANK, STOP_LIMIT = 0, 1, 2
+ROW_FIELDS = 7  # phys, total, queue id, queue offset, tags code, store time, topic number
+PHYS, TOTAL, QUEUE_ID, QUEUE_OFFSET, TAGS, STORE_TS, TOPIC = range(ROW_FIELDS)
+KEYS_NAME = Prop.KEYS.encode()
+UNIQ_NAME = Prop.UNIQ_KEY.encode()
+_NO_LIMIT = 1 << 62
+_MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
+_MAGIC_AT = 4  # the magic's position inside a record
+_ENTRY = struct.Struct(">qiq")
+
+
+class ScanKernel(Protocol):
+    """What recovery needs of a scan kernel (see the module docstring)."""
+
+    def scan(self, buffer: Any, pos: int, readable: int, seg_size: int, seg_start: int, limit: int, rows: bool,
+             keys: int, keys_name: bytes, uniq_name: bytes, topic_ids: dict[bytes, int],
+             topic_names: list[str]) -> tuple[int, int, int, int, bytes | None, bytes | None]: ...
+
+    def check_entries(self, entries: bytes, first_qoff: int, queue_id: int, log_end: int,
+                      segments: Sequence[tuple[int, int, Any]]) -> bytes: ...
+
+
+# ------------------------------------------------------------------------------------------------
+# the Python kernel
+# ------------------------------------------------------------------------------------------------
+
+
+def _java_hash(text: str, seed: int) -> int:
+    h = seed
+    for unit in struct.unpack(f"<{len(text.encode('utf-16-le', 'surrogatepass')) // 2}H",
+                              text.encode("utf-16-le", "surrogatepass")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h
+
+
+def _index_hash(h: int) -> int:
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return 0 if signed == -(1 << 31) else abs(signed)
+
+
+def _property_values(raw: bytes, keys_name: bytes, uniq_name: bytes | None) -> tuple[bytes | None, bytes | None]:
+    """The raw KEYS and unique-id values of ``key\\x01value\\x02...`` (the last of a name wins)."""
+    keys = uniq = None
+    for item in raw.split(b"\x02"):
+        if not item:
+            continue
+        name, _, value = item.partition(b"\x01")
+        if name == keys_name:
+            keys = value
+        elif uniq_name is not None and name == uniq_name:
+            uniq = value
+    return keys, uniq
+
+
+class PyScanKernel:
+    """The recovery scan in Python (the reference of ``_scan.c``, and its fallback)."""
+
+    @staticmethod
+    def scan(buffer: Any, pos: int, readable: int, seg_size: int, seg_start: int, limit: int, rows: bool,
+             keys: int, keys_name: bytes, uniq_name: bytes, topic_ids: dict[bytes, int],
+             topic_names: list[str]) -> tuple[int, int, int, int, bytes | None, bytes | None]:
+        readable = min(readable, len(buffer))
+        out_rows: list[int] = []
+        out_keys: list[int] = []
+        count = 0
+        last_ts = -1
+        kind = STOP_BAD
+        while True:
+            if pos >= limit:
+                kind = STOP_LIMIT
+                break
+            if pos >= 0 and pos + BLANK.size <= min(seg_size, readable + END_FILE_MIN_BLANK, len(buffer)):
+                total, magic = BLANK.unpack_from(buffer, pos)
+                if magic == BLANK_MAGIC and total == seg_size - pos:
+                    kind = STOP_BLANK
+                    break
+            if pos < 0:
+                break
+            rec = decode(buffer, pos, readable - pos, seg_start + pos)
+            if rec is None:
+                break
+            if rows:
+                raw_topic = rec.topic.encode("ascii")
+                number = topic_ids.get(raw_topic)
+                if number is None:
+                    number = topic_ids[raw_topic] = len(topic_names)
+                    topic_names.append(rec.topic)
+                out_rows += (rec.phys, rec.total, rec.queue_id, rec.queue_offset, rec.tags_code, rec.store_ts, number)
+            if keys:
+                found, uniq = _property_values(rec.props_raw, keys_name, uniq_name if keys >= 2 else None)
+                seed = _java_hash(f"{rec.topic}#", 0)
+                try:
+                    for key in found.decode("utf-8", "surrogatepass").split() if found else ():
+                        out_keys += (_index_hash(_java_hash(key, seed)), rec.phys, rec.store_ts)
+                except UnicodeDecodeError:
+                    pass  # not UTF-8 (it was written as UTF-8): nothing to index, as the compiled kernel
+                try:
+                    if uniq:
+                        out_keys += (_index_hash(_java_hash(uniq.decode("utf-8", "surrogatepass"), seed)), rec.phys,
+                                     rec.store_ts)
+                except UnicodeDecodeError:
+                    pass
+            count += 1
+            last_ts = rec.store_ts
+            pos += rec.total
+        packed_rows = np.array(out_rows, dtype=np.int64).tobytes() if rows else None
+        packed_keys = np.array(out_keys, dtype=np.int64).tobytes() if keys else None
+        return pos, kind, count, last_ts, packed_rows, packed_keys
+
+    @staticmethod
+    def check_entries(entries: bytes, first_qoff: int, queue_id: int, log_end: int,
+                      segments: Sequence[tuple[int, int, Any]]) -> bytes:
+        starts = [s[0] for s in segments]
+        if starts != sorted(starts):
+            raise ValueError("segments must be sorted by start")
+        ok = bytearray(len(entries) // _ENTRY.size)
+        for i, (phys, size, tags) in enumerate(_ENTRY.iter_unpack(entries[: len(ok) * _ENTRY.size])):
+            if size < HEADER_SIZE or phys < 0 or phys + size > log_end:
+                continue
+            which = _last_at_or_below(starts, phys)
+            if which < 0:
+                continue
+            start, seg_size, buffer = segments[which]
+            rel = phys - start
+            if rel + size > min(seg_size, len(buffer)):
+                continue
+            head = HEAD.unpack_from(buffer, rel)
+            ok[i] = (head[1] == MESSAGE_MAGIC and head[0] == size and head[4] == queue_id
+                     and head[6] == first_qoff + i and head[7] == phys and head[15] == tags)
+        return bytes(ok)
+
+
+def _last_at_or_below(starts: list[int], value: int) -> int:
+    lo, hi = 0, len(starts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] <= value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def compiled_scan_kernel() -> Any:
+    """The ``_scan`` extension module, or None when it was not built."""
+    try:
+        from plugmq.plugins.store_mmap import _scan  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _scan
+
+
+def make_scan_kernel(kernel: str) -> ScanKernel:
+    """The scan kernel named by the ``scan_kernel`` option ("auto": compiled when built)."""
+    module = compiled_scan_kernel() if kernel in ("auto", "c") else None
+    if module is not None:
+        return module
+    if kernel == "c":
+        raise StoreError(
+            "store_mmap.scan_kernel = \"c\" but the compiled scan plugmq.plugins.store_mmap._scan is not built; "
+            "reinstall plugmq with a C compiler and the Python headers (pip install -e .), or use "
+            "scan_kernel = \"auto\" or \"python\""
+        )
+    if kernel == "auto":
+        log.warning("store_mmap: the compiled recovery scan is not built; using the slower Python one")
+    return PyScanKernel()
+
+
+# ------------------------------------------------------------------------------------------------
+# scanning the log
+# ------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Damage:
+    """Bytes ``[start, end)`` of the log hold no sound record but sound ones follow them."""
+
+    start: int
+    end: int
+
+
+@attrs.define
+class LogScan:
+    """What a scan of the log found."""
+
+    end: int  # the first unsound record nothing sound follows, or the first boundary at or past the limit
+    damage: list[Damage]  # unsound stretches skipped because sound records follow them
+    count: int = 0  # sound records
+    last_ts: int = -1  # store time of the last one (-1: none)
+    rows: np.ndarray = attrs.field(factory=lambda: np.zeros((0, ROW_FIELDS), dtype=np.int64))
+    keys: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 3), dtype=np.int64))  # (hash, phys, store time)
+    topics: list[str] = attrs.field(factory=list)  # names of the rows' topic numbers
+
+
+def next_sound(cl: CommitLog, bad: int) -> int | None:
+    """The first sound record boundary after the unsound one at ``bad``: a later record in the same
+    segment (found by its magic, then checked whole: offset field, sizes and both CRCs), or the
+    first record of a later segment. None when nothing sound follows (``bad`` is the log's end)."""
+    seg = cl.segment_for(bad)
+    if seg is None:
+        return None
+    rel = bad - seg.start + 1
+    while seg is not None:
+        mm = seg.mm
+        # Only stretches holding data are searched (and read): holes hold no record, and reading
+        # one through a tmpfs mapping on a full file system is a SIGBUS.
+        for first, last in seg.data_ranges(rel, seg.size):
+            last = min(last, seg.size - END_FILE_MIN_BLANK)
+            at = mm.find(_MAGIC_BYTES, max(first, rel) + _MAGIC_AT, last)
+            while at >= 0:
+                pos = at - _MAGIC_AT
+                if pos >= first and decode(mm, pos, last - pos, seg.start + pos) is not None:
+                    return seg.start + pos
+                at = mm.find(_MAGIC_BYTES, at + 1, last)
+        seg = cl.segment_for(seg.end)
+        rel = 0
+        if seg is not None:
+            readable = min(seg.data_end(), seg.size - END_FILE_MIN_BLANK)
+            if decode(seg.mm, 0, readable, seg.start) is not None:
+                return seg.start
+    return None
+
+
+def scan_log(cl: CommitLog, kernel: ScanKernel, begin: int, *, limit: int | None = None, rows: bool = False,
+             keys: int = 0) -> LogScan:
+    """Check the records from ``begin`` (a record boundary) on, across segments; an unsound record
+    followed by sound ones is damage to skip, not the end of the log. ``rows`` / ``keys`` (1: the
+    KEYS property, 2: also the unique id) collect what re-dispatching the records needs."""
+    ids: dict[bytes, int] = {}
+    names: list[str] = []
+    row_parts: list[bytes] = []
+    key_parts: list[bytes] = []
+    damage: list[Damage] = []
+    count = 0
+    last_ts = -1
+    pos = begin
+    stop_at = _NO_LIMIT if limit is None else limit
+    while True:
+        seg = cl.segment_for(pos)
+        end = pos
+        while seg is not None:
+            readable = min(seg.data_end(), seg.size - END_FILE_MIN_BLANK)
+            stop, kind, n, ts, found_rows, found_keys = kernel.scan(
+                seg.mm, pos - seg.start, readable, seg.size, seg.start, min(stop_at - seg.start, _NO_LIMIT), rows,
+                keys, KEYS_NAME, UNIQ_NAME, ids, names)
+            count += n
+            if n:
+                last_ts = ts
+            if found_rows:
+                row_parts.append(found_rows)
+            if found_keys:
+                key_parts.append(found_keys)
+            end = seg.start + stop
+            if kind != STOP_BLANK:
+                break
+            end = seg.end  # the blank marker fills the segment: the log goes on in the next one, if any
+            seg = cl.segment_for(end)
+            pos = end
+        if end >= stop_at:
+            break
+        resume = next_sound(cl, end)
+        if resume is None or resume >= stop_at:
+            break
+        damage.append(Damage(end, resume))
+        pos = resume
+    scan = LogScan(end, damage, count, last_ts, topics=names)
+    if row_parts:
+        scan.rows = np.frombuffer(b"".join(row_parts), dtype=np.int64).reshape(-1, ROW_FIELDS)
+    if key_parts:
+        scan.keys = np.frombuffer(b"".join(key_parts), dtype=np.int64).reshape(-1, 3)
+    return scan
