@@ -285,7 +285,10 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
     dead-letter copy, and every write-back of the delay and transaction services (a delayed
     message when it comes due, a committed transactional message, a discarded one on the discard
     topic). Not for what those services keep to themselves (half messages, the schedule topic).
-    The broker reads the message back only when some plugin implements this hook; keep it cheap.
+    The broker builds the message (from the request and where the store put it, without reading
+    it back) only when some plugin implements this hook; keep it cheap. Who only needs to know
+    that messages arrived (to wake long polls, as ``plugmq serve``) appends a callable to
+    ``Broker.arrival_listeners`` instead.
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.

@@ -11,6 +11,7 @@ import itertools
 import os
 import struct
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
@@ -284,6 +285,25 @@ class StoredMessage:
             setter(message, value)
         return message
 
+    @classmethod
+    def from_append(cls, request: AppendRequest, result: AppendResult) -> StoredMessage:
+        """The message a store holds after it appended ``request`` with ``result``, built
+        without reading it back (the store host comes from the offset message id; ValidationError
+        when the id is not one)."""
+        prefix = result.msg_id[:16]
+        store_host = _STORE_HOSTS.get(prefix)
+        if store_host is None:
+            store_host = decode_msg_id(result.msg_id)[0]
+            if len(_STORE_HOSTS) >= 64:
+                _STORE_HOSTS.clear()
+            _STORE_HOSTS[prefix] = store_host
+        return cls.trusted(
+            request.topic, request.queue_id, request.body, dict(request.properties), result.queue_offset,
+            result.commit_log_offset, result.size, request.tags_code, request.born_timestamp_ms,
+            result.store_timestamp_ms, request.born_host, store_host, request.reconsume_times, request.sys_flag,
+            request.prepared_transaction_offset, zlib.crc32(request.body),
+        )
+
     @property
     def msg_id(self) -> str:
         return encode_msg_id(self.store_host, self.commit_log_offset)
@@ -308,6 +328,7 @@ class StoredMessage:
         return split_tags(self.tags)
 
 
+_STORE_HOSTS: dict[str, str] = {}  # message id prefix (store IPv4 + port, hex) -> "ip:port"
 _STORED_SETTERS = tuple(getattr(StoredMessage, a.name).__set__ for a in attrs.fields(StoredMessage))
 
 

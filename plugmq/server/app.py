@@ -26,14 +26,11 @@ from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import service_pb2_grpc
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
-from plugmq.server.wakeup import StoredObserver, Wakeup
+from plugmq.server.wakeup import Wakeup
 
 __all__ = ["PlugmqServer", "ServerThread", "run"]
 
 log = get_logger(__name__)
-
-_OBSERVER_NAME = "plugmq-serve"
-
 
 class PlugmqServer:
     """MessagingService for one broker on one address. The caller owns (and closes) the broker."""
@@ -57,11 +54,11 @@ class PlugmqServer:
                                  ConsumerMembers(self.broker.clock, self.broker.config.heartbeat_timeout_s))
         self.wakeup = Wakeup(loop)
         self.pop = self.broker.pop
-        self.pop.deadline_listeners.append(self.wakeup.notify_threadsafe)  # invisible times running out
+        # Stored messages (sends, retries, DLQ copies, delayed and committed write-backs, replicated
+        # records) and invisible times running out all wake consumers, and with them long polls.
+        self.broker.arrival_listeners.append(self.wakeup.notify_threadsafe)
         self.sessions = Sessions(self.broker, options)
         self.executor = ThreadPoolExecutor(options.executor_threads, thread_name_prefix="plugmq-serve")
-        self.observer = StoredObserver(self.wakeup)
-        self.broker.plugins.pm.register(self.observer, name=_OBSERVER_NAME)
         limit = self.broker.config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", -1)])
@@ -125,12 +122,10 @@ class PlugmqServer:
         if service is not None:
             service.sends.close()
             service.acks.close()
-        if self.wakeup.notify_threadsafe in self.pop.deadline_listeners:
-            self.pop.deadline_listeners.remove(self.wakeup.notify_threadsafe)
+        if self.wakeup.notify_threadsafe in self.broker.arrival_listeners:
+            self.broker.arrival_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)
         self.sessions.close_all()
-        if self.broker.plugins.pm.has_plugin(_OBSERVER_NAME):
-            self.broker.plugins.pm.unregister(name=_OBSERVER_NAME)
 
 
 def process_age_s() -> float | None:

@@ -1,15 +1,12 @@
-"""What wakes long-polling receives: stored messages, acks, and invisible times running out
-(the broker's pop service calls its deadline listeners)."""
+"""What wakes long-polling receives: stored messages and invisible times running out (the
+server is one of the broker's arrival listeners), and acks."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from plugmq.core import hookimpl
-from plugmq.core.message import StoredMessage
-
-__all__ = ["StoredObserver", "Wakeup"]
+__all__ = ["Wakeup"]
 
 
 class Wakeup:
@@ -51,14 +48,3 @@ class Wakeup:
         except TimeoutError:
             pass
 
-
-class StoredObserver:
-    """A hook implementation registered on the broker: every stored message wakes receivers
-    (sends, delayed messages coming due, committed transactions, DLQ copies)."""
-
-    def __init__(self, wakeup: Wakeup) -> None:
-        self._wakeup = wakeup
-
-    @hookimpl
-    def plugmq_message_stored(self, broker_name: str, message: StoredMessage) -> None:
-        self._wakeup.notify_threadsafe()
