@@ -39,8 +39,8 @@ def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp
 
 
 def test_bench_measures_restart_after_kill_and_redis(quiet_logs: None, tmp_path) -> None:
-    """store_mmap's rows, the Redis baseline when redis-server is there, and the kill -9 restart
-    (a real child killed with SIGKILL, here with a 1 MiB commit log)."""
+    """store_mmap's rows, the Redis baseline when redis-server is there, and the restarts after
+    kill -9 (a real child killed with SIGKILL) and after a clean stop, here with a 1 MiB commit log."""
     from plugmq.bench.store import redis_missing
 
     result = CliRunner().invoke(command, [
@@ -51,7 +51,11 @@ def test_bench_measures_restart_after_kill_and_redis(quiet_logs: None, tmp_path)
     report = json.loads(result.stdout)
     restart = report["restart"]
     assert restart["read_ok"] and restart["messages"] > 0 and restart["seconds"] > 0
-    assert restart["log_bytes"] == 1 << 20 and restart["end"] >= 1 << 20
+    assert restart["log_bytes"] == 1 << 20 and restart["end"] >= 1 << 20 and restart["stop"] == "kill -9"
+    clean = report["restart_clean"]
+    assert clean["stop"] == "clean stop" and clean["read_ok"] and clean["end"] >= 1 << 20
+    assert clean["checked_from"] < clean["end"], "the newest record is re-checked"
+    assert clean["redispatched"] == 0 and clean["cut_bytes"] == 0, "a clean stop leaves nothing to redo"
     baselines = {r["baseline"] for r in report["raw"]}
     assert {"mmap single", "mmap batched", "write+fsync", "cq scan"} <= baselines
     assert ("redis lpush" in baselines) == (redis_missing() is None)

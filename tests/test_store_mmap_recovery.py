@@ -166,6 +166,29 @@ def flip(path: Path, pos: int) -> None:
         f.write(bytes([byte ^ 0x40]))
 
 
+def test_a_clean_restart_rechecks_only_the_newest_record(tmp_path: Path) -> None:
+    """After a clean stop the checkpoint says where the log ends: recovery re-reads the newest
+    record (found through its consume-queue entry), not the newest segment."""
+    directory = tmp_path / "s"
+    results = fill(directory, 60)
+    last = results[-1]
+    assert last.commit_log_offset >= SEG, "the log should reach a second segment"
+    store = make(directory)
+    try:
+        report = store.recovery
+        assert not report.crashed and report.checkpoint_valid
+        assert (report.checked_from, report.end) == (last.commit_log_offset, last.commit_log_offset + last.size)
+        assert report.redispatched == 0 and report.cut_bytes == 0
+    finally:
+        store.close()
+    store = make(directory, recover_check_segments=1)  # RocketMQ's way, on request: the newest segment again
+    try:
+        assert store.recovery.checked_from == last.commit_log_offset // SEG * SEG
+        assert index_of(store.read(last.commit_log_offset).body) == 59
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("where", ["body", "store_timestamp", "properties", "total_size"])
 def test_flipped_byte_in_last_record_is_cut(tmp_path: Path, where: str) -> None:
     directory = tmp_path / "s"

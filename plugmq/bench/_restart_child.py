@@ -3,12 +3,14 @@
 Run as ``python -m plugmq.bench._restart_child PLUGIN DATA_DIR LOG_BYTES BODY_BYTES BATCH``. It
 appends batches of ``BODY_BYTES`` messages (with a tag and a unique key, as the broker sends
 them) until the commit log holds ``LOG_BYTES``, prints ``ready <messages> <bytes>`` and goes on
-appending, so the parent's SIGKILL lands in the middle of a write, as a real crash would.
+appending, so the parent's SIGKILL lands in the middle of a write, as a real crash would. On
+SIGTERM it closes the store (a clean stop) and exits.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -28,7 +30,9 @@ def main(argv: list[str]) -> int:
     code = tags_code("TagA")
     written = 0
     told = False
-    while True:
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    while not stopping:
         requests = [
             AppendRequest(TOPIC, (written + k) % QUEUES, bodies[k % len(bodies)], tags_code=code,
                           properties={Prop.TAGS: "TagA", Prop.UNIQ_KEY: new_unique_id()})
@@ -40,6 +44,8 @@ def main(argv: list[str]) -> int:
         if not told and end >= log_bytes:
             os.write(out, f"ready {written} {end}\n".encode())
             told = True
+    store.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ round writes a fresh store or file, so first-touch page faults count on both sid
 
 Restart: a child process fills a store_mmap commit log with ``--restart-log-mib`` MiB of
 messages, keeps writing and is killed with SIGKILL; the figure is the time to reopen the store
-(recovery) and serve a read of the newest message.
+(recovery) and serve a read of the newest message. The same again after a clean stop (SIGTERM:
+the child closes the store while writing).
 """
 
 from __future__ import annotations
@@ -427,6 +428,7 @@ class Bench:
 
 @attrs.frozen
 class Restart:
+    stop: str  # "kill -9" or "clean stop"
     log_bytes: int
     messages: int
     body: int
@@ -442,9 +444,11 @@ class Restart:
         return self.read_ok and self.seconds <= RESTART_TARGET_S
 
 
-def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plugin: str = "store_mmap") -> Restart:
-    """Fill a store in a child until its commit log holds ``log_bytes``, SIGKILL it mid-write,
-    then time reopening the store and reading its newest message."""
+def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plugin: str = "store_mmap",
+                       *, clean: bool = False) -> Restart:
+    """Fill a store in a child until its commit log holds ``log_bytes``, SIGKILL it mid-write
+    (``clean``: SIGTERM, and the child closes the store), then time reopening the store and
+    reading its newest message."""
     from plugmq.core.components import open_store
 
     data = Path(tempfile.mkdtemp(prefix="restart-", dir=workdir))
@@ -458,8 +462,9 @@ def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plu
             raise click.ClickException(f"the restart child stopped before filling the log (exit {proc.poll()})")
         messages = int(line[1])
         time.sleep(0.2)  # the child goes on writing: the kill lands inside an append
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.kill(proc.pid, signal.SIGTERM if clean else signal.SIGKILL)
+        if proc.wait(timeout=120) != (0 if clean else -signal.SIGKILL):
+            raise click.ClickException(f"the restart child ended with exit code {proc.returncode}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -477,7 +482,7 @@ def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plu
     finally:
         store.close()
         shutil.rmtree(data, ignore_errors=True)
-    return Restart(log_bytes, messages, body, seconds, read_ok,
+    return Restart("clean stop" if clean else "kill -9", log_bytes, messages, body, seconds, read_ok,
                    getattr(report, "checked_from", -1), getattr(report, "end", -1),
                    getattr(report, "redispatched", -1), getattr(report, "cut_bytes", -1))
 
@@ -534,12 +539,12 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
     root.mkdir(parents=True, exist_ok=True)
     redis_note = redis_missing() if use_redis else "left out (--no-redis)"
     load_before = os.getloadavg()
-    restart: Restart | None = None
+    restarts: list[Restart] = []
     try:
         redis_server = RedisServer(root) if redis_note is None else None
         try:
             with Progress(console=console, transient=True) as progress:
-                total = len(body_sizes) * (1 + len(usable) * (4 + 2 * rounds)) + (1 if restart_log_mib else 0)
+                total = len(body_sizes) * (1 + len(usable) * (4 + 2 * rounds)) + (2 if restart_log_mib else 0)
                 task = progress.add_task("store bench", total=total)
 
                 def step(label: str) -> None:
@@ -551,8 +556,10 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
                     for plugin in usable:
                         bench.store(plugin, size)
                 if restart_log_mib and "store_mmap" in usable:
-                    step(f"store_mmap restart after kill -9 with a {restart_log_mib} MiB commit log")
-                    restart = restart_after_kill(root, restart_log_mib << 20, 1024, batch)
+                    for clean in (False, True):
+                        step(f"store_mmap restart after {'a clean stop' if clean else 'kill -9'} with a "
+                             f"{restart_log_mib} MiB commit log")
+                        restarts.append(restart_after_kill(root, restart_log_mib << 20, 1024, batch, clean=clean))
         finally:
             if redis_server is not None:
                 redis_server.stop()
@@ -564,8 +571,8 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
         click.echo(json.dumps({
             "rows": [r.as_dict() for r in bench.rows],
             "raw": [{"baseline": k[0], "size": k[1], "rate": v} for k, v in bench.raw.items()],
-            "restart": None if restart is None else {**attrs.asdict(restart), "target_s": RESTART_TARGET_S,
-                                                     "met": restart.met},
+            **{"restart_clean" if restart.stop == "clean stop" else "restart":
+               {**attrs.asdict(restart), "target_s": RESTART_TARGET_S, "met": restart.met} for restart in restarts},
             "skipped": skipped, "batch": batch, "messages": messages, "rounds": rounds,
             "redis": redis_note or "measured", "load_average": {"before": load_before, "after": load_after},
         }, indent=2))
@@ -575,10 +582,10 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
         console.print(f"skipped {name}: {reason}", style="yellow")
     if redis_note:
         console.print(f"Redis baseline: {redis_note}", style="yellow")
-    if restart is not None:
+    for restart in restarts:
         verdict = "OK" if restart.met else "MISS"
         console.print(
-            f"store_mmap restart after kill -9: {restart.seconds:.2f} s to reopen and read the newest message "
+            f"store_mmap restart after {restart.stop}: {restart.seconds:.2f} s to reopen and read the newest message "
             f"({restart.log_bytes / (1 << 20):,.0f} MiB log, {restart.messages:,} x {restart.body} B messages; "
             f"recovery checked from {restart.checked_from:,} to {restart.end:,}, re-dispatched "
             f"{restart.redispatched:,}, cut {restart.cut_bytes:,} bytes; read ok: {restart.read_ok}) "

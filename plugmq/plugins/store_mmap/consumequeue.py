@@ -242,15 +242,19 @@ class ConsumeQueue:
         self._cur = None
         self.flushed_upto = 0
 
-    def written_top(self) -> int:
-        """One past the highest entry the files hold (read before recovery cuts anything)."""
+    def newest_written(self) -> tuple[int, tuple[int, int] | None]:
+        """One past the highest entry the files hold, and that entry's (commit-log offset, size)
+        (read before recovery cuts anything; None without entries)."""
         for f in reversed(self._files):
             arr = np.frombuffer(f.mm, dtype=_DTYPE, count=min(self.per_file, f.data_end() // ENTRY_SIZE))
             hit = np.flatnonzero(arr["size"] > 0)
-            del arr
             if hit.size:
-                return self._base(f) + int(hit[-1]) + 1
-        return 0
+                last = arr[int(hit[-1])]
+                newest = (int(last["phys"]), int(last["size"]))
+                del arr, last
+                return self._base(f) + int(hit[-1]) + 1, newest
+            del arr
+        return 0, None
 
     def fix_min_offset(self, commit_log_min: int) -> None:
         """The first entry whose message is still in the commit log (retention moves it)."""

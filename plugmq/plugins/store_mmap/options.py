@@ -77,8 +77,10 @@ class MmapStoreOptions:
     StoreFullError, never a SIGBUS; ``preallocate_next_segment`` creates the next commit-log
     segment on a background thread; ``warm_segments`` allocates it whole and faults its pages in
     (one write per page, RocketMQ's warmMappedFile).
-    Recovery after a clean shutdown re-checks the last ``recover_check_segments`` segments record
-    by record. Appends: ``append_kernel`` picks the compiled append kernel (``"c"``), the
+    Recovery starts checking records where the checkpoint says everything was durable - after a
+    clean shutdown that is the end of the log, so a clean restart re-reads only the newest record; with
+    ``recover_check_segments`` > 0 it also re-checks that many newest segments record by record.
+    Appends: ``append_kernel`` picks the compiled append kernel (``"c"``), the
     pure-Python one (``"python"``) or the compiled one when it was built (``"auto"``); both
     write the same bytes. Opening: ``scan_kernel`` picks the recovery scan the same way (compiled
     or Python; both check records and consume-queue entries by the same rules).
@@ -104,7 +106,7 @@ class MmapStoreOptions:
     disk_check_interval_ms: int = attrs.field(default=1_000, validator=_positive)
     preallocate_next_segment: bool = attrs.field(default=True, validator=_bool)
     warm_segments: bool = attrs.field(default=False, validator=_bool)
-    recover_check_segments: int = attrs.field(default=1, validator=_positive)
+    recover_check_segments: int = attrs.field(default=0, validator=_non_negative)
     append_kernel: str = attrs.field(default="auto")
     scan_kernel: str = attrs.field(default="auto")
 

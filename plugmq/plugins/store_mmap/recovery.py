@@ -3,10 +3,13 @@
 1. Load the segments. One shorter than its successor's name says (truncated) is grown back to
    its size, zero-filled, and checked from its start: what it lost is cut (newest segment) or
    skipped (an older one); an empty newest file is dropped.
-2. Choose where to start checking records. After a clean shutdown (no abort file) the checkpoint
-   is trusted: only the last ``recover_check_segments`` segments are re-read. After a crash, or
-   without a readable checkpoint, checking starts at the oldest offset any checkpointed part
-   (commit log, consume queues, index) vouches for - or at the start of the log.
+2. Choose where to start checking records: at the oldest offset any checkpointed part (commit
+   log, consume queues, index) vouches for - RocketMQ's checkpoint - or at the start of the log
+   without a readable checkpoint. After a clean shutdown (no abort file: RocketMQ's abort file)
+   that is the end of the log, so nothing is re-read however large the log: every record was
+   checked when it was written and is checked again by every read, and a read that finds damage
+   repairs its queue (``repair_queue``). ``recover_check_segments`` > 0 re-reads that many newest
+   segments after a clean shutdown too (RocketMQ re-checks its last three files).
 3. Walk the records from there (magic, sizes, offset, both CRCs). An unsound record followed by
    sound ones (found by their magic, then checked whole) is damage: skipped, logged and counted.
    The first unsound record nothing sound follows is the end: everything after it is zeroed and
@@ -102,16 +105,20 @@ def recover(
     def clamp(offset: int) -> int:
         return max(first, min(offset, last_end))
 
-    trusted = checkpoint is not None and not crashed and not cl.regrown
-    if trusted:
-        assert checkpoint is not None
-        tail = clamp(checkpoint.commit_log_offset - 1)
-        i = max(0, next((k for k, s in enumerate(segments) if s.start <= tail < s.end), len(segments) - 1))
-        check_from = segments[max(0, i - (check_segments - 1))].start if segments else first
-    elif checkpoint is not None:
+    written = {(cq.topic, cq.queue_id): cq.newest_written() for cq in cqs}  # before anything is cut
+
+    if checkpoint is not None:
         check_from = clamp(checkpoint.min_offset)
         if cl.regrown:  # a truncated segment: check from its start at least
             check_from = min(check_from, min(cl.regrown))
+        elif not crashed:
+            newest = _newest_record(written, checkpoint.commit_log_offset)
+            if newest is not None and first <= newest:  # re-checked: a damaged one is cut, as after a crash
+                check_from = min(check_from, newest)
+            if check_segments and segments:
+                tail = clamp(checkpoint.commit_log_offset - 1)
+                i = max(0, next((k for k, s in enumerate(segments) if s.start <= tail < s.end), len(segments) - 1))
+                check_from = min(check_from, segments[max(0, i - (check_segments - 1))].start)
     else:
         check_from = first
 
@@ -133,7 +140,7 @@ def recover(
     if not index_complete:
         index_from = first
 
-    tops = {(cq.topic, cq.queue_id): cq.written_top() for cq in cqs}
+    tops = {key: top for key, (top, _entry) in written.items()}
     for cq in cqs:
         cq.cut(cq_from)
     index.cut(index_from)
@@ -194,6 +201,15 @@ def recover(
     )
     log.info("store_mmap recovered", **attrs.asdict(report))
     return Recovered(report, unindexed, lost)
+
+
+def _newest_record(newest: dict[tuple[str, int], tuple[int, tuple[int, int] | None]], end: int) -> int | None:
+    """Where the record that ends at ``end`` starts, as the newest entry of one of the queues says
+    (None if no queue's newest entry ends there: e.g. the log ends with a segment's blank)."""
+    for _top, entry in newest.values():
+        if entry is not None and entry[1] > 0 and entry[0] + entry[1] == end:
+            return entry[0]
+    return None
 
 
 def _dispatch_to_queues(cqs: ConsumeQueues, found: LogScan, cq_from: int) -> None:
