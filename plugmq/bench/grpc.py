@@ -122,6 +122,9 @@ class ServeChild:
 
     def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0") -> None:
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        import grpc  # noqa: F401 - the probe's imports cost this process, not the server: before the clock
+        from rocketmq.grpc_protocol import MessagingServiceStub  # noqa: F401
+
         started = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-c", _SERVE, "--log-json", "--log-level", "info", "serve",
                                          "--config", str(config), "--listen", listen],

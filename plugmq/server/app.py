@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 import grpc
@@ -21,12 +21,14 @@ from plugmq.core.logs import get_logger
 from plugmq.server.admin import AdminService
 from plugmq.server.assignment import Assigner, ConsumerMembers
 from plugmq.server.cluster import ClusterMember, LocalRoutes, advertised_endpoint
-from plugmq.server.metrics import MetricsEndpoint
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import service_pb2_grpc
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
 from plugmq.server.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from plugmq.server.metrics import MetricsEndpoint
 
 __all__ = ["PlugmqServer", "ServerThread", "run"]
 
@@ -87,6 +89,8 @@ class PlugmqServer:
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor).handler(),))
         if options.metrics_listen is not None:
+            from plugmq.server.metrics import MetricsEndpoint  # prometheus_client: only when asked for
+
             try:
                 self.metrics = MetricsEndpoint(self.broker, options.metrics_listen)
             except ConfigError:
