@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import pytest
 import structlog
@@ -15,7 +16,10 @@ from plugmq.bench.store import command
 @pytest.fixture
 def quiet_logs():
     saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # Warnings to stderr: a kill -9 that lands mid-write makes the restart log "commit log tail
+    # cut", which must not end up in the JSON on stdout.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     yield
     structlog.configure(**saved)
 
