@@ -38,6 +38,7 @@ from plugmq.core.contracts import (
     TransactionService,
 )
 from plugmq.core.datadir import prepare_data_dir
+from plugmq.core.delayledger import DelayLedger
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import (
     ClientError,
@@ -152,8 +153,9 @@ class Broker:
                 self.journals.open("offsets", compact=lambda: self.consumer_offsets.compact()),
                 legacy_root=self.broker_dir)
             self._delay_context: DelayContext | None = None
+            self.delay_ledger: DelayLedger | None = None  # with replication: see below
             if self.plugins.with_family(Family.DELAY):
-                self._delay_context = DelayContext(**base, store=self.store, deliver=self._deliver,
+                self._delay_context = DelayContext(**base, store=self.store, deliver=self._deliver_delayed,
                                                    was_delivered=self._was_delivered)
             self._txn_context: TransactionContext | None = None
             if self.plugins.with_family(Family.TRANSACTION):
@@ -167,6 +169,14 @@ class Broker:
                                                 broker_id=config.broker_id, replicated=self._on_replicated,
                                                 truncated=self._on_truncated, failover=config.failover,
                                                 where=config.source)
+            # With replication, delayed messages are intents in the log too, so a promoted slave
+            # delivers what its master had pending (plugmq.core.delayledger).
+            if self.replication is not None and self._delay_context is not None:
+                self.delay_ledger = DelayLedger(
+                    self.journals.open("delay", compact=lambda: self._compact_delay_ledger()), self._was_delivered)
+                self.retention_floor.hold("delay intents", self.delay_ledger.floor)
+                if self.role is not BrokerRole.SLAVE:
+                    self.delay_ledger.load()
             adopt_legacy_state(self.broker_dir / "pop", self.data_dir / "server")
             self.pop = PopService(self, PopState(
                 self.journals.open("pop", compact=lambda: self.pop.state.compact()), fsync=config.pop_fsync,
@@ -408,7 +418,13 @@ class Broker:
             deliver_at = message.deliver_at_ms
         extra = {Prop.DELAY_LEVEL: str(level)} if level is not None else {Prop.DELIVER_AT_MS: str(deliver_at)}
         request = attrs.evolve(request, properties={**request.properties, **extra})
+        if self.delay_ledger is not None:
+            self.delay_ledger.record(request, deliver_at, level)
         return self.delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level)
+
+    def _compact_delay_ledger(self) -> None:
+        if self.delay_ledger is not None:
+            self.delay_ledger.compact()
 
     def _deliver(self, request: AppendRequest) -> AppendResult:
         """Write-back used by the delay and transaction services: a normal message on its topic."""
@@ -462,7 +478,13 @@ class Broker:
             self.role = self.master_role
             self.consumer_offsets.compact()
             self.pop.state.compact()
+            # Pending intents first: the delay plugin may hold stale copies from an earlier
+            # mastership and deliver them as it starts; the write-back checks them against these.
+            ledger = self.delay_ledger
+            taken_over = ledger.load() if ledger is not None else []
             self._start_services()
+            if ledger is not None and self.delay is not None and taken_over:
+                ledger.schedule_taken_over(self.delay, taken_over)
             self.pop.start()  # dead-letter what ran out of attempts while no master could
         log.warning("broker promoted to master", broker=self.name, epoch=epoch, mode=self.master_role.value)
 
@@ -546,11 +568,28 @@ class Broker:
         return self.store.read(commit_log_offset, size)
 
     def _was_delivered(self, request: AppendRequest) -> bool:
+        return self._delivered_copy(request) is not None
+
+    def _delivered_copy(self, request: AppendRequest) -> StoredMessage | None:
+        """The message of ``request`` on its real topic (same unique id and attempt), if stored."""
         unique = request.properties.get(Prop.UNIQ_KEY)
         if not unique:
-            return False
-        return any(m.unique_id == unique and m.reconsume_times == request.reconsume_times
-                   for m in self.store.query_by_key(request.topic, unique, max_results=64))
+            return None
+        return next((m for m in self.store.query_by_key(request.topic, unique, max_results=64)
+                     if m.unique_id == unique and m.reconsume_times == request.reconsume_times), None)
+
+    def _deliver_delayed(self, request: AppendRequest) -> AppendResult:
+        """The delay service's write-back: with replication, a message whose intent is no longer
+        pending and which is on its topic already is not written twice (plugmq.core.delayledger)."""
+        ledger = self.delay_ledger
+        if ledger is not None and not ledger.take_pending(request):
+            copy = self._delivered_copy(request)
+            if copy is not None:
+                log.info("delayed message delivered already (by an earlier master); not written again",
+                         broker=self.name, topic=request.topic, unique_id=copy.unique_id)
+                return AppendResult(AppendStatus.PUT_OK, copy.msg_id, copy.queue_offset, copy.commit_log_offset,
+                                    copy.size, copy.store_timestamp_ms)
+        return self._deliver(request)
 
     # ------------------------------------------------------------------------------ events
     # Each event hook is emitted in one place, here: the stored, delivered, retried and

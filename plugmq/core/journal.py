@@ -144,6 +144,20 @@ class Journal:
             self.records_since_snapshot += len(bodies)
         return last.commit_log_offset + last.size
 
+    def append_located(self, body: bytes) -> tuple[int, int]:
+        """Store one record; returns its ``(commit-log offset, size)`` (read it back with
+        :meth:`read_record`). ReadOnlyBrokerError where the journal is not writable."""
+        result = self._write([self._request(body, _RECORD)])[0]
+        with self._lock:
+            self.bytes_since_snapshot += len(body)
+            self.records_since_snapshot += 1
+        return result.commit_log_offset, result.size
+
+    def read_record(self, commit_log_offset: int, size: int) -> bytes | None:
+        """The body of this journal's record at ``commit_log_offset`` (None: gone, or not one)."""
+        message = self.store.read(commit_log_offset, size)
+        return message.body if message is not None and message.topic == self.topic else None
+
     def write_snapshot(self, data: bytes) -> int:
         """Store a snapshot of the whole state (one batch of parts of at most ``SNAPSHOT_PART_BYTES``);
         the caller holds its state lock so nothing of its own comes in between. Returns the log
@@ -229,6 +243,12 @@ class Journal:
     def replay(self) -> JournalReplay:
         """The latest complete snapshot and the records after it; following (and appending)
         continues after them."""
+        snapshot, located = self.replay_located()
+        return JournalReplay(snapshot, tuple(body for _, _, body in located))
+
+    def replay_located(self) -> tuple[bytes | None, list[tuple[int, int, bytes]]]:
+        """As :meth:`replay`, each record with where it lies: ``(commit-log offset, size, body)``,
+        for a service whose snapshot points at records instead of copying them."""
         store = self.store
         low, high = store.min_offset(self.topic, _QUEUE), store.max_offset(self.topic, _QUEUE)
         found = self._latest_snapshot(low, high)
@@ -241,7 +261,7 @@ class Journal:
         elif low > 0:
             self._log.error("journal has no snapshot and its oldest records are gone; the state is rebuilt from "
                             "what is left", first_queue_offset=low)
-        records: list[bytes] = []
+        records: list[tuple[int, int, bytes]] = []
         held = found[2] if found is not None else None
         size_since = 0
         for queue_offset, kind, at, size in self._entries(start, high):
@@ -249,14 +269,14 @@ class Journal:
                 message = self._message(at, size, queue_offset)
                 if held is None:
                     held = _Held(at, at, message.store_timestamp_ms)
-                records.append(message.body)
+                records.append((at, size, message.body))
                 size_since += len(message.body)
         with self._lock:
             self._position = high
             self._held = held
             self.bytes_since_snapshot = size_since
             self.records_since_snapshot = len(records)
-        return JournalReplay(snapshot, tuple(records))
+        return snapshot, records
 
     def follow(self) -> list[bytes] | None:
         """Records stored since the last replay, follow or append (a slave applying its master's
