@@ -29,6 +29,14 @@ Format (TOML, or YAML when PyYAML is installed)::
     # delay = { fraction = 0.5, distribution = "uniform", min_delay_s = 1, max_delay_s = 600 }
     # filter = { type = "TAG", selectivity = 0.1 }
     # churn = { joins_per_minute = 2, leaves_per_minute = 2 }
+    # serve = { receive_batch = 16 }   # through `plugmq serve` and the official Python client (real clock)
+
+    [plugin_sets.replicated]       # a master and its slave: the runner starts the slave itself
+    plugins = ["store_mmap", "ha"]
+    options.store_mmap = { flush = "async" }
+    options.ha = { heartbeat_ms = 200 }
+    broker = { role = "sync_master" }          # or "async_master" (the default)
+    # server = { executor_threads = 8 }        # [server] options of `plugmq serve` (served workloads)
 
     [plugin_sets.wheel]
     plugins = ["store_mmap", "delay_wheel", "filter_tag", "alloc"]
@@ -37,7 +45,7 @@ Format (TOML, or YAML when PyYAML is installed)::
 
     [[matrix]]
     name = "delay_strategies"      # one report section per matrix
-    kind = "delay"                 # delay | storage | allocation | filter | general (which charts)
+    kind = "delay"                 # a plugmq.spark.kinds name: delay, storage, served, replication, ...
     workloads = ["levels_mix"]
     plugin_sets = ["wheel"]
     repetitions = 3
@@ -72,6 +80,7 @@ __all__ = [
     "FilterSpec",
     "Matrix",
     "PluginSet",
+    "ServeSpec",
     "SweepSpec",
     "Workload",
     "expand_matrix",
@@ -133,6 +142,20 @@ class Churn:
 
 
 @attrs.frozen
+class ServeSpec:
+    """A served workload: the broker runs behind ``plugmq serve`` in a child process and the
+    official Python client drives it. Producers (``producers_per_topic`` per topic, one client
+    Producer each) send from the experiment's process; the consumers (``consumers_per_subscription``
+    SimpleConsumer threads per subscription) receive ``receive_batch`` messages at a time and ack
+    each one, from a process of their own, as separate applications would."""
+
+    receive_batch: int = 16
+    invisible_s: int = 30
+    long_polling_s: int = 1
+    request_timeout_s: int = 10  # the client takes whole seconds
+
+
+@attrs.frozen
 class Workload:
     name: str
     topics: int = 1
@@ -154,6 +177,7 @@ class Workload:
     delay: DelayMix | None = None
     filter: FilterSpec | None = None
     churn: Churn | None = None
+    serve: ServeSpec | None = None
 
 
 @attrs.frozen
@@ -167,6 +191,9 @@ class PluginSet:
     allocation_strategy: str = "AVG"
     allocation_params: Mapping[str, Any] = attrs.field(factory=dict)
     broker: Mapping[str, Any] = attrs.field(factory=dict)
+    replication: str | None = None  # the replication plugin: the runner starts a slave for the master
+    role: str = "async_master"
+    server: Mapping[str, Any] = attrs.field(factory=dict)  # [server] options for served workloads
 
 
 @attrs.frozen
@@ -424,11 +451,35 @@ def _parse_churn(t: _Table) -> Churn:
     return churn
 
 
+def _parse_serve(t: _Table) -> ServeSpec:
+    spec = ServeSpec(t.integer("receive_batch", 16, low=1), t.integer("invisible_s", 30, low=1),
+                     t.integer("long_polling_s", 1, low=1), t.integer("request_timeout_s", 10, low=1))
+    t.done()
+    return spec
+
+
+def _check_served(w: Workload, t: _Table) -> None:
+    """What a served workload cannot do (yet): say so instead of measuring something else."""
+    what = t.key("serve")
+    if w.clock != "real":
+        raise ConfigError(f"{what}: a served workload runs on the real clock (plugmq serve in a child process); "
+                          "remove clock = \"virtual\"")
+    if w.batch_size != 1:
+        raise ConfigError(f"{t.key('batch_size')}: the official Python client sends one message per SendMessage; "
+                          "use batch_size = 1 with serve")
+    for key, value in (("delay", w.delay is not None and w.delay.fraction > 0), ("filter", w.filter is not None),
+                       ("churn", w.churn is not None)):
+        if value:
+            raise ConfigError(f"{t.key(key)}: not measured through plugmq serve; compare {key} on an embedded "
+                              "broker (a workload without serve)")
+
+
 def _parse_workload(name: str, t: _Table) -> Workload:
-    delay_t, filter_t, churn_t = t.table("delay"), t.table("filter"), t.table("churn")
+    delay_t, filter_t, churn_t, serve_t = t.table("delay"), t.table("filter"), t.table("churn"), t.table("serve")
     delay = _parse_delay(delay_t) if delay_t else None
     flt = _parse_filter(filter_t) if filter_t else None
     churn = _parse_churn(churn_t) if churn_t else None
+    serve = _parse_serve(serve_t) if serve_t is not None else None
     default_clock = "virtual" if (delay is not None or churn is not None) else "real"
     w = Workload(
         name=name,
@@ -451,8 +502,11 @@ def _parse_workload(name: str, t: _Table) -> Workload:
         delay=delay,
         filter=flt,
         churn=churn,
+        serve=serve,
     )
     t.done()
+    if w.serve is not None:
+        _check_served(w, t)
     if w.clock == "virtual" and w.producer_rate <= 0:
         raise ConfigError(f"{t.key('producer_rate')}: a virtual-clock workload needs a rate > 0 "
                           "(\"as fast as possible\" has no meaning in virtual time); set clock = \"real\" or a rate")
@@ -504,9 +558,18 @@ def _parse_plugin_set(name: str, t: _Table) -> PluginSet:
     broker = t.raw("broker") or {}
     if not isinstance(broker, Mapping):
         raise ConfigError(f"{t.key('broker')} must be a table of broker settings")
-    for fixed in ("name", "data_dir", "plugins"):
+    for fixed in ("name", "data_dir", "plugins", "broker_id"):
         if fixed in broker:
             raise ConfigError(f"{t.key('broker')}.{fixed}: set by the experiment runner, not by a plugin set")
+    replications = loaded.with_family(Family.REPLICATION)
+    replication = replications[0] if replications else None
+    role = broker.get("role", "async_master")
+    if role == "slave":
+        raise ConfigError(f"{t.key('broker')}.role: a plugin set describes the master; with a replication plugin "
+                          "in the set the runner starts its slave itself (same plugins and options, role = \"slave\")")
+    if role == "sync_master" and replication is None:
+        raise ConfigError(f"{t.key('broker')}.role = \"sync_master\" waits for a slave: add a replication plugin "
+                          "(e.g. \"ha\") to plugins, or use role = \"async_master\"")
     try:
         load_config({"broker": {**broker, "plugins": list(plugins)}, "plugins": dict(options_raw)})
     except ConfigError as exc:
@@ -523,13 +586,32 @@ def _parse_plugin_set(name: str, t: _Table) -> PluginSet:
         strategies[strategy](**params)
     except (PlugmqError, TypeError, ValueError) as exc:
         raise ConfigError(f"{t.key('allocation_params')}: {exc}") from exc
+    server = _parse_server(t)
     t.done()
     delays = loaded.with_family(Family.DELAY)
     return PluginSet(
         name=name, plugins=plugins, options={k: dict(v) for k, v in options_raw.items()}, store=store,
         flush=flush, delay=delays[0] if delays else None, allocation_strategy=strategy,
-        allocation_params=dict(params), broker=dict(broker),
+        allocation_params=dict(params), broker=dict(broker), replication=replication, role=str(role),
+        server=server,
     )
+
+
+def _parse_server(t: _Table) -> dict[str, Any]:
+    """``server = {...}``: the ``[server]`` options ``plugmq serve`` gets for served workloads."""
+    server = t.raw("server") or {}
+    if not isinstance(server, Mapping):
+        raise ConfigError(f"{t.key('server')} must be a table of plugmq serve's [server] options")
+    if "listen" in server:
+        raise ConfigError(f"{t.key('server')}.listen: set by the experiment runner (a free loopback port)")
+    if server:
+        try:
+            from plugmq.server.options import parse_server_table
+        except ModuleNotFoundError as exc:
+            raise ConfigError(f"{t.key('server')}: checking [server] options needs the 'serve' extra "
+                              f"({exc.name} is missing): pip install 'plugmq[serve]'") from exc
+        parse_server_table(server, source=t.path)
+    return dict(server)
 
 
 def _parse_sweep(t: _Table) -> SweepSpec:
@@ -591,6 +673,12 @@ def parse_experiments(data: Mapping[str, Any], *, source: str = "<mapping>") -> 
         for s in sets:
             if s not in plugin_sets:
                 raise ConfigError(f"{t.key('plugin_sets')}: unknown plugin set {s!r}; defined: {', '.join(plugin_sets)}")
+        for s in sets:
+            virtual = [w for w in wls if workloads[w].clock == "virtual"]
+            if plugin_sets[s].replication is not None and virtual:
+                raise ConfigError(f"{t.key('workloads')}: plugin set {s!r} replicates to a slave in another process, "
+                                  f"which runs on the real clock; workload {virtual[0]!r} is virtual-clock "
+                                  "(give it clock = \"real\" and a drain_s, or compare it without replication)")
         matrices.append(Matrix(name, kind, wls, sets, t.integer("repetitions", 1, low=1),
                                bool(t.raw("reseed", False))))
         t.done()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,23 @@ class Histogram:
     def sparse(self) -> dict[int, int]:
         """The non-empty buckets, as stored in the ``histograms`` table."""
         return {int(b): int(c) for b, c in enumerate(self.counts) if c}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready (a child process hands its histogram over as a line of JSON)."""
+        return {"buckets": {str(b): c for b, c in self.sparse().items()}, "n": self.n, "total": self.total,
+                "min": self.min if self.n else None, "max": self.max if self.n else None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Histogram:
+        """The histogram :meth:`to_json` described."""
+        hist = cls()
+        for bucket, count in data["buckets"].items():
+            hist.counts[int(bucket)] = int(count)
+        hist.n = int(data["n"])
+        hist.total = float(data["total"])
+        if hist.n:
+            hist.min, hist.max = float(data["min"]), float(data["max"])
+        return hist
 
     def quantile(self, q: float) -> float | None:
         return quantile_from_counts(self.sparse(), q, max_value=self.max if self.n else None)

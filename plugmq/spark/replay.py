@@ -6,7 +6,10 @@ status "unsupported" (with the plugin's own error text), anything else that goes
 
 Two replays share the broker wiring here (:class:`Replay`): on the virtual clock
 (:mod:`plugmq.spark.replay_virtual`, for logic metrics: lateness, balance, churn) and on the real
-clock (:mod:`plugmq.spark.replay_real`, for throughput and latency).
+clock (:mod:`plugmq.spark.replay_real`, for throughput and latency). A workload with ``serve``
+has a replay of its own (:mod:`plugmq.spark.replay_served`: the broker behind ``plugmq serve`` in
+a child process, the official client). A replicating plugin set gets its slave in a child process
+(:mod:`plugmq.spark.replication`).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from plugmq.core.errors import DelayUnsupportedError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, StoredMessage
 from plugmq.core.pluginmanager import build_options
+from plugmq.spark.children import BrokerChild
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.histogram import Histogram
+from plugmq.spark.replication import ReplicationProbe, start_slave
 from plugmq.spark.results import ExperimentResult, WindowSeries, environment, memory_mb
 from plugmq.spark.workload import SEQ, topic_names
 
@@ -57,8 +62,10 @@ def run_experiment(exp: Experiment, *, work_dir: str | Path | None = None, windo
     data_dir = Path(tempfile.mkdtemp(prefix="plugmq-exp-", dir=work_dir))
     result.info["data_dir"] = str(data_dir)
     try:
-        if exp.workload.clock == "virtual":
-            from plugmq.spark.replay_virtual import VirtualReplay as replay_type
+        if exp.workload.serve is not None:
+            from plugmq.spark.replay_served import ServedReplay as replay_type
+        elif exp.workload.clock == "virtual":
+            from plugmq.spark.replay_virtual import VirtualReplay as replay_type  # type: ignore[assignment]
         else:
             from plugmq.spark.replay_real import RealReplay as replay_type  # type: ignore[assignment]
         replay_type(exp, data_dir, result, window_s).run()
@@ -106,6 +113,8 @@ def describe(exp: Experiment) -> dict[str, Any]:
         "filter_expression": w.filter.expression if w.filter else None,
         "filter_selectivity_target": w.filter.selectivity if w.filter else None,
         "delay_mix": ("levels" if w.delay and w.delay.levels else w.delay.distribution if w.delay else None),
+        "served": w.serve is not None, "role": exp.plugin_set.role if exp.plugin_set.replication else None,
+        "replication_plugin": exp.plugin_set.replication,
         "options": json.dumps(options, sort_keys=True, default=str),
         "durability": json.dumps(durability, sort_keys=True, default=str),
         "workload_json": json.dumps(attrs.asdict(w), sort_keys=True, default=str),
@@ -141,6 +150,8 @@ class Replay(abc.ABC):
         self.groups: list[GroupState] = []
         self.e2e = Histogram()
         self.broker: Broker | None = None
+        self.slave: BrokerChild | None = None
+        self.replication_probe: ReplicationProbe | None = None
 
     # ------------------------------------------------------------------------------ assembly
     def open(self, clock: Clock | None) -> Broker:
@@ -154,7 +165,21 @@ class Replay(abc.ABC):
         for topic in self.topics:
             for s in range(self.w.subscriptions_per_topic):
                 self.groups.append(GroupState(f"{topic}_s{s}", topic, self.queues[topic]))
+        if ps.replication is not None:
+            self._start_slave(self.broker)
         return self.broker
+
+    def _start_slave(self, broker: Broker) -> None:
+        """The master's slave in a child process; returns once the master sees it."""
+        replication = broker.replication
+        if replication is None:
+            raise RuntimeError(f"plugin set {self.exp.plugin_set.name!r} names {self.exp.plugin_set.replication!r} "
+                               "but the broker assembled no replication service")
+        self.slave = start_slave(self.data_dir / "slave", self.exp, broker_name=broker.name,
+                                 master_address=replication.status().address)
+        self.replication_probe = ReplicationProbe(lambda: (time.monotonic(), replication.status().as_dict()),
+                                                  self.elapsed)
+        self.replication_probe.wait_for_slave()
 
     @abc.abstractmethod
     def elapsed(self) -> float:
@@ -240,7 +265,10 @@ class Replay(abc.ABC):
             r.metric("store_flushes", stats["flushes"], "")
         broker.close()
         self.broker = None
-        r.metric("bytes_on_disk", _disk_bytes(self.data_dir), "B")
+        r.metric("bytes_on_disk", _disk_bytes(self.data_dir / "broker"), "B")
+        if self.slave is not None:
+            r.metric("slave_resident_memory_mb", self.slave.rss_mb(), "MiB")
+            r.metric("slave_bytes_on_disk", _disk_bytes(self.data_dir / "slave"), "B")
 
     def consumption_figures(self, matched_per_topic: dict[str, int]) -> None:
         """Duplicates and missing messages per group, against what each subscription matches."""
@@ -259,11 +287,17 @@ class Replay(abc.ABC):
         r.metric("consume_missing", missing, "msg", deterministic=deterministic)
 
     def close(self) -> None:
-        if self.broker is not None:
-            try:
-                self.broker.close()
-            finally:
-                self.broker = None
+        if self.replication_probe is not None:
+            self.replication_probe.stop()
+        try:
+            if self.broker is not None:
+                try:
+                    self.broker.close()
+                finally:
+                    self.broker = None
+        finally:
+            if self.slave is not None:
+                self.slave.stop()
 
 
 def _disk_bytes(root: Path) -> int:

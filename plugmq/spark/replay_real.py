@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from plugmq.core.errors import DelayUnsupportedError, PlugmqError
-from plugmq.core.message import StoredMessage
+from plugmq.core.message import SendStatus, StoredMessage
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.histogram import Histogram
 from plugmq.spark.replay import Replay
@@ -35,6 +35,7 @@ class _ProducerStats:
         self.published = 0  # measured (after warm-up)
         self.published_all = 0
         self.errors = 0
+        self.not_ok = 0  # stored, but answered other than SEND_OK (a sync master's slave timeout, ...)
         self.scheduled = 0
         self.first_error: BaseException | None = None
 
@@ -95,6 +96,8 @@ class RealReplay(Replay):
                    for t in range(w.topics) for p in range(w.producers_per_topic)]
         sampler = threading.Thread(target=self._sample, name="bench-sampler", daemon=True)
         sampler.start()
+        if self.replication_probe is not None:
+            self.replication_probe.start()
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -104,6 +107,10 @@ class RealReplay(Replay):
             raise self.unsupported
         if self.crashed is not None:
             raise RuntimeError(f"a producer thread died: {self.crashed!r}") from self.crashed
+        if self.replication_probe is not None:
+            self.replication_probe.catch_up(timeout_s=max(10.0, w.drain_s))
+            self.replication_probe.stop()
+            self.replication_probe.figures(self.result, self.measure_from, self.measure_to)
         drain_began = time.perf_counter()
         if self.groups:
             self._wait_drained(timeout=w.drain_s if w.drain_s > 0 else max(10.0, w.duration_s))
@@ -147,10 +154,7 @@ class RealReplay(Replay):
                             for _ in range(w.batch_size)]
                 began = time.perf_counter()
                 try:
-                    if len(messages) == 1:
-                        producer.send(messages[0])
-                    else:
-                        producer.send_batch(messages)
+                    sent = producer.send(messages[0]) if len(messages) == 1 else producer.send_batch(messages)
                 except DelayUnsupportedError as exc:
                     self.unsupported = exc
                     self.stop.set()
@@ -161,6 +165,9 @@ class RealReplay(Replay):
                     continue
                 took_ms = (time.perf_counter() - began) * 1000
                 stats.published_all += len(messages)
+                for answer in sent if isinstance(sent, list) else (sent,):
+                    if answer.status is not SendStatus.SEND_OK:
+                        stats.not_ok += 1
                 with self.lock:
                     self.series.add(self.elapsed(), "published", len(messages))
                 if not warm:
@@ -207,6 +214,7 @@ class RealReplay(Replay):
         r.metric("publish_rate_msg_s", published / period, "msg/s")
         r.metric("publish_rate_mb_s", published * size / period / 1e6, "MB/s")
         r.metric("publish_errors", errors, "msg")
+        r.metric("publish_not_ok", sum(s.not_ok for s in stats), "msg")
         r.metric("delay_scheduled", sum(s.scheduled for s in stats), "msg")
         r.histogram("publish_latency", latency)
         if self.groups:
