@@ -1,5 +1,6 @@
 """The comparison dimensions of this round without Spark: served throughput (``plugmq serve`` and the
-official client in child processes) and replication (a slave in a child process)."""
+official client in child processes), replication (a slave in a child process) and delay precision
+on the real clock (millisecond delays, bursts due together)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ BASE: dict[str, Any] = {
     "workloads": {
         "served": {"producer_rate": 60, "warmup_s": 0.2, "duration_s": 0.8, "message_size": 64,
                    "consumers_per_subscription": 1, "drain_s": 20, "serve": {"receive_batch": 8}},
+        "delay_burst": {"clock": "real", "producer_rate": 150, "warmup_s": 0.1, "duration_s": 0.6, "drain_s": 20,
+                        "delay": {"fraction": 1.0, "distribution": "uniform", "min_delay_s": 0.01,
+                                  "max_delay_s": 0.3, "burst_ms": 100}},
         "embedded": {"producer_rate": 0, "warmup_s": 0.1, "duration_s": 0.4, "message_size": 128,
                      "consumers_per_subscription": 1, "drain_s": 20},
     },
@@ -30,10 +34,14 @@ BASE: dict[str, Any] = {
                   "broker": {"role": "async_master"}},
         "sync": {"plugins": ["store_mmap", "ha", "filter_tag", "alloc"], "options": MMAP,
                  "broker": {"role": "sync_master"}},
+        "schedule_10ms": {"plugins": ["store_mmap", "delay_schedule", "alloc"],
+                          "options": {**MMAP, "delay_schedule": {"tick_ms": 10, "fsync": False}}},
     },
     "matrix": [{"name": "served", "kind": "served", "workloads": ["served"], "plugin_sets": ["plain", "sync"]},
                {"name": "replication", "kind": "replication", "workloads": ["embedded"],
-                "plugin_sets": ["plain", "async", "sync"]}],
+                "plugin_sets": ["plain", "async", "sync"]},
+               {"name": "delay_real", "kind": "delay_precision", "workloads": ["delay_burst"],
+                "plugin_sets": ["schedule_10ms"]}],
 }
 
 
@@ -61,7 +69,8 @@ def test_serve_and_replication_knobs_parse() -> None:
     assert spec.workloads["embedded"].serve is None
     assert spec.plugin_sets["sync"].replication == "ha" and spec.plugin_sets["sync"].role == "sync_master"
     assert spec.plugin_sets["plain"].replication is None
-    assert len(expand_matrix(spec)) == 5
+    assert spec.workloads["delay_burst"].delay is not None and spec.workloads["delay_burst"].delay.burst_ms == 100
+    assert len(expand_matrix(spec)) == 6
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -77,6 +86,11 @@ def test_serve_and_replication_knobs_parse() -> None:
     ({"plugin_sets__plain__server": {"listen": "127.0.0.1:9876"}}, "plugin_sets.plain.server.listen: set by the"),
     ({"workloads__embedded__clock": "virtual", "workloads__embedded__producer_rate": 10},
      "plugin set 'async' replicates to a slave in another process, which runs on the real clock"),
+    ({"workloads__delay_burst__delay": {"fraction": 1.0, "levels": [1], "burst_ms": 100}},
+     "workloads.delay_burst.delay.burst_ms: bursts round deliver-at times"),
+    ({"workloads__delay_burst__delay__burst_ms": -1}, "workloads.delay_burst.delay.burst_ms must be >= 0"),
+    ({"matrix__2__workloads": ["embedded"]}, "workload 'embedded' needs clock = \"real\" and a delay mix"),
+    ({"workloads__delay_burst__clock": "virtual"}, "kind \"delay_precision\" measures delays on the real clock"),
 ])
 def test_validation_errors_name_the_key_path(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -106,6 +120,22 @@ def test_histogram_crosses_a_process_boundary_as_json() -> None:
     assert back.sparse() == hist.sparse() and (back.n, back.min, back.max) == (5, 0.05, 950.0)
     assert back.quantile(0.5) == hist.quantile(0.5)
     assert Histogram.from_json(Histogram().to_json()).n == 0
+
+
+def test_bursts_put_deliver_at_times_on_a_grid_and_leave_the_rest_of_the_draw_alone() -> None:
+    from plugmq.spark.workload import DUE, MessageFactory
+
+    def due_times(burst_ms: int) -> list[int]:
+        exp = experiment(spec_with(workloads__delay_burst__delay__burst_ms=burst_ms), "delay_burst", "schedule_10ms")
+        factory = MessageFactory(exp.workload, exp.seed, 0, "0.0")
+        messages = [factory.next(1_000_000 + 7 * i) for i in range(200)]
+        assert all(m.deliver_at_ms is not None and str(m.deliver_at_ms) == m.properties[DUE] for m in messages)
+        return [m.deliver_at_ms for m in messages if m.deliver_at_ms is not None]
+
+    plain, burst = due_times(0), due_times(100)
+    assert any(t % 100 for t in plain) and all(t % 100 == 0 for t in burst)
+    assert all(0 <= b - p < 100 for p, b in zip(plain, burst, strict=True)), "rounded up, never earlier"
+    assert len(set(burst)) < len(burst) / 5, "many messages fall due at one instant"
 
 
 # ------------------------------------------------------------------------------------------ runs (child processes)
@@ -149,6 +179,18 @@ def test_a_served_run_whose_receives_all_fail_is_a_failed_row(tmp_path: Path) ->
     assert result.status == "failed"
     assert "every receive failed" in result.error and "add filter_tag to broker.plugins" in result.error
     assert not _children_left(tmp_path)
+
+
+def test_real_clock_delay_precision_run_delivers_every_burst_never_early(tmp_path: Path) -> None:
+    """Lateness on the real clock is a measurement (not deterministic); what must hold is that every
+    delayed message is delivered, none before its time, and the figures are labelled as measured."""
+    result = run_experiment(experiment(BASE, "delay_burst", "schedule_10ms"), work_dir=tmp_path)
+    assert result.status == "ok", result.error
+    m = result.metric_map()
+    assert m["delay_delivered"] > 0 and m["delay_early_deliveries"] == 0 and m["delay_undelivered"] == 0
+    assert m["delay_delivered"] == m["delay_lateness_count"]
+    assert 0 <= m["delay_lateness_p50_ms"] <= m["delay_lateness_p99_ms"] <= m["delay_lateness_max_ms"]
+    assert [det for name, _, _, det in result.metrics if name == "delay_delivered"] == [False]
 
 
 def _children_left(root: Path) -> list[str]:

@@ -27,6 +27,7 @@ Format (TOML, or YAML when PyYAML is installed)::
     clock = "virtual"              # "virtual" (ManualClock) or "real"; default virtual with delay/churn
     delay = { fraction = 0.5, levels = [1, 2, 3] }
     # delay = { fraction = 0.5, distribution = "uniform", min_delay_s = 1, max_delay_s = 600 }
+    #   (+ burst_ms = 500: deliver-at times rounded up to a multiple of 500 ms, due together)
     # filter = { type = "TAG", selectivity = 0.1 }
     # churn = { joins_per_minute = 2, leaves_per_minute = 2 }
     # serve = { receive_batch = 16 }   # through `plugmq serve` and the official Python client (real clock)
@@ -103,6 +104,9 @@ class DelayMix:
     ``levels``: RocketMQ delay levels, sent as ``delay_level`` (every strategy can express them).
     ``distribution``: "uniform" or "exponential" delays in [min_delay_s, max_delay_s], sent as a
     deliver-at time (a level-only strategy must refuse them: the experiment reports "unsupported").
+    ``burst_ms`` (deliver-at times only): each deliver-at time is rounded up to the next multiple of
+    ``burst_ms`` of the clock, so every message drawn for one window falls due at the same instant
+    (a burst the strategy must fire at once). 0: no rounding.
     """
 
     fraction: float
@@ -111,6 +115,7 @@ class DelayMix:
     min_delay_s: float = 1.0
     max_delay_s: float = 0.0
     mean_delay_s: float = 0.0
+    burst_ms: int = 0
 
     @property
     def arbitrary(self) -> bool:
@@ -395,8 +400,12 @@ def _parse_delay(t: _Table) -> DelayMix:
                               f"{distribution} distribution, got {max_delay}")
         if distribution == "exponential" and mean_delay <= 0:
             raise ConfigError(f"{t.key('mean_delay_s')} must be > 0 for an exponential distribution")
+    burst_ms = t.integer("burst_ms", 0, low=0)
+    if burst_ms and distribution is None:
+        raise ConfigError(f"{t.key('burst_ms')}: bursts round deliver-at times; a level delay is relative to the "
+                          "send and cannot be aligned (use a distribution, or remove burst_ms)")
     t.done()
-    return DelayMix(fraction, levels, distribution, min_delay, max_delay, mean_delay)
+    return DelayMix(fraction, levels, distribution, min_delay, max_delay, mean_delay, burst_ms)
 
 
 def _parse_filter(t: _Table) -> FilterSpec:
@@ -673,6 +682,13 @@ def parse_experiments(data: Mapping[str, Any], *, source: str = "<mapping>") -> 
         for s in sets:
             if s not in plugin_sets:
                 raise ConfigError(f"{t.key('plugin_sets')}: unknown plugin set {s!r}; defined: {', '.join(plugin_sets)}")
+        if kind == "delay_precision":
+            for w in wls:
+                wl = workloads[w]
+                if wl.clock != "real" or wl.delay is None or wl.delay.fraction <= 0:
+                    raise ConfigError(f"{t.key('workloads')}: kind \"delay_precision\" measures delays on the real "
+                                      f"clock; workload {w!r} needs clock = \"real\" and a delay mix (compare "
+                                      "virtual-clock delays with kind = \"delay\")")
         for s in sets:
             virtual = [w for w in wls if workloads[w].clock == "virtual"]
             if plugin_sets[s].replication is not None and virtual:

@@ -112,7 +112,7 @@ class RealReplay(Replay):
             self.replication_probe.stop()
             self.replication_probe.figures(self.result, self.measure_from, self.measure_to)
         drain_began = time.perf_counter()
-        if self.groups:
+        if self.groups or (w.delay is not None and w.delay.fraction > 0):  # consumers or timers still due
             self._wait_drained(timeout=w.drain_s if w.drain_s > 0 else max(10.0, w.duration_s))
         self.result.metric("drain_s", time.perf_counter() - drain_began, "s")
         self.stop.set()

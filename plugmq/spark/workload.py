@@ -129,6 +129,8 @@ class MessageFactory:
                 props[DUE] = str(now_ms + self.levels_ms[min(level, len(self.levels_ms)) - 1])
             else:
                 deliver_at = now_ms + _draw_delay_ms(delay, rng)
+                if delay.burst_ms:
+                    deliver_at = -(-deliver_at // delay.burst_ms) * delay.burst_ms
                 props[DUE] = str(deliver_at)
         body = header + self.payload[len(header):] if header else self.payload
         return Message(self.topic, body, tags=tags, properties=props, delay_level=level, deliver_at_ms=deliver_at)
