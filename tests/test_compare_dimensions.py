@@ -193,6 +193,50 @@ def test_real_clock_delay_precision_run_delivers_every_burst_never_early(tmp_pat
     assert [det for name, _, _, det in result.metrics if name == "delay_delivered"] == [False]
 
 
+@pytest.mark.slow
+def test_a_broker_child_stops_when_the_experiment_process_is_killed(tmp_path: Path) -> None:
+    """An experiment that overruns its timeout is SIGKILLed: its plugmq serve child must not live on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from plugmq.spark.children import BrokerChild\n"
+        "child = BrokerChild(Path(sys.argv[1]), {'broker': {'name': 'orphan', 'data_dir': 'data', "
+        "'plugins': ['store_mmap']}, 'plugins.store_mmap': {'flush': 'async'}})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "b")], stdout=subprocess.PIPE, text=True)
+    pid = 0
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the serve child outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if pid and _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _children_left(root: Path) -> list[str]:
     """Processes still running with a command line that names a file under ``root``."""
     left = []

@@ -5,8 +5,9 @@ and a replicating plugin set needs a slave (:mod:`plugmq.spark.replication`): bo
 :class:`BrokerChild`, its own interpreter running the broker of a generated ``broker.toml``. The
 child prints its address once clients can connect and, when it replicates, its replication status
 as a ``status {json}`` line every ``status_interval_s``. Every child is stopped by the experiment
-in every case (SIGTERM, then SIGKILL after a grace period); its stderr stays in a log file whose
-tail goes into the error of a child that did not start.
+in every case (SIGTERM, then SIGKILL after a grace period), and stops by itself when its stdin
+closes (the experiment process died); its stderr stays in a log file whose tail goes into the
+error of a child that did not start.
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ from plugmq.bench.grpc import process_cpu_s
 
 __all__ = ["BrokerChild", "ChildError", "broker_toml", "process_cpu_s", "process_rss_mb"]
 
-_CHILD = ("import sys; from plugmq.bench.replication import serve_reporting; "
-          "serve_reporting(sys.argv[1], float(sys.argv[2]))")
+# The child stops (SIGTERM to itself: a clean shutdown) when its stdin closes, which happens when
+# the experiment process dies, even by SIGKILL after an --experiment-timeout: no broker outlives
+# the experiment that started it.
+_CHILD = ("import os, signal, sys, threading\n"
+          "def _orphaned():\n"
+          "    while os.read(0, 4096):\n"  # the raw fd: a buffered read would block the interpreter's exit
+          "        pass\n"
+          "    os.kill(os.getpid(), signal.SIGTERM)\n"
+          "threading.Thread(target=_orphaned, daemon=True, name='plugmq-parent-watch').start()\n"
+          "from plugmq.bench.replication import serve_reporting\n"
+          "serve_reporting(sys.argv[1], float(sys.argv[2]))\n")
 
 
 class ChildError(RuntimeError):
@@ -92,7 +102,7 @@ class BrokerChild:
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         began = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-c", _CHILD, str(self.config_path), str(status_interval_s)],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                         cwd=directory)
         self.pid = self.process.pid
         try:
@@ -159,6 +169,11 @@ class BrokerChild:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
         self._log.close()
 
     def stop(self, grace_s: float = 30.0) -> int:
@@ -170,5 +185,5 @@ class BrokerChild:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self._log.close()
+        self._close_files()
         return self.process.returncode

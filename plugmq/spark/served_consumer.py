@@ -16,6 +16,7 @@ their acks per 0.1 s slot of the wall clock, duplicates and errors.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import threading
@@ -115,7 +116,8 @@ def consume(spec: dict[str, Any], out: Any = sys.stdout, stop_when: threading.Ev
             thread.start()
         if stop_when is None:
             def until_stdin_closes() -> None:
-                sys.stdin.read()
+                while os.read(sys.stdin.fileno(), 4096):  # raw reads: no buffer lock held at exit
+                    pass
                 stop.set()
 
             threading.Thread(target=until_stdin_closes, daemon=True).start()
