@@ -89,6 +89,7 @@ def test_serve_and_replication_knobs_parse() -> None:
     ({"workloads__delay_burst__delay": {"fraction": 1.0, "levels": [1], "burst_ms": 100}},
      "workloads.delay_burst.delay.burst_ms: bursts round deliver-at times"),
     ({"workloads__delay_burst__delay__burst_ms": -1}, "workloads.delay_burst.delay.burst_ms must be >= 0"),
+    ({"workloads__delay_burst__producer_rate": 0}, "workloads.delay_burst.producer_rate: a burst workload"),
     ({"matrix__2__workloads": ["embedded"]}, "workload 'embedded' needs clock = \"real\" and a delay mix"),
     ({"workloads__delay_burst__clock": "virtual"}, "kind \"delay_precision\" measures delays on the real clock"),
 ])
@@ -181,6 +182,7 @@ def test_a_served_run_whose_receives_all_fail_is_a_failed_row(tmp_path: Path) ->
     assert not _children_left(tmp_path)
 
 
+@pytest.mark.slow
 def test_real_clock_delay_precision_run_delivers_every_burst_never_early(tmp_path: Path) -> None:
     """Lateness on the real clock is a measurement (not deterministic); what must hold is that every
     delayed message is delivered, none before its time, and the figures are labelled as measured."""

@@ -522,6 +522,10 @@ def _parse_workload(name: str, t: _Table) -> Workload:
     if w.delay is not None and w.delay.fraction > 0 and w.batch_size > 1:
         raise ConfigError(f"{t.key('batch_size')}: delayed messages cannot be batched (RocketMQ rule); "
                           "use batch_size = 1 with a delay mix")
+    if w.delay is not None and w.delay.burst_ms and w.producer_rate <= 0:
+        raise ConfigError(f"{t.key('producer_rate')}: a burst workload (delay.burst_ms) needs a fixed rate, so every "
+                          "strategy fires bursts of the same size (as fast as possible, a slower send makes "
+                          "smaller bursts)")
     if w.churn is not None and w.clock != "virtual":
         raise ConfigError(f"{t.key('churn')}: consumer churn is replayed on the virtual clock; set clock = \"virtual\"")
     if w.churn is not None and w.subscriptions_per_topic < 1:
