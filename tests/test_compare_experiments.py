@@ -320,9 +320,9 @@ def test_dry_run_lists_the_seeded_order_without_spark() -> None:
     result = CliRunner().invoke(main, ["compare", str(EXAMPLES / "quick.toml"), "--out", "unused", "--dry-run"],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "21 experiments in run order" in result.output and "sweep: 200 x 200" in result.output
-    first = expand_matrix(load_experiments(EXAMPLES / "quick.toml"))[0].experiment_id
-    assert first in result.output
+    runs = expand_matrix(load_experiments(EXAMPLES / "quick.toml"))
+    assert f"{len(runs)} experiments in run order" in result.output and "sweep: 200 x 200" in result.output
+    assert runs[0].experiment_id in result.output
     probe = "import sys, plugmq.spark, plugmq.spark.cli; print('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "False", "importing plugmq.spark must not start pyspark"
