@@ -1,8 +1,8 @@
 """What a matrix compares (its ``kind``): the measures in its table, the headline measures and who wins
 them, what competes and what is held fixed, its charts.
 
-This registry is the one place a new comparison dimension is declared. Adding one (say
-"replication": async vs sync double-write, failover time) takes:
+This registry is the one place a new comparison dimension is declared. Adding one (as
+"replication" was: no slave vs async vs sync double-write) takes:
 
 1. the metrics, emitted by the replay (``result.metric("failover_s", ...)``) - from a probe in
    :meth:`plugmq.spark.replay.Replay.finish` or a replay of its own;
