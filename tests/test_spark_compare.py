@@ -53,6 +53,13 @@ producer_rate = 300
 duration_s = 0.3
 message_size = 200
 
+[workloads.served]         # real clock: plugmq serve and its sync slave in child processes of the task
+producer_rate = 40
+duration_s = 0.5
+consumers_per_subscription = 1
+drain_s = 20
+serve = { receive_batch = 8 }
+
 [plugin_sets.lv]
 plugins = ["store_mmap", "delay_level", "alloc"]
 options.store_mmap = { flush = "async" }
@@ -65,6 +72,17 @@ options.store_mmap = { flush = "async" }
 plugins = ["store_mmap", "alloc"]
 options.store_mmap = { flush = "async" }
 broker = { max_message_size = 64 }
+
+[plugin_sets.replicated]
+plugins = ["store_mmap", "ha", "filter_tag", "alloc"]
+options.store_mmap = { flush = "async" }
+broker = { role = "sync_master" }
+
+[[matrix]]
+name = "served"
+kind = "served"
+workloads = ["served"]
+plugin_sets = ["replicated"]
 
 [[matrix]]
 name = "delay"
@@ -93,11 +111,11 @@ def outcome(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> CompareOutc
 
 def test_virtual_experiments_are_tasks_and_real_clock_ones_share_the_serial_lane(outcome: CompareOutcome) -> None:
     exp = outcome.tables["experiments"]
-    assert len(exp) == len(outcome.experiments) == 8
+    assert len(exp) == len(outcome.experiments) == 9
     ids = [e.experiment_id for e in expand_matrix(parse_experiments(SPEC))]
     assert exp.sort_values("order")["experiment_id"].tolist() == ids
     virtual, real = exp[exp["clock"] == "virtual"], exp[exp["clock"] == "real"]
-    assert len(virtual) == 6 and len(real) == 2
+    assert len(virtual) == 6 and len(real) == 3
     assert virtual["task_attempt_id"].nunique() == 6 and set(virtual["lane"]) == {"parallel"}
     assert (real["partition_id"] == 0).all() and real["task_attempt_id"].nunique() == 1
     assert set(real["lane"]) == {"real-clock lane"} and bool(real["real_clock_lock"].all())
@@ -128,7 +146,7 @@ def test_failures_are_rows_not_crashes(outcome: CompareOutcome) -> None:
     for workload in ("churn", "burst"):
         row = exp.loc[f"misc/{workload}/tight/r0"]
         assert row["status"] == "failed" and "MessageTooLargeError" in row["error"], row.to_dict()
-    assert (exp["status"] == "ok").sum() == 5
+    assert (exp["status"] == "ok").sum() == 6
     failed_ids = set(exp.index[exp["status"] != "ok"])
     assert not failed_ids & set(outcome.tables["metrics"]["experiment_id"]), "no figures from runs that failed"
 
@@ -153,7 +171,7 @@ def test_parquet_tables_and_report_hold_the_runs_numbers(outcome: CompareOutcome
     out = outcome.report.parent
     tables = {p.stem: pd.read_parquet(p) for p in out.glob("*.parquet")}
     assert {"experiments", "metrics", "timeseries", "histograms", "summary", "sweep_summary"} <= set(tables)
-    assert len(tables["experiments"]) == 8
+    assert len(tables["experiments"]) == 9
     assert json.loads(tables["experiments"].set_index("experiment_id").loc["delay/levels/wh/r0", "durability"])[
         "store_mmap.flush"] == "async"
     delivered = tables["metrics"].query("experiment_id == 'delay/levels/wh/r0' and metric == 'delay_delivered'")
@@ -193,6 +211,22 @@ def test_report_opens_with_the_findings_and_ends_with_environment_and_flags(outc
     assert page.count("<table") == page.count("<div class=scroll><table")
 
 
+def test_a_served_replicated_experiment_runs_its_children_from_the_real_clock_lane(outcome: CompareOutcome) -> None:
+    """plugmq serve, its slave and the client's consumer process start from an experiment forked
+    inside a Spark task; their figures reach the tables, the headline and the report."""
+    row = outcome.tables["experiments"].set_index("experiment_id").loc["served/served/replicated/r0"]
+    assert row["status"] == "ok", row["error"]
+    assert row["lane"] == "real-clock lane" and row["served"] and row["role"] == "sync_master"
+    metrics = outcome.tables["metrics"].query("experiment_id == 'served/served/replicated/r0'")
+    m = dict(zip(metrics["metric"], metrics["value"], strict=True))
+    assert m["messages_published"] > 0 and m["consume_missing"] == 0 and m["replication_unreplicated_bytes"] == 0
+    summary = outcome.aggregated["summary"].set_index(["matrix", "workload", "plugin_set", "metric"])["value"]
+    assert summary[("served", "served", "replicated", "publish_rate_msg_s")] == m["publish_rate_msg_s"]
+    assert summary[("served", "served", "replicated", "end_to_end_latency_p50_ms")] > 0, "from the merged histogram"
+    assert (outcome.report.parent / "served_served.png").stat().st_size > 5_000
+    assert "server_cpu_ms_per_msg" in outcome.report.read_text(), "the served kind's table"
+
+
 def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareOutcome) -> None:
     assert outcome.sweep is not None
     summary = outcome.sweep["summary"].set_index("strategy")
@@ -226,8 +260,8 @@ def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    done = [line for line in lines if re.match(r"\[\s*\d/8\] (ok|failed|unsupported) ", line)]
-    assert len(done) == 8 and all(" · elapsed " in line and " · ETA " in line for line in done), proc.stdout
+    done = [line for line in lines if re.match(r"\[\s*\d/9\] (ok|failed|unsupported) ", line)]
+    assert len(done) == 9 and all(" · elapsed " in line and " · ETA " in line for line in done), proc.stdout
     assert any("(real-clock lane)" in line for line in done)
     local_dir = outcome.report.parent
     cluster_files = sorted(p.name for p in out.glob("*.parquet"))

@@ -153,7 +153,7 @@ def collect_matrix(spark: Any, experiments: Sequence[Experiment], options: ExecO
 # ------------------------------------------------------------------------------------------ tables
 _INFO_COLUMNS = ("order", "matrix", "kind", "workload", "plugin_set", "repetition", "seed", "clock", "store", "flush",
                  "flush_source", "delay_plugin", "allocation_strategy", "filter_type", "filter_expression",
-                 "filter_selectivity_target", "delay_mix", "batch_size", "message_size", "partition_id",
+                 "filter_selectivity_target", "delay_mix", "served", "role", "replication_plugin", "batch_size", "message_size", "partition_id",
                  "task_attempt_id", "task_attempt", "python_worker_pid", "lane", "task_index", "position_in_task",
                  "wall_s", "started_at", "start_delay_s", "lock_wait_s", "perf_isolation", "real_clock_lock", "isolated",
                  "progress", "plugins", "options", "durability", "workload_json")
