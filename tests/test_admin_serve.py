@@ -29,6 +29,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 
 from plugmq.core.errors import TopicError
 from plugmq.server.admin import AdminClient
+from plugmq.testing import await_listening
 
 WAIT_S = 20.0
 _CLI = "from plugmq.cli import main; main()"
@@ -59,14 +60,9 @@ class Child:
         self.metrics = self._await_metrics()
 
     def _await_address(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                break
-            if line.startswith("plugmq serve: listening on "):
-                return line.split()[4]
+        address = await_listening(self.process, WAIT_S)
+        if address is not None:
+            return address
         self.process.kill()
         raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}; see {self.log}")
 

@@ -27,6 +27,7 @@ from rocketmq.v5.exception import ClientException
 
 from plugmq.core import ManualClock, MessageStore, ReplicableStore
 from plugmq.core.components import open_store
+from plugmq.testing import await_listening
 
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
           "main.add_command(command); main()")
@@ -49,14 +50,9 @@ class Serve:
         self.address = self._await_address()
 
     def _await_address(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                break
-            if line.startswith("plugmq serve: listening on "):
-                return line.split()[4]
+        address = await_listening(self.process, WAIT_S)
+        if address is not None:
+            return address
         self.process.kill()
         raise AssertionError(f"plugmq serve did not come up; see {self.config.with_suffix('.log')}")
 

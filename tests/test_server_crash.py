@@ -27,6 +27,8 @@ from rocketmq import (
     SimpleConsumer,
 )
 
+from plugmq.testing import await_listening
+
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
           "main.add_command(command); main()")
@@ -43,14 +45,9 @@ class Child:
         self.address = self._await_address()
 
     def _await_address(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                break  # the child exited
-            if line.startswith("plugmq serve: listening on "):
-                return line.split()[4]
+        address = await_listening(self.process, WAIT_S)
+        if address is not None:
+            return address
         self.process.kill()
         raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}")
 

@@ -36,6 +36,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.testing.cluster import await_listening
+
 __all__ = ["command", "measure", "serve_reporting"]
 
 TOPIC = "BenchReplication"
@@ -79,14 +81,9 @@ class _Child:
         self._reader.start()
 
     def _await_address(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                break
-            if line.startswith("plugmq serve: listening on "):
-                return line.split()[4]
+        address = await_listening(self.process, 90)
+        if address is not None:
+            return address
         self.process.kill()
         raise click.ClickException(f"a plugmq serve child did not start (exit code {self.process.wait()})")
 

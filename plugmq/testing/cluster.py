@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "query_route", "write_broker_config"]
+__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "query_route", "write_broker_config"]
 
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
@@ -37,6 +37,20 @@ def write_broker_config(directory: Path, name: str, *, zookeeper: str, cluster: 
     return config
 
 
+def await_listening(process: subprocess.Popen[bytes], wait_s: float) -> str | None:
+    """Read a ``plugmq serve`` child's stdout up to its ``listening on HOST:PORT`` line; returns
+    the address, or None when the child exited (or ``wait_s`` passed) before saying it."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline().decode()
+        if not line:
+            return None  # the child exited
+        if line.startswith("plugmq serve: listening on "):
+            return line.split()[4]
+    return None
+
+
 class ServeProcess:
     """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller."""
 
@@ -52,15 +66,9 @@ class ServeProcess:
         self.address: str | None = None
 
     def await_address(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + self._wait_s
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline().decode()
-            if not line:
-                break  # the child exited
-            if line.startswith("plugmq serve: listening on "):
-                self.address = line.split()[4]
-                return self.address
+        self.address = await_listening(self.process, self._wait_s)
+        if self.address is not None:
+            return self.address
         self.stop(signal.SIGKILL)
         raise AssertionError(f"plugmq serve did not come up; see {self.log_path}")
 
