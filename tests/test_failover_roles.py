@@ -265,6 +265,9 @@ def test_delayed_messages_due_before_during_and_after_a_failover(tmp_path: Path,
                            if delay_plugin == "delay_level"
                            else Message(TOPIC, f"{phase}-{i}".encode(), deliver_at_ms=start_ms + seconds * 1000))
                 assert a.put(message, 0).status.value == "SEND_OK"
+        if delay_plugin == "delay_wheel":  # cancelled on the master: no later master delivers it
+            doomed = a.put(Message(TOPIC, b"cancelled", deliver_at_ms=start_ms + 45_000), 0)
+            assert a.cancel_delayed(doomed.msg_id)
         clock.advance(12)  # the "before" ones come due on the master
         until(lambda: len(a.pull(queue, 0, 100).messages) == 3, "the master to deliver the first three")
         caught_up(b, a)

@@ -418,9 +418,11 @@ class Broker:
             deliver_at = message.deliver_at_ms
         extra = {Prop.DELAY_LEVEL: str(level)} if level is not None else {Prop.DELIVER_AT_MS: str(deliver_at)}
         request = attrs.evolve(request, properties={**request.properties, **extra})
+        delay = self.delay
         if self.delay_ledger is not None:
-            self.delay_ledger.record(request, deliver_at, level)
-        return self.delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level)
+            return self.delay_ledger.accept(
+                request, deliver_at, level, lambda: delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level))
+        return delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level)
 
     def _compact_delay_ledger(self) -> None:
         if self.delay_ledger is not None:
@@ -628,7 +630,10 @@ class Broker:
             raise DelayUnsupportedError(
                 f"delay plugin {plugin!r} cannot cancel delayed messages; use delay_wheel or delay_schedule"
             )
-        return self.delay.cancel(msg_id)
+        cancelled = self.delay.cancel(msg_id)
+        if cancelled and self.delay_ledger is not None:
+            self.delay_ledger.cancelled(msg_id)  # no later master delivers it either
+        return cancelled
 
     # ------------------------------------------------------------------------------ consuming
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:

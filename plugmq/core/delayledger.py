@@ -1,12 +1,13 @@
 """Delayed messages that survive a failover: each one is also an intent record in the commit log.
 
 A delay plugin keeps its pending messages in files of its own, which replication does not copy.
-With replication on, the broker therefore writes every delayed message it accepts as a record of
-its ``delay`` journal (``rmq_sys_state_delay``: the whole request and its deliver time) before
-handing it to the plugin, and the send is acknowledged (on a ``sync_master``: once a slave holds
-it) only after that. There is no "done" record: a delivery is itself a message in the same log,
-so a slave that holds a prefix of the log knows exactly which of the intents in that prefix its
-master delivered (``was_delivered``: the message's unique key on its real topic).
+With replication on, the broker therefore also writes every delayed message the plugin accepts as
+a record of its ``delay`` journal (``rmq_sys_state_delay``: the whole request, its deliver time and
+the plugin's msg id), and the send is acknowledged (on a ``sync_master``: once a slave holds it)
+only after that; a cancel is a record too. There is no "done" record: a delivery is itself a
+message in the same log, so a slave that holds a prefix of the log knows exactly which of the
+intents in that prefix its master delivered (``was_delivered``: the message's unique key on its
+real topic).
 
 When a slave is promoted, :meth:`DelayLedger.load` replays the journal (the latest snapshot,
 then the intents after it) and :meth:`DelayLedger.schedule_taken_over` schedules every intent not
@@ -23,46 +24,53 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 
 from plugmq.core.contracts import DelayScheduler, WasDelivered
 from plugmq.core.errors import CorruptRecordError
 from plugmq.core.journal import Journal
 from plugmq.core.kvstore.codec import decode_properties, encode_properties
 from plugmq.core.logs import get_logger
-from plugmq.core.message import AppendRequest
+from plugmq.core.message import AppendRequest, AppendResult
 from plugmq.core.names import Prop
 
 __all__ = ["DelayIntent", "DelayLedger", "decode_intent", "encode_intent"]
 
 log = get_logger(__name__)
 
-# deliver at (ms), delay level (-1: none), queue id, reconsume times, sys flag, tags code,
-# born timestamp (ms), then the lengths of topic, born host, properties, body.
-_HEAD = struct.Struct(">qiiiiqqHHII")
+# A record is a kind byte and its payload. An intent: deliver at (ms), delay level (-1: none),
+# queue id, reconsume times, sys flag, tags code, born timestamp (ms), then the lengths of topic,
+# born host, the delay plugin's msg id, properties, body. A cancel: the unique key.
+_INTENT, _CANCEL = b"I", b"C"
+_HEAD = struct.Struct(">qiiiiqqHHHII")
 _POINTER = struct.Struct(">qi")
 
 DelayIntent = tuple[AppendRequest, int, "int | None"]
 """A pending delayed message: its request (delay properties included), deliver time, level."""
 
 
-def encode_intent(request: AppendRequest, deliver_at_ms: int, delay_level: int | None) -> bytes:
-    topic, host = request.topic.encode(), request.born_host.encode()
+def encode_intent(request: AppendRequest, deliver_at_ms: int, delay_level: int | None, msg_id: str) -> bytes:
+    topic, host, ident = request.topic.encode(), request.born_host.encode(), msg_id.encode()
     props = encode_properties(request.properties)
     head = _HEAD.pack(deliver_at_ms, -1 if delay_level is None else delay_level, request.queue_id,
                       request.reconsume_times, request.sys_flag, request.tags_code, request.born_timestamp_ms,
-                      len(topic), len(host), len(props), len(request.body))
-    return b"".join((head, topic, host, props, request.body))
+                      len(topic), len(host), len(ident), len(props), len(request.body))
+    return b"".join((_INTENT, head, topic, host, ident, props, request.body))
 
 
-def decode_intent(data: bytes) -> DelayIntent:
+def decode_intent(data: bytes) -> tuple[DelayIntent, str]:
+    """The intent in a record, and the delay plugin's msg id for it."""
     try:
+        if data[:1] != _INTENT:
+            raise ValueError(f"kind {data[:1]!r} is not an intent")
         (deliver_at, level, queue_id, reconsume, sys_flag, tags_code, born_ms,
-         topic_len, host_len, props_len, body_len) = _HEAD.unpack_from(data)
-        pos = _HEAD.size
-        topic = data[pos:pos + topic_len].decode()
-        pos += topic_len
-        host = data[pos:pos + host_len].decode()
-        pos += host_len
+         topic_len, host_len, id_len, props_len, body_len) = _HEAD.unpack_from(data, 1)
+        pos = 1 + _HEAD.size
+        fields = []
+        for length in (topic_len, host_len, id_len):
+            fields.append(data[pos:pos + length].decode())
+            pos += length
+        topic, host, msg_id = fields
         props = decode_properties(data[pos:pos + props_len])
         pos += props_len
         body = data[pos:pos + body_len]
@@ -72,7 +80,7 @@ def decode_intent(data: bytes) -> DelayIntent:
                                 born_host=host, reconsume_times=reconsume, sys_flag=sys_flag)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"a delay intent record cannot be decoded ({exc})") from exc
-    return request, deliver_at, None if level < 0 else level
+    return (request, deliver_at, None if level < 0 else level), msg_id
 
 
 class DelayLedger:
@@ -85,17 +93,39 @@ class DelayLedger:
     def __init__(self, journal: Journal, was_delivered: WasDelivered) -> None:
         self.journal = journal
         self._was_delivered = was_delivered
-        self._lock = threading.Lock()
-        self._pending: dict[str, tuple[int, int]] = {}  # unique key -> (offset, size) of its intent record
+        self._lock = threading.RLock()  # re-entered by a plugin that writes back inside schedule()
+        # unique key -> (offset, size) of its intent record, and the delay plugin's msg id
+        self._pending: dict[str, tuple[int, int, str]] = {}
+        self._ids: dict[str, str] = {}  # the delay plugin's msg id -> unique key (for cancels)
+        self._accepting: str | None = None  # the unique key being scheduled right now
+        self._written_back_early = False
 
     # ------------------------------------------------------------------------------ master
-    def record(self, request: AppendRequest, deliver_at_ms: int, delay_level: int | None) -> None:
-        """Write the intent of an accepted delayed message (before the delay plugin gets it)."""
+    def accept(self, request: AppendRequest, deliver_at_ms: int, delay_level: int | None,
+               schedule: Callable[[], AppendResult]) -> AppendResult:
+        """Hand a delayed message to the delay plugin (``schedule``), then write its intent. A
+        message the plugin refuses leaves no intent; the write-back waits for the intent (same
+        lock), so an intent is pending exactly while its message is not delivered."""
         unique = request.properties.get(Prop.UNIQ_KEY)
-        with self._lock:  # record and pending entry in one order with compact()'s snapshot
-            where = self.journal.append_located(encode_intent(request, deliver_at_ms, delay_level))
-            if unique:
-                self._pending[unique] = where
+        with self._lock:
+            self._accepting, self._written_back_early = unique, False
+            try:
+                result = schedule()
+            finally:
+                self._accepting = None
+            at, size = self.journal.append_located(encode_intent(request, deliver_at_ms, delay_level, result.msg_id))
+            if unique and not self._written_back_early:
+                self._pending[unique] = (at, size, result.msg_id)
+                self._ids[result.msg_id] = unique
+        return result
+
+    def cancelled(self, msg_id: str) -> None:
+        """The delay plugin cancelled ``msg_id``: a cancel record, so no later master delivers it."""
+        with self._lock:
+            unique = self._ids.pop(msg_id, None)
+            if unique is None or self._pending.pop(unique, None) is None:
+                return
+            self.journal.append_located(_CANCEL + unique.encode())
 
     def take_pending(self, request: AppendRequest) -> bool:
         """Called before a delayed message is written back: True (and no longer pending) when its
@@ -105,18 +135,25 @@ class DelayLedger:
         if not unique:
             return True
         with self._lock:
-            return self._pending.pop(unique, None) is not None
+            if unique == self._accepting:  # written back inside schedule(): never pending
+                self._written_back_early = True
+                return True
+            pending = self._pending.pop(unique, None)
+            if pending is None:
+                return False
+            self._ids.pop(pending[2], None)
+            return True
 
     def compact(self) -> None:
         """Write a snapshot: pointers to the pending intent records (the journal asks when due)."""
         with self._lock:
-            data = b"".join(_POINTER.pack(at, size) for at, size in self._pending.values())
+            data = b"".join(_POINTER.pack(at, size) for at, size, _ in self._pending.values())
             self.journal.write_snapshot(data)
 
     def floor(self) -> int | None:
         """The oldest pending intent record: retention keeps it (the snapshot only points at it)."""
         with self._lock:
-            return min((at for at, _ in self._pending.values()), default=None)
+            return min((at for at, _, _ in self._pending.values()), default=None)
 
     def __len__(self) -> int:
         with self._lock:
@@ -125,39 +162,50 @@ class DelayLedger:
     # ------------------------------------------------------------------------------ start, promotion
     def load(self) -> list[DelayIntent]:
         """Rebuild the pending intents from the journal (at start, and when a slave is promoted);
-        returns them, oldest deliver time first. Intents the log shows delivered are dropped."""
+        returns them, oldest deliver time first. Intents the log shows delivered or cancelled are
+        dropped."""
         snapshot, records = self.journal.replay_located()
         located: list[tuple[int, int, bytes | None]] = []
         if snapshot:
-            for at, size in _POINTER.iter_unpack(snapshot):
-                located.append((at, size, self.journal.read_record(at, size)))
-        located += [(at, size, body) for at, size, body in records]
-        pending: dict[str, tuple[int, int]] = {}
-        intents: list[DelayIntent] = []
+            located += [(at, size, self.journal.read_record(at, size)) for at, size in _POINTER.iter_unpack(snapshot)]
+        located += records
+        found: dict[str, tuple[int, int, DelayIntent, str]] = {}
+        anonymous: list[DelayIntent] = []
         lost = 0
         for at, size, body in located:
             if body is None:
                 lost += 1
-                continue
-            intent = decode_intent(body)
-            unique = intent[0].properties.get(Prop.UNIQ_KEY)
-            if unique in pending or self._was_delivered(intent[0]):  # it names its real topic
-                continue
-            if unique:
-                pending[unique] = (at, size)
-            intents.append(intent)
+            elif body[:1] == _CANCEL:
+                found.pop(body[1:].decode(), None)
+            else:
+                intent, msg_id = decode_intent(body)
+                unique = intent[0].properties.get(Prop.UNIQ_KEY)
+                if unique:
+                    found[unique] = (at, size, intent, msg_id)
+                else:
+                    anonymous.append(intent)
         if lost:
             log.error("delay intents pointed at by the snapshot are gone from the log (retention removed them)",
                       journal=self.journal.topic, lost=lost)
+        # was_delivered looks for the message on its real topic, which the intent names.
+        live = {u: f for u, f in found.items() if not self._was_delivered(f[2][0])}
         with self._lock:
-            self._pending = pending
+            self._pending = {u: (at, size, msg_id) for u, (at, size, _, msg_id) in live.items()}
+            self._ids = {msg_id: u for u, (_, _, _, msg_id) in live.items()}
+        intents = [*(f[2] for f in live.values()), *(i for i in anonymous if not self._was_delivered(i[0]))]
         intents.sort(key=lambda intent: intent[1])
         return intents
 
     def schedule_taken_over(self, delay: DelayScheduler, intents: list[DelayIntent]) -> None:
         """A promoted slave hands the old master's pending intents (from :meth:`load`) to its
-        started delay service, each with its own deliver time."""
+        started delay service, each with its own deliver time; cancels then take this plugin's ids."""
         for request, deliver_at_ms, level in intents:
-            delay.schedule(request, deliver_at_ms=deliver_at_ms, delay_level=level)
+            result = delay.schedule(request, deliver_at_ms=deliver_at_ms, delay_level=level)
+            unique = request.properties.get(Prop.UNIQ_KEY)
+            with self._lock:
+                pending = self._pending.get(unique) if unique else None
+                if unique and pending is not None:
+                    self._pending[unique] = (pending[0], pending[1], result.msg_id)
+                    self._ids[result.msg_id] = unique
         log.warning("delayed messages taken over from the previous master", count=len(intents),
                     journal=self.journal.topic)
