@@ -156,7 +156,8 @@ class Broker:
             self.delay_ledger: DelayLedger | None = None  # with replication: see below
             if self.plugins.with_family(Family.DELAY):
                 self._delay_context = DelayContext(**base, store=self.store, deliver=self._deliver_delayed,
-                                                   was_delivered=self._was_delivered)
+                                                   was_delivered=self._was_delivered,
+                                                   deliver_batch=self._deliver_batch)
             self._txn_context: TransactionContext | None = None
             if self.plugins.with_family(Family.TRANSACTION):
                 self._txn_context = TransactionContext(**base, store=self.store, deliver=self._deliver,
@@ -568,6 +569,22 @@ class Broker:
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message stored at ``commit_log_offset`` (None if retention removed it)."""
         return self.store.read(commit_log_offset, size)
+
+    def _deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Batched write-back of the delay service: one store batch, consumers woken once."""
+        if not requests:
+            return []
+        needed: dict[str, int] = {}
+        for request in requests:
+            needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
+        for topic, count in needed.items():
+            self.topics.ensure(topic, count)
+        results = self.store.append_batch(requests)
+        if self.plugins.hooks.has_observers:
+            for result in results:
+                self._emit_stored(result)
+        self.wake_consumers()
+        return results
 
     def _was_delivered(self, request: AppendRequest) -> bool:
         return self._delivered_copy(request) is not None

@@ -11,6 +11,7 @@ from plugmq.core.contracts import (
     DelayContext,
     DelayScheduler,
     Deliver,
+    DeliverBatch,
     Family,
     MessageStore,
     PluginContext,
@@ -72,6 +73,7 @@ def open_delay_scheduler(
     clock: Clock,
     store: MessageStore | None = None,
     was_delivered: WasDelivered | None = None,
+    deliver_batch: DeliverBatch | None = None,
     options: Mapping[str, Any] | None = None,
     store_host: str = "127.0.0.1:10911",
     broker_name: str = "broker-a",
@@ -81,7 +83,8 @@ def open_delay_scheduler(
     loaded = _single(plugin, Family.DELAY, objects)
     context = DelayContext(
         broker_name=broker_name, data_dir=Path(data_dir), clock=clock, store_host=store_host,
-        store=store, deliver=deliver, was_delivered=was_delivered, **_context_args(loaded, plugin, options),
+        store=store, deliver=deliver, was_delivered=was_delivered, deliver_batch=deliver_batch,
+        **_context_args(loaded, plugin, options),
     )
     scheduler = loaded.hooks.make_delay_scheduler(context)
     if scheduler is None:

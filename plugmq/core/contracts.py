@@ -48,6 +48,7 @@ __all__ = [
     "DelayContext",
     "DelayScheduler",
     "Deliver",
+    "DeliverBatch",
     "FailoverReplication",
     "Family",
     "Filter",
@@ -490,6 +491,11 @@ class StateJournal(Protocol):
 Deliver = Callable[[AppendRequest], AppendResult]
 """The broker's write-back: stores a due message as a normal message on its real topic/queue."""
 
+DeliverBatch = Callable[[Sequence[AppendRequest]], list[AppendResult]]
+"""The broker's batched write-back: stores several due messages (any topics and queues) with one
+``store.append_batch``; results in request order. Raises like ``Deliver``; after a crash any prefix
+of the batch may be stored, which ``WasDelivered`` settles message by message."""
+
 
 @attrs.frozen
 class DelayCapabilities:
@@ -519,16 +525,20 @@ topic: lets a strategy settle a delivery that was in doubt when the process died
 class DelayContext(PluginContext):
     """PluginContext plus the store (for strategies that keep messages in it) and the write-back.
 
-    ``deliver`` writes a due message to its real topic/queue. ``was_delivered`` answers, after a
-    crash, whether a delivery whose completion was not recorded did reach the store, so a restart
-    neither loses nor duplicates it. ``journal`` (in a broker): where the strategy keeps state
-    that must follow the messages to a slave (see :class:`StateJournal`).
+    ``deliver`` writes a due message to its real topic/queue. ``deliver_batch`` (optional; the
+    broker always passes it) writes many at once: a burst of due messages costs one store batch,
+    one stored-event pass and one consumer wake-up instead of one each; a strategy falls back to
+    ``deliver`` per message when it is None. ``was_delivered`` answers, after a crash, whether a
+    delivery whose completion was not recorded did reach the store, so a restart neither loses nor
+    duplicates it. ``journal`` (in a broker): where the strategy keeps state that must follow the
+    messages to a slave (see :class:`StateJournal`).
     """
 
     store: MessageStore | None = None
     deliver: Deliver | None = None
     was_delivered: WasDelivered | None = None
     journal: StateJournal | None = None
+    deliver_batch: DeliverBatch | None = None
 
 
 @runtime_checkable
@@ -592,11 +602,13 @@ class DelayScheduler(Protocol):
         maximum lateness whose key contains ``late`` and ends with ``max`` (e.g. ``late_ms_max``)."""
 
     def clean_expired(self, now_ms: int) -> int:
-        """Remove the strategy's files that are no longer needed (delay logs all delivered or
-        cancelled, done segments); return how many were removed. Never removes anything still
-        needed to deliver a pending message or to avoid a duplicate after a restart.
+        """Remove the strategy's own files (delay logs, segments, dispatch logs) whose every
+        message is delivered or cancelled and whose time is past ``now_ms``; return how many
+        files were removed. Never removes anything still needed to deliver a pending message or
+        to avoid a duplicate after a restart.
 
-        Called by the broker every few seconds of its clock (RocketMQ's cleanResourceInterval).
+        Called by the broker every few seconds of its clock (RocketMQ's cleanResourceInterval);
+        cheap when there is nothing to remove.
         """
 
     def close(self) -> None:
