@@ -31,7 +31,7 @@ def plan(n: int = N) -> list[int]:
 
 def expected_order() -> list[str]:
     t0_ms = int(T0 * 1000)
-    keyed = sorted((-(-(t0_ms + d) // 1000), i) for i, d in enumerate(plan()))
+    keyed = sorted((t0_ms + d, i) for i, d in enumerate(plan()))
     return [f"m{i}" for _, i in keyed]
 
 
@@ -60,6 +60,10 @@ class FileSink:
         print(f"READY {self.clock.now_ms()}", flush=True)
         sys.stdin.read()  # until the parent kills us
 
+    def batch(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        """The broker's batched write-back: a kill can land after any message of the batch."""
+        return [self(r) for r in requests]
+
     def was_delivered(self, request: AppendRequest) -> bool:
         return request.properties[Prop.UNIQ_KEY] in delivered_lines(self.path)
 
@@ -75,7 +79,7 @@ def run(data_dir: Path, sink_path: Path, clock_start: float, *, schedule: int, b
     sink = FileSink(sink_path, clock)
     sink.block_at, sink.block_after_write = block_at, block_after_write
     wheel = open_delay_scheduler("delay_wheel", data_dir, deliver=sink, clock=clock,
-                                 was_delivered=sink.was_delivered)
+                                 was_delivered=sink.was_delivered, deliver_batch=sink.batch)
     if schedule:
         for i, delay in enumerate(plan(schedule)):
             at = int(T0 * 1000) + delay

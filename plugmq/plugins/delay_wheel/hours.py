@@ -80,16 +80,22 @@ class HourDirectory:
             _, old = self._lru.popitem(last=False)
             old.close(sync=False)
 
-    def delete(self, hour: int) -> None:
+    def delete(self, hour: int) -> int:
+        """Remove an hour's files; returns how many were removed."""
         files = self._mapped.pop(hour, None) or self._lru.pop(hour, None)
+        removed = 0
         if files is not None:
-            files.delete()
+            removed = files.delete()
         else:
             for suffix in HOUR_FILE_SUFFIXES:
-                (self.root / (hour_file_stem(hour) + suffix)).unlink(missing_ok=True)
+                path = self.root / (hour_file_stem(hour) + suffix)
+                if path.exists():
+                    path.unlink()
+                    removed += 1
         i = bisect.bisect_left(self.hours, hour)
         if i < len(self.hours) and self.hours[i] == hour:
             del self.hours[i]
+        return removed
 
     def close(self) -> None:
         for files in [*self._mapped.values(), *self._lru.values()]:

@@ -1,19 +1,32 @@
-"""The two-level wheel: 3600 one-second slots per hour over an hour wheel of hours with files.
+"""The wheel: an hour wheel of hours with files, 3600 second slots per hour, a millisecond level.
 
-Slot of a message = ceil(deliver time / 1 s) (never early, at most one tick late); a deliver
-time at or before now goes to the next tick. The tick only moves forward: everything in a slot
-below the tick is delivered or cancelled. The *window* is the first two hours (at or after the
-tick's hour) that have files; only they are mapped, and their non-empty seconds are the delay
-queue (``_due``, a heap of slot deadlines). One clock timer waits for the head of that queue, so
-an idle wheel does not tick through empty seconds or hours.
+A message is filed under the second of its due time and carries its millisecond within that
+second in its index entry. Its *key* is ``(due ms, localIndex)``; messages are delivered in key
+order, never before their due time (a due time at or before now becomes now + 1 ms, "the next
+tick"). The *window* is the first two hours (at or after the position's hour) that have files;
+only they are mapped, and their non-empty seconds form the delay queue (``_due``, a heap of
+seconds). Seconds within ``preload_seconds`` are walked and sorted by key ahead of time; when a
+second comes due it is *opened*: its sorted entries (plus a heap of late arrivals into it) are
+the millisecond level, and one clock timer waits for its next key (or for the next second, or
+for the end of the hour). An idle wheel therefore sets one timer, not one per tick.
+
+Dispatch runs in the clock's timer callback, a batch at a time: under the lock it claims up to
+``dispatch_batch`` due entries of one second, reads their records in runs and writes an INTENT
+checkpoint; the write-back (``deliver_batch``, one store batch) runs *outside* the lock, so
+producers are never blocked behind a burst; then the position moves past the batch. After
+``_YIELD_AFTER`` messages a callback re-arms itself for "now" and returns, so a huge backlog
+never holds the clock thread from other timers, and ``start()`` only arms the timer: an overdue
+backlog at start is delivered in the background.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 import threading
 from collections.abc import Mapping
-from pathlib import Path
+from typing import NamedTuple
 
 import attrs
 
@@ -30,39 +43,86 @@ from plugmq.core import (
     Timer,
 )
 from plugmq.core.logs import get_logger
-from plugmq.plugins.delay_wheel.checkpoint import (
-    CheckpointState,
-    Phase,
-    WheelCheckpoint,
-)
-from plugmq.plugins.delay_wheel.codec import (
-    SECONDS_PER_HOUR,
-    IndexEntry,
-    StoredDelay,
-    WheelMsgIds,
-    encode_record,
-)
+from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
+from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
 from plugmq.plugins.delay_wheel.lateness import LatenessHistogram
 from plugmq.plugins.delay_wheel.options import DelayWheelOptions
 
-__all__ = ["WheelDelayScheduler", "capabilities_for"]
+__all__ = ["RESOLUTION_MS", "WheelDelayScheduler", "capabilities_for"]
 
 log = get_logger(__name__)
 
+RESOLUTION_MS = 1
+HOUR_MS = SECONDS_PER_HOUR * 1000
 _WINDOW_HOURS = 2
+_YIELD_AFTER = 20_000  # messages per timer callback before it lets other timers run
+
+Key = tuple[int, int]  # (due ms, localIndex)
+Item = tuple[int, int, IndexEntry]  # key + the index entry
 
 
 def capabilities_for(options: DelayWheelOptions, *, no_duplicates: bool = True) -> DelayCapabilities:
     return DelayCapabilities(
         cancel=True, arbitrary_delay=True, levels_ms=None, max_delay_ms=options.max_delay_ms,
-        clamps=options.clamp_over_max, resolution_ms=1000, no_duplicates_after_restart=no_duplicates,
+        clamps=options.clamp_to_max_delay, resolution_ms=RESOLUTION_MS, no_duplicates_after_restart=no_duplicates,
     )
 
 
+def _seconds(ms: int) -> float:
+    """A clock deadline whose ``now_ms()`` is not below ``ms`` (``ms / 1000`` may round down)."""
+    when = ms / 1000
+    while int(when * 1000) < ms:
+        when = math.nextafter(when, math.inf)
+    return when
+
+
+def _items(hour: int, second: int, entries: list[IndexEntry]) -> list[Item]:
+    base = (hour * SECONDS_PER_HOUR + second) * 1000
+    return sorted((base + e.ms, e.local_index, e) for e in entries)
+
+
+class _Outgoing(NamedTuple):
+    request: AppendRequest
+    deliver_at_ms: int  # the real one (a key may be later: "now" became the next millisecond)
+    dead: bool  # going to the dead-letter topic
+    global_index: int
+
+
+class _OpenSecond:
+    """The millisecond level: the pending entries of the second being dispatched, in key order —
+    the sorted chain plus a heap of entries that arrived after it was sorted."""
+
+    def __init__(self, second: int, items: list[Item]) -> None:
+        self.second = second
+        self._sorted = items
+        self._next = 0
+        self._arrivals: list[Item] = []
+
+    def __len__(self) -> int:
+        return len(self._sorted) - self._next + len(self._arrivals)
+
+    def head(self) -> Item | None:
+        a = self._sorted[self._next] if self._next < len(self._sorted) else None
+        b = self._arrivals[0] if self._arrivals else None
+        if a is None or (b is not None and b[:2] < a[:2]):
+            return b
+        return a
+
+    def pop(self) -> Item:
+        a = self._sorted[self._next] if self._next < len(self._sorted) else None
+        if a is None or (self._arrivals and self._arrivals[0][:2] < a[:2]):
+            return heapq.heappop(self._arrivals)
+        self._next += 1
+        return a
+
+    def push(self, item: Item) -> None:
+        heapq.heappush(self._arrivals, item)
+
+
 class WheelDelayScheduler:
-    """seed 000's arbitrary-second delay over hourly delay logs (see the package docstring)."""
+    """seed 000's arbitrary delay over hourly delay logs (see the package docstring)."""
 
     def __init__(self, context: DelayContext, options: DelayWheelOptions) -> None:
         if context.deliver is None:
@@ -70,111 +130,121 @@ class WheelDelayScheduler:
         self._opts = options
         self._clock = context.clock
         self._deliver = context.deliver
+        self._deliver_batch = context.deliver_batch
         self._was_delivered = context.was_delivered
         self._ids = WheelMsgIds(context.store_host)
         self.capabilities = capabilities_for(options, no_duplicates=context.was_delivered is not None)
-        root = Path(context.plugin_dir("delay_wheel"))
+        root = context.plugin_dir("delay_wheel")
         self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
         self._dir = HourDirectory(root / "hours", fsync=options.fsync, open_cache=options.open_hours_cache)
         self._ckpt = WheelCheckpoint(root / "wheel.ckpt", fsync=options.fsync)
-        self._log = log.bind(dir=str(root))
+        self._log = log.bind(plugin="delay_wheel", dir=str(root))
 
         state = self._ckpt.state
-        now_tick = self._clock.now_ms() // 1000 + 1
+        now_ms = self._clock.now_ms()
         if state is None:
-            first = self._dir.hours[0] * SECONDS_PER_HOUR if self._dir.hours else now_tick
-            state = CheckpointState(min(first, now_tick), 0)
-        self._tick, self._local = state.tick, state.local
-        self._in_doubt = state if state.phase != Phase.POSITION else None
+            first = self._dir.hours[0] * HOUR_MS if self._dir.hours else now_ms + 1
+            state = CheckpointState(min(first, now_ms + 1), 0)
+        self._pos: Key = state.position  # every key below is delivered or cancelled
+        self._claimed: Key = self._pos  # ... or in the batch being written back
+        self._in_doubt: tuple[Key, Key] | None = (state.position, state.end) if state.phase != Phase.POSITION else None
+        self._skip: set[tuple[int, int]] = set()  # (hour, gi) found delivered when settling a batch
+        # End of the intent on disk not yet followed by a position (a batch in flight, failed or
+        # left by a crash): then the checkpoint must not be overwritten by a bare position.
+        self._unsettled: Key | None = state.end if state.phase != Phase.POSITION else None
 
         self._window: list[int] = []
-        self._due: list[int] = []
+        self._due: list[int] = []  # heap of non-empty seconds of the window, not yet opened
         self._due_set: set[int] = set()
-        self._preloaded: dict[int, list[IndexEntry]] = {}
+        self._preloaded: dict[int, list[Item]] = {}
+        self._open: _OpenSecond | None = None
         self._timer: Timer | None = None
-        self._retry_at: float | None = None
+        self._retry_at_ms: int | None = None
         self._started = False
-        self._starting = False
+        self._start_ms = 0
+        self._first_run = False
         self._closed = False
+        self._dispatching: threading.Thread | None = None
 
         self._hist = LatenessHistogram()
         self._counters = dict.fromkeys(
             ("scheduled", "delivered", "cancelled", "dead_lettered", "clamped", "overdue_at_start",
              "in_doubt_found_delivered", "in_doubt_redelivered", "deliver_errors", "corrupt_skipped", "timers_armed",
-             "hours_mapped", "hours_unmapped", "hours_deleted", "index_entries_preloaded"), 0)
+             "batches", "hours_mapped", "hours_unmapped", "hours_deleted", "files_deleted",
+             "index_entries_preloaded"), 0)
 
         self._remaining: dict[int, int] = {}
-        self._retire_passed_hours()
+        tick_hour = self._pos[0] // HOUR_MS
         for hour in self._dir.hours:
+            if hour < tick_hour:
+                continue  # passed: all delivered or cancelled; clean_expired removes the files
             files = self._dir.get(hour)
             assert files is not None
             self._remaining[hour] = files.count - files.cancelled_count()
         self._discount_dispatched_of_tick_hour()
         self._pending = sum(self._remaining.values())
         self._refill_window()
+        self._resolve_in_doubt()
 
     # ================================================================== recovery helpers
 
     def _discount_dispatched_of_tick_hour(self) -> None:
-        hour, second = divmod(self._tick, SECONDS_PER_HOUR)
+        second = self._pos[0] // 1000
+        hour, in_hour = divmod(second, SECONDS_PER_HOUR)
         files = self._dir.get(hour)
         if files is None:
             return
-        before = files.count_before(second, self._local)
-        cancelled_before = 0
+        done = files.count_before(in_hour)
+        before: set[int] = set()
+        if files.head(in_hour)[1]:
+            before = {i[2].global_index for i in _items(hour, in_hour, self._entries_of(files, in_hour))
+                      if i[:2] < self._pos}
+        done += len(before)
         for gi in files.cancelled():
             entry = files.entry(gi)
-            if (entry.second, entry.local_index) < (second, self._local):
-                cancelled_before += 1
-        self._remaining[hour] -= before - cancelled_before
+            if entry.second < in_hour or gi in before:
+                done -= 1
+        self._remaining[hour] -= done
 
     def _resolve_in_doubt(self) -> None:
-        state = self._in_doubt
-        self._in_doubt = None
-        if state is None:
+        """The batch a crash interrupted: ask the broker which of its messages reached their
+        topic; those are skipped, the rest are delivered again (they are due)."""
+        doubt, self._in_doubt = self._in_doubt, None
+        if doubt is None:
             return
-        files = self._dir.get(state.hour)
-        bound = self._log.bind(hour=state.hour, global_index=state.global_index)
-        if files is None or state.global_index >= files.count:
-            bound.warning("in-doubt delivery refers to a missing delay entry; nothing to settle")
-            return
-        stored = files.record(files.entry(state.global_index))
-        request = self._dead_letter(stored.request) if state.phase == Phase.INTENT_DEAD_LETTER else stored.request
-        delivered = bool(self._was_delivered(request)) if self._was_delivered is not None else False
-        if delivered:
-            self._local = state.local + 1
-            self._account_delivered(state.hour)
-            self._counters["in_doubt_found_delivered"] += 1
-        else:
-            self._counters["in_doubt_redelivered"] += 1
-        bound.info("in-doubt delivery settled", already_delivered=delivered)
-        self._ckpt.write(self._tick, self._local, sync=True)
+        start, end = doubt
+        found = redo = 0
+        for second in range(start[0] // 1000, end[0] // 1000 + 1):
+            hour, in_hour = divmod(second, SECONDS_PER_HOUR)
+            files = self._dir.get(hour)
+            if files is None or not files.head(in_hour)[1]:
+                continue
+            cancelled = files.cancelled()
+            items = [i for i in _items(hour, in_hour, self._entries_of(files, in_hour))
+                     if start <= i[:2] < end and i[2].global_index not in cancelled]
+            for item, stored in zip(items, files.records([i[2] for i in items]), strict=True):
+                if stored is not None and self._reached_topic(stored.request):
+                    self._skip.add((hour, item[2].global_index))
+                    self._account_delivered(hour)
+                    found += 1
+                else:
+                    redo += 1
+        self._counters["in_doubt_found_delivered"] += found
+        self._counters["in_doubt_redelivered"] += redo
+        self._log.info("in-doubt delivery batch settled", already_delivered=found, delivering_again=redo)
+
+    def _reached_topic(self, request: AppendRequest) -> bool:
+        if self._was_delivered is None:
+            return False  # nothing to ask: deliver again (at least once)
+        if self._was_delivered(request):
+            return True
+        return bool(self._opts.dead_letter_older_than_ms) and self._was_delivered(self._dead_letter(request))
 
     # ================================================================== window (mapped hours)
 
-    def _retire_passed_hours(self) -> None:
-        """Delete hours the tick has left: every entry in them is delivered or cancelled."""
-        tick_hour = self._tick // SECONDS_PER_HOUR
-        passed = self._dir.hours_before(tick_hour)
-        if not passed:
-            return
-        # The tick that proves them done must be durable before the files go (an unsettled
-        # in-doubt checkpoint already holds this tick and must not be overwritten).
-        durable = self._ckpt.durable_tick
-        if durable is None or durable < self._tick:
-            self._ckpt.write(self._tick, self._local, sync=True)
-        for hour in passed:
-            left = self._remaining.pop(hour, 0)
-            if left:
-                self._log.error("delay hour retired with undelivered entries", hour=hour, left=left)
-            self._preloaded = {s: e for s, e in self._preloaded.items() if s // SECONDS_PER_HOUR != hour}
-            self._dir.delete(hour)
-            self._counters["hours_deleted"] += 1
-            if hour in self._window:
-                self._window.remove(hour)
-
     def _refill_window(self) -> None:
-        wanted = self._dir.first_hours(self._tick // SECONDS_PER_HOUR, _WINDOW_HOURS)
+        wanted = self._dir.first_hours(self._pos[0] // HOUR_MS, _WINDOW_HOURS)
         if wanted == self._window:
             return
         for hour in self._window:
@@ -187,19 +257,16 @@ class WheelDelayScheduler:
                 self._dir.map(hour)
                 self._counters["hours_mapped"] += 1
         self._window = list(wanted)
-        due = set()
+        first = self._pos[0] // 1000
+        opened = self._open.second if self._open is not None else -1
+        due: set[int] = set()
         for hour in self._window:
             files = self._dir.get(hour)
             assert files is not None
             base = hour * SECONDS_PER_HOUR
-            due.update(base + s for s in files.nonempty_seconds() if base + s >= self._tick)
+            due.update(base + s for s in files.nonempty_seconds() if base + s >= first and base + s != opened)
         self._due_set = due
         self._due = sorted(due)
-
-    def _advance_hours(self) -> None:
-        if self._dir.hours and self._dir.hours[0] < self._tick // SECONDS_PER_HOUR:
-            self._retire_passed_hours()
-        self._refill_window()
 
     # ================================================================== schedule
 
@@ -209,161 +276,216 @@ class WheelDelayScheduler:
                 raise DelayError("delay_wheel is closed; reopen the broker to schedule delayed messages")
             now_ms = self._clock.now_ms()
             if deliver_at_ms - now_ms > self._opts.max_delay_ms:
-                if not self._opts.clamp_over_max:
+                if not self._opts.clamp_to_max_delay:
                     raise DelayUnsupportedError(
                         f"delay of {deliver_at_ms - now_ms} ms is above delay_wheel's maximum of "
                         f"{self._opts.max_delay_ms} ms; raise [plugins.delay_wheel] max_delay_ms or set "
-                        f"clamp_over_max = true to deliver such messages at the maximum"
+                        f"clamp_to_max_delay = true to deliver such messages at the maximum"
                     )
                 deliver_at_ms = now_ms + self._opts.max_delay_ms
                 self._counters["clamped"] += 1
-            slot = -(-deliver_at_ms // 1000) if deliver_at_ms > now_ms else now_ms // 1000 + 1
-            slot = max(slot, self._tick)
-            hour, second = divmod(slot, SECONDS_PER_HOUR)
+            # Due now or before: the next millisecond (the current one may be dispatched already).
+            # Never below the position either, should the clock have stepped back.
+            due = max(deliver_at_ms, now_ms + 1, self._claimed[0])
+            second, ms = divmod(due, 1000)
+            hour, in_hour = divmod(second, SECONDS_PER_HOUR)
             record = encode_record(request, deliver_at_ms, now_ms, delay_level)
             files = self._dir.get(hour, create=True)
             assert files is not None
-            entry = files.append(record, second)
+            entry = files.append(record, in_hour, ms)
             self._remaining[hour] = self._remaining.get(hour, 0) + 1
             self._pending += 1
             self._counters["scheduled"] += 1
-            self._place(slot, hour, entry)
+            self._place(second, hour, (due, entry.local_index, entry))
             return AppendResult(
                 status=AppendStatus.PUT_OK, msg_id=self._ids.encode(hour, entry.global_index),
                 queue_offset=entry.global_index, commit_log_offset=entry.offset, size=entry.size,
                 store_timestamp_ms=now_ms,
             )
 
-    def _place(self, slot: int, hour: int, entry: IndexEntry) -> None:
-        if hour in self._window:
-            preloaded = self._preloaded.get(slot)
+    def _place(self, second: int, hour: int, item: Item) -> None:
+        if self._open is not None and second == self._open.second:
+            self._open.push(item)
+        elif hour in self._window:
+            preloaded = self._preloaded.get(second)
             if preloaded is not None:
-                preloaded.append(entry)
-            if slot not in self._due_set:
-                self._due_set.add(slot)
-                heapq.heappush(self._due, slot)
-                if self._due[0] == slot:
-                    self._arm()
+                bisect.insort(preloaded, item)
+            if second not in self._due_set:
+                self._due_set.add(second)
+                heapq.heappush(self._due, second)
         elif len(self._window) < _WINDOW_HOURS or hour < self._window[-1]:
             self._refill_window()
-            self._arm()
+        self._arm()
 
-    # ================================================================== dispatch
+    # ================================================================== timers
 
     def start(self) -> None:
+        """Arm the timer (the batch a crash left in doubt was settled when the wheel opened).
+        What came due while the broker was down is delivered by that timer, oldest first, in the
+        background."""
         with self._lock:
             if self._started or self._closed:
                 return
             self._started = True
-            self._starting = True
-            try:
-                self._resolve_in_doubt()
-                before = self._counters["delivered"] + self._counters["dead_lettered"]
-                self._run_due(self._clock.now_ms() // 1000)
-                overdue = self._counters["delivered"] + self._counters["dead_lettered"] - before
-                self._counters["overdue_at_start"] += overdue
-                if overdue:
-                    self._log.info("overdue delayed messages delivered at start", count=overdue,
-                                   late_ms_max=self._hist.max_ms)
-            finally:
-                self._starting = False
-            self._preload()
+            self._start_ms = self._clock.now_ms()
+            self._first_run = True  # the first timer callback preloads and delivers the overdue backlog
             self._arm()
 
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._closed or not self._started:
-                return
-            if self._retry_at is not None and self._clock.now() >= self._retry_at:
-                self._retry_at = None
-            self._run_due(self._clock.now_ms() // 1000)
-            self._preload()
-            self._arm()
+    def _next_deadline(self) -> int | None:
+        if self._retry_at_ms is not None:  # after a failed write-back nothing moves before the retry
+            return self._retry_at_ms
+        if self._first_run:
+            return self._start_ms
+        deadline: int | None = None
+        head = self._open.head() if self._open is not None else None
+        if head is not None:
+            deadline = head[0]
+        elif self._due:
+            preloaded = self._preloaded.get(self._due[0])
+            if preloaded:
+                deadline = preloaded[0][0]
+            else:  # wake up early enough to walk and sort the second before it is due
+                deadline = max(self._due[0] - self._opts.preload_seconds, self._pos[0] // 1000) * 1000
+        tick_hour = self._pos[0] // HOUR_MS
+        if tick_hour in self._dir:
+            # The hour wheel's own step: when the position's hour ends the window moves on, even
+            # if nothing else is due for a long time.
+            end_of_hour = (tick_hour + 1) * HOUR_MS
+            deadline = end_of_hour if deadline is None else min(deadline, end_of_hour)
+        return deadline
 
     def _arm(self) -> None:
-        if not self._started or self._closed:
-            return
-        deadline: float | None = float(self._due[0]) if self._due else None
-        tick_hour = self._tick // SECONDS_PER_HOUR
-        if tick_hour in self._dir:
-            # The hour wheel's own step: once the tick's hour ends its files can go, even if
-            # nothing else is due for a long time.
-            end_of_hour = float((tick_hour + 1) * SECONDS_PER_HOUR)
-            deadline = end_of_hour if deadline is None else min(deadline, end_of_hour)
-        if self._retry_at is not None:  # after a failed write-back nothing moves before the retry
-            deadline = self._retry_at
+        if not self._started or self._closed or self._dispatching is not None:
+            return  # a running dispatch re-arms when it ends
+        deadline = self._next_deadline()
         timer = self._timer
-        if timer is not None and not timer.cancelled and not timer.fired and timer.deadline == deadline:
+        if timer is not None and not timer.cancelled and not timer.fired and timer.deadline == (
+                None if deadline is None else _seconds(deadline)):
             return
         if timer is not None:
             timer.cancel()
             self._timer = None
         if deadline is not None:
-            self._timer = self._clock.call_at(deadline, self._on_timer)
+            self._timer = self._clock.call_at(_seconds(deadline), self._on_timer)
             self._counters["timers_armed"] += 1
 
-    def _run_due(self, target: int) -> None:
-        """Deliver every slot <= ``target`` (whole seconds), oldest first."""
-        if self._retry_at is not None:
-            return
-        while True:
-            self._advance_hours()
-            if not self._due or self._due[0] > target:
-                break
-            slot = heapq.heappop(self._due)
-            self._due_set.discard(slot)
-            if slot < self._tick:
-                continue
-            if slot > self._tick:
-                self._tick, self._local = slot, 0
-            if not self._dispatch_second(slot):
-                self._due_set.add(slot)
-                heapq.heappush(self._due, slot)
-                self._retry_at = self._clock.now() + self._opts.retry_after_error_ms / 1000
-                self._ckpt.write(self._tick, self._local)
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed or not self._started or self._dispatching is not None:
                 return
-            self._tick, self._local = slot + 1, 0
-        if target + 1 > self._tick:
-            self._tick, self._local = target + 1, 0
-            self._advance_hours()
-        self._ckpt.write(self._tick, self._local)
+            self._dispatching = threading.current_thread()
+            self._first_run = False
+        try:
+            self._dispatch_due()
+        finally:
+            with self._lock:
+                self._dispatching = None
+                self._idle.notify_all()
+                if not self._closed:
+                    self._preload(self._clock.now_ms())
+                    self._arm()
 
-    def _dispatch_second(self, slot: int) -> bool:
-        hour, second = divmod(slot, SECONDS_PER_HOUR)
+    # ================================================================== dispatch
+
+    def _dispatch_due(self) -> None:
+        """Deliver what is due, a batch at a time, at most ``_YIELD_AFTER`` messages per call."""
+        budget = _YIELD_AFTER
+        while budget > 0:
+            with self._lock:
+                if self._closed:
+                    return
+                now = self._clock.now_ms()
+                if self._retry_at_ms is not None:
+                    if now < self._retry_at_ms:
+                        return
+                    self._retry_at_ms = None
+                claimed = self._claim(now)
+                if claimed is None:
+                    self._move_position_to(now + 1)
+                    return
+                items, outgoing, files = claimed
+                start, end = self._pos, (items[-1][0], items[-1][1] + 1)
+                self._claimed = self._unsettled = end
+                self._ckpt.write(start, end)  # INTENT: these may reach their topic from here on
+            stored = self._write_back([o.request for o in outgoing])
+            with self._lock:
+                self._settle(now, items, outgoing, files, start, end, stored)
+            budget -= len(items)
+
+    def _claim(self, now: int) -> tuple[list[Item], list[_Outgoing], HourFiles] | None:
+        """Up to ``dispatch_batch`` due entries of one second, with their write-back requests."""
+        while True:
+            items = self._claim_items(now)
+            if not items:
+                return None
+            hour = items[0][0] // HOUR_MS
+            files = self._dir.get(hour)
+            assert files is not None and files.mapped, f"hour {hour} is due but not in the mapped window"
+            cancelled = files.cancelled()
+            live: list[Item] = []
+            for item in items:
+                gi = item[2].global_index
+                if gi in cancelled:
+                    continue
+                if (hour, gi) in self._skip:
+                    self._skip.discard((hour, gi))
+                    continue
+                live.append(item)
+            outgoing: list[_Outgoing] = []
+            limit = self._opts.dead_letter_older_than_ms
+            for item, stored in zip(live, files.records([i[2] for i in live]), strict=True):
+                if stored is None:
+                    self._counters["corrupt_skipped"] += 1
+                    self._log.error("delay log record is corrupt; skipped", hour=hour, second=item[2].second,
+                                    global_index=item[2].global_index)
+                    self._account_delivered(hour)  # gone for good; a restart counts it done too
+                    continue
+                request, dead = stored.request, False
+                if limit and stored.scheduled_at_ms < self._start_ms and stored.deliver_at_ms < self._start_ms - limit:
+                    request, dead = self._dead_letter(request), True  # found this overdue at start-up
+                outgoing.append(_Outgoing(request, stored.deliver_at_ms, dead, item[2].global_index))
+            if outgoing:
+                return items, outgoing, files
+            # Nothing to write back in what was claimed: the position just moves past it.
+            self._pos = self._claimed = (items[-1][0], items[-1][1] + 1)
+            self._close_intent()
+
+    def _claim_items(self, now: int) -> list[Item]:
+        items: list[Item] = []
+        while len(items) < self._opts.dispatch_batch:
+            head = self._open.head() if self._open is not None else None
+            if head is None:
+                if items:
+                    break  # one second per batch
+                self._refill_window()
+                if not self._due or self._due[0] * 1000 > now:
+                    break
+                second = heapq.heappop(self._due)
+                self._due_set.discard(second)
+                self._open_second(second)
+                continue
+            if head[0] > now:
+                break
+            assert self._open is not None
+            items.append(self._open.pop())
+        return items
+
+    def _open_second(self, second: int) -> None:
+        hour, in_hour = divmod(second, SECONDS_PER_HOUR)
         files = self._dir.get(hour)
         assert files is not None and files.mapped, f"hour {hour} is due but not in the mapped window"
-        entries = self._preloaded.pop(slot, None)
-        if entries is None:
-            entries = self._entries_of(files, second)
-        cancelled = files.cancelled()
-        for entry in entries:
-            if entry.local_index < self._local:
-                continue
-            self._skip_lost(hour, entry.local_index)
-            if entry.global_index not in cancelled:
-                try:
-                    stored = files.record(entry)
-                except CorruptRecordError:
-                    self._counters["corrupt_skipped"] += 1
-                    self._log.error("delay log record is corrupt; skipped", hour=hour, second=second,
-                                    global_index=entry.global_index)
-                    stored = None
-                    self._account_delivered(hour)  # gone for good; a restart counts it done too
-                if stored is not None and not self._deliver_one(slot, files, entry, stored):
-                    self._preloaded[slot] = entries
-                    return False
-            self._local = entry.local_index + 1
-        self._skip_lost(hour, files.head(second)[1])
-        return True
-
-    def _skip_lost(self, hour: int, upto: int) -> None:
-        """Step over localIndexes whose index entries failed their CRC: nothing left to deliver."""
-        if upto > self._local:
-            self._counters["corrupt_skipped"] += upto - self._local
-            for _ in range(upto - self._local):
+        items = self._preloaded.pop(second, None)
+        if items is None:
+            items = _items(hour, in_hour, self._entries_of(files, in_hour))
+        lost = files.head(in_hour)[1] - len(items)
+        if lost > 0:  # index entries that failed their CRC: nothing left to deliver
+            self._counters["corrupt_skipped"] += lost
+            for _ in range(lost):
                 self._account_delivered(hour)
-            self._local = upto
+        if items and items[0][:2] < self._pos:
+            items = [i for i in items if i[:2] >= self._pos]
+        self._open = _OpenSecond(second, items)
 
     def _entries_of(self, files: HourFiles, second: int) -> list[IndexEntry]:
         try:
@@ -373,30 +495,70 @@ class WheelDelayScheduler:
                             hour=files.hour, second=second, error=str(exc))
             return files.scan_second(second)
 
-    def _deliver_one(self, slot: int, files: HourFiles, entry: IndexEntry, stored: StoredDelay) -> bool:
-        now_ms = self._clock.now_ms()
-        late_ms = now_ms - stored.deliver_at_ms
-        if late_ms < 0:  # only a clock that jumped backwards could get here; waiting is the safe side
-            raise DelayError(f"delay_wheel would deliver {late_ms} ms early at slot {slot}; clock went backwards?")
-        limit = self._opts.dead_letter_older_than_ms
-        to_dlq = self._starting and limit > 0 and late_ms > limit
-        request = self._dead_letter(stored.request) if to_dlq else stored.request
-        phase = Phase.INTENT_DEAD_LETTER if to_dlq else Phase.INTENT
-        self._ckpt.write(slot, self._local, phase, files.hour, entry.global_index)
+    def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
+        """Deliver in order; None when all were stored, else which ones reached the store."""
+        done = 0
         try:
-            self._deliver(request)
-        except Exception:  # noqa: BLE001 - whatever the store raised, the message stays and is retried
+            if self._deliver_batch is not None:
+                self._deliver_batch(requests)
+            else:
+                for request in requests:
+                    self._deliver(request)
+                    done += 1
+            return None
+        except Exception:  # noqa: BLE001 - whatever the store raised, the messages stay and are retried
             self._counters["deliver_errors"] += 1
             self._log.exception("delayed message write-back failed; the wheel retries it",
-                                topic=request.topic, slot=slot, retry_after_ms=self._opts.retry_after_error_ms)
-            return False
-        # If this "done" is lost to a power cut the intent before it is found instead, and
-        # was_delivered settles it: only without that callback must it be on disk now.
-        self._ckpt.write(slot, self._local + 1, may_skip_fsync=self._was_delivered is not None)
-        self._hist.record(late_ms)
-        self._counters["dead_lettered" if to_dlq else "delivered"] += 1
-        self._account_delivered(files.hour)
-        return True
+                                messages=len(requests), retry_after_ms=self._opts.retry_after_error_ms)
+        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
+            return [i < done for i in range(len(requests))]
+        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
+
+    def _settle(self, now: int, items: list[Item], outgoing: list[_Outgoing], files: HourFiles,
+                start: Key, end: Key, stored: list[bool] | None) -> None:
+        hour = files.hour
+        for i, out in enumerate(outgoing):
+            if stored is not None and not stored[i]:
+                continue
+            if stored is not None:
+                self._skip.add((hour, out.global_index))  # delivered, though the batch is retried
+            self._hist.record(now - out.deliver_at_ms)
+            self._counters["dead_lettered" if out.dead else "delivered"] += 1
+            if out.deliver_at_ms <= self._start_ms:
+                self._counters["overdue_at_start"] += 1
+            self._account_delivered(hour)
+        self._counters["batches"] += 1
+        if stored is None or all(stored):
+            self._pos = self._claimed = end
+            self._skip.difference_update((hour, i[2].global_index) for i in items)
+            # If this position is lost to a power cut the intent before it is found instead and
+            # was_delivered settles it: only without that callback must it be on disk now.
+            self._ckpt.write(end, may_skip_fsync=self._was_delivered is not None)
+            self._unsettled = None
+            return
+        # The batch goes back into the millisecond level (minus what did reach the store); the
+        # intent stays on disk, so a crash before the retry settles it the same way.
+        self._claimed = start
+        assert self._open is not None and self._open.second == items[0][0] // 1000
+        for item in items:
+            self._open.push(item)
+        self._retry_at_ms = now + self._opts.retry_after_error_ms
+
+    def _move_position_to(self, key_ms: int) -> None:
+        """Nothing is due below ``key_ms`` any more: the position (and the hour window) move."""
+        if self._claimed != self._pos or (key_ms, 0) <= self._pos:
+            return
+        self._pos = self._claimed = (key_ms, 0)
+        self._close_intent()
+        if self._open is not None and not len(self._open) and (self._open.second + 1) * 1000 <= key_ms:
+            self._open = None
+        self._refill_window()
+
+    def _close_intent(self) -> None:
+        """Once the position passed an intent left on disk (everything in it settled), record it."""
+        if self._unsettled is not None and self._pos >= self._unsettled:
+            self._ckpt.write(self._pos, may_skip_fsync=self._was_delivered is not None)
+            self._unsettled = None
 
     def _account_delivered(self, hour: int) -> None:
         self._pending -= 1
@@ -408,35 +570,40 @@ class WheelDelayScheduler:
         props[Prop.REAL_QUEUE_ID] = str(request.queue_id)
         return attrs.evolve(request, topic=self._opts.dead_letter_topic, queue_id=0, properties=props)
 
-    def _preload(self) -> None:
-        """Walk the index chains of the non-empty seconds of the next ``preload_seconds`` ahead."""
-        horizon = self._clock.now_ms() // 1000 + self._opts.preload_seconds
-        for slot in range(max(self._tick, horizon - self._opts.preload_seconds), horizon + 1):
-            if slot not in self._due_set or slot in self._preloaded:
+    def _preload(self, now_ms: int) -> None:
+        """Walk and sort the index chains of the non-empty seconds of the next ``preload_seconds``."""
+        if not self._due:
+            return
+        first = max(self._pos[0] // 1000, now_ms // 1000)
+        for second in range(first, now_ms // 1000 + self._opts.preload_seconds + 1):
+            if second not in self._due_set or second in self._preloaded:
                 continue
-            files = self._dir.get(slot // SECONDS_PER_HOUR)
+            hour, in_hour = divmod(second, SECONDS_PER_HOUR)
+            files = self._dir.get(hour)
             assert files is not None
-            entries = self._entries_of(files, slot % SECONDS_PER_HOUR)
-            self._preloaded[slot] = entries
-            self._counters["index_entries_preloaded"] += len(entries)
+            items = _items(hour, in_hour, self._entries_of(files, in_hour))
+            self._preloaded[second] = items
+            self._counters["index_entries_preloaded"] += len(items)
 
     # ================================================================== cancel / state
 
     def cancel(self, msg_id: str) -> bool:
         """True if the message is not due yet and will not be delivered (again True for a repeated
-        cancel while it is still not due); False once its second has been dispatched, or for an id
-        this wheel does not know. A malformed id raises ValidationError."""
+        cancel while it is still not due); False once it is being or has been delivered, or for
+        an id this wheel does not know. A malformed id raises ValidationError."""
         with self._lock:
             known = self._ids.decode(msg_id)
-            if known is None or self._closed:
+            if self._closed:
+                raise DelayError("delay_wheel is closed; reopen the broker to cancel delayed messages")
+            if known is None:
                 return False
             hour, gi = known
             files = self._dir.get(hour)
             if files is None or gi >= files.count:
                 return False
             entry = files.entry(gi)
-            slot = hour * SECONDS_PER_HOUR + entry.second
-            if (slot, entry.local_index) < (self._tick, self._local):
+            key = ((hour * SECONDS_PER_HOUR + entry.second) * 1000 + entry.ms, entry.local_index)
+            if key < self._claimed or (hour, gi) in self._skip:
                 return False
             if gi in files.cancelled():
                 return True
@@ -445,6 +612,32 @@ class WheelDelayScheduler:
             self._remaining[hour] -= 1
             self._counters["cancelled"] += 1
             return True
+
+    def clean_expired(self, now_ms: int) -> int:
+        """Delete the files of hours that ended before ``now_ms`` and that the position has left
+        (every entry in them delivered or cancelled); returns how many files went."""
+        with self._lock:
+            if self._closed:
+                return 0
+            tick_hour = self._pos[0] // HOUR_MS
+            passed = [h for h in self._dir.hours_before(tick_hour) if (h + 1) * HOUR_MS <= now_ms]
+            if not passed:
+                return 0
+            # The position that proves them done must be on disk before the files go. A batch in
+            # flight (or unsettled since a crash) has its intent there, which starts at it.
+            if (self._dispatching is None and self._in_doubt is None and self._unsettled is None
+                    and self._ckpt.durable != self._pos):
+                self._ckpt.write(self._pos, sync=True)
+            self._ckpt.sync()
+            removed = 0
+            for hour in passed:
+                left = self._remaining.pop(hour, 0)
+                if left:
+                    self._log.error("delay hour removed with undelivered entries", hour=hour, left=left)
+                removed += self._dir.delete(hour)
+                self._counters["hours_deleted"] += 1
+            self._counters["files_deleted"] += removed
+            return removed
 
     def pending(self) -> int:
         with self._lock:
@@ -463,8 +656,9 @@ class WheelDelayScheduler:
         with self._lock:
             out: dict[str, float] = {k: float(v) for k, v in self._counters.items()}
             out.update(
-                pending=float(self._pending), tick=float(self._tick), local=float(self._local),
-                hours_on_disk=float(len(self._dir.hours)), mapped_hours=float(len(self._dir.mapped_hours())),
+                pending=float(self._pending), tick=float(self._pos[0] // 1000), position_ms=float(self._pos[0]),
+                local=float(self._pos[1]), hours_on_disk=float(len(self._dir.hours)),
+                mapped_hours=float(len(self._dir.mapped_hours())),
                 late_ms_max=float(self._hist.max_ms), late_ms_p50=float(self._hist.quantile(0.5)),
                 late_ms_p99=float(self._hist.quantile(0.99)),
             )
@@ -478,8 +672,10 @@ class WheelDelayScheduler:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if self._in_doubt is None:
-                self._ckpt.write(self._tick, self._local, sync=True)
+            while self._dispatching is not None and self._dispatching is not threading.current_thread():
+                self._idle.wait()  # the batch being written back is recorded first
+            if self._in_doubt is None and self._unsettled is None:
+                self._ckpt.write(self._pos, sync=True)
             self._dir.close()
             self._ckpt.close()
             self._preloaded.clear()
