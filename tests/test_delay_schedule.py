@@ -15,11 +15,13 @@ from plugmq.core import (
     AppendStatus,
     ConfigError,
     DelayContext,
+    DelayError,
     DelayUnsupportedError,
     Family,
     ManualClock,
     PluginError,
     Prop,
+    ValidationError,
     encode_msg_id,
 )
 from plugmq.plugins import delay_schedule
@@ -116,7 +118,7 @@ def test_declaration_states_capabilities() -> None:
     caps = decl.capabilities
     assert caps.cancel and caps.arbitrary_delay and not caps.clamps
     assert caps.max_delay_ms == 2 * 365 * 86_400_000
-    assert caps.resolution_ms == 500
+    assert caps.resolution_ms == 1
     assert caps.levels_ms is None
 
 
@@ -279,7 +281,8 @@ def test_cancel(h: Harness) -> None:
     assert h.scheduler.cancel(encode_msg_id(HOST, 999_999)) is False  # unknown offset
     assert h.scheduler.cancel(encode_msg_id(HOST, 1)) is False  # not a record boundary
     assert h.scheduler.cancel(encode_msg_id("10.9.9.9:1", 0)) is False  # another broker's id
-    assert h.scheduler.cancel("nonsense") is False
+    with pytest.raises(ValidationError, match="nonsense"):
+        h.scheduler.cancel("nonsense")  # not a message id at all
     h.restart()
     assert h.scheduler.pending() == 2
     assert h.scheduler.cancel(ids["e"]) is True
@@ -321,7 +324,9 @@ def test_overdue_messages_are_delivered_at_start_oldest_first(h: Harness) -> Non
     h.clock.advance(2 * 3600)
     h.scheduler = h.open()
     assert h.delivered == []
-    h.scheduler.start()  # no clock movement: start() itself delivers
+    h.scheduler.start()
+    assert h.delivered == []  # start() returns at once: the backlog is loaded and delivered by timers
+    h.clock.run_due()  # no clock movement: the timers are due now
     expected = sorted(range(len(offsets)), key=lambda i: (offsets[i], i))
     assert h.uids() == [f"m{i}" for i in expected]
     m = h.scheduler.metrics()
@@ -342,6 +347,7 @@ def test_dead_letter_for_long_overdue_messages(tmp_path: Path) -> None:
     h.options = DelayScheduleOptions(fsync=False, dead_letter_older_than_ms=1_800_000)
     h.scheduler = h.open()
     h.scheduler.start()
+    h.clock.run_due()
     (_, _, old), (_, _, recent) = h.delivered
     assert old.topic == "%DLQ%DELAY_SCHEDULE" and old.queue_id == 0
     assert old.properties[Prop.REAL_TOPIC] == "Orders" and old.properties[Prop.REAL_QUEUE_ID] == "1"
@@ -399,7 +405,7 @@ def test_torn_tails_are_cut_at_recovery(h: Harness) -> None:
 
 
 def test_failed_delivery_is_retried_in_order(tmp_path: Path) -> None:
-    h = Harness(tmp_path, retry_delay_ms=2_000)
+    h = Harness(tmp_path, retry_after_error_ms=2_000)
     h.scheduler.start()
     base = now_ms(h)
     for i in range(5):
@@ -431,10 +437,14 @@ def test_segments_are_deleted_only_when_their_dispatch_log_is_complete(tmp_path:
     assert segment.exists()
     h.clock.set((bucket + 27_000) / 1000)  # 29 of 30 settled (28 delivered + 1 cancelled)
     assert len(h.delivered) == 28 and segment.exists()
+    assert h.scheduler.clean_expired(now_ms(h) + 3_600_000) == 0  # one message is still to go
     h.restart()  # the state survives a restart
     assert segment.exists() and h.scheduler.pending() == 1
     h.clock.advance(1)
     assert len(h.delivered) == 29
+    assert segment.exists()  # done, but only the retention pass removes it ...
+    assert h.scheduler.clean_expired(bucket + minute - 1) == 0  # ... once its bucket is over
+    assert h.scheduler.clean_expired(bucket + minute) >= 2
     assert not segment.exists() and not segment.with_suffix(".dispatch").exists()
 
 
@@ -450,14 +460,20 @@ def test_message_log_segments_go_once_all_their_buckets_are_done(tmp_path: Path)
     before = len(h.files("message_log", "*.log"))
     assert before >= 5
     h.clock.advance(60)
-    after = h.files("message_log", "*.log")
     assert len(h.delivered) == 200
+    removed = h.scheduler.clean_expired(now_ms(h))
+    after = h.files("message_log", "*.log")
     assert len(after) == 2  # the pinned message's segment and the active one
+    assert removed >= before - 2  # (plus the schedule segments and their dispatch logs)
     assert h.scheduler.metrics()["message_log_segments_deleted"] == before - 2
     assert h.scheduler.cancel(pinned) is True
     h.restart()
     assert h.scheduler.pending() == 0
+    h.scheduler.clean_expired(base + 2 * 86_400_000)
     assert h.files("schedule_log", "*") == []
+    h.scheduler.close()
+    with pytest.raises(DelayError, match="closed"):
+        h.scheduler.cancel(pinned)
     h.scheduler.close()
 
 

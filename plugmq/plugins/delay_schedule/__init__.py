@@ -6,8 +6,10 @@ makes restarts (clean or ``kill -9``) lose nothing and deliver nothing twice, pe
 and retention driven by the dispatch log instead of by age. See ``scheduler`` for the flow.
 
 Capabilities: cancel, arbitrary delays up to ``max_delay_ms`` (default two years, QMQ's design
-limit), resolution = ``tick_ms`` (default 500 ms, QMQ's wheel tick). ``plugmq_declare`` states
-the defaults; a scheduler built with other options carries its own ``capabilities``.
+limit), resolution = ``tick_ms`` (default 1 ms; QMQ's wheel ticks every 500 ms). ``plugmq_declare``
+states the defaults; a scheduler built with other options carries its own ``capabilities``.
+Durability: ``fsync`` off by default (kill -9 safe, not power-cut safe), like the other delay
+plugins; ``clean_expired`` is the retention the broker's timer calls.
 """
 
 from __future__ import annotations

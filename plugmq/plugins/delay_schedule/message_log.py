@@ -224,7 +224,8 @@ class MessageLog:
             return None
         return set(struct.unpack(f">{len(data) // 8}q", data))
 
-    def delete_segment(self, base: int) -> None:
+    def delete_segment(self, base: int) -> int:
+        """Remove a segment and its bucket sidecar; returns how many files went."""
         with self._lock:
             if base == self._bases[-1]:
                 raise StoreError("delay_schedule: refusing to delete the active message-log segment")
@@ -233,10 +234,14 @@ class MessageLog:
                 os.close(fd)
             self._bases.remove(base)
             del self._sizes[base]
-            self._path(base).unlink(missing_ok=True)
-            (self._dir / f"{base:020d}{_BUCKETS}").unlink(missing_ok=True)
+            removed = 0
+            for path in (self._path(base), self._dir / f"{base:020d}{_BUCKETS}"):
+                if path.exists():
+                    path.unlink()
+                    removed += 1
             if self._fsync:
                 fsync_dir(self._dir)
+            return removed
 
     def flush(self) -> None:
         with self._lock:

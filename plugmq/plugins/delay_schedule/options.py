@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import attrs
+import structlog
 
 from plugmq.core import ConfigError, validate_topic
 
-__all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "TWO_YEARS_MS", "DelayScheduleOptions"]
+__all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "TWO_YEARS_MS", "DelayScheduleOptions"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+#: Old option name -> the family-wide name it was renamed to (still accepted, with a warning).
+DEPRECATED_NAMES = {"retry_delay_ms": "retry_after_error_ms"}
 
 #: QMQ's design limit ("最大支持两年", seed 001): about two years of schedule segments.
 TWO_YEARS_MS = 2 * 365 * 86_400_000
@@ -39,6 +46,11 @@ def _power_of_two(_inst: object, attr: attrs.Attribute[Any], value: int) -> None
         )
 
 
+def _optional_int(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _int_between(1, 3_600_000)(_inst, attr, value)
+
+
 def _topic(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     try:
         validate_topic(value)
@@ -48,37 +60,62 @@ def _topic(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
 
 @attrs.frozen
 class DelayScheduleOptions:
-    """QMQ-style delay server options.
+    """QMQ-style delay server options (the delay family's common names: ``max_delay_ms``,
+    ``clamp_to_max_delay``, ``fsync``, ``dispatch_batch``, ``dead_letter_*``, ``retry_after_error_ms``).
 
     ``bucket_minutes``: deliver-time span of one schedule-log segment (QMQ ships 60; the seed
     describes 1). Changing it on a data dir that holds segments is refused at open.
-    ``tick_ms``: the hashed wheel's tick, i.e. the resolution (QMQ: 500 ms); a message is
-    delivered at the first tick boundary at or after its deliver time.
+    ``tick_ms``: the hashed wheel's tick, i.e. the resolution (QMQ: 500 ms; here 1 ms: a message
+    is delivered at its deliver time); a message is delivered at the first tick boundary at or
+    after its deliver time.
     ``load_ahead_ms``: a segment's messages enter the wheel this long before its bucket starts.
     ``max_delay_ms``: longest accepted delay (QMQ's design limit is two years); longer ones are
     refused, or clamped when ``clamp_to_max_delay``.
-    ``fsync``: fsync the message log on every ``schedule()``, schedule segments before the iterator
-    checkpoint moves, and the dispatch log around every delivery batch. False keeps everything in
-    the page cache: a ``kill -9`` loses nothing, a power cut may.
-    ``dead_letter_older_than_ms``: at start-up, messages overdue by more than this go to
-    ``dead_letter_topic`` (real topic/queue kept in REAL_TOPIC / REAL_QID) instead of their topic;
-    0 turns it off.
+    ``fsync`` (default off, like every delay plugin and store_mmap's async flush): fsync the
+    message log on every ``schedule()`` (~1 ms each), schedule segments before the iterator
+    checkpoint moves, and the dispatch log's intents before every delivery batch. Off,
+    everything stays in the page cache: a ``kill -9`` loses nothing, a power cut may — exactly
+    what an async-flush store promises for a normal message. Turn it on together with the
+    store's sync flush.
+    ``dispatch_batch``: due messages written back per store batch (one intent/delivered mark
+    pair in the dispatch log per batch).
+    ``dead_letter_older_than_ms``: messages overdue by more than this when the scheduler starts go
+    to ``dead_letter_topic`` (real topic/queue kept in REAL_TOPIC / REAL_QID) instead of their
+    topic; 0 turns it off.
+    ``retry_after_error_ms``: wait after a failed write-back before trying again
+    (``retry_delay_ms`` is the deprecated old name).
     """
 
     bucket_minutes: int = attrs.field(default=60, validator=_int_between(1, 60))
-    tick_ms: int = attrs.field(default=500, validator=_int_between(1, 60_000))
+    tick_ms: int = attrs.field(default=1, validator=_int_between(1, 60_000))
     load_ahead_ms: int = attrs.field(default=60_000, validator=_int_between(0, 86_400_000))
     wheel_slots: int = attrs.field(default=4096, validator=[_int_between(16, 1 << 20), _power_of_two])
     max_delay_ms: int = attrs.field(default=TWO_YEARS_MS, validator=_int_between(1, 100 * 365 * 86_400_000))
     clamp_to_max_delay: bool = attrs.field(default=False, validator=_bool)
     message_log_segment_bytes: int = attrs.field(default=64 << 20, validator=_int_between(64 << 10, 1 << 30))
-    fsync: bool = attrs.field(default=True, validator=_bool)
+    fsync: bool = attrs.field(default=False, validator=_bool)
     iterate_batch: int = attrs.field(default=10_000, validator=_int_between(1, 10_000_000))
     dispatch_batch: int = attrs.field(default=1_000, validator=_int_between(1, 1_000_000))
-    retry_delay_ms: int = attrs.field(default=1_000, validator=_int_between(1, 3_600_000))
+    retry_after_error_ms: int = attrs.field(default=1_000, validator=_int_between(1, 3_600_000))
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_between(0, 100 * 365 * 86_400_000))
     dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)
     open_files: int = attrs.field(default=64, validator=_int_between(4, 4096))
+    retry_delay_ms: int | None = attrs.field(default=None, validator=_optional_int)
+
+    def __attrs_post_init__(self) -> None:
+        for old, new in DEPRECATED_NAMES.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            current = getattr(self, new)
+            if current != attrs.fields_dict(type(self))[new].default and current != value:
+                raise ConfigError(f"plugins.delay_schedule: {old} = {value!r} contradicts {new} = {current!r}; "
+                                  f"{old} is the old name of {new}: keep only {new}")
+            message = f"plugins.delay_schedule.{old} is deprecated; it is now called {new} (same meaning)"
+            warnings.warn(message, DeprecationWarning, stacklevel=3)
+            log.warning("deprecated delay option", plugin="delay_schedule", option=old, use=new)
+            object.__setattr__(self, new, value)
+            object.__setattr__(self, old, None)
 
     @property
     def bucket_ms(self) -> int:

@@ -20,6 +20,12 @@ schedule log record (``SCH_HEAD``, payload, ``SCH_TAIL``)::
 The trailer lets recovery read a segment's last record without scanning the file: the last
 record gives the segment's message count (index + 1) and the newest source offset, which is how
 a replay of the message log skips records a segment already holds.
+
+The request payload (version 2, written now) is one fixed header with every length, then topic,
+born host, properties and body; the properties are one string ``key\x01value\x01...``
+(RocketMQ's separator, banned from property text), so a burst decodes with one ``unpack`` and
+one ``split`` per message. A version 1 payload (length-prefixed fields one by one) starts with
+its queue id, whose first byte is never 0xFF: that byte tells the two apart.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import zlib
 from collections.abc import Collection
 from typing import NamedTuple
 
-from plugmq.core import AppendRequest
+from plugmq.core import AppendRequest, ValidationError
 
 __all__ = [
     "ML_HEAD",
@@ -55,6 +61,10 @@ ML_HEAD = struct.Struct(">IIIBqqqqi")
 SCH_HEAD = struct.Struct(">IIIqqqqIi")
 SCH_TAIL = struct.Struct(">II")
 _REQ_FIXED = struct.Struct(">iqqiiq")
+_REQ2_MARK = 0xFF
+# mark, version, queue, tags code, born ms, reconsume, sys flag, prepared offset, four lengths
+_REQ2 = struct.Struct(">BBxxiqqiiqHHII")
+_SEP = "\x01"
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
@@ -66,31 +76,59 @@ def encode_request(request: AppendRequest) -> bytes:
     """Every field of the request, so the write-back is exactly what the producer sent."""
     topic = request.topic.encode()
     host = request.born_host.encode()
-    parts = [
-        _REQ_FIXED.pack(
-            request.queue_id,
-            request.tags_code,
-            request.born_timestamp_ms,
-            request.reconsume_times,
-            request.sys_flag,
-            request.prepared_transaction_offset,
-        ),
-        _U16.pack(len(topic)),
-        topic,
-        _U16.pack(len(host)),
-        host,
-        _U32.pack(len(request.properties)),
-    ]
-    for key, value in request.properties.items():
-        k, v = key.encode(), value.encode()
-        parts += [_U32.pack(len(k)), k, _U32.pack(len(v)), v]
-    parts += [_U32.pack(len(request.body)), request.body]
-    return b"".join(parts)
+    props = b""
+    if request.properties:
+        text = _SEP.join(f"{k}{_SEP}{v}" for k, v in request.properties.items())
+        if text.count(_SEP) != 2 * len(request.properties) - 1:
+            bad = next(k for k, v in request.properties.items() if _SEP in k or _SEP in v)
+            raise ValidationError(f"property {bad!r} contains the RocketMQ separator \\x01, which is reserved; "
+                                  "remove it from the property name and value")
+        props = text.encode()
+    head = _REQ2.pack(
+        _REQ2_MARK, 2, request.queue_id, request.tags_code, request.born_timestamp_ms, request.reconsume_times,
+        request.sys_flag, request.prepared_transaction_offset, len(topic), len(host), len(props), len(request.body),
+    )
+    return b"".join((head, topic, host, props, request.body))
 
 
-def decode_request(buf: bytes | memoryview, *, drop: Collection[str] = ()) -> AppendRequest:
-    """The request ``encode_request`` wrote, without the properties named in ``drop``."""
-    view = memoryview(buf)
+def decode_request(buf: bytes, *, drop: Collection[str] = (), start: int = 0) -> AppendRequest:
+    """The request ``encode_request`` wrote at ``start`` of ``buf``, without the properties named
+    in ``drop``."""
+    if buf[start] == _REQ2_MARK:
+        (_mark, _version, queue_id, tags_code, born_ts, reconsume, sys_flag, prep, topic_len, host_len, props_len,
+         body_len) = _REQ2.unpack_from(buf, start)
+        pos = start + _REQ2.size
+        topic = buf[pos:pos + topic_len].decode()
+        pos += topic_len
+        host = buf[pos:pos + host_len].decode()
+        pos += host_len
+        props: dict[str, str] = {}
+        if props_len:
+            parts = buf[pos:pos + props_len].decode().split(_SEP)
+            props = dict(zip(parts[0::2], parts[1::2]))
+            for key in drop:
+                props.pop(key, None)
+        pos += props_len
+        body = buf[pos:pos + body_len]
+    else:
+        queue_id, tags_code, born_ts, reconsume, sys_flag, prep, topic, host, props, body = _decode_v1(
+            memoryview(buf)[start:], drop)
+    return AppendRequest(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        properties=props,
+        tags_code=tags_code,
+        born_timestamp_ms=born_ts,
+        born_host=host,
+        reconsume_times=reconsume,
+        sys_flag=sys_flag,
+        prepared_transaction_offset=prep,
+    )
+
+
+def _decode_v1(view: memoryview, drop: Collection[str]) -> tuple[int, int, int, int, int, int, str, str,
+                                                                   dict[str, str], bytes]:
     queue_id, tags_code, born_ts, reconsume, sys_flag, prep = _REQ_FIXED.unpack_from(view, 0)
     pos = _REQ_FIXED.size
 
@@ -114,19 +152,7 @@ def decode_request(buf: bytes | memoryview, *, drop: Collection[str] = ()) -> Ap
             props[key] = value
     (n,) = _U32.unpack_from(view, pos)
     pos += 4
-    body = bytes(view[pos : pos + n])
-    return AppendRequest(
-        topic=topic,
-        queue_id=queue_id,
-        body=body,
-        properties=props,
-        tags_code=tags_code,
-        born_timestamp_ms=born_ts,
-        born_host=host,
-        reconsume_times=reconsume,
-        sys_flag=sys_flag,
-        prepared_transaction_offset=prep,
-    )
+    return queue_id, tags_code, born_ts, reconsume, sys_flag, prep, topic, host, props, bytes(view[pos : pos + n])
 
 
 class MessageLogRecord(NamedTuple):
@@ -170,7 +196,7 @@ class ScheduleRecord(NamedTuple):
     seq: int
     schedule_time_ms: int
     source: int
-    index: int
+    number: int  # its index within the segment
     delay_level: int
     store_ts_ms: int
     payload: bytes | None  # None when only the header was asked for

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import attrs
 
-from plugmq.core import StoreError
+from plugmq.core import AppendRequest, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.dispatch_log import (
     DispatchState,
@@ -28,6 +29,7 @@ from plugmq.plugins.delay_schedule.records import (
     SCH_TAIL,
     MessageLogRecord,
     ScheduleRecord,
+    decode_request,
     decode_schedule_record,
     encode_schedule_record,
 )
@@ -39,6 +41,8 @@ log = get_logger(__name__)
 _SEG = ".seg"
 _DISPATCH = ".dispatch"
 _SCAN_CHUNK = 4 << 20
+_RUN_GAP = 4096  # neighbouring records closer than this are read in one go
+_RUN_MAX = 4 << 20  # ... up to this many bytes per read
 
 
 @attrs.define(eq=False)
@@ -108,7 +112,7 @@ class ScheduleLog:
             tail_size, _ = SCH_TAIL.unpack(self._files.read(path, size - SCH_TAIL.size, SCH_TAIL.size))
             last = self._record_at(path, size - tail_size, size) if tail_size <= size else None
         if first is not None and last is not None and last.position + last.size == size:
-            segment.count, segment.size = last.index + 1, size
+            segment.count, segment.size = last.number + 1, size
             segment.first_source, segment.last_source = first.source, last.source
             return segment
         # A torn tail (or worse): keep the valid prefix.
@@ -142,13 +146,13 @@ class ScheduleLog:
             pos = 0
             while True:
                 record = decode_schedule_record(data, pos, with_payload=False, base=position)
-                if record is None or record.index != len(records):
+                if record is None or record.number != len(records):
                     break
                 records.append(record)
                 pos += record.size
             if pos == 0:
                 record = self._record_at(path, position, size)
-                if record is None or record.index != len(records):
+                if record is None or record.number != len(records):
                     break
                 records.append(record)
                 pos = record.size
@@ -203,6 +207,36 @@ class ScheduleLog:
             raise StoreError(f"delay_schedule: no valid schedule record of {size} bytes at {path}:{position}")
         return record
 
+    def read_requests(self, wanted: Sequence[tuple[Segment, int, int]], *,
+                      drop: Collection[str] = ()) -> list[AppendRequest | None]:
+        """The requests of the records at ``(segment, position, size)`` (same order; None for a
+        record that fails its checks), without the properties in ``drop``. Records of a segment
+        are read in runs of neighbours: one read per run instead of one per message."""
+        out: list[AppendRequest | None] = [None] * len(wanted)
+        order = sorted(range(len(wanted)), key=lambda i: (wanted[i][0].start, wanted[i][1]))
+        i = 0
+        while i < len(order):
+            segment, start, size = wanted[order[i]]
+            end = start + size
+            j = i + 1
+            while j < len(order):
+                seg, pos, length = wanted[order[j]]
+                if seg is not segment or pos - end > _RUN_GAP or pos + length - start > _RUN_MAX:
+                    break
+                end = max(end, pos + length)
+                j += 1
+            path = self.path(segment.start)
+            raw = self._files.read(path, start, end - start)
+            for k in order[i:j]:
+                _, pos, length = wanted[k]
+                record = decode_schedule_record(raw, pos - start, with_payload=False, base=start)
+                if record is None or record.size != length:
+                    log.error("schedule record unreadable", path=path, position=pos, size=length)
+                    continue
+                out[k] = decode_request(raw, drop=drop, start=pos - start + SCH_HEAD.size)
+            i = j
+        return out
+
     # ---------------------------------------------------------------- dispatch logs
 
     def mark(self, segment: Segment, kind: int, seqs: list[int], *, sync: bool) -> None:
@@ -232,18 +266,22 @@ class ScheduleLog:
         if self._fsync:
             self._files.sync({self.dispatch_path(s) for s in starts})
 
-    def delete(self, start: int) -> None:
-        """Retire a segment. The segment goes before its dispatch log: a crash in between leaves
-        an orphan log (removed at open), never a segment whose deliveries are forgotten."""
+    def delete(self, start: int) -> int:
+        """Retire a segment; returns how many files went. The segment goes before its dispatch
+        log: a crash in between leaves an orphan log (removed at open), never a segment whose
+        deliveries are forgotten."""
         self.segments.pop(start, None)
+        removed = 0
         for path in (self.path(start), self.dispatch_path(start)):
             self._files.forget(path)
             try:
                 os.unlink(path)
+                removed += 1
             except FileNotFoundError:
                 pass
             if self._fsync:
                 fsync_dir(self._dir)
+        return removed
 
     def close(self) -> None:
         self._files.close()

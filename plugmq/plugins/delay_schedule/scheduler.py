@@ -5,12 +5,18 @@ timer due now, so bursts are moved in batches off the producer's path). The iter
 each record to its bucket's schedule segment; a segment whose bucket starts within
 ``load_ahead_ms`` is *loaded*: its unsettled records' index goes into the hashed wheel, and
 records that arrive for a loaded segment go straight in. One clock timer waits for the earliest
-non-empty wheel tick, another for the next segment to load; nothing spins while idle.
+non-empty wheel tick (1 ms ticks by default: the deliver time itself), another for the next
+segment to load; nothing spins while idle.
 
-A due batch is delivered as: intents to the dispatch logs (fsynced), ``context.deliver`` of
-each request with its delay properties removed, then delivered marks. Recovery asks
-``context.was_delivered`` about intents without a mark. Retention deletes a segment once its
-dispatch log covers all its messages, and a message-log segment once every bucket it fed is gone.
+A due batch (up to ``dispatch_batch``) is delivered as: intents to the dispatch logs (fsynced
+with ``fsync``), one read per run of neighbouring records, one ``context.deliver_batch`` of the
+requests with their delay properties removed — *outside* the scheduler's lock, so the iterator,
+cancels and producers never wait behind a burst — then delivered marks. Recovery asks
+``context.was_delivered`` about intents without a mark. A timer callback yields after
+``_YIELD_AFTER`` messages (re-armed for "now"), so a huge backlog never holds the clock's thread,
+and ``start()`` only arms timers: an overdue backlog at start-up is loaded and delivered in the
+background. ``clean_expired`` deletes a segment once its bucket is past and its dispatch log
+covers all its messages, and a message-log segment once every bucket it fed is gone.
 
 Message ids: ``encode_msg_id(store_host, message-log offset)``; ``AppendResult.queue_offset`` is
 the delay sequence and ``commit_log_offset`` the message-log offset. ``cancel`` reads the
@@ -22,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Mapping
 
 import attrs
@@ -45,13 +51,10 @@ from plugmq.core import (
 from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
+from plugmq.plugins.delay_schedule.lateness import LatenessHistogram
 from plugmq.plugins.delay_schedule.message_log import MessageLog
 from plugmq.plugins.delay_schedule.options import DelayScheduleOptions
-from plugmq.plugins.delay_schedule.records import (
-    MessageLogRecord,
-    decode_request,
-    encode_request,
-)
+from plugmq.plugins.delay_schedule.records import MessageLogRecord, decode_request, encode_request
 from plugmq.plugins.delay_schedule.schedule_log import ScheduleLog, Segment
 from plugmq.plugins.delay_schedule.wheel import HashedWheel, WheelEntry
 
@@ -61,6 +64,8 @@ log = get_logger(__name__)
 
 PLUGIN_NAME = "delay_schedule"
 _DELAY_PROPS = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)
+_YIELD_AFTER = 20_000  # messages per timer callback before other timers get the clock's thread
+_LOADS_PER_CALL = 4  # segments loaded per load-timer callback
 
 
 def capabilities_for(options: DelayScheduleOptions) -> DelayCapabilities:
@@ -99,15 +104,19 @@ class _Metrics:
     late_ms_max: int = 0
     late_ms_sum: int = 0
     deliver_failures: int = 0
+    corrupt_skipped: int = 0
     in_doubt_found_delivered: int = 0
     in_doubt_redelivered: int = 0
+    batches: int = 0
     segments_loaded: int = 0
     segments_retired: int = 0
     message_log_segments_deleted: int = 0
+    files_deleted: int = 0
 
 
 class ScheduleDelayScheduler:
-    """See the module docstring. Thread-safe; timer callbacks and API calls share one lock."""
+    """See the module docstring. Thread-safe; timer callbacks and API calls share one lock, which
+    is never held while the broker's write-back runs."""
 
     def __init__(self, context: DelayContext, options: DelayScheduleOptions) -> None:
         if context.deliver is None:
@@ -118,13 +127,15 @@ class ScheduleDelayScheduler:
         self._opt = options
         self._clock = context.clock
         self._deliver = context.deliver
+        self._deliver_batch = context.deliver_batch
         self._was_delivered = context.was_delivered
         self.capabilities = capabilities_for(options)
         # encode_msg_id parses the host on every call; the host part never changes.
         self._msg_id_prefix = encode_msg_id(context.store_host, 0)[:16]
         root = context.plugin_dir(PLUGIN_NAME)
-        self._log = log.bind(broker=context.broker_name, dir=str(root))
+        self._log = log.bind(plugin=PLUGIN_NAME, broker=context.broker_name, dir=str(root))
         self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
         self._kick_lock = threading.Lock()
         self._kick_pending = False
         self._ml = MessageLog(root / "message_log", segment_bytes=options.message_log_segment_bytes, fsync=options.fsync)
@@ -139,18 +150,20 @@ class ScheduleDelayScheduler:
             on_appended=self._on_appended,
         )
         self._wheel = HashedWheel(tick_ms=options.tick_ms, slots=options.wheel_slots)
+        self._ready: deque[WheelEntry] = deque()  # taken from the wheel in order, not yet written back
         self._unloaded: list[int] = []  # heap of segment starts waiting to be loaded
         self._wheel_timer: Timer | None = None
         self._wheel_timer_ms = 0
         self._load_timer: Timer | None = None
         self._load_timer_ms = 0
-        self._retry: list[WheelEntry] = []
-        self._paused_until_ms = 0
-        self._done_candidates: set[int] = set()
+        self._paused_until_ms = 0  # after a failed write-back
         self._metrics = _Metrics()
+        self._lateness = LatenessHistogram()
         self._started = False
-        self._starting = False
+        self._start_ms = 0
+        self._start_seq = 0  # sequences below were scheduled before this start
         self._closed = False
+        self._dispatching: threading.Thread | None = None
         try:
             with self._lock:
                 self._schedule.open()
@@ -195,34 +208,30 @@ class ScheduleDelayScheduler:
         )
 
     def start(self) -> None:
+        """Arm the timers. Segments that came due while the broker was down are loaded, and their
+        messages delivered oldest first, by those timers in the background."""
         with self._lock:
             if self._started or self._closed:
                 return
             self._started = True
             self._iterator.run_all()
-            now = self._clock.now_ms()
+            self._start_ms = self._clock.now_ms()
+            self._start_seq = self._iterator.next_seq
             self._unloaded = list(self._schedule.segments)
             heapq.heapify(self._unloaded)
-            self._starting = True
-            try:
-                self._load_due(now)
-            finally:
-                self._starting = False
-            dead_letter_before = now - self._opt.dead_letter_older_than_ms if self._opt.dead_letter_older_than_ms else None
-            self._dispatch(now, dead_letter_before=dead_letter_before, at_start=True)
-            self._log.info("delay_schedule started", overdue=self._metrics.overdue_at_start)
             self._arm()
+            self._log.info("delay_schedule started", segments_to_load=len(self._unloaded))
 
     def cancel(self, msg_id: str) -> bool:
-        try:
-            host, offset = decode_msg_id(msg_id)
-        except ValidationError:
-            return False
-        if host != self._ctx.store_host:
-            return False
+        """True if the message will not be delivered (again True for a repeated cancel); False
+        once it is being or has been delivered, or for an id of another broker or no message.
+        Something that is not a message id raises ValidationError."""
+        host, offset = decode_msg_id(msg_id)
         with self._lock:
             if self._closed:
                 raise DelayError("delay_schedule is closed; reopen the broker to cancel messages")
+            if host != self._ctx.store_host:
+                return False
             if offset >= self._iterator.offset:
                 self._iterator.run_all()
                 self._arm()
@@ -232,14 +241,13 @@ class ScheduleDelayScheduler:
             segment = self._schedule.segments.get(self._schedule.bucket_of(record.deliver_at_ms))
             if segment is None or not segment.holds_source(offset):
                 return False  # its segment was retired: delivered or cancelled long ago
-            if record.seq in segment.dispatch.delivered:
-                return False
-            if record.seq in segment.dispatch.cancelled:
+            dispatch = segment.dispatch
+            if record.seq in dispatch.delivered or record.seq in dispatch.intents:
+                return False  # delivered, or being delivered
+            if record.seq in dispatch.cancelled:
                 return True
             self._schedule.mark(segment, CANCELLED, [record.seq], sync=True)
             self._metrics.cancelled += 1
-            self._done_candidates.add(segment.start)
-            self._retire()
             return True
 
     def pending(self) -> int:
@@ -251,25 +259,49 @@ class ScheduleDelayScheduler:
             m = attrs.asdict(self._metrics)
             late_sum = m.pop("late_ms_sum")
             m["late_ms_mean"] = late_sum / self._metrics.delivered if self._metrics.delivered else 0.0
+            m["late_ms_p50"] = self._lateness.quantile(0.5)
+            m["late_ms_p99"] = self._lateness.quantile(0.99)
             m["pending"] = self._iterator.lag + sum(seg.unsettled for seg in self._schedule.segments.values())
-            m["wheel_entries"] = len(self._wheel)
+            m["wheel_entries"] = len(self._wheel) + len(self._ready)
             m["schedule_segments"] = len(self._schedule.segments)
             m["message_log_segments"] = len(self._ml.segments())
             m["iterator_lag"] = self._iterator.lag
             return {k: float(v) for k, v in m.items()}
 
+    def clean_expired(self, now_ms: int) -> int:
+        """Delete the segments (with their dispatch logs) whose bucket ended before ``now_ms`` and
+        whose dispatch log covers every message, then the message-log segments all of whose
+        buckets are gone (QMQ deletes both by age, dispatched or not). Returns the files removed."""
+        with self._lock:
+            if self._closed:
+                return 0
+            removed = 0
+            for start, segment in list(self._schedule.segments.items()):
+                if segment.unsettled > 0 or start + self._schedule.bucket_ms > now_ms:
+                    continue
+                if segment.last_source >= self._iterator.persisted_offset:
+                    continue  # a replay could still re-add its records: wait for the checkpoint
+                removed += self._schedule.delete(start)
+                self._metrics.segments_retired += 1
+            if removed:
+                removed += self._clean_message_log()
+            self._metrics.files_deleted += removed
+            return removed
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
+            self._closed = True
             for timer in (self._wheel_timer, self._load_timer):
                 if timer is not None:
                     timer.cancel()
             self._wheel_timer = self._load_timer = None
+            while self._dispatching is not None and self._dispatching is not threading.current_thread():
+                self._idle.wait()  # the batch being written back is recorded first
             try:
                 self._iterator.run_all()  # so a restart has nothing to replay
             finally:
-                self._closed = True
                 self._schedule.close()
                 self._ml.close()
             self._log.info("delay_schedule closed", pending=self.pending())
@@ -292,14 +324,13 @@ class ScheduleDelayScheduler:
                 return
             moved = self._iterator.run(self._opt.iterate_batch)
             if moved:
-                self._retire()
                 self._arm()
             more = self._iterator.lag > 0
         if more:
             self._kick()
 
     def _on_appended(self, segment: Segment, position: int, size: int, record: MessageLogRecord, created: bool) -> None:
-        if not self._started:
+        if not self._started or self._closed:
             return
         if segment.loaded:
             self._wheel.add(WheelEntry(record.deliver_at_ms, record.seq, segment, position, size))
@@ -312,16 +343,17 @@ class ScheduleDelayScheduler:
 
     def _load_due(self, now: int) -> None:
         horizon = now + self._opt.load_ahead_ms
-        while self._unloaded and self._unloaded[0] <= horizon:
+        loaded = 0
+        while self._unloaded and self._unloaded[0] <= horizon and loaded < _LOADS_PER_CALL:
             segment = self._schedule.segments.get(heapq.heappop(self._unloaded))
             if segment is not None and not segment.loaded:
                 self._load(segment)
+                loaded += 1
 
     def _load(self, segment: Segment) -> None:
         """Put the segment's unsettled messages into the wheel, settling in-doubt ones first."""
         in_doubt = segment.dispatch.in_doubt()
         found_delivered: list[int] = []
-        now = self._clock.now_ms()
         for record in self._schedule.index(segment):
             if segment.dispatch.is_settled(record.seq):
                 continue
@@ -330,14 +362,11 @@ class ScheduleDelayScheduler:
                 continue
             if record.seq in in_doubt:
                 self._metrics.in_doubt_redelivered += 1
-            if self._starting and record.schedule_time_ms <= now:
-                self._metrics.overdue_at_start += 1
             self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment, record.position, record.size))
         if found_delivered:
             self._schedule.mark(segment, DELIVERED, found_delivered, sync=True)
             self._metrics.in_doubt_found_delivered += len(found_delivered)
             self._metrics.delivered += len(found_delivered)
-            self._done_candidates.add(segment.start)
         segment.loaded = True
         self._metrics.segments_loaded += 1
 
@@ -354,19 +383,23 @@ class ScheduleDelayScheduler:
     def _arm(self) -> None:
         if self._closed or not self._started:
             return
-        tick = self._wheel.next_tick()
-        wake = None if tick is None else tick * self._opt.tick_ms
-        if self._retry:
-            wake = self._paused_until_ms if wake is None else max(wake, self._paused_until_ms)
-        if wake is None:
-            if self._wheel_timer is not None:
-                self._wheel_timer.cancel()
-                self._wheel_timer = None
-        elif self._wheel_timer is None or self._wheel_timer_ms != wake:
-            if self._wheel_timer is not None:
-                self._wheel_timer.cancel()
-            self._wheel_timer_ms = wake
-            self._wheel_timer = self._clock.call_at(_seconds(wake), self._on_wheel_timer)
+        if self._dispatching is None:
+            if self._ready:
+                wake: int | None = self._clock.now_ms()
+            else:
+                tick = self._wheel.next_tick()
+                wake = None if tick is None else tick * self._opt.tick_ms
+            if wake is not None and self._paused_until_ms:
+                wake = max(wake, self._paused_until_ms)
+            if wake is None:
+                if self._wheel_timer is not None:
+                    self._wheel_timer.cancel()
+                    self._wheel_timer = None
+            elif self._wheel_timer is None or self._wheel_timer_ms != wake:
+                if self._wheel_timer is not None:
+                    self._wheel_timer.cancel()
+                self._wheel_timer_ms = wake
+                self._wheel_timer = self._clock.call_at(_seconds(wake), self._on_wheel_timer)
         segments = self._schedule.segments
         while self._unloaded and (self._unloaded[0] not in segments or segments[self._unloaded[0]].loaded):
             heapq.heappop(self._unloaded)
@@ -384,16 +417,16 @@ class ScheduleDelayScheduler:
     def _on_wheel_timer(self) -> None:
         with self._lock:
             self._wheel_timer = None
-            if self._closed:
+            if self._closed or self._dispatching is not None:
                 return
-            now = self._clock.now_ms()
-            if self._retry and now >= self._paused_until_ms:
-                for entry in self._retry:
-                    self._wheel.add(entry)
-                self._retry.clear()
-            if not self._retry:
-                self._dispatch(now)
-            self._arm()
+            self._dispatching = threading.current_thread()
+        try:
+            self._dispatch_due()
+        finally:
+            with self._lock:
+                self._dispatching = None
+                self._idle.notify_all()
+                self._arm()
 
     def _on_load_timer(self) -> None:
         with self._lock:
@@ -405,68 +438,117 @@ class ScheduleDelayScheduler:
 
     # ================================================================ delivery
 
-    def _dispatch(self, now: int, *, dead_letter_before: int | None = None, at_start: bool = False) -> None:
-        """Deliver every wheel entry due at ``now`` (deliver time <= now), oldest first."""
-        tick = self._wheel.tick_of(now)
-        not_yet: list[WheelEntry] = []
-        while not self._retry:
-            due = self._wheel.pop_due(tick, limit=self._opt.dispatch_batch)
-            if not due:
-                break
-            ready = []
-            for entry in due:
-                if entry.deliver_at_ms > now:
-                    not_yet.append(entry)  # same tick as "now", but later within it
-                    continue
-                segment = entry.segment
-                if self._schedule.segments.get(segment.start) is segment and not segment.dispatch.is_settled(entry.seq):
-                    ready.append(entry)
-            if ready:
-                self._deliver_batch(ready, now, dead_letter_before=dead_letter_before, at_start=at_start)
-        for entry in not_yet:
-            self._wheel.add(entry)
-        self._retire()
+    def _dispatch_due(self) -> None:
+        """Deliver what is due, a batch at a time, at most ``_YIELD_AFTER`` messages per call."""
+        budget = _YIELD_AFTER
+        while budget > 0:
+            with self._lock:
+                if self._closed:
+                    return
+                now = self._clock.now_ms()
+                if self._paused_until_ms:
+                    if now < self._paused_until_ms:
+                        return
+                    self._paused_until_ms = 0
+                batch = self._claim(now)
+                if not batch:
+                    return
+                by_segment: dict[Segment, list[int]] = defaultdict(list)
+                for entry in batch:
+                    by_segment[entry.segment].append(entry.seq)
+                for segment, seqs in by_segment.items():
+                    self._schedule.mark(segment, INTENT, seqs, sync=False)
+                self._schedule.sync_dispatch({segment.start for segment in by_segment})
+                read = self._schedule.read_requests([(e.segment, e.position, e.size) for e in batch],
+                                                    drop=_DELAY_PROPS)
+                if None in read:
+                    batch, read = self._drop_unreadable(batch, read)
+                    if not batch:
+                        continue
+                requests = [r for r in read if r is not None]
+                limit = self._opt.dead_letter_older_than_ms
+                dead = [bool(limit) and e.seq < self._start_seq and e.deliver_at_ms < self._start_ms - limit
+                        for e in batch]
+                requests = [self._to_dead_letter(r) if d else r for r, d in zip(requests, dead, strict=True)]
+            stored = self._write_back(requests)
+            with self._lock:
+                self._settle(now, batch, dead, stored)
+            budget -= len(batch)
 
-    def _deliver_batch(
-        self, entries: list[WheelEntry], now: int, *, dead_letter_before: int | None, at_start: bool
-    ) -> None:
-        by_segment: dict[Segment, list[int]] = defaultdict(list)
-        for entry in entries:
-            by_segment[entry.segment].append(entry.seq)
-        for segment, seqs in by_segment.items():
-            self._schedule.mark(segment, INTENT, seqs, sync=False)
-        self._schedule.sync_dispatch({segment.start for segment in by_segment})
-        delivered: dict[Segment, list[int]] = defaultdict(list)
-        for i, entry in enumerate(entries):
+    def _drop_unreadable(self, batch: list[WheelEntry], read: list[AppendRequest | None],
+                         ) -> tuple[list[WheelEntry], list[AppendRequest | None]]:
+        """A record that fails its checks cannot be delivered: it is logged, counted and marked
+        done (so its segment can go), and the rest of the batch goes on."""
+        lost: dict[Segment, list[int]] = defaultdict(list)
+        for entry, request in zip(batch, read, strict=True):
+            if request is None:
+                lost[entry.segment].append(entry.seq)
+        for segment, seqs in lost.items():
+            self._log.error("schedule records unreadable; skipped", segment=segment.start, seqs=seqs)
+            self._schedule.mark(segment, DELIVERED, seqs, sync=True)
+            self._metrics.corrupt_skipped += len(seqs)
+        kept = [(e, r) for e, r in zip(batch, read, strict=True) if r is not None]
+        return [e for e, _ in kept], [r for _, r in kept]
+
+    def _claim(self, now: int) -> list[WheelEntry]:
+        """Up to ``dispatch_batch`` due entries, oldest first, still unsettled."""
+        want = self._opt.dispatch_batch
+        if len(self._ready) < want:
+            self._ready.extend(self._wheel.pop_due(now, limit=want - len(self._ready)))
+        batch: list[WheelEntry] = []
+        segments = self._schedule.segments
+        while self._ready and len(batch) < want:
+            entry = self._ready.popleft()
             segment = entry.segment
-            request = _due_request(self._schedule.read(segment, entry.position, entry.size).payload)
-            dead = dead_letter_before is not None and entry.deliver_at_ms < dead_letter_before
-            if dead:
-                request = self._to_dead_letter(request)
-            try:
-                self._deliver(request)
-            except Exception:  # noqa: BLE001 - any write-back failure is retried, as QMQ does
-                self._metrics.deliver_failures += 1
-                self._log.exception(
-                    "delivery failed; retrying", topic=request.topic, seq=entry.seq, retry_in_ms=self._opt.retry_delay_ms
-                )
-                # Keep delivery order: the failed message and everything after it wait together.
-                self._retry = entries[i:] + self._wheel.pop_due(self._wheel.tick_of(now))
-                self._paused_until_ms = now + self._opt.retry_delay_ms
-                break
-            delivered[segment].append(entry.seq)
+            if segments.get(segment.start) is segment and not segment.dispatch.is_settled(entry.seq):
+                batch.append(entry)
+        return batch
+
+    def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
+        """Deliver in order; None when all were stored, else which ones reached the store."""
+        done = 0
+        try:
+            if self._deliver_batch is not None:
+                self._deliver_batch(requests)
+            else:
+                for request in requests:
+                    self._deliver(request)
+                    done += 1
+            return None
+        except Exception:  # noqa: BLE001 - any write-back failure is retried, as QMQ does
+            self._metrics.deliver_failures += 1
+            self._log.exception("delivery failed; retrying", messages=len(requests),
+                                retry_in_ms=self._opt.retry_after_error_ms)
+        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
+            return [i < done for i in range(len(requests))]
+        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
+
+    def _settle(self, now: int, batch: list[WheelEntry], dead: list[bool], stored: list[bool] | None) -> None:
+        delivered: dict[Segment, list[int]] = defaultdict(list)
+        failed: list[WheelEntry] = []
+        for i, entry in enumerate(batch):
+            if stored is not None and not stored[i]:
+                failed.append(entry)
+                continue
+            delivered[entry.segment].append(entry.seq)
             late = now - entry.deliver_at_ms
+            self._lateness.record(late)
             self._metrics.delivered += 1
             self._metrics.late_ms_sum += late
             self._metrics.late_ms_max = max(self._metrics.late_ms_max, late)
-            if at_start:
+            if entry.seq < self._start_seq and entry.deliver_at_ms <= self._start_ms:
+                self._metrics.overdue_at_start += 1
                 self._metrics.start_late_ms_max = max(self._metrics.start_late_ms_max, late)
-            if dead:
+            if dead[i]:
                 self._metrics.dead_lettered += 1
+        self._metrics.batches += 1
         for segment, seqs in delivered.items():
             # Not fsynced: a lost D leaves its intent, which recovery settles by asking the broker.
             self._schedule.mark(segment, DELIVERED, seqs, sync=False)
-            self._done_candidates.add(segment.start)
+        if failed:
+            # Keep delivery order: the failed messages go back in front of everything else due.
+            self._ready.extendleft(reversed(failed))
+            self._paused_until_ms = now + self._opt.retry_after_error_ms
 
     def _to_dead_letter(self, request: AppendRequest) -> AppendRequest:
         props = dict(request.properties)
@@ -476,35 +558,16 @@ class ScheduleDelayScheduler:
 
     # ================================================================ retention
 
-    def _retire(self) -> None:
-        """Delete segments whose dispatch log covers every message, then message-log segments
-        all of whose buckets are gone (QMQ deletes both by age, whether dispatched or not)."""
-        if not self._done_candidates:
-            return
-        retired = False
-        for start in sorted(self._done_candidates):
-            segment = self._schedule.segments.get(start)
-            if segment is None or segment.unsettled > 0:
-                continue
-            if segment.last_source >= self._iterator.persisted_offset:
-                continue  # a replay could still re-add its records: wait for the checkpoint
-            self._schedule.delete(start)
-            self._metrics.segments_retired += 1
-            retired = True
-        self._done_candidates = {
-            s for s in self._done_candidates if s in self._schedule.segments and self._schedule.segments[s].unsettled == 0
-        }
-        if retired:
-            self._clean_message_log()
-
-    def _clean_message_log(self) -> None:
+    def _clean_message_log(self) -> int:
+        removed = 0
         segments = self._schedule.segments
         for base, end in self._ml.segments()[:-1]:
             if end > self._iterator.persisted_offset or base not in self._iterator.sealed:
                 break  # segments are sealed in order
             buckets = self._iterator.refs.get(base, set())
             if all(b not in segments or segments[b].first_source >= end for b in buckets):
-                self._ml.delete_segment(base)
+                removed += self._ml.delete_segment(base)
                 self._iterator.refs.pop(base, None)
                 self._iterator.sealed.discard(base)
                 self._metrics.message_log_segments_deleted += 1
+        return removed
