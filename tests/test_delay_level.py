@@ -54,6 +54,7 @@ class Bench:
         self.scheduler = scheduler
         if start:
             scheduler.start()
+            self.clock.run_due()  # the catch-up of what came due while closed runs on the clock's thread
         return scheduler
 
     def close(self) -> None:
@@ -132,14 +133,15 @@ def test_declaration_follows_rocketmq_defaults() -> None:
 
 
 def test_options_shape_the_capabilities(bench: Bench) -> None:
-    scheduler = bench.open(levels="2s 1m 1d", clamp_over_max=False, tick_ms=100)
+    scheduler = bench.open(levels="2s 1m 1d", clamp_to_max_delay=False, tick_ms=100)
     caps = scheduler.capabilities
     assert caps.levels_ms == (2000, 60_000, 86_400_000) and caps.max_delay_ms == 86_400_000
     assert not caps.clamps and caps.resolution_ms == 100
 
 
 @pytest.mark.parametrize("bad", [{"levels": "1s 5x"}, {"levels": ""}, {"levels": "0s"}, {"tick_ms": 0},
-                                 {"clamp_over_max": "yes"}, {"dead_letter_topic": "bad topic"},
+                                 {"clamp_to_max_delay": "yes"}, {"clamp_over_max": "yes"},
+                                 {"dead_letter_topic": "bad topic"},
                                  {"dispatch_batch": 0}, {"levels": " ".join(["1s"] * 600)}])
 def test_bad_options_are_config_errors(bench: Bench, bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
@@ -245,8 +247,8 @@ def test_level_above_max_is_clamped_like_rocketmq(bench: Bench) -> None:
 
 
 def test_level_above_max_refused_when_clamping_is_off(bench: Bench) -> None:
-    scheduler = bench.open(clamp_over_max=False, levels="1s 5s")
-    with pytest.raises(DelayUnsupportedError, match="clamp_over_max"):
+    scheduler = bench.open(clamp_to_max_delay=False, levels="1s 5s")
+    with pytest.raises(DelayUnsupportedError, match="clamp_to_max_delay"):
         bench.send("over", 3)
     with pytest.raises(DelayUnsupportedError):
         scheduler.schedule(AppendRequest(TOPIC, 0, b"x", properties={Prop.UNIQ_KEY: "z"}), deliver_at_ms=T0,
@@ -351,6 +353,20 @@ def test_overdue_at_start_oldest_first_across_levels_with_lateness(bench: Bench)
     metrics = scheduler.metrics()
     assert metrics["overdue_at_start"] == 9
     assert metrics["late_at_start_ms_max"] == T0 + 60_000 - min(bench.due.values())
+
+
+def test_start_returns_before_the_overdue_backlog_goes_out(bench: Bench) -> None:
+    bench.open()
+    for i in range(50):
+        bench.send(f"m{i}", 1 + i % 2)
+    bench.close()
+    bench.at(T0 + 3_600_000)
+    scheduler = bench.open(start=False)
+    scheduler.start()
+    assert bench.uids() == [] and scheduler.pending() == 50  # nothing delivered inside start()
+    bench.clock.run_due()
+    assert sorted(bench.uids()) == sorted(bench.due) and scheduler.pending() == 0
+    assert scheduler.metrics()["overdue_at_start"] == 50
 
 
 def test_dead_letter_older_than_limit_at_start(bench: Bench) -> None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from plugmq.core import (
@@ -53,8 +53,13 @@ def child(data_dir: Path) -> None:
         os.write(out, f"D {request.properties[Prop.UNIQ_KEY]}\n".encode())
         return result
 
+    def deliver_batch(requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        results = store.append_batch(requests)
+        os.write(out, "".join(f"D {r.properties[Prop.UNIQ_KEY]}\n" for r in requests).encode())
+        return results
+
     scheduler = open_delay_scheduler("delay_level", data_dir, deliver=deliver, clock=clock, store=store,
-                                     was_delivered=_was_delivered(store),
+                                     was_delivered=_was_delivered(store), deliver_batch=deliver_batch,
                                      options={"levels": LEVELS, "dispatch_batch": 8})
     scheduler.start()
     levels = scheduler.capabilities.levels_ms

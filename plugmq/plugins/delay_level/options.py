@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import attrs
+import structlog
 
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS,
@@ -14,9 +16,19 @@ from plugmq.core import (
 )
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
-__all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DelayLevelOptions"]
+__all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "DelayLevelOptions"]
+
+log = structlog.stdlib.get_logger(__name__)
 
 DEFAULT_DEAD_LETTER_TOPIC = "%DLQ%DELAY_LEVEL"
+
+#: Old option name -> the family-wide name it was renamed to (still accepted, with a warning).
+#: The two old durability switches were only meaningful together; either one now turns ``fsync`` on.
+DEPRECATED_NAMES = {
+    "clamp_over_max": "clamp_to_max_delay",
+    "fsync_offsets": "fsync",
+    "flush_store_before_persist": "fsync",
+}
 
 
 def _levels(_inst: object, _attr: object, value: object) -> None:
@@ -29,6 +41,11 @@ def _levels(_inst: object, _attr: object, value: object) -> None:
 def _bool(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"plugins.delay_level.{attr.name} must be true or false, got {value!r}")
+
+
+def _optional_bool(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _bool(_inst, attr, value)
 
 
 def _int_at_least(low: int) -> Any:
@@ -48,37 +65,60 @@ def _topic(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
 
 @attrs.frozen
 class DelayLevelOptions:
-    """RocketMQ 4.x fixed delay levels.
+    """RocketMQ 4.x fixed delay levels (the delay family's common names: ``clamp_to_max_delay``,
+    ``fsync``, ``dispatch_batch``, ``dead_letter_*``, ``retry_after_error_ms``; the maximum delay
+    is the last level, so there is no ``max_delay_ms``).
 
     ``levels``: RocketMQ's ``messageDelayLevel`` list; level n is the n-th entry.
-    ``clamp_over_max``: a level above the last is served as the last level (RocketMQ's rule);
-    off, such a request is refused with DelayUnsupportedError.
+    ``clamp_to_max_delay``: a level above the last is served as the last level (RocketMQ's rule);
+    off, such a request is refused with DelayUnsupportedError (``clamp_over_max`` is the
+    deprecated old name).
     ``tick_ms``: a level's timer fires at its head's deliver time rounded up to a multiple of
     this, so several deliveries share one wake-up; it is the declared resolution (1 = exact).
-    ``dispatch_batch``: at most this many deliveries per level per wake-up; the level's offset
-    is persisted after each batch, so after a ``kill -9`` at most one batch per level is in doubt
-    (and ``was_delivered`` settles it at start-up).
-    ``fsync_offsets`` / ``flush_store_before_persist``: power-cut safety. A persisted offset must
-    never be durable *ahead of* the write-backs it covers (that would skip messages), while one
-    that is behind is settled by ``was_delivered`` at start-up. So for power-cut safety turn both
-    on (the store is flushed, then the offsets are fsynced, every batch); fsyncing offsets alone
-    buys nothing with an async-flush store. Both off (default), a ``kill -9`` still loses and
-    repeats nothing: the page cache survives it. ``close()`` always flushes and syncs.
-    ``dead_letter_older_than_ms``: messages found at ``start()`` overdue by more than this go to
-    ``dead_letter_topic`` (queue 0, REAL_TOPIC / REAL_QID naming where they were going) instead
-    of their topic; 0 turns it off.
+    ``dispatch_batch``: at most this many deliveries per store batch; the level's offset is
+    persisted after each batch, so after a ``kill -9`` at most one batch per level is in doubt
+    (and ``was_delivered`` settles it when the scheduler opens).
+    ``fsync`` (default off, like every delay plugin and store_mmap's async flush): power-cut
+    safety. A persisted offset must never be durable *ahead of* the write-backs it covers (that
+    would skip messages), while one that is behind is settled by ``was_delivered``. So ``fsync``
+    flushes the store, then fsyncs the offsets, after every batch (``fsync_offsets`` and
+    ``flush_store_before_persist`` are the deprecated old switches, which only made sense
+    together). Off, a ``kill -9`` still loses and repeats nothing: the page cache survives it.
+    ``close()`` always flushes and syncs.
+    ``dead_letter_older_than_ms``: messages found overdue by more than this when the scheduler
+    starts go to ``dead_letter_topic`` (queue 0, REAL_TOPIC / REAL_QID naming where they were
+    going) instead of their topic; 0 turns it off.
     ``retry_after_error_ms``: after a failed write-back the level tries again this much later.
     """
 
     levels: str = attrs.field(default=DEFAULT_DELAY_LEVELS, validator=_levels)
-    clamp_over_max: bool = attrs.field(default=True, validator=_bool)
+    clamp_to_max_delay: bool = attrs.field(default=True, validator=_bool)
     tick_ms: int = attrs.field(default=1, validator=_int_at_least(1))
-    dispatch_batch: int = attrs.field(default=256, validator=_int_at_least(1))
-    fsync_offsets: bool = attrs.field(default=False, validator=_bool)
-    flush_store_before_persist: bool = attrs.field(default=False, validator=_bool)
+    dispatch_batch: int = attrs.field(default=1000, validator=_int_at_least(1))
+    fsync: bool = attrs.field(default=False, validator=_bool)
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_at_least(0))
     dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)
     retry_after_error_ms: int = attrs.field(default=1000, validator=_int_at_least(1))
+    clamp_over_max: bool | None = attrs.field(default=None, validator=_optional_bool)
+    fsync_offsets: bool | None = attrs.field(default=None, validator=_optional_bool)
+    flush_store_before_persist: bool | None = attrs.field(default=None, validator=_optional_bool)
+
+    def __attrs_post_init__(self) -> None:
+        for old, new in DEPRECATED_NAMES.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            current = getattr(self, new)
+            if new == "fsync":
+                value = value or current  # either old switch on means durable
+            elif current != attrs.fields_dict(type(self))[new].default and current != value:
+                raise ConfigError(f"plugins.delay_level: {old} = {value!r} contradicts {new} = {current!r}; "
+                                  f"{old} is the old name of {new}: keep only {new}")
+            message = f"plugins.delay_level.{old} is deprecated; use {new} (see the plugin's options)"
+            warnings.warn(message, DeprecationWarning, stacklevel=3)
+            log.warning("deprecated delay option", plugin="delay_level", option=old, use=new)
+            object.__setattr__(self, new, value)
+            object.__setattr__(self, old, None)
 
     @property
     def levels_ms(self) -> tuple[int, ...]:

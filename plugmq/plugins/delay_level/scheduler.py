@@ -2,13 +2,21 @@
 
 Within a level every message has the same delay, so queue order is deliver-time order and only
 the head needs checking (seed 003). A level's timer is armed for its head's deliver time (rounded
-up to ``tick_ms``); when it fires, every due entry of that level is written back (at most
-``dispatch_batch`` per wake-up), the level's offset is persisted, and the timer is re-armed for
-the new head. An empty level has no timer: ``schedule`` arms one when it appends.
+up to ``tick_ms``, 1 ms by default: the deliver time itself); when it fires, the due entries of
+that level are written back in store batches of up to ``dispatch_batch`` (one
+``deliver_batch`` each), the level's offset is persisted after each batch, and the timer is
+re-armed for the new head (or for "now" after ``_YIELD_AFTER`` messages, so a burst never holds
+the clock's thread from other timers). An empty level has no timer: ``schedule`` arms one when
+it appends.
+
+``start()`` returns at once: what came due while the broker was down is delivered by a catch-up
+timer, oldest first across levels (a k-way merge of the level heads), in the same batches; the
+level timers are armed when it is done.
 
 Locks: ``_append`` orders appends (so a level's tail time never goes backwards), ``_dispatch``
 serialises delivery and offset changes, ``_arm`` guards the armed-timer table. No lock is held
 while calling into the clock, because ManualClock runs timer callbacks under its own lock.
+Producers never wait for a delivery: ``schedule`` takes only ``_append``.
 """
 
 from __future__ import annotations
@@ -41,13 +49,14 @@ NAME = "delay_level"
 log = get_logger(__name__)
 
 _READ_CHUNK = 64
+_YIELD_AFTER = 20_000  # messages per timer callback before other timers get the clock's thread
 
 
 def capabilities_for(options: DelayLevelOptions) -> DelayCapabilities:
     levels = options.levels_ms
     return DelayCapabilities(
         cancel=False, arbitrary_delay=False, levels_ms=levels, max_delay_ms=max(levels),
-        clamps=options.clamp_over_max, resolution_ms=options.tick_ms, no_duplicates_after_restart=True,
+        clamps=options.clamp_to_max_delay, resolution_ms=options.tick_ms, no_duplicates_after_restart=True,
     )
 
 
@@ -81,17 +90,20 @@ class LevelDelayScheduler:
             )
         self._store = context.store
         self._deliver: Callable[[AppendRequest], AppendResult] = context.deliver
+        self._deliver_batch = context.deliver_batch
         self._was_delivered = context.was_delivered
         self._clock = context.clock
         self._options = options
         self._levels = options.levels_ms
         self.capabilities = capabilities_for(options)
-        self._offsets = OffsetTable(context.plugin_dir(NAME) / "offsets.bin", fsync=options.fsync_offsets)
+        self._offsets = OffsetTable(context.plugin_dir(NAME) / "offsets.bin", fsync=options.fsync)
         self._append = threading.Lock()
         self._dispatch = threading.RLock()
         self._arm_lock = threading.Lock()
         self._armed: dict[int, tuple[int, Timer | None]] = {}  # queue id -> (wake ms, timer)
         self._started = False
+        self._catching_up = False
+        self._start_ms = 0
         self._closed = False
         self._tail: dict[int, int] = {}
         for qid in self._queue_ids():
@@ -102,8 +114,11 @@ class LevelDelayScheduler:
         self._lateness = Lateness()
         self._counts = dict.fromkeys(
             ("scheduled", "clamped", "delivered", "dead_lettered", "overdue_at_start", "in_doubt_settled",
-             "in_doubt_unchecked_levels", "missing", "lost_to_retention", "deliver_errors"), 0)
+             "in_doubt_unchecked_levels", "missing", "lost_to_retention", "deliver_errors", "batches"), 0)
         self._late_at_start_max = 0
+        with self._dispatch:
+            for qid in self._queue_ids():
+                self._settle_in_doubt(qid)
 
     # ------------------------------------------------------------------------------ accepting
     def schedule(self, request: AppendRequest, *, deliver_at_ms: int, delay_level: int | None) -> AppendResult:
@@ -121,11 +136,12 @@ class LevelDelayScheduler:
         if level < 1:
             raise DelayUnsupportedError(f"delay level {level} is not a level; levels are 1..{top}")
         if level > top:
-            if not self._options.clamp_over_max:
+            if not self._options.clamp_to_max_delay:
                 raise DelayUnsupportedError(
                     f"delay level {level} is above the highest configured level {top} "
-                    f"({_describe(self._levels[-1:])}) and plugins.delay_level.clamp_over_max is off; use a level "
-                    f"1..{top}, turn clamp_over_max on, or use delay_wheel / delay_schedule for longer delays"
+                    f"({_describe(self._levels[-1:])}) and plugins.delay_level.clamp_to_max_delay is off; use a "
+                    f"level 1..{top}, turn clamp_to_max_delay on, or use delay_wheel / delay_schedule for longer "
+                    f"delays"
                 )
             level = top
         qid = level - 1
@@ -156,8 +172,8 @@ class LevelDelayScheduler:
         tick = self._options.tick_ms
         wake = -(-at_ms // tick) * tick
         with self._arm_lock:
-            if self._closed or not self._started:
-                return
+            if self._closed or not self._started or self._catching_up:
+                return  # the catch-up arms every level when it is done
             current = self._armed.get(qid)
             if current is not None and current[0] <= wake:
                 return
@@ -181,34 +197,83 @@ class LevelDelayScheduler:
             if self._closed:
                 return
             now = self._clock.now_ms()
-            start = offset = self._skip_removed(qid, self._offsets.get(qid))
-            batch = self._options.dispatch_batch
-            failed = False
-            while not failed and rearm is None and offset - start < batch:
-                entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, min(_READ_CHUNK, batch - (offset - start)))
-                if not entries:
+            budget = _YIELD_AFTER
+            while rearm is None:
+                offset = self._skip_removed(qid, self._offsets.get(qid))
+                entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch)
+                due = [e for e in entries if e.tags_code <= now]  # a prefix: the level is in time order
+                if len(due) < len(entries):
+                    rearm = entries[len(due)].tags_code
+                if not due:
                     break
-                for entry in entries:
-                    if entry.tags_code > now:
-                        rearm = entry.tags_code
-                        break
-                    try:
-                        self._deliver_entry(entry, now, dead_letter=False)
-                    except Exception:
-                        self._counts["deliver_errors"] += 1
-                        log.exception("delay_level write-back failed; retrying later", level=qid + 1,
-                                      offset=entry.queue_offset, retry_ms=self._options.retry_after_error_ms)
-                        failed = True
-                        rearm = now + self._options.retry_after_error_ms
-                        break
-                    offset = entry.queue_offset + 1
-            if offset != self._offsets.get(qid):
-                self._offsets.set(qid, offset)
-                self._persist()
-            if rearm is None and offset - start >= batch:
-                rearm = now  # a full batch: come back at once, after other due timers had their turn
+                done = self._deliver_entries([(qid, e) for e in due], now, at_start=False)
+                if done < len(due):
+                    rearm = now + self._options.retry_after_error_ms
+                budget -= len(due)
+                if rearm is None and budget <= 0:
+                    rearm = now  # come back at once, after other due timers had their turn
         if rearm is not None:
             self._arm(qid, rearm)
+
+    def _deliver_entries(self, entries: list[tuple[int, ConsumeQueueEntry]], now: int, *, at_start: bool) -> int:
+        """Write ``entries`` (of any levels, in deliver order) back in one batch and move each
+        level's offset past what reached the store; returns how many of them are done (a prefix,
+        all of them unless the write-back failed). At start-up, entries overdue by more than
+        ``dead_letter_older_than_ms`` go to the dead-letter topic."""
+        limit = self._options.dead_letter_older_than_ms
+        requests: list[AppendRequest] = []
+        plan: list[tuple[int, ConsumeQueueEntry, int, bool]] = []  # level queue, entry, request index, dead
+        for qid, entry in entries:
+            message = self._store.read(entry.commit_log_offset, entry.size)
+            request = restore(message) if message is not None else None
+            if request is None:
+                self._counts["missing"] += 1
+                log.error("scheduled message unreadable or without its real topic; skipped",
+                          commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
+                plan.append((qid, entry, -1, False))  # unreadable: nothing to send
+                continue
+            dead = at_start and bool(limit) and self._start_ms - entry.tags_code > limit
+            plan.append((qid, entry, len(requests), dead))
+            requests.append(dead_letter_copy(request, self._options.dead_letter_topic) if dead else request)
+        stored = self._write_back(requests) if requests else None
+        done = 0
+        for qid, entry, index, dead in plan:
+            if index >= 0 and stored is not None and not stored[index]:
+                break  # this and what follows wait for the retry (a level's offset is a prefix)
+            done += 1
+            self._offsets.set(qid, entry.queue_offset + 1)
+            if index < 0:
+                continue
+            late = now - entry.tags_code
+            self._counts["dead_lettered" if dead else "delivered"] += 1
+            if not dead:
+                self._lateness.record(late)
+            if at_start and entry.tags_code <= self._start_ms:
+                self._counts["overdue_at_start"] += 1
+                self._late_at_start_max = max(self._late_at_start_max, late)
+        self._counts["batches"] += 1
+        if done:
+            self._persist()
+        return done
+
+    def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
+        """Deliver in order; None when all were stored, else which ones reached the store."""
+        delivered = 0
+        try:
+            if self._deliver_batch is not None:
+                self._deliver_batch(requests)
+            else:
+                for request in requests:
+                    self._deliver(request)
+                    delivered += 1
+            return None
+        except Exception:  # whatever the store raised, the messages stay and are retried
+            self._counts["deliver_errors"] += 1
+            log.exception("delay_level write-back failed; retrying later", messages=len(requests),
+                          retry_ms=self._options.retry_after_error_ms)
+        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
+            return [i < delivered for i in range(len(requests))]
+        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
 
     def _skip_removed(self, qid: int, offset: int) -> int:
         low = self._store.min_offset(SCHEDULE_TOPIC, qid)
@@ -220,47 +285,82 @@ class LevelDelayScheduler:
             return low
         return offset
 
-    def _deliver_entry(self, entry: ConsumeQueueEntry, now: int, *, dead_letter: bool) -> None:
-        message = self._store.read(entry.commit_log_offset, entry.size)
-        request = restore(message) if message is not None else None
-        if request is None:
-            self._counts["missing"] += 1
-            log.error("scheduled message unreadable or without its real topic; skipped",
-                      commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
-            return
-        if dead_letter:
-            self._deliver(dead_letter_copy(request, self._options.dead_letter_topic))
-            self._counts["dead_lettered"] += 1
-            return
-        self._deliver(request)
-        self._counts["delivered"] += 1
-        self._lateness.record(now - entry.tags_code)
-
     def _persist(self, *, sync: bool = False) -> None:
-        if self._options.flush_store_before_persist or sync:
-            self._store.flush()
+        if self._options.fsync or sync:
+            self._store.flush()  # the write-backs first: an offset must never be durable ahead of them
         self._offsets.persist(sync=sync)
 
     # ------------------------------------------------------------------------------ start-up
     def start(self) -> None:
+        """Arm the catch-up timer and return: what came due while the broker was down is
+        delivered by it, oldest first across levels; it arms the level timers when done. (The
+        deliveries a killed process made after its last offset persist were settled on opening.)"""
+        with self._arm_lock:
+            if self._started or self._closed:
+                return
+            self._started = True
+            self._catching_up = True
+            self._start_ms = self._clock.now_ms()
+        self._clock.call_at(_deadline(self._start_ms), self._catch_up)
+        log.info("delay_level started", pending=self.pending(), in_doubt_settled=self._counts["in_doubt_settled"])
+
+    def _catch_up(self) -> None:
+        """Deliver everything due now, oldest first across levels (a k-way merge of the level
+        heads), in batches; at most ``_YIELD_AFTER`` per call, then come back at once."""
         with self._dispatch:
-            with self._arm_lock:
-                if self._started or self._closed:
-                    return
-                self._started = True
+            if self._closed:
+                return
             now = self._clock.now_ms()
-            for qid in self._queue_ids():
-                self._settle_in_doubt(qid)
-            self._deliver_overdue(now)
+            sent = 0
+            finished = False
+            while sent < _YIELD_AFTER:
+                batch = self._overdue_batch(now)
+                if not batch:
+                    finished = True
+                    break
+                done = self._deliver_entries(batch, now, at_start=True)
+                sent += len(batch)
+                if done < len(batch):  # the store refused: try again later, still in order
+                    self._clock.call_at(_deadline(now + self._options.retry_after_error_ms), self._catch_up)
+                    return
+            if not finished:
+                self._clock.call_at(_deadline(now), self._catch_up)
+                return
             heads = {}
             for qid in self._queue_ids():
                 head = self._store.read_queue(SCHEDULE_TOPIC, qid, self._offsets.get(qid), 1)
                 if head:
                     heads[qid] = head[0].tags_code
+        with self._arm_lock:
+            self._catching_up = False
         for qid, at in heads.items():
             self._arm(qid, at)
-        log.info("delay_level started", pending=self.pending(), overdue=self._counts["overdue_at_start"],
-                 in_doubt_settled=self._counts["in_doubt_settled"])
+        if self._counts["overdue_at_start"]:
+            log.info("delay_level delivered what came due while it was down",
+                     overdue=self._counts["overdue_at_start"], late_ms_max=self._late_at_start_max)
+
+    def _overdue_batch(self, now: int) -> list[tuple[int, ConsumeQueueEntry]]:
+        """Up to ``dispatch_batch`` entries due by ``now``, merged across levels by deliver time."""
+        want = self._options.dispatch_batch
+        queues: dict[int, list[ConsumeQueueEntry]] = {}
+        heap: list[tuple[int, int]] = []
+        for qid in self._queue_ids():
+            offset = self._skip_removed(qid, self._offsets.get(qid))
+            entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, min(want, _READ_CHUNK))[::-1]
+            if entries and entries[-1].tags_code <= now:
+                queues[qid] = entries
+                heapq.heappush(heap, (entries[-1].tags_code, qid))
+        batch: list[tuple[int, ConsumeQueueEntry]] = []
+        while heap and len(batch) < want:
+            _, qid = heapq.heappop(heap)
+            entries = queues[qid]
+            entry = entries.pop()
+            batch.append((qid, entry))
+            if not entries:
+                entries.extend(self._store.read_queue(SCHEDULE_TOPIC, qid, entry.queue_offset + 1, _READ_CHUNK)[::-1])
+            if entries and entries[-1].tags_code <= now:
+                heapq.heappush(heap, (entries[-1].tags_code, qid))
+        return batch
 
     def _settle_in_doubt(self, qid: int) -> None:
         """Entries after the persisted offset that a killed process had already written back.
@@ -290,45 +390,15 @@ class LevelDelayScheduler:
             self._counts["in_doubt_settled"] += settled
             log.warning("delay_level settled deliveries made before a crash", level=qid + 1, count=settled)
 
-    def _deliver_overdue(self, now: int) -> None:
-        """Everything that came due while down, oldest first across levels (a k-way merge)."""
-        limit = self._options.dead_letter_older_than_ms
-        buffers: dict[int, list[ConsumeQueueEntry]] = {}
-        heap: list[tuple[int, int, int]] = []
-
-        def refill(qid: int) -> None:
-            if not buffers.get(qid):
-                buffers[qid] = self._store.read_queue(SCHEDULE_TOPIC, qid, self._offsets.get(qid), _READ_CHUNK)[::-1]
-            if buffers[qid] and buffers[qid][-1].tags_code <= now:
-                entry = buffers[qid][-1]
-                heapq.heappush(heap, (entry.tags_code, qid, entry.queue_offset))
-
-        for qid in self._queue_ids():
-            refill(qid)
-        since_persist = 0
-        while heap:
-            at, qid, _ = heapq.heappop(heap)
-            entry = buffers[qid].pop()
-            try:
-                self._deliver_entry(entry, now, dead_letter=bool(limit) and now - at > limit)
-            except Exception:
-                self._counts["deliver_errors"] += 1
-                log.exception("delay_level write-back failed at start-up; the level timers retry", level=qid + 1)
-                break
-            self._offsets.set(qid, entry.queue_offset + 1)
-            self._counts["overdue_at_start"] += 1
-            self._late_at_start_max = max(self._late_at_start_max, now - at)
-            since_persist += 1
-            if since_persist >= self._options.dispatch_batch:
-                self._persist()
-                since_persist = 0
-            refill(qid)
-        if since_persist:
-            self._persist()
-
     # ------------------------------------------------------------------------------ state
     def pending(self) -> int:
         return sum(max(0, self._store.max_offset(SCHEDULE_TOPIC, q) - self._offsets.get(q)) for q in self._queue_ids())
+
+    def clean_expired(self, now_ms: int) -> int:
+        """Nothing to remove: the delayed messages live in the broker's store (``SCHEDULE_TOPIC_XXXX``,
+        whose segments the store's own retention removes) and this plugin's only file is its
+        offset table. Returns 0."""
+        return 0
 
     def metrics(self) -> Mapping[str, float]:
         figures: dict[str, float] = {k: float(v) for k, v in self._counts.items()}
