@@ -12,8 +12,11 @@ STEP_MS steps to UNTIL_MS. Every line on stdout is written only after the fact i
 
 The parent SIGKILLs it mid-dispatch, so some write-back is usually done but not yet recorded by
 the strategy; the restarted strategy must then deliver the rest exactly once. With
-SELF_KILL_AFTER = n > 0 the child SIGKILLs itself right after the n-th write-back returned: the
-worst moment, deterministically (the strategy has not recorded that delivery yet).
+SELF_KILL_AFTER = n > 0 the child SIGKILLs itself right after the n-th write-back reached the
+store: the worst moment, deterministically (the strategy has not recorded that delivery yet).
+When the n-th message is in the middle of a batched write-back (``deliver_batch``), only the
+batch's messages up to it are stored before the kill: a torn batch, as a crash inside
+``append_batch`` can leave one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from plugmq.core import AppendRequest, AppendResult, MessageStore, WasDelivered
 
 TOPIC = "DelayKillTopic"
@@ -90,8 +95,19 @@ def main(argv: list[str]) -> int:
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
+    def deliver_batch(requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        nonlocal written
+        cut = self_kill_after - written if 0 < self_kill_after - written <= len(requests) else len(requests)
+        results = store.append_batch(requests[:cut])
+        os.write(out, "".join(f"D {r.properties[Prop.UNIQ_KEY]}\n" for r in requests[:cut]).encode())
+        written += cut
+        if written == self_kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return results
+
     scheduler = open_delay_scheduler(plugin, data_dir, deliver=deliver, clock=clock, store=store,
-                                     was_delivered=was_delivered_in(store), store_host=STORE_HOST)
+                                     was_delivered=was_delivered_in(store), store_host=STORE_HOST,
+                                     deliver_batch=deliver_batch)
     scheduler.start()
     levels = scheduler.capabilities.levels_ms
     for index in range(count):

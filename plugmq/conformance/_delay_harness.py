@@ -1,7 +1,8 @@
 """The delay suite's harness: a real store, the scheduler under test, and a record of deliveries.
 
-The store plays the broker's part: the scheduler's write-back appends to it (as
-``Broker._deliver`` does) and ``was_delivered`` asks it for the request's unique id and
+The store plays the broker's part: the scheduler's write-back appends to it (``deliver`` one
+message as ``Broker._deliver`` does, ``deliver_batch`` several with one ``append_batch`` as
+``Broker._deliver_batch`` does) and ``was_delivered`` asks it for the request's unique id and
 reconsume times (as ``Broker._was_delivered`` does). Requests are built the way the broker
 builds them, so a strategy sees exactly what it would see inside a broker.
 """
@@ -12,7 +13,7 @@ import collections
 import itertools
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,7 @@ class DelayHarness:
         self.scheduler: DelayScheduler | None = None
         self.sent: dict[str, Sent] = {}
         self.deliveries: list[Delivery] = []
+        self.batches: list[int] = []  # sizes of the deliver_batch calls
         self._seq = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ class DelayHarness:
         self.store = open_store(self.store_plugin, self.data_dir, clock=self.clock, store_host=STORE_HOST)
         self.scheduler = open_delay_scheduler(
             self.plugin, self.data_dir, deliver=self._deliver, clock=self.clock, store=self.store,
-            was_delivered=was_delivered_in(self.store), store_host=STORE_HOST,
+            was_delivered=was_delivered_in(self.store), store_host=STORE_HOST, deliver_batch=self._deliver_batch,
         )
         if start:
             self.scheduler.start()
@@ -136,6 +138,14 @@ class DelayHarness:
         result = self.store.append(request)
         self.deliveries.append(Delivery(self.clock.now_ms(), request))
         return result
+
+    def _deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        assert self.store is not None, "write-back after the store was closed"
+        results = self.store.append_batch(requests)
+        now = self.clock.now_ms()
+        self.deliveries.extend(Delivery(now, r) for r in requests)
+        self.batches.append(len(requests))
+        return results
 
     @property
     def caps(self) -> DelayCapabilities:

@@ -9,13 +9,18 @@ store and ``was_delivered`` asks the store, as the broker does. Requests are bui
 from the strategy's ``levels_ms`` (RocketMQ's list for arbitrary strategies), an arbitrary one
 ``delay_level=None``.
 
-Clauses: never early and late by at most one ``resolution_ms``; equal deliver times keep sending
-order and a tick-earlier time goes first; clean restart, ``kill -9`` mid-dispatch and mid-schedule
-(a real child process) lose nothing and duplicate nothing; overdue messages at start-up come
-oldest first and show in ``metrics()``; cancel where declared (a skip with the reason where not,
-plus the refusal the contract asks for); a delay above ``max_delay_ms`` clamped or refused as
-``clamps`` says; arbitrary delays refused by level strategies; a three-day run of thousands of
-messages equals a reference model.
+Clauses: never early and late by at most one ``resolution_ms`` (a tick, in milliseconds: on a
+ManualClock a due message must be out one tick after its time at the latest, whatever steps the
+clock takes); a burst due at one moment goes out completely within that tick, in sending order;
+equal deliver times keep sending order and a tick-earlier time goes first; clean restart,
+``kill -9`` mid-dispatch, mid-batch and mid-schedule (a real child process) lose nothing and
+duplicate nothing; ``start()`` returns before an overdue backlog goes out, which then comes oldest
+first on the clock's thread and shows in ``metrics()``; cancel where declared (unknown ids answer
+False, something that is not a message id raises ValidationError; a skip with the reason where
+cancel is not declared, plus the refusal the contract asks for); a delay above ``max_delay_ms``
+clamped or refused as ``clamps`` says; arbitrary delays refused by level strategies; a three-day
+run of thousands of messages, with ``clean_expired`` called after every step, equals a
+reference model.
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ import pytest
 
 from plugmq.conformance import _delay_child as child
 from plugmq.conformance._delay_harness import STORE_CANDIDATES, DelayHarness
-from plugmq.core import DelayCapabilities, DelayUnsupportedError, Family, ManualClock
+from plugmq.core import (
+    DelayCapabilities,
+    DelayUnsupportedError,
+    Family,
+    ManualClock,
+    ValidationError,
+    encode_msg_id,
+)
 from plugmq.core.components import plugin_declaration
 
 __all__ = ["DelayConformance", "DelayHarness"]
@@ -91,8 +103,12 @@ class DelayConformance:
         assert h.scheduler.pending() + len(h.deliveries) == len(h.sent)
         while h.clock.now_ms() <= h.latest_due() + h.caps.resolution_ms:
             h.advance_to(h.clock.now_ms() + rng.choice([1, 7, 333, 1000, 2900]))
+            now = h.clock.now_ms()
             for delivery in h.deliveries:  # nothing delivered yet may be due later than now
-                assert h.sent[delivery.uid].effective_due <= h.clock.now_ms()
+                assert h.sent[delivery.uid].effective_due <= now
+            out = {d.uid for d in h.deliveries}
+            late = [u for u, s in h.sent.items() if s.effective_due + h.caps.resolution_ms <= now and u not in out]
+            assert not late, f"more than one tick ({h.caps.resolution_ms} ms) late at {now}: {late[:5]}"
         h.check_timing()
         counts = collections.Counter(d.uid for d in h.deliveries)
         assert set(counts) == set(h.sent), f"never delivered: {sorted(set(h.sent) - set(counts))[:5]}"
@@ -102,6 +118,27 @@ class DelayConformance:
         assert h.scheduler.pending() == 0
         assert h.stored_uids() == collections.Counter(list(h.sent)), "the store must hold each write-back once"
         assert h.scheduler.metrics()["delivered"] >= len(h.sent)
+
+    def test_a_burst_due_at_once_goes_out_within_one_tick_in_order(self, harness: DelayHarness) -> None:
+        h = harness
+        h.open()
+        h.advance_to(h.clock.now_ms() + 3)  # off any whole second
+        count = 1500
+        if h.caps.arbitrary_delay:
+            due = h.clock.now_ms() + 20 * SECOND + 7
+            for i in range(count):
+                h.send(f"burst-{i}", due_ms=due, queue_id=i % 2)
+        else:
+            for i in range(count):  # one level, one sending millisecond: one deliver time
+                h.send(f"burst-{i}", level=1, queue_id=i % 2)
+            due = h.sent["burst-0"].effective_due
+        h.advance_to(due - 1)
+        assert not h.deliveries, "a burst was delivered before its time"
+        h.advance_to(due + h.caps.resolution_ms)
+        assert [d.uid for d in h.deliveries] == [f"burst-{i}" for i in range(count)], "burst lost, doubled or reordered"
+        h.check_timing()
+        assert h.scheduler is not None and h.scheduler.pending() == 0
+        assert h.stored_uids() == collections.Counter(list(h.sent))
 
     def test_order_within_a_level_or_tick(self, harness: DelayHarness) -> None:
         h = harness
@@ -160,7 +197,9 @@ class DelayConformance:
         h.close()
         downtime_end = h.latest_due() + HOUR
         h.clock.set(downtime_end / 1000)
-        scheduler = h.open()
+        scheduler = h.open(start=False)
+        scheduler.start()
+        assert not h.deliveries, "start() must return at once; the backlog goes out on the clock's thread"
         h.advance_to(h.clock.now_ms() + h.caps.resolution_ms)
         assert collections.Counter(d.uid for d in h.deliveries) == collections.Counter(list(h.sent))
         h.check_order()
@@ -244,6 +283,22 @@ class DelayConformance:
         assert keep.uid in delivered
         assert scheduler.cancel(sent[1].msg_id) is False, "cancel of an already delivered message must say False"
         assert scheduler.pending() == 0
+
+    def test_cancel_of_unknown_and_malformed_ids(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = h.open()
+        if not h.caps.cancel:
+            pytest.skip(f"{h.plugin} does not declare capability cancel")
+        kept = h.send("kept", delay_ms=30 * SECOND) if h.caps.arbitrary_delay else h.send("kept", level=2)
+        offset = int(kept.msg_id[16:], 16)
+        for unknown in (encode_msg_id("10.99.99.99:10911", offset),  # another broker's
+                        encode_msg_id(child.STORE_HOST, offset + 10**9)):  # a well-formed id of nothing
+            assert scheduler.cancel(unknown) is False, f"cancel of unknown id {unknown} must answer False"
+        for malformed in ("not-a-message-id", "", "00" * 7):
+            with pytest.raises(ValidationError):
+                scheduler.cancel(malformed)
+        h.run_past_all()
+        assert [d.uid for d in h.deliveries] == ["kept"], "an answered cancel must not touch other messages"
 
     def test_cancel_refused_where_not_declared(self, harness: DelayHarness) -> None:
         h = harness
@@ -329,6 +384,9 @@ class DelayConformance:
                 heapq.heappush(model, (sent.effective_due, sent.seq, sent.uid))
                 count += 1
             h.advance_to(h.clock.now_ms() + rng.choice([1, 999, 60 * SECOND, 10 * 60 * SECOND, HOUR // 2]))
+            assert h.scheduler is not None
+            removed = h.scheduler.clean_expired(h.clock.now_ms())  # retention must never cost a message
+            assert isinstance(removed, int) and removed >= 0
             if not restarted and h.clock.now_ms() > begin + 3 * DAY // 2:
                 h.restart()
                 restarted = True
