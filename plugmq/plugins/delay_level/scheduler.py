@@ -200,10 +200,7 @@ class LevelDelayScheduler:
             budget = _YIELD_AFTER
             while rearm is None:
                 offset = self._skip_removed(qid, self._offsets.get(qid))
-                entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch)
-                due = [e for e in entries if e.tags_code <= now]  # a prefix: the level is in time order
-                if len(due) < len(entries):
-                    rearm = entries[len(due)].tags_code
+                due, rearm = self._due_entries(qid, offset, now)
                 if not due:
                     break
                 done = self._deliver_entries([(qid, e) for e in due], now, at_start=False)
@@ -214,6 +211,25 @@ class LevelDelayScheduler:
                     rearm = now  # come back at once, after other due timers had their turn
         if rearm is not None:
             self._arm(qid, rearm)
+
+    def _due_entries(self, qid: int, offset: int, now: int) -> tuple[list[ConsumeQueueEntry], int | None]:
+        """Up to ``dispatch_batch`` entries due by ``now`` from ``offset`` on (the level is in
+        deliver-time order, so they are a prefix), read in growing chunks so a timer that finds
+        a few due entries reads a few; and the deliver time of the first one not yet due."""
+        due: list[ConsumeQueueEntry] = []
+        want = self._options.dispatch_batch
+        chunk = _READ_CHUNK
+        while len(due) < want:
+            entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, min(chunk, want - len(due)))
+            if not entries:
+                return due, None
+            for entry in entries:
+                if entry.tags_code > now:
+                    return due, entry.tags_code
+                due.append(entry)
+            offset = entries[-1].queue_offset + 1
+            chunk *= 4
+        return due, None
 
     def _deliver_entries(self, entries: list[tuple[int, ConsumeQueueEntry]], now: int, *, at_start: bool) -> int:
         """Write ``entries`` (of any levels, in deliver order) back in one batch and move each

@@ -29,7 +29,7 @@ from plugmq.plugins.delay_schedule.records import (
     SCH_TAIL,
     MessageLogRecord,
     ScheduleRecord,
-    decode_request,
+    decode_due_request,
     decode_schedule_record,
     encode_schedule_record,
 )
@@ -229,11 +229,9 @@ class ScheduleLog:
             raw = self._files.read(path, start, end - start)
             for k in order[i:j]:
                 _, pos, length = wanted[k]
-                record = decode_schedule_record(raw, pos - start, with_payload=False, base=start)
-                if record is None or record.size != length:
+                out[k] = decode_due_request(raw, pos - start, length, drop)
+                if out[k] is None:
                     log.error("schedule record unreadable", path=path, position=pos, size=length)
-                    continue
-                out[k] = decode_request(raw, drop=drop, start=pos - start + SCH_HEAD.size)
             i = j
         return out
 

@@ -526,22 +526,28 @@ class ScheduleDelayScheduler:
     def _settle(self, now: int, batch: list[WheelEntry], dead: list[bool], stored: list[bool] | None) -> None:
         delivered: dict[Segment, list[int]] = defaultdict(list)
         failed: list[WheelEntry] = []
+        done: list[WheelEntry] = []
         for i, entry in enumerate(batch):
             if stored is not None and not stored[i]:
                 failed.append(entry)
                 continue
             delivered[entry.segment].append(entry.seq)
-            late = now - entry.deliver_at_ms
-            self._lateness.record(late)
-            self._metrics.delivered += 1
-            self._metrics.late_ms_sum += late
-            self._metrics.late_ms_max = max(self._metrics.late_ms_max, late)
-            if entry.seq < self._start_seq and entry.deliver_at_ms <= self._start_ms:
-                self._metrics.overdue_at_start += 1
-                self._metrics.start_late_ms_max = max(self._metrics.start_late_ms_max, late)
+            done.append(entry)
             if dead[i]:
                 self._metrics.dead_lettered += 1
-        self._metrics.batches += 1
+        m = self._metrics
+        late = [now - entry.deliver_at_ms for entry in done]
+        if late:
+            self._lateness.record_many(late)
+            m.delivered += len(late)
+            m.late_ms_sum += sum(late)
+            m.late_ms_max = max(m.late_ms_max, max(late))
+        start_ms, start_seq = self._start_ms, self._start_seq
+        overdue = [now - e.deliver_at_ms for e in done if e.seq < start_seq and e.deliver_at_ms <= start_ms]
+        if overdue:
+            m.overdue_at_start += len(overdue)
+            m.start_late_ms_max = max(m.start_late_ms_max, max(overdue))
+        m.batches += 1
         for segment, seqs in delivered.items():
             # Not fsynced: a lost D leaves its intent, which recovery settles by asking the broker.
             self._schedule.mark(segment, DELIVERED, seqs, sync=False)

@@ -2,11 +2,11 @@
 
 Delay log record: ``magic u32 | payload length u32 | crc32(payload) u32 | payload`` where the
 payload is the full AppendRequest plus its deliver time (so a write-back rebuilds the request
-field for field). Version 2 (written now): fixed fields with the lengths of topic, born host and
-properties, then those three as UTF-8 and the body; the properties are one string
-``key\x01value\x01key\x01value`` (RocketMQ's separators are banned from property text), so a
-burst decodes with one ``split`` per record instead of a JSON parse. Version 1 records (text
-fields as a JSON array) are still read.
+field for field). Version 2 (written now): fixed fields with the length of the text, then the text
+and the body. The text is ``topic\x01born host\x01key\x01value\x01key\x01value...`` as UTF-8
+(RocketMQ's separators are banned from names and property text), so a burst decodes with one
+``decode`` and one ``split`` per record instead of a JSON parse. Version 1 records (text fields
+as a JSON array) are still read.
 
 Delay index entry (seed 000's ``{offset, size, localIndex, globalIndex, preGlobalIndex}``),
 32 bytes: ``offset u64 | size u32 | localIndex u32 | globalIndex u32 | preGlobalIndex i32 |
@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 import attrs
@@ -56,8 +57,8 @@ __all__ = [
     "decode_record",
     "decode_record_at",
     "encode_index_entry",
-    "encode_properties",
     "encode_record",
+    "encode_text",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -69,9 +70,12 @@ _RECORD_HEADER = struct.Struct("<III")
 RECORD_HEADER_SIZE = _RECORD_HEADER.size
 # v1: deliver_at, scheduled_at, level, queue, tags_code, born, reconsume, sys_flag, ptx, text length
 _FIXED = struct.Struct("<qqiiqqiiqI")
-# v2: the same fixed fields, then the lengths of topic, born host and properties
-_FIXED2 = struct.Struct("<qqiiqqiiqHHI")
+# v2: the same fixed fields (the text length now covers topic, host and properties)
+_FIXED2 = _FIXED
 _SEP = "\x01"
+# Field names of AppendRequest this module builds directly (see _trusted_request).
+_REQUEST_FIELDS = ("topic", "queue_id", "body", "properties", "tags_code", "born_timestamp_ms", "born_host",
+                   "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
 _INDEX = struct.Struct("<QIIIiHHI")
 INDEX_ENTRY_SIZE = _INDEX.size  # 32
@@ -100,29 +104,29 @@ class StoredDelay:
     delay_level: int | None
 
 
-def encode_properties(properties: Mapping[str, str]) -> bytes:
-    """``key\\x01value\\x01...`` as UTF-8; ValidationError if a name or value holds the separator."""
-    if not properties:
-        return b""
-    text = _SEP.join(f"{k}{_SEP}{v}" for k, v in properties.items())
-    if text.count(_SEP) != 2 * len(properties) - 1:
-        bad = next(k for k, v in properties.items() if _SEP in k or _SEP in v or "\x02" in k or "\x02" in v)
-        raise ValidationError(f"property {bad!r} contains a RocketMQ separator (\\x01 or \\x02), which is reserved; "
+def encode_text(request: AppendRequest) -> bytes:
+    """``topic\\x01host\\x01key\\x01value...`` as UTF-8; ValidationError if a field holds the separator."""
+    props = request.properties
+    parts = [request.topic, request.born_host]
+    for key, value in props.items():
+        parts += (key, value)
+    text = _SEP.join(parts)
+    if text.count(_SEP) != len(parts) - 1:
+        bad = next((k for k, v in props.items() if _SEP in k or _SEP in v), "born_host")
+        raise ValidationError(f"{bad!r} contains the RocketMQ separator \\x01, which is reserved; "
                               "remove it from the property name and value")
     return text.encode("utf-8")
 
 
 def encode_record(request: AppendRequest, deliver_at_ms: int, scheduled_at_ms: int, delay_level: int | None) -> bytes:
-    topic = request.topic.encode("utf-8")
-    host = request.born_host.encode("utf-8")
-    props = encode_properties(request.properties)
+    text = encode_text(request)
     payload = b"".join((
         _FIXED2.pack(
             deliver_at_ms, scheduled_at_ms, -1 if delay_level is None else delay_level, request.queue_id,
             request.tags_code, request.born_timestamp_ms, request.reconsume_times, request.sys_flag,
-            request.prepared_transaction_offset, len(topic), len(host), len(props),
+            request.prepared_transaction_offset, len(text),
         ),
-        topic, host, props, request.body,
+        text, request.body,
     ))
     return _RECORD_HEADER.pack(RECORD_MAGIC, len(payload), zlib.crc32(payload)) + payload
 
@@ -130,6 +134,38 @@ def encode_record(request: AppendRequest, deliver_at_ms: int, scheduled_at_ms: i
 def decode_record(raw: bytes | memoryview) -> StoredDelay:
     """Decode one whole record (header included); CorruptRecordError if it fails its checks."""
     return decode_record_at(bytes(raw), 0, len(raw))
+
+
+def _fast_request_factory() -> Callable[..., AppendRequest]:
+    """A builder of AppendRequest that skips attrs' validators and converters, for fields read
+    back from a CRC-checked record of a request that was validated when it was scheduled (the
+    validators cost a third of a burst's decode). Falls back to the checked constructor should
+    AppendRequest's fields ever differ from the ones this module fills in."""
+    if tuple(f.name for f in attrs.fields(AppendRequest)) != _REQUEST_FIELDS:
+        return AppendRequest
+    (topic, queue_id, body, properties, tags_code, born_ms, born_host, reconsume, sys_flag,
+     prepared) = (AppendRequest.__dict__[name].__set__ for name in _REQUEST_FIELDS)
+    new = object.__new__
+
+    def build(t: str, q: int, b: bytes, p: Mapping[str, str], tc: int, bm: int, bh: str, r: int, sf: int,
+              pt: int) -> AppendRequest:
+        request = new(AppendRequest)
+        topic(request, t)
+        queue_id(request, q)
+        body(request, b)
+        properties(request, p)
+        tags_code(request, tc)
+        born_ms(request, bm)
+        born_host(request, bh)
+        reconsume(request, r)
+        sys_flag(request, sf)
+        prepared(request, pt)
+        return request
+
+    return build
+
+
+_trusted_request = _fast_request_factory()
 
 
 def decode_record_at(buf: bytes, offset: int, size: int) -> StoredDelay:
@@ -142,39 +178,31 @@ def decode_record_at(buf: bytes, offset: int, size: int) -> StoredDelay:
     end = start + length
     if length != size - RECORD_HEADER_SIZE or zlib.crc32(memoryview(buf)[start:end]) != crc:
         raise CorruptRecordError("delay log record failed its length/CRC check")
+    (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx,
+     text_len) = _FIXED.unpack_from(buf, start)
+    pos = start + _FIXED.size
     if magic == RECORD_MAGIC:
-        (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx,
-         topic_len, host_len, props_len) = _FIXED2.unpack_from(buf, start)
-        pos = start + _FIXED2.size
-        topic = buf[pos:pos + topic_len].decode("utf-8")
-        pos += topic_len
-        born_host = buf[pos:pos + host_len].decode("utf-8")
-        pos += host_len
-        props: dict[str, str] = {}
-        if props_len:
-            parts = buf[pos:pos + props_len].decode("utf-8").split(_SEP)
-            if len(parts) % 2:
-                raise CorruptRecordError("delay log record has an odd number of property fields")
-            props = dict(zip(parts[0::2], parts[1::2]))
-            # a record is read only to be written back: the delay properties are cleared
-            props.pop(Prop.DELIVER_AT_MS, None)
-            props.pop(Prop.DELAY_LEVEL, None)
-        body = buf[pos + props_len:end]
+        parts = buf[pos:pos + text_len].decode("utf-8").split(_SEP)
+        if len(parts) % 2:
+            raise CorruptRecordError("delay log record has an odd number of text fields")
+        topic, born_host = parts[0], parts[1]
+        props = dict(zip(parts[2::2], parts[3::2]))
+        # a record is read only to be written back: the delay properties are cleared
+        props.pop(Prop.DELIVER_AT_MS, None)
+        props.pop(Prop.DELAY_LEVEL, None)
+        request = _trusted_request(topic, queue_id, buf[pos + text_len:end], MappingProxyType(props), tags_code,
+                                   born, born_host, reconsume, sys_flag, ptx)
     elif magic == RECORD_MAGIC_V1:
-        (deliver_at, scheduled_at, level, queue_id, tags_code, born, reconsume, sys_flag, ptx,
-         text_len) = _FIXED.unpack_from(buf, start)
-        pos = start + _FIXED.size
         topic, born_host, props = json.loads(buf[pos:pos + text_len].decode("utf-8"))
         for key in _DELAY_PROPS.intersection(props):
             del props[key]
-        body = buf[pos + text_len:end]
+        request = AppendRequest(
+            topic=topic, queue_id=queue_id, body=buf[pos + text_len:end], properties=props,
+            tags_code=tags_code, born_timestamp_ms=born, born_host=born_host, reconsume_times=reconsume,
+            sys_flag=sys_flag, prepared_transaction_offset=ptx,
+        )
     else:
         raise CorruptRecordError(f"delay log record has magic {magic:#x}, not a delay record")
-    request = AppendRequest(
-        topic=topic, queue_id=queue_id, body=body, properties=props,
-        tags_code=tags_code, born_timestamp_ms=born, born_host=born_host, reconsume_times=reconsume,
-        sys_flag=sys_flag, prepared_transaction_offset=ptx,
-    )
     return StoredDelay(request, deliver_at, scheduled_at, None if level < 0 else level)
 
 

@@ -8,6 +8,7 @@ most ~26%: enough to tell "within a tick" from "hours late after an outage".
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 __all__ = ["LatenessHistogram"]
 
@@ -27,6 +28,18 @@ class LatenessHistogram:
         self._counts[bisect.bisect_left(_EDGES, late_ms)] += 1
         self.count += 1
         self.max_ms = max(self.max_ms, late_ms)
+
+    def record_many(self, late_ms: Iterable[int]) -> None:
+        counts, edges, find = self._counts, _EDGES, bisect.bisect_left
+        top = self.max_ms
+        n = 0
+        for value in late_ms:
+            value = max(0, value)
+            counts[find(edges, value)] += 1
+            top = max(top, value)
+            n += 1
+        self.count += n
+        self.max_ms = top
 
     def quantile(self, q: float) -> int:
         if self.count == 0:

@@ -517,16 +517,17 @@ class WheelDelayScheduler:
     def _settle(self, now: int, items: list[Item], outgoing: list[_Outgoing], files: HourFiles,
                 start: Key, end: Key, stored: list[bool] | None) -> None:
         hour = files.hour
-        for i, out in enumerate(outgoing):
-            if stored is not None and not stored[i]:
-                continue
-            if stored is not None:
-                self._skip.add((hour, out.global_index))  # delivered, though the batch is retried
-            self._hist.record(now - out.deliver_at_ms)
-            self._counters["dead_lettered" if out.dead else "delivered"] += 1
-            if out.deliver_at_ms <= self._start_ms:
-                self._counters["overdue_at_start"] += 1
-            self._account_delivered(hour)
+        done = outgoing if stored is None else [out for out, ok in zip(outgoing, stored, strict=True) if ok]
+        if stored is not None:  # delivered, though the batch is retried
+            self._skip.update((hour, out.global_index) for out in done)
+        self._hist.record_many(now - out.deliver_at_ms for out in done)
+        dead = sum(out.dead for out in done)
+        self._counters["dead_lettered"] += dead
+        self._counters["delivered"] += len(done) - dead
+        started = self._start_ms
+        self._counters["overdue_at_start"] += sum(out.deliver_at_ms <= started for out in done)
+        self._pending -= len(done)
+        self._remaining[hour] = self._remaining.get(hour, 0) - len(done)
         self._counters["batches"] += 1
         if stored is None or all(stored):
             self._pos = self._claimed = end
