@@ -5,13 +5,16 @@ A level request is stored *in the broker's store* with its topic rewritten to
 the deliver timestamp (ms) in the consume queue's tag field. One timer per level reads its queue
 head in order and writes due messages back to their real topic (delay properties removed, tag
 field recomputed from TAGS). Levels: ``levels`` option (RocketMQ's default 18, 1s .. 2h); a level
-above the last is clamped (``clamp_over_max``, RocketMQ's rule) or refused.
+above the last is clamped (``clamp_to_max_delay``, RocketMQ's rule) or refused. A level's timer
+fires at its head's deliver time (``tick_ms`` 1: to the millisecond); due messages go back in
+batches of ``dispatch_batch`` (one ``deliver_batch`` each).
 
 Beyond RocketMQ: per-level offsets (``<data dir>/delay_level/offsets.bin``, two checksummed
 slots written alternately) are persisted after every delivery batch and at close, not every
-10 s; at start-up the entries a killed process may have written back after its last persist are
-checked against the store with ``was_delivered``, so nothing is delivered twice. What came due
-while down is delivered at ``start()``, oldest first across levels, and counted in ``metrics()``
+10 s; when the scheduler opens, the entries a killed process may have written back after its last
+persist are checked against the store with ``was_delivered``, so nothing is delivered twice.
+``start()`` returns at once; what came due while down is delivered by a catch-up timer, oldest
+first across levels, and counted in ``metrics()``
 (``overdue_at_start``, ``late_at_start_ms_max``). With ``dead_letter_older_than_ms`` > 0, overdue messages older than
 that go to ``dead_letter_topic`` (default ``%DLQ%DELAY_LEVEL``, queue 0, REAL_TOPIC / REAL_QID
 naming where they were going) instead.
