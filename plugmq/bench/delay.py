@@ -605,6 +605,8 @@ def _ratio(value: float | None, base: float | None) -> str:
               help="Comma-separated sections to run.")
 @click.option("--lead-ms", default=2000, show_default=True, type=click.IntRange(0),
               help="Wall-clock sections: how long after start the first message is due.")
+@click.option("--timeout", default=300, show_default=True, type=click.IntRange(1),
+              help="Wall-clock sections: give up this many seconds after the last deliver time.")
 @click.option("--fsync/--no-fsync", default=False, show_default=True, help="Durable mode for every strategy.")
 @click.option("--redis/--no-redis", "use_redis", default=True, show_default=True,
               help="Measure a Redis sorted-set delay queue when redis-server and the redis package exist.")
@@ -613,7 +615,8 @@ def _ratio(value: float | None, base: float | None) -> str:
               help="Where data goes (default: a temporary directory, removed afterwards).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of tables.")
 def command(strategies: str, messages: int, pending: int, rate: int, seconds: int, burst: int, sections: str,
-            lead_ms: int, fsync: bool, use_redis: bool, smoke: bool, workdir: Path | None, as_json: bool) -> None:
+            lead_ms: int, timeout: int, fsync: bool, use_redis: bool, smoke: bool, workdir: Path | None,
+            as_json: bool) -> None:
     """Insert/dispatch rates, memory at scale, real-clock lateness and a burst, per delay strategy."""
     if smoke:
         messages, pending, rate, seconds, burst = min(messages, 2000), min(pending, 20_000), min(rate, 1000), 1, min(burst, 5000)
@@ -653,12 +656,12 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
                 if section not in wanted:
                     continue
                 console.log(f"{section}: {len(dues):,} messages on the wall clock (load {load_average()})")
-                timing = {"heapq": heapq_realtime(dues, base, fsync, 60, lead_ms)}
+                timing = {"heapq": heapq_realtime(dues, base, fsync, timeout, lead_ms)}
                 for name in names:
                     console.log(f"{section}: {name}")
-                    timing[name] = realtime(name, dues, base, fsync, 60, lead_ms)
+                    timing[name] = realtime(name, dues, base, fsync, timeout, lead_ms)
                 if server is not None:
-                    timing["redis"] = redis_realtime(server, dues, base, fsync, 60, lead_ms)
+                    timing["redis"] = redis_realtime(server, dues, base, fsync, timeout, lead_ms)
                 results[section] = timing
                 results["load"][section] = load_average()
         finally:

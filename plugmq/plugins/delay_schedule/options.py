@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import warnings
 from typing import Any
 
@@ -82,6 +83,9 @@ class DelayScheduleOptions:
     ``dead_letter_older_than_ms``: messages overdue by more than this when the scheduler starts go
     to ``dead_letter_topic`` (real topic/queue kept in REAL_TOPIC / REAL_QID) instead of their
     topic; 0 turns it off.
+    ``open_files``: schedule segments and dispatch logs kept open (0, the default: a quarter of
+    the process's open-file limit, so delays spread over many buckets do not reopen files per
+    record; at least 4).
     ``retry_after_error_ms``: wait after a failed write-back before trying again
     (``retry_delay_ms`` is the deprecated old name).
     """
@@ -99,7 +103,7 @@ class DelayScheduleOptions:
     retry_after_error_ms: int = attrs.field(default=1_000, validator=_int_between(1, 3_600_000))
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_between(0, 100 * 365 * 86_400_000))
     dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)
-    open_files: int = attrs.field(default=64, validator=_int_between(4, 4096))
+    open_files: int = attrs.field(default=0, validator=_int_between(0, 65536))
     retry_delay_ms: int | None = attrs.field(default=None, validator=_optional_int)
 
     def __attrs_post_init__(self) -> None:
@@ -116,6 +120,13 @@ class DelayScheduleOptions:
             log.warning("deprecated delay option", plugin="delay_schedule", option=old, use=new)
             object.__setattr__(self, new, value)
             object.__setattr__(self, old, None)
+
+    @property
+    def open_files_limit(self) -> int:
+        if self.open_files:
+            return max(4, self.open_files)
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return max(64, min(16384, soft // 4))
 
     @property
     def bucket_ms(self) -> int:

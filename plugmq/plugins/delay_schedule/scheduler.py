@@ -140,7 +140,7 @@ class ScheduleDelayScheduler:
         self._kick_pending = False
         self._ml = MessageLog(root / "message_log", segment_bytes=options.message_log_segment_bytes, fsync=options.fsync)
         self._schedule = ScheduleLog(
-            root / "schedule_log", bucket_ms=options.bucket_ms, fsync=options.fsync, open_files=options.open_files
+            root / "schedule_log", bucket_ms=options.bucket_ms, fsync=options.fsync, open_files=options.open_files_limit
         )
         self._iterator = LogIterator(
             self._ml,

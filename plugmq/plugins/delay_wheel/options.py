@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import warnings
 from typing import Any
 
@@ -10,7 +11,7 @@ import structlog
 
 from plugmq.core import ConfigError, validate_topic
 
-__all__ = ["DEFAULT_MAX_DELAY_MS", "DEPRECATED_NAMES", "DelayWheelOptions"]
+__all__ = ["DEFAULT_MAX_DELAY_MS", "DEPRECATED_NAMES", "DelayWheelOptions", "open_hours_for"]
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -19,6 +20,14 @@ DEFAULT_MAX_DELAY_MS = 2 * 366 * 86_400_000
 
 #: Old option name -> the family-wide name it was renamed to (still accepted, with a warning).
 DEPRECATED_NAMES = {"clamp_over_max": "clamp_to_max_delay"}
+
+
+def open_hours_for(option: int) -> int:
+    """The open-hours cache size the option asks for (0: a quarter of the descriptor limit)."""
+    if option:
+        return option
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(8192, soft // 4 // 3))
 
 
 def _topic(_inst: object, _attr: object, value: str) -> None:
@@ -48,7 +57,9 @@ class DelayWheelOptions:
     and sorted into the millisecond level.
     ``dead_letter_older_than_ms``: messages overdue by more than this when the wheel starts go to
     ``dead_letter_topic`` (with REAL_TOPIC/REAL_QID) instead of their topic; 0 turns it off.
-    ``open_hours_cache``: how many far (unmapped) hours keep their files open for appends.
+    ``open_hours_cache``: how many far (unmapped) hours keep their files open for appends (three
+    descriptors each); 0 (default) sizes it to a quarter of the process's open-file limit, so a
+    spread of delays over many hours does not reopen files on every schedule.
     ``retry_after_error_ms``: wait after a failed write-back before the wheel tries again.
     """
 
@@ -60,7 +71,7 @@ class DelayWheelOptions:
     preload_seconds: int = attrs.field(default=10, validator=attrs.validators.ge(0))
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     dead_letter_topic: str = attrs.field(default="%DLQ%DELAY", validator=_topic)
-    open_hours_cache: int = attrs.field(default=64, validator=attrs.validators.ge(1))
+    open_hours_cache: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     retry_after_error_ms: int = attrs.field(default=1000, validator=attrs.validators.gt(0))
     clamp_over_max: bool | None = attrs.field(default=None, validator=_optional_bool)
 

@@ -48,7 +48,7 @@ from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, Wheel
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
 from plugmq.plugins.delay_wheel.lateness import LatenessHistogram
-from plugmq.plugins.delay_wheel.options import DelayWheelOptions
+from plugmq.plugins.delay_wheel.options import DelayWheelOptions, open_hours_for
 
 __all__ = ["RESOLUTION_MS", "WheelDelayScheduler", "capabilities_for"]
 
@@ -137,7 +137,7 @@ class WheelDelayScheduler:
         root = context.plugin_dir("delay_wheel")
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
-        self._dir = HourDirectory(root / "hours", fsync=options.fsync, open_cache=options.open_hours_cache)
+        self._dir = HourDirectory(root / "hours", fsync=options.fsync, open_cache=open_hours_for(options.open_hours_cache))
         self._ckpt = WheelCheckpoint(root / "wheel.ckpt", fsync=options.fsync)
         self._log = log.bind(plugin="delay_wheel", dir=str(root))
 
@@ -310,11 +310,16 @@ class WheelDelayScheduler:
             preloaded = self._preloaded.get(second)
             if preloaded is not None:
                 bisect.insort(preloaded, item)
-            if second not in self._due_set:
+            if second in self._due_set:
+                if second != self._due[0] or preloaded is None:
+                    return  # the wake-up for that second is armed already and cannot move
+            else:
                 self._due_set.add(second)
                 heapq.heappush(self._due, second)
         elif len(self._window) < _WINDOW_HOURS or hour < self._window[-1]:
             self._refill_window()
+        else:
+            return  # a far hour: only its files changed
         self._arm()
 
     # ================================================================== timers
