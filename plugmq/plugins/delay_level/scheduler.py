@@ -199,6 +199,7 @@ class LevelDelayScheduler:
             now = self._clock.now_ms()
             budget = _YIELD_AFTER
             while rearm is None:
+                now = self._clock.now_ms()
                 offset = self._skip_removed(qid, self._offsets.get(qid))
                 due, rearm = self._due_entries(qid, offset, now)
                 if not due:
@@ -252,6 +253,7 @@ class LevelDelayScheduler:
             plan.append((qid, entry, len(requests), dead))
             requests.append(dead_letter_copy(request, self._options.dead_letter_topic) if dead else request)
         stored = self._write_back(requests) if requests else None
+        now = self._clock.now_ms()  # lateness counts from when the batch is visible
         done = 0
         for qid, entry, index, dead in plan:
             if index >= 0 and stored is not None and not stored[index]:

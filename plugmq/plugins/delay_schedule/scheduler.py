@@ -471,8 +471,8 @@ class ScheduleDelayScheduler:
                         for e in batch]
                 requests = [self._to_dead_letter(r) if d else r for r, d in zip(requests, dead, strict=True)]
             stored = self._write_back(requests)
-            with self._lock:
-                self._settle(now, batch, dead, stored)
+            with self._lock:  # lateness counts from when the batch is visible
+                self._settle(self._clock.now_ms(), batch, dead, stored)
             budget -= len(batch)
 
     def _drop_unreadable(self, batch: list[WheelEntry], read: list[AppendRequest | None],

@@ -414,8 +414,8 @@ class WheelDelayScheduler:
                 self._claimed = self._unsettled = end
                 self._ckpt.write(start, end)  # INTENT: these may reach their topic from here on
             stored = self._write_back([o.request for o in outgoing])
-            with self._lock:
-                self._settle(now, items, outgoing, files, start, end, stored)
+            with self._lock:  # lateness counts from when the batch is visible
+                self._settle(self._clock.now_ms(), items, outgoing, files, start, end, stored)
             budget -= len(items)
 
     def _claim(self, now: int) -> tuple[list[Item], list[_Outgoing], HourFiles] | None:
