@@ -6,7 +6,6 @@ import warnings
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS,
@@ -14,11 +13,12 @@ from plugmq.core import (
     parse_delay_levels,
     validate_topic,
 )
+from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "DelayLevelOptions"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_DEAD_LETTER_TOPIC = "%DLQ%DELAY_LEVEL"
 

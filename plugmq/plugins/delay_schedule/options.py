@@ -7,13 +7,13 @@ import warnings
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core import ConfigError, validate_topic
+from plugmq.core.logs import get_logger
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "TWO_YEARS_MS", "DelayScheduleOptions"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Old option name -> the family-wide name it was renamed to (still accepted, with a warning).
 DEPRECATED_NAMES = {"retry_delay_ms": "retry_after_error_ms"}

@@ -7,13 +7,13 @@ import warnings
 from typing import Any
 
 import attrs
-import structlog
 
 from plugmq.core import ConfigError, validate_topic
+from plugmq.core.logs import get_logger
 
 __all__ = ["DEFAULT_MAX_DELAY_MS", "DEPRECATED_NAMES", "DelayWheelOptions", "open_hours_for"]
 
-log = structlog.stdlib.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Two leap years: the issue asks for "at least 2 years" of arbitrary delay.
 DEFAULT_MAX_DELAY_MS = 2 * 366 * 86_400_000
