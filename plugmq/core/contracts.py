@@ -548,7 +548,10 @@ class DelayScheduler(Protocol):
     The rules ``plugmq.conformance.delay`` checks (clause names in brackets):
 
     - Timing only through the context's clock (timers via ``clock.call_at``). Never early; late
-      by at most ``capabilities.resolution_ms`` [never_early_and_late_by_at_most_one_tick].
+      by at most ``capabilities.resolution_ms`` (a tick, in milliseconds), checked after every
+      step of a ManualClock [never_early_and_late_by_at_most_one_tick]; a burst due at one moment
+      goes out completely within that tick, in sending order
+      [a_burst_due_at_once_goes_out_within_one_tick_in_order].
     - The write-back is the original message: its real topic and queue, body, every property
       except the delay ones, tags code, reconsume times, born timestamp and host, sys flag; each
       accepted message is written back exactly once.
@@ -559,12 +562,16 @@ class DelayScheduler(Protocol):
       while dispatching, or right after a write-back returned and before the strategy recorded
       it, every accepted message is written back exactly once and nothing never accepted is
       [restart_after_kill_mid_schedule, restart_after_kill_mid_dispatch,
-      kill_right_after_a_write_back] — ``context.was_delivered`` settles the in-doubt one.
-    - Overdue at start: what came due while the broker was down goes out at ``start()``,
-      oldest first, within one resolution; ``metrics()`` reports ``overdue_at_start`` and a
-      ``*late*max`` figure holding that lateness [overdue_at_start_oldest_first_and_in_metrics].
-    - Three simulated days with a restart match a reference heap
-      [three_simulated_days_match_a_reference_model].
+      kill_right_after_a_write_back (which may land in the middle of a ``deliver_batch``)] —
+      ``context.was_delivered`` settles the in-doubt ones.
+    - Overdue at start: ``start()`` returns before delivering; what came due while the broker
+      was down goes out on the clock's thread right after, oldest first, within one resolution;
+      ``metrics()`` reports ``overdue_at_start`` and a ``*late*max`` figure holding that
+      lateness [overdue_at_start_oldest_first_and_in_metrics].
+    - Cancel answers False for an id of another broker or of no message and raises
+      ValidationError for something that is not a message id [cancel_of_unknown_and_malformed_ids].
+    - Three simulated days with a restart, ``clean_expired`` after every step, match a reference
+      heap [three_simulated_days_match_a_reference_model].
     """
 
     @property
@@ -586,7 +593,8 @@ class DelayScheduler(Protocol):
         """
 
     def start(self) -> None:
-        """Begin dispatching; deliver what came due while the broker was down, oldest first."""
+        """Begin dispatching and return promptly: what came due while the broker was down is
+        delivered by clock timers right after, oldest first, not inside this call."""
 
     def cancel(self, msg_id: str) -> bool:
         """Cancel a not-yet-due message; True if it will not be delivered (also across a
