@@ -459,7 +459,8 @@ class StoreSink:
         def q(p: float) -> float:
             return float(values[min(len(values) - 1, int(p * len(values)))])
 
-        return {"delivered": float(len(values)), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": float(values[-1]),
+        return {"delivered": float(len(values)), "min_ms": float(values[0]), "p50_ms": q(0.5), "p99_ms": q(0.99),
+                "max_ms": float(values[-1]),
                 "early": float(sum(1 for v in values if v < 0)), "batches": float(self.batches),
                 "all_done_s": (self.last_ms - (first_due // 1000) * 1000) / 1000}
 

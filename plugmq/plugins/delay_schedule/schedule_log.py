@@ -213,7 +213,8 @@ class ScheduleLog:
         record that fails its checks), without the properties in ``drop``. Records of a segment
         are read in runs of neighbours: one read per run instead of one per message."""
         out: list[AppendRequest | None] = [None] * len(wanted)
-        order = sorted(range(len(wanted)), key=lambda i: (wanted[i][0].start, wanted[i][1]))
+        places = [(segment.start, position) for segment, position, _ in wanted]
+        order = sorted(range(len(wanted)), key=places.__getitem__)
         i = 0
         while i < len(order):
             segment, start, size = wanted[order[i]]

@@ -193,7 +193,8 @@ class HourFiles:
         """The records of ``entries`` (same order; None for one that fails its checks), read in
         runs of neighbouring records: one read per run instead of one per message."""
         out: list[StoredDelay | None] = [None] * len(entries)
-        order = sorted(range(len(entries)), key=lambda i: entries[i].offset)
+        offsets = [entry.offset for entry in entries]
+        order = sorted(range(len(entries)), key=offsets.__getitem__)
         i = 0
         while i < len(order):
             first = entries[order[i]]
