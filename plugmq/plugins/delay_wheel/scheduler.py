@@ -120,6 +120,22 @@ class _OpenSecond:
     def push(self, item: Item) -> None:
         heapq.heappush(self._arrivals, item)
 
+    def take(self, now: int, limit: int) -> list[Item]:
+        """Remove and return up to ``limit`` entries due by ``now``, in key order."""
+        if not self._arrivals:  # the common case, a burst: one bisect and one slice
+            end = min(len(self._sorted), self._next + limit)
+            cut = bisect.bisect_right(self._sorted, (now, math.inf), self._next, end)
+            taken = self._sorted[self._next:cut]
+            self._next = cut
+            return taken
+        taken = []
+        while len(taken) < limit:
+            head = self.head()
+            if head is None or head[0] > now:
+                break
+            taken.append(self.pop())
+        return taken
+
 
 class WheelDelayScheduler:
     """seed 000's arbitrary delay over hourly delay logs (see the package docstring)."""
@@ -457,24 +473,17 @@ class WheelDelayScheduler:
             self._close_intent()
 
     def _claim_items(self, now: int) -> list[Item]:
-        items: list[Item] = []
-        while len(items) < self._opts.dispatch_batch:
-            head = self._open.head() if self._open is not None else None
-            if head is None:
-                if items:
-                    break  # one second per batch
-                self._refill_window()
-                if not self._due or self._due[0] * 1000 > now:
-                    break
-                second = heapq.heappop(self._due)
-                self._due_set.discard(second)
-                self._open_second(second)
-                continue
-            if head[0] > now:
-                break
-            assert self._open is not None
-            items.append(self._open.pop())
-        return items
+        """Up to ``dispatch_batch`` due entries of one second (opening the next due second when
+        the open one is exhausted)."""
+        while True:
+            if self._open is not None and len(self._open):
+                return self._open.take(now, self._opts.dispatch_batch)
+            self._refill_window()
+            if not self._due or self._due[0] * 1000 > now:
+                return []
+            second = heapq.heappop(self._due)
+            self._due_set.discard(second)
+            self._open_second(second)
 
     def _open_second(self, second: int) -> None:
         hour, in_hour = divmod(second, SECONDS_PER_HOUR)
