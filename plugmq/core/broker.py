@@ -579,7 +579,9 @@ class Broker:
             needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
         for topic, count in needed.items():
             self.topics.ensure(topic, count)
+        started = time.perf_counter()
         results = self.store.append_batch(requests)
+        self.traffic.appended(time.perf_counter() - started)
         if self.plugins.hooks.has_observers:
             for result in results:
                 self._emit_stored(result)
