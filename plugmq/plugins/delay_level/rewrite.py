@@ -9,52 +9,12 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-
-import attrs
-
 from plugmq.core import SCHEDULE_TOPIC, AppendRequest, Prop, StoredMessage, tags_code, validate_topic
 
 __all__ = ["DELAY_PROPERTIES", "dead_letter_copy", "restore", "to_schedule"]
 
 DELAY_PROPERTIES = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS, Prop.REAL_TOPIC, Prop.REAL_QUEUE_ID)
-# Field names of AppendRequest this module builds directly (see _trusted_request).
-_REQUEST_FIELDS = ("topic", "queue_id", "body", "properties", "tags_code", "born_timestamp_ms", "born_host",
-                   "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
-
-def _fast_request_factory() -> Callable[..., AppendRequest]:
-    """A builder of AppendRequest that skips attrs' validators and converters, for the fields of
-    a message the store gives back (validated when it was stored; the validators cost a third of
-    a burst's rewrite). Falls back to the checked constructor should AppendRequest's fields ever
-    differ from the ones this module fills in. The real topic comes from a property, so it is
-    checked here."""
-    if tuple(f.name for f in attrs.fields(AppendRequest)) != _REQUEST_FIELDS:
-        return AppendRequest
-    (topic, queue_id, body, properties, tags, born_ms, born_host, reconsume, sys_flag,
-     prepared) = (AppendRequest.__dict__[name].__set__ for name in _REQUEST_FIELDS)
-    new = object.__new__
-
-    def build(t: str, q: int, b: bytes, p: Mapping[str, str], tc: int, bm: int, bh: str, r: int, sf: int,
-              pt: int) -> AppendRequest:
-        request = new(AppendRequest)
-        topic(request, t)
-        queue_id(request, q)
-        body(request, b)
-        properties(request, p)
-        tags(request, tc)
-        born_ms(request, bm)
-        born_host(request, bh)
-        reconsume(request, r)
-        sys_flag(request, sf)
-        prepared(request, pt)
-        return request
-
-    return build
-
-
-_trusted_request = _fast_request_factory()
 _valid_topics: set[str] = set()  # real topics already checked (they are few)
 
 
@@ -85,10 +45,12 @@ def restore(message: StoredMessage) -> AppendRequest | None:
         validate_topic(real_topic)
         if len(_valid_topics) < 10_000:
             _valid_topics.add(real_topic)
-    return _trusted_request(
-        real_topic, int(real_queue), message.body, MappingProxyType(props), tags_code(props.get(Prop.TAGS)),
-        message.born_timestamp_ms, message.born_host, message.reconsume_times, message.sys_flag,
-        message.prepared_transaction_offset,
+    # the stored message was validated when it was sent; only the real topic (a property) is checked here
+    return AppendRequest.trusted(
+        real_topic, int(real_queue), message.body, props, tags_code=tags_code(props.get(Prop.TAGS)),
+        born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
+        reconsume_times=message.reconsume_times, sys_flag=message.sys_flag,
+        prepared_transaction_offset=message.prepared_transaction_offset,
     )
 
 

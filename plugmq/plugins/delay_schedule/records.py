@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Collection, Mapping
-from types import MappingProxyType
+from collections.abc import Collection
 from typing import NamedTuple
-
-import attrs
 
 from plugmq.core import AppendRequest, ValidationError
 
@@ -69,9 +66,6 @@ _REQ2_MARK = 0xFF
 # mark, version, queue, tags code, born ms, reconsume, sys flag, prepared offset, text and body lengths
 _REQ2 = struct.Struct(">BBxxiqqiiqII")
 _SEP = "\x01"
-# Field names of AppendRequest this module builds directly (see _trusted_request).
-_REQUEST_FIELDS = ("topic", "queue_id", "body", "properties", "tags_code", "born_timestamp_ms", "born_host",
-                   "reconsume_times", "sys_flag", "prepared_transaction_offset")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
@@ -97,37 +91,6 @@ def encode_request(request: AppendRequest) -> bytes:
     return b"".join((head, raw, request.body))
 
 
-def _fast_request_factory() -> Callable[..., AppendRequest]:
-    """A builder of AppendRequest that skips attrs' validators and converters, for fields read
-    back from a CRC-checked record of a request that was validated when it was scheduled (the
-    validators cost a third of a burst's decode). Falls back to the checked constructor should
-    AppendRequest's fields ever differ from the ones this module fills in."""
-    if tuple(f.name for f in attrs.fields(AppendRequest)) != _REQUEST_FIELDS:
-        return AppendRequest
-    (topic, queue_id, body, properties, tags_code, born_ms, born_host, reconsume, sys_flag,
-     prepared) = (AppendRequest.__dict__[name].__set__ for name in _REQUEST_FIELDS)
-    new = object.__new__
-
-    def build(t: str, q: int, b: bytes, p: Mapping[str, str], tc: int, bm: int, bh: str, r: int, sf: int,
-              pt: int) -> AppendRequest:
-        request = new(AppendRequest)
-        topic(request, t)
-        queue_id(request, q)
-        body(request, b)
-        properties(request, p)
-        tags_code(request, tc)
-        born_ms(request, bm)
-        born_host(request, bh)
-        reconsume(request, r)
-        sys_flag(request, sf)
-        prepared(request, pt)
-        return request
-
-    return build
-
-
-_trusted_request = _fast_request_factory()
-
 
 def decode_request(buf: bytes, *, drop: Collection[str] = (), start: int = 0) -> AppendRequest:
     """The request ``encode_request`` wrote at ``start`` of ``buf``, without the properties named
@@ -143,8 +106,10 @@ def decode_request(buf: bytes, *, drop: Collection[str] = (), start: int = 0) ->
         for key in drop:
             props.pop(key, None)
         pos += text_len
-        return _trusted_request(parts[0], queue_id, buf[pos:pos + body_len], MappingProxyType(props), tags_code,
-                                born_ts, parts[1], reconsume, sys_flag, prep)
+        # a CRC-checked record of a request validated when it was scheduled: no second validation
+        return AppendRequest.trusted(parts[0], queue_id, buf[pos:pos + body_len], props, tags_code=tags_code,
+                                     born_timestamp_ms=born_ts, born_host=parts[1], reconsume_times=reconsume,
+                                     sys_flag=sys_flag, prepared_transaction_offset=prep)
     queue_id, tags_code, born_ts, reconsume, sys_flag, prep, topic, host, old, body = _decode_v1(
         memoryview(buf)[start:], drop)
     return AppendRequest(

@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import NamedTuple
 
 import attrs
@@ -73,9 +71,6 @@ _FIXED = struct.Struct("<qqiiqqiiqI")
 # v2: the same fixed fields (the text length now covers topic, host and properties)
 _FIXED2 = _FIXED
 _SEP = "\x01"
-# Field names of AppendRequest this module builds directly (see _trusted_request).
-_REQUEST_FIELDS = ("topic", "queue_id", "body", "properties", "tags_code", "born_timestamp_ms", "born_host",
-                   "reconsume_times", "sys_flag", "prepared_transaction_offset")
 
 _INDEX = struct.Struct("<QIIIiHHI")
 INDEX_ENTRY_SIZE = _INDEX.size  # 32
@@ -136,37 +131,6 @@ def decode_record(raw: bytes | memoryview) -> StoredDelay:
     return decode_record_at(bytes(raw), 0, len(raw))
 
 
-def _fast_request_factory() -> Callable[..., AppendRequest]:
-    """A builder of AppendRequest that skips attrs' validators and converters, for fields read
-    back from a CRC-checked record of a request that was validated when it was scheduled (the
-    validators cost a third of a burst's decode). Falls back to the checked constructor should
-    AppendRequest's fields ever differ from the ones this module fills in."""
-    if tuple(f.name for f in attrs.fields(AppendRequest)) != _REQUEST_FIELDS:
-        return AppendRequest
-    (topic, queue_id, body, properties, tags_code, born_ms, born_host, reconsume, sys_flag,
-     prepared) = (AppendRequest.__dict__[name].__set__ for name in _REQUEST_FIELDS)
-    new = object.__new__
-
-    def build(t: str, q: int, b: bytes, p: Mapping[str, str], tc: int, bm: int, bh: str, r: int, sf: int,
-              pt: int) -> AppendRequest:
-        request = new(AppendRequest)
-        topic(request, t)
-        queue_id(request, q)
-        body(request, b)
-        properties(request, p)
-        tags_code(request, tc)
-        born_ms(request, bm)
-        born_host(request, bh)
-        reconsume(request, r)
-        sys_flag(request, sf)
-        prepared(request, pt)
-        return request
-
-    return build
-
-
-_trusted_request = _fast_request_factory()
-
 
 def decode_record_at(buf: bytes, offset: int, size: int) -> StoredDelay:
     """Decode the record of ``size`` bytes at ``offset`` of ``buf`` (a run of the delay log read
@@ -190,8 +154,10 @@ def decode_record_at(buf: bytes, offset: int, size: int) -> StoredDelay:
         # a record is read only to be written back: the delay properties are cleared
         props.pop(Prop.DELIVER_AT_MS, None)
         props.pop(Prop.DELAY_LEVEL, None)
-        request = _trusted_request(topic, queue_id, buf[pos + text_len:end], MappingProxyType(props), tags_code,
-                                   born, born_host, reconsume, sys_flag, ptx)
+        # a CRC-checked record of a request validated when it was scheduled: no second validation
+        request = AppendRequest.trusted(topic, queue_id, buf[pos + text_len:end], props, tags_code=tags_code,
+                                        born_timestamp_ms=born, born_host=born_host, reconsume_times=reconsume,
+                                        sys_flag=sys_flag, prepared_transaction_offset=ptx)
     elif magic == RECORD_MAGIC_V1:
         topic, born_host, props = json.loads(buf[pos:pos + text_len].decode("utf-8"))
         for key in _DELAY_PROPS.intersection(props):
