@@ -64,6 +64,17 @@ class DispatchState:
         else:
             self.intents.add(seq)
 
+    def apply_many(self, kind: int, seqs: Iterable[int]) -> None:
+        """``apply`` for a batch of the same kind, as set operations (a burst marks thousands)."""
+        if kind == DELIVERED:
+            seqs = set(seqs)
+            self.delivered |= seqs
+            self.intents -= seqs
+        elif kind == CANCELLED:
+            self.cancelled.update(seqs)
+        else:
+            self.intents.update(seqs)
+
 
 def encode_dispatch(kind: int, seqs: Iterable[int]) -> bytes:
     return b"".join(_RECORD.pack(kind, zlib.crc32(_CRC_PART.pack(kind, s)), s) for s in seqs)

@@ -247,8 +247,7 @@ class ScheduleLog:
         data = encode_dispatch(kind, seqs)
         self._files.write(path, segment.dispatch.size, data)
         segment.dispatch.size += len(data)
-        for seq in seqs:
-            segment.dispatch.apply(kind, seq)
+        segment.dispatch.apply_many(kind, seqs)
         if self._fsync and created:
             fsync_dir(self._dir)
         if sync and self._fsync:
