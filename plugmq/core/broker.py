@@ -574,6 +574,7 @@ class Broker:
         """Batched write-back of the delay service: one store batch, consumers woken once."""
         if not requests:
             return []
+        self.check_writable("deliver delayed messages")
         needed: dict[str, int] = {}
         for request in requests:
             needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
@@ -582,9 +583,9 @@ class Broker:
         started = time.perf_counter()
         results = self.store.append_batch(requests)
         self.traffic.appended(time.perf_counter() - started)
-        if self.plugins.hooks.has_observers:
-            for result in results:
-                self._emit_stored(result)
+        if self.plugins.hooks.observers.message_stored:
+            for result, request in zip(results, requests, strict=True):
+                self._emit_stored(result, request)
         self.wake_consumers()
         return results
 
