@@ -571,10 +571,54 @@ class Broker:
         return self.store.read(commit_log_offset, size)
 
     def _deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        """Batched write-back of the delay service: one store batch, consumers woken once."""
+        """Batched write-back of the delay service: one store batch (per run, see below),
+        consumers woken once. As in ``_deliver_delayed``, with replication a message whose intent
+        is no longer pending and which is on its topic already - stored before, or earlier in this
+        very batch (a copy the plugin kept from an earlier mastership beside the one the ledger
+        handed it) - is answered with that copy instead of being written again."""
         if not requests:
             return []
         self.check_writable("deliver delayed messages")
+        ledger = self.delay_ledger
+        if ledger is None:
+            return self._append_delivered(requests)
+        results: list[AppendResult | None] = [None] * len(requests)
+        run: list[int] = []  # requests to write, in order
+        written: dict[tuple[str, int], int] = {}  # (unique id, attempt) -> its request in this batch
+        copies: dict[int, int] = {}  # request -> the request of this batch it repeats
+
+        def flush() -> None:
+            for i, result in zip(run, self._append_delivered([requests[i] for i in run]), strict=True):
+                results[i] = result
+            run.clear()
+
+        for i, request in enumerate(requests):
+            unique = request.properties.get(Prop.UNIQ_KEY)
+            key = (unique or "", request.reconsume_times)
+            if not ledger.take_pending(request):
+                if unique and key in written:
+                    copies[i] = written[key]
+                    continue
+                flush()  # what this batch wrote so far is on its topic before the check
+                copy = self._delivered_copy(request)
+                if copy is not None:
+                    log.info("delayed message delivered already (by an earlier master); not written again",
+                             broker=self.name, topic=request.topic, unique_id=copy.unique_id)
+                    results[i] = AppendResult(AppendStatus.PUT_OK, copy.msg_id, copy.queue_offset,
+                                              copy.commit_log_offset, copy.size, copy.store_timestamp_ms)
+                    continue
+            if unique:
+                written[key] = i
+            run.append(i)
+        flush()
+        for i, original in copies.items():
+            results[i] = results[original]
+        return [result for result in results if result is not None]
+
+    def _append_delivered(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """``requests`` appended with one ``append_batch``: topics ensured, stored events, wake-up."""
+        if not requests:
+            return []
         needed: dict[str, int] = {}
         for request in requests:
             needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
