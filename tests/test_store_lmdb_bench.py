@@ -45,7 +45,7 @@ def test_bench_reports_every_case_and_skips_unknown_stores(quiet_logs: None, tmp
 def test_bench_measures_restart_after_kill_and_redis(quiet_logs: None, tmp_path) -> None:
     """store_mmap's rows, the Redis baseline when redis-server is there, and the restarts after
     kill -9 (a real child killed with SIGKILL) and after a clean stop, here with a 1 MiB commit log."""
-    from plugmq.bench.store import redis_missing
+    from plugmq.bench.redis_peer import redis_missing
 
     result = CliRunner().invoke(command, [
         "--messages", "200", "--stores", "store_mmap", "--sizes", "128", "--batch", "50", "--rounds", "2",

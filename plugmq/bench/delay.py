@@ -43,7 +43,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.bench.redis_peer import RedisServer, redis_missing
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS_MS,
     AppendRequest,
@@ -214,52 +214,6 @@ def heapq_throughput(n: int) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------------
 # Redis (optional)
 # ----------------------------------------------------------------------------------------------
-
-
-def redis_missing() -> str | None:
-    """Why Redis cannot be measured, or None."""
-    if shutil.which("redis-server") is None:
-        return "redis-server not installed (apt-get install -y redis-server)"
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        return "python package redis not installed (pip install redis)"
-    return None
-
-
-class RedisServer:
-    """A loopback redis-server on a free port, persistence off, started and stopped by us."""
-
-    def __init__(self, workdir: Path) -> None:
-        import redis
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        self.client = redis.Redis(host="127.0.0.1", port=self.port)
-        for _ in range(200):
-            try:
-                self.client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.025)  # waiting for the server process to listen, not for a delay
-        else:
-            self.stop()
-            raise click.ClickException(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def redis_throughput(server: RedisServer, n: int) -> dict[str, float]:

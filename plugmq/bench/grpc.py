@@ -404,7 +404,7 @@ def _client_receive(consumers: list[Any], total: int, batch: int) -> tuple[float
 def _redis_rows(workdir: Path, messages: int, body: bytes, batch: int) -> list[Row]:
     import redis
 
-    from plugmq.bench.delay import RedisServer
+    from plugmq.bench.redis_peer import RedisServer
 
     server = RedisServer(workdir)
     try:
@@ -447,7 +447,7 @@ def _redis_rows(workdir: Path, messages: int, body: bytes, batch: int) -> list[R
 
 
 def _redis_missing() -> str | None:
-    from plugmq.bench.delay import redis_missing
+    from plugmq.bench.redis_peer import redis_missing
 
     return redis_missing()
 

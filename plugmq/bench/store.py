@@ -32,7 +32,6 @@ import mmap
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from plugmq.bench.redis_peer import RedisServer, redis_missing
 from plugmq.core import AppendRequest, MessageStore, Prop, new_unique_id, tags_code
 
 __all__ = ["command"]
@@ -211,51 +211,6 @@ def raw_cq_scan(workdir: Path, n: int) -> float:
     mm.close()
     f.close()
     return elapsed
-
-
-def redis_missing() -> str | None:
-    """Why the Redis baseline cannot run here, or None."""
-    if shutil.which("redis-server") is None:
-        return "redis-server is not installed (apt-get install redis-server)"
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        return "the redis package is not installed (pip install 'plugmq[bench]')"
-    return None
-
-
-class RedisServer:
-    """A redis-server child on a free loopback port, persistence off; stopped by ``stop()``."""
-
-    def __init__(self, workdir: Path) -> None:
-        import redis
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client = redis.Redis(host="127.0.0.1", port=self.port)
-        for _ in range(400):
-            try:
-                self.client.ping()
-                return
-            except redis.ConnectionError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.025)  # the server process is starting to listen
-        self.stop()
-        raise click.ClickException(f"redis-server did not answer on port {self.port}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def raw_redis_lpush(server: RedisServer, bodies: Sequence[bytes], n: int, batch: int) -> float:
