@@ -109,3 +109,20 @@ def test_a_slave_follows_and_learns_of_a_cut(store: ReplicableStore, tmp_path: P
         assert follower.replay().records == (b"b",)
     finally:
         slave_store.close()
+
+
+def test_delay_intents_round_trip_and_a_damaged_one_is_a_clear_error() -> None:
+    from plugmq.core import AppendRequest, CorruptRecordError, Prop
+    from plugmq.core.delayledger import decode_intent, encode_intent
+
+    request = AppendRequest("Orders", 3, b"\x00body\xff", {Prop.UNIQ_KEY: "u-1", "k": "v\u00e9"}, tags_code=42,
+                            born_timestamp_ms=1_700_000_000_123, born_host="10.0.0.1:99", reconsume_times=2,
+                            sys_flag=4)
+    for level in (None, 3):
+        (decoded, deliver_at, decoded_level), msg_id = decode_intent(encode_intent(request, 1_700_000_005_000, level,
+                                                                                  "ID-7"))
+        assert (decoded, deliver_at, decoded_level, msg_id) == (request, 1_700_000_005_000, level, "ID-7")
+    record = encode_intent(request, 1, None, "ID-7")
+    for damaged in (record[:-1], record + b"x", b"C" + record[1:], record[:10]):
+        with pytest.raises(CorruptRecordError, match="delay intent record cannot be decoded"):
+            decode_intent(damaged)

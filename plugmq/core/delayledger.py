@@ -171,14 +171,18 @@ class DelayLedger:
         located += records
         found: dict[str, tuple[int, int, DelayIntent, str]] = {}
         anonymous: list[DelayIntent] = []
-        lost = 0
+        lost = damaged = 0
         for at, size, body in located:
             if body is None:
                 lost += 1
             elif body[:1] == _CANCEL:
-                found.pop(body[1:].decode(), None)
+                found.pop(body[1:].decode(errors="replace"), None)
             else:
-                intent, msg_id = decode_intent(body)
+                try:
+                    intent, msg_id = decode_intent(body)
+                except CorruptRecordError:
+                    damaged += 1  # the store checked the record's CRC: a bug or a foreign writer
+                    continue
                 unique = intent[0].properties.get(Prop.UNIQ_KEY)
                 if unique:
                     found[unique] = (at, size, intent, msg_id)
@@ -187,6 +191,9 @@ class DelayLedger:
         if lost:
             log.error("delay intents pointed at by the snapshot are gone from the log (retention removed them)",
                       journal=self.journal.topic, lost=lost)
+        if damaged:
+            log.error("delay intent records that cannot be decoded were skipped", journal=self.journal.topic,
+                      damaged=damaged)
         # was_delivered looks for the message on its real topic, which the intent names.
         live = {u: f for u, f in found.items() if not self._was_delivered(f[2][0])}
         with self._lock:
