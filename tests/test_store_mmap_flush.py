@@ -152,3 +152,42 @@ def test_explicit_flush_and_close_write_the_checkpoint(tmp_path: Path, flush: st
     assert store.stats()["index_pending"] == 0
     store.close()
     assert not (tmp_path / "s" / "abort").exists()
+
+
+def test_a_failure_that_keeps_coming_back_is_logged_once_then_its_recovery(tmp_path: Path) -> None:
+    """The flush thread survives a failing round; the same failure every tick (a data dir deleted
+    under the store, say) is one traceback, not one per tick, and the recovery is said."""
+    from structlog.testing import capture_logs
+
+    from plugmq.plugins.store_mmap.flush import FlushService
+
+    store = make(tmp_path / "s")
+    rounds = {"failing": 0, "fine": 0}
+    failing = threading.Event()
+    failing.set()
+    recovered = threading.Event()
+
+    def housekeeping() -> None:
+        if failing.is_set():
+            rounds["failing"] += 1
+            raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "gone"))
+        rounds["fine"] += 1
+        recovered.set()
+
+    with capture_logs() as logs:
+        flusher = FlushService(store._cl, flush_commit_log=False, interval_ms=1, least_pages=4,
+                               thorough_interval_ms=1000, derived_interval_ms=1000,
+                               flush_derived=lambda: None, housekeeping=housekeeping)
+        flusher.start()
+        try:
+            deadline = time.monotonic() + 20
+            while rounds["failing"] < 20 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the real flush thread's ticks, not a delay under test
+            failing.clear()
+            assert recovered.wait(20)
+        finally:
+            flusher.stop()
+            store.close()
+    failed = [e for e in logs if e["event"] == "background flush failed"]
+    assert rounds["failing"] >= 20 and len(failed) == 1, logs
+    assert [e["after_failures"] for e in logs if e["event"] == "background flush works again"] == [rounds["failing"]]

@@ -22,6 +22,7 @@ from plugmq.plugins.store_mmap.commitlog import CommitLog
 __all__ = ["FlushService", "GroupCommit"]
 
 log = get_logger(__name__)
+_REPEAT_REPORT_S = 60.0  # how often a failure that keeps coming back is reported again
 
 PAGE = 4096
 
@@ -98,6 +99,9 @@ class FlushService:
         self._flush_derived = flush_derived
         self._housekeeping = housekeeping
         self._stop = threading.Event()
+        self._failing: str | None = None  # the failure being repeated, if any
+        self._reported_at = 0.0
+        self._failures = 0
         self._thread = threading.Thread(target=self._run, name="store_mmap-flush", daemon=True)
 
     def start(self) -> None:
@@ -125,8 +129,28 @@ class FlushService:
                     self._flush_derived()
                     next_derived = now + self._derived_interval
                 self._housekeeping()
-            except Exception:  # the thread must survive one bad round
+            except Exception as exc:  # noqa: BLE001 - the thread must survive one bad round; reported
+                self._report_failure(exc)
+            else:
+                self._report_recovery()
+
+    def _report_failure(self, exc: Exception) -> None:
+        """The first failure of a kind with its traceback; the same failure again (say, a data dir
+        deleted under a running store) once a minute with a count, not every tick."""
+        key = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if key != self._failing or now - self._reported_at >= _REPEAT_REPORT_S:
+            if key == self._failing:
+                log.error("background flush still failing", error=key, failures=self._failures)
+            else:
                 log.exception("background flush failed")
+            self._failing, self._reported_at, self._failures = key, now, 0
+        self._failures += 1
+
+    def _report_recovery(self) -> None:
+        if self._failing is not None:
+            log.info("background flush works again", after_failures=self._failures)
+            self._failing, self._failures = None, 0
 
     def stop(self) -> None:
         self._stop.set()
