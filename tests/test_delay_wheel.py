@@ -549,7 +549,7 @@ def test_fsync_option_round_trip(tmp_path: Path, clock: ManualClock, sink: Sink)
 
 
 def test_lateness_histogram_quantiles_are_bucket_edges_within_a_quarter() -> None:
-    from plugmq.plugins.delay_wheel.lateness import LatenessHistogram
+    from plugmq.core.lateness import LatenessHistogram
 
     hist = LatenessHistogram()
     assert hist.quantile(0.99) == 0

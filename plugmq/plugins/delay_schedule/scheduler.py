@@ -48,10 +48,10 @@ from plugmq.core import (
     decode_msg_id,
     encode_msg_id,
 )
+from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
-from plugmq.plugins.delay_schedule.lateness import LatenessHistogram
 from plugmq.plugins.delay_schedule.message_log import MessageLog
 from plugmq.plugins.delay_schedule.options import DelayScheduleOptions
 from plugmq.plugins.delay_schedule.records import MessageLogRecord, decode_request, encode_request

@@ -42,12 +42,12 @@ from plugmq.core import (
     Prop,
     Timer,
 )
+from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
 from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
-from plugmq.plugins.delay_wheel.lateness import LatenessHistogram
 from plugmq.plugins.delay_wheel.options import DelayWheelOptions, open_hours_for
 
 __all__ = ["RESOLUTION_MS", "WheelDelayScheduler", "capabilities_for"]

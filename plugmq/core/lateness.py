@@ -1,4 +1,5 @@
-"""Lateness of deliveries (now - deliver time) in a fixed log-spaced histogram.
+"""Lateness of deliveries (now - deliver time) in a fixed log-spaced histogram, for delay plugins'
+``metrics()`` (delay_wheel and delay_schedule share it).
 
 A fixed set of buckets keeps memory constant however many messages pass; a percentile is
 reported as the upper edge of its bucket (never above the true maximum), so it overstates by at
