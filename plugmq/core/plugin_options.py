@@ -27,15 +27,19 @@ import enum
 import os
 import types
 import typing
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePath
 from typing import Any
 
 import attrs
 
 from plugmq.core.errors import ConfigError, PlugmqError
+from plugmq.core.logs import get_logger
 
-__all__ = ["build_plugin_options", "describe_type", "value_fits"]
+__all__ = ["apply_renamed_options", "build_plugin_options", "describe_type", "value_fits"]
+
+_log = get_logger(__name__)
 
 _SEQUENCES = {list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Collection,
               collections.abc.Iterable, collections.abc.Set, collections.abc.MutableSequence,
@@ -214,3 +218,30 @@ def build_plugin_options(plugin: str, options_type: type | None, table: Mapping[
     given = ", ".join(f"{key} = {_shown(value)}" for key, value in table.items())
     raise ConfigError(f"{config_path}: plugin {plugin!r}: options {given} do not fit together: "
                       f"{_reason(failure)}") from failure
+
+
+def apply_renamed_options(options: Any, plugin: str, renamed: Mapping[str, str], *,
+                          combine: Mapping[str, Callable[[Any, Any], Any]] | None = None) -> None:
+    """Accept renamed options: call from an ``@attrs.frozen`` options class's ``__attrs_post_init__``.
+
+    ``renamed`` maps each old field name (a field defaulting to None) to its new one. An old
+    option that is set moves to the new field, with a DeprecationWarning and a log line; set beside
+    the new one with another value it is a ConfigError naming both. ``combine[new]`` merges an old
+    value into the new one instead (several old switches that became one), ``combine(old, new)``.
+    """
+    defaults = attrs.fields_dict(type(options))
+    for old, new in renamed.items():
+        value = getattr(options, old)
+        if value is None:
+            continue
+        current = getattr(options, new)
+        if combine is not None and new in combine:
+            value = combine[new](value, current)
+        elif current != defaults[new].default and current != value:
+            raise ConfigError(f"plugins.{plugin}: {old} = {value!r} contradicts {new} = {current!r}; "
+                              f"{old} is the old name of {new}: keep only {new}")
+        warnings.warn(f"plugins.{plugin}.{old} is deprecated; it is now called {new} (see the plugin's options)",
+                      DeprecationWarning, stacklevel=4)
+        _log.warning("deprecated plugin option", plugin=plugin, option=old, use=new)
+        object.__setattr__(options, new, value)
+        object.__setattr__(options, old, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import attrs
@@ -13,12 +12,11 @@ from plugmq.core import (
     parse_delay_levels,
     validate_topic,
 )
-from plugmq.core.logs import get_logger
+from plugmq.core.plugin_options import apply_renamed_options
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "DelayLevelOptions"]
 
-log = get_logger(__name__)
 
 DEFAULT_DEAD_LETTER_TOPIC = "%DLQ%DELAY_LEVEL"
 
@@ -104,21 +102,9 @@ class DelayLevelOptions:
     flush_store_before_persist: bool | None = attrs.field(default=None, validator=_optional_bool)
 
     def __attrs_post_init__(self) -> None:
-        for old, new in DEPRECATED_NAMES.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            current = getattr(self, new)
-            if new == "fsync":
-                value = value or current  # either old switch on means durable
-            elif current != attrs.fields_dict(type(self))[new].default and current != value:
-                raise ConfigError(f"plugins.delay_level: {old} = {value!r} contradicts {new} = {current!r}; "
-                                  f"{old} is the old name of {new}: keep only {new}")
-            message = f"plugins.delay_level.{old} is deprecated; use {new} (see the plugin's options)"
-            warnings.warn(message, DeprecationWarning, stacklevel=3)
-            log.warning("deprecated delay option", plugin="delay_level", option=old, use=new)
-            object.__setattr__(self, new, value)
-            object.__setattr__(self, old, None)
+        # either old durability switch on means durable
+        apply_renamed_options(self, "delay_level", DEPRECATED_NAMES,
+                              combine={"fsync": lambda old, new: old or new})
 
     @property
     def levels_ms(self) -> tuple[int, ...]:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import resource
-import warnings
 from typing import Any
 
 import attrs
 
 from plugmq.core import ConfigError, validate_topic
-from plugmq.core.logs import get_logger
+from plugmq.core.plugin_options import apply_renamed_options
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "TWO_YEARS_MS", "DelayScheduleOptions"]
 
-log = get_logger(__name__)
 
 #: Old option name -> the family-wide name it was renamed to (still accepted, with a warning).
 DEPRECATED_NAMES = {"retry_delay_ms": "retry_after_error_ms"}
@@ -107,19 +105,7 @@ class DelayScheduleOptions:
     retry_delay_ms: int | None = attrs.field(default=None, validator=_optional_int)
 
     def __attrs_post_init__(self) -> None:
-        for old, new in DEPRECATED_NAMES.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            current = getattr(self, new)
-            if current != attrs.fields_dict(type(self))[new].default and current != value:
-                raise ConfigError(f"plugins.delay_schedule: {old} = {value!r} contradicts {new} = {current!r}; "
-                                  f"{old} is the old name of {new}: keep only {new}")
-            message = f"plugins.delay_schedule.{old} is deprecated; it is now called {new} (same meaning)"
-            warnings.warn(message, DeprecationWarning, stacklevel=3)
-            log.warning("deprecated delay option", plugin="delay_schedule", option=old, use=new)
-            object.__setattr__(self, new, value)
-            object.__setattr__(self, old, None)
+        apply_renamed_options(self, "delay_schedule", DEPRECATED_NAMES)
 
     @property
     def open_files_limit(self) -> int:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import resource
-import warnings
 from typing import Any
 
 import attrs
 
 from plugmq.core import ConfigError, validate_topic
-from plugmq.core.logs import get_logger
+from plugmq.core.plugin_options import apply_renamed_options
 
 __all__ = ["DEFAULT_MAX_DELAY_MS", "DEPRECATED_NAMES", "DelayWheelOptions", "open_hours_for"]
 
-log = get_logger(__name__)
 
 #: Two leap years: the issue asks for "at least 2 years" of arbitrary delay.
 DEFAULT_MAX_DELAY_MS = 2 * 366 * 86_400_000
@@ -76,16 +74,4 @@ class DelayWheelOptions:
     clamp_over_max: bool | None = attrs.field(default=None, validator=_optional_bool)
 
     def __attrs_post_init__(self) -> None:
-        for old, new in DEPRECATED_NAMES.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            current = getattr(self, new)
-            if current != attrs.fields_dict(type(self))[new].default and current != value:
-                raise ConfigError(f"plugins.delay_wheel: {old} = {value!r} contradicts {new} = {current!r}; "
-                                  f"{old} is the old name of {new}: keep only {new}")
-            message = f"plugins.delay_wheel.{old} is deprecated; it is now called {new} (same meaning)"
-            warnings.warn(message, DeprecationWarning, stacklevel=3)
-            log.warning("deprecated delay option", plugin="delay_wheel", option=old, use=new)
-            object.__setattr__(self, new, value)
-            object.__setattr__(self, old, None)
+        apply_renamed_options(self, "delay_wheel", DEPRECATED_NAMES)
