@@ -38,6 +38,7 @@ from plugmq.core import (
     Timer,
 )
 from plugmq.core.logs import get_logger
+from plugmq.core.writeback import write_back
 from plugmq.plugins.delay_level.lateness import Lateness
 from plugmq.plugins.delay_level.offsets import OffsetTable
 from plugmq.plugins.delay_level.options import DelayLevelOptions
@@ -276,22 +277,12 @@ class LevelDelayScheduler:
 
     def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
         """Deliver in order; None when all were stored, else which ones reached the store."""
-        delivered = 0
-        try:
-            if self._deliver_batch is not None:
-                self._deliver_batch(requests)
-            else:
-                for request in requests:
-                    self._deliver(request)
-                    delivered += 1
-            return None
-        except Exception:  # whatever the store raised, the messages stay and are retried
+        outcome = write_back(requests, self._deliver, self._deliver_batch, self._was_delivered)
+        if outcome.error is not None:
             self._counts["deliver_errors"] += 1
-            log.exception("delay_level write-back failed; retrying later", messages=len(requests),
-                          retry_ms=self._options.retry_after_error_ms)
-        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
-            return [i < delivered for i in range(len(requests))]
-        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
+            log.error("delay_level write-back failed; retrying later", messages=len(requests),
+                      retry_ms=self._options.retry_after_error_ms, exc_info=outcome.error)
+        return outcome.stored
 
     def _skip_removed(self, qid: int, offset: int) -> int:
         low = self._store.min_offset(SCHEDULE_TOPIC, qid)

@@ -50,6 +50,7 @@ from plugmq.core import (
 )
 from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
+from plugmq.core.writeback import write_back
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
 from plugmq.plugins.delay_schedule.message_log import MessageLog
@@ -506,22 +507,12 @@ class ScheduleDelayScheduler:
 
     def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
         """Deliver in order; None when all were stored, else which ones reached the store."""
-        done = 0
-        try:
-            if self._deliver_batch is not None:
-                self._deliver_batch(requests)
-            else:
-                for request in requests:
-                    self._deliver(request)
-                    done += 1
-            return None
-        except Exception:  # noqa: BLE001 - any write-back failure is retried, as QMQ does
+        outcome = write_back(requests, self._deliver, self._deliver_batch, self._was_delivered)
+        if outcome.error is not None:
             self._metrics.deliver_failures += 1
-            self._log.exception("delivery failed; retrying", messages=len(requests),
-                                retry_in_ms=self._opt.retry_after_error_ms)
-        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
-            return [i < done for i in range(len(requests))]
-        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
+            self._log.error("delivery failed; retrying", messages=len(requests),
+                            retry_in_ms=self._opt.retry_after_error_ms, exc_info=outcome.error)
+        return outcome.stored
 
     def _settle(self, now: int, batch: list[WheelEntry], dead: list[bool], stored: list[bool] | None) -> None:
         delivered: dict[Segment, list[int]] = defaultdict(list)

@@ -44,6 +44,7 @@ from plugmq.core import (
 )
 from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
+from plugmq.core.writeback import write_back
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
 from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
@@ -511,22 +512,13 @@ class WheelDelayScheduler:
 
     def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
         """Deliver in order; None when all were stored, else which ones reached the store."""
-        done = 0
-        try:
-            if self._deliver_batch is not None:
-                self._deliver_batch(requests)
-            else:
-                for request in requests:
-                    self._deliver(request)
-                    done += 1
-            return None
-        except Exception:  # noqa: BLE001 - whatever the store raised, the messages stay and are retried
+        outcome = write_back(requests, self._deliver, self._deliver_batch, self._was_delivered)
+        if outcome.error is not None:
             self._counters["deliver_errors"] += 1
-            self._log.exception("delayed message write-back failed; the wheel retries it",
-                                messages=len(requests), retry_after_ms=self._opts.retry_after_error_ms)
-        if self._deliver_batch is None:  # one at a time: the ones before the failure are stored
-            return [i < done for i in range(len(requests))]
-        return [self._was_delivered is not None and self._was_delivered(r) for r in requests]
+            self._log.error("delayed message write-back failed; the wheel retries it",
+                            messages=len(requests), retry_after_ms=self._opts.retry_after_error_ms,
+                            exc_info=outcome.error)
+        return outcome.stored
 
     def _settle(self, now: int, items: list[Item], outgoing: list[_Outgoing], files: HourFiles,
                 start: Key, end: Key, stored: list[bool] | None) -> None:
