@@ -188,6 +188,8 @@ def test_a_failure_that_keeps_coming_back_is_logged_once_then_its_recovery(tmp_p
         finally:
             flusher.stop()
             store.close()
-    failed = [e for e in logs if e["event"] == "background flush failed"]
-    assert rounds["failing"] >= 20 and len(failed) == 1, logs
-    assert [e["after_failures"] for e in logs if e["event"] == "background flush works again"] == [rounds["failing"]]
+    # Only this flusher's failure counts: a store another test left open may log from its own thread.
+    ours = [e for e in logs if "gone" in str(e.get("error"))]
+    failed = [e for e in ours if e["event"] == "background flush failed"]
+    assert rounds["failing"] >= 20 and len(failed) == 1, ours
+    assert [e["after_failures"] for e in ours if e["event"] == "background flush works again"] == [rounds["failing"]]

@@ -143,13 +143,14 @@ class FlushService:
             if key == self._failing:
                 log.error("background flush still failing", error=key, failures=self._failures)
             else:
-                log.exception("background flush failed")
+                log.exception("background flush failed", error=key, dir=str(self._cl.dir))
             self._failing, self._reported_at, self._failures = key, now, 0
         self._failures += 1
 
     def _report_recovery(self) -> None:
         if self._failing is not None:
-            log.info("background flush works again", after_failures=self._failures)
+            log.info("background flush works again", error=self._failing, after_failures=self._failures,
+                     dir=str(self._cl.dir))
             self._failing, self._failures = None, 0
 
     def stop(self) -> None:
