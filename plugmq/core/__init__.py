@@ -5,6 +5,7 @@ Plugins import from here (and only from here) to implement hooks and return comp
 
 from plugmq.core.clock import Clock, ManualClock, SystemClock, Timer
 from plugmq.core.contracts import (
+    SYSTEM_RECORD_HEADROOM,
     AllocateStrategy,
     AllocateStrategyFactory,
     AllocationCapabilities,
@@ -139,6 +140,7 @@ __all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "MessageQueue",
     "MessageStore",
     "PluginContext",
+    "SYSTEM_RECORD_HEADROOM",
     "RetentionFloor",
     "PluginDeclaration",
     "Prop",

@@ -984,34 +984,50 @@ class Broker:
         if self._closed:
             raise ClientError(f"broker {self.name!r} is closed")
 
-    def _close_services(self) -> None:
+    def _close_services(self, step: Callable[[str, Callable[[], object]], None] | None = None) -> None:
+        run = step or (lambda _what, action: action())
         replication: ReplicationService | None = getattr(self, "replication", None)
         if replication is not None:
-            replication.close()  # first: no slave waits on, or writes into, a closing store
+            run("replication", replication.close)  # first: no slave waits on, or writes into, a closing store
         if hasattr(self, "retention"):
-            self.retention.close()
+            run("retention", self.retention.close)
         cluster = getattr(self, "cluster", None)
         if cluster is not None:
-            cluster.close()  # first: routes stop naming this broker before its services stop
+            run("cluster", cluster.close)  # first: routes stop naming this broker before its services stop
         pop: PopService | None = getattr(self, "pop", None)
         if pop is not None:
-            pop.close()
-        for service in (getattr(self, "transactions", None), getattr(self, "delay", None)):
+            run("pop", pop.close)
+        for what in ("transactions", "delay"):
+            service = getattr(self, what, None)
             if service is not None:
-                service.close()
+                run(what, service.close)
         self.store.close()
 
     def close(self) -> None:
-        """Stop background services, persist their state, flush and close the store. Idempotent."""
+        """Stop background services, persist their state, flush and close the store. Idempotent.
+
+        A step that fails (say, a full disk while the offsets are persisted) is logged and the
+        rest still run, so the store is always closed; the first failure is raised at the end."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self.plugins.hooks.broker_stopping(self.name)
+        failures: list[Exception] = []
+
+        def step(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except Exception as exc:  # reported; the first is raised after the store is closed
+                log.exception("a step of closing the broker failed; closing goes on", broker=self.name, step=what)
+                failures.append(exc)
+
+        step("broker_stopping hooks", lambda: self.plugins.hooks.broker_stopping(self.name))
         for consumer in list(self._consumers):
-            consumer.shutdown()
-        self.consumer_offsets.persist_all()
-        self.groups.close()
-        self._close_services()
+            step("a consumer's shutdown", consumer.shutdown)
+        step("consumer offsets", self.consumer_offsets.persist_all)
+        step("groups", self.groups.close)
+        self._close_services(step)
+        if failures:
+            raise failures[0]
         log.info("broker closed", broker=self.name)
 

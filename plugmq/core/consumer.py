@@ -181,11 +181,13 @@ class PushConsumer:
         self.broker.wake_consumers()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self.model is MessageModel.CLUSTERING:
-            self.broker.leave_group(self)
-        self._offsets.persist()
-        self._executor.shutdown(wait=True)
-        self.broker.unregister_consumer(self)
+        try:
+            if self.model is MessageModel.CLUSTERING:
+                self.broker.leave_group(self)
+            self._offsets.persist()
+        finally:  # offsets that could not be written must not leave the listener threads running
+            self._executor.shutdown(wait=True)
+            self.broker.unregister_consumer(self)
 
     def crash(self) -> None:
         """Stop without leaving the group or committing (simulates a dead process for tests)."""

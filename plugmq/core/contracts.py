@@ -34,6 +34,7 @@ from plugmq.core.names import validate_broker_name, validate_cluster_name, valid
 from plugmq.core.retention import RetentionFloor
 
 __all__ = [
+    "SYSTEM_RECORD_HEADROOM",
     "AllocateStrategy",
     "AllocateStrategyFactory",
     "AllocationCapabilities",
@@ -123,6 +124,10 @@ class PluginDeclaration:
     capabilities: Any = None
 
 
+SYSTEM_RECORD_HEADROOM = 1024 * 1024
+"""How much larger than a client body a broker-written record may be (see PluginContext)."""
+
+
 @attrs.frozen
 class PluginContext:
     """What a component factory gets: the broker's identity, its clock, where its files go.
@@ -135,6 +140,11 @@ class PluginContext:
     ``retention.lowest()`` for the lowest commit-log offset a consumer group or a service still
     needs; a service that keeps messages in the store registers what it needs with
     ``retention.hold(name, source)``.
+
+    ``max_message_size`` is the broker's limit for a client's message body (the broker checks it
+    before a store sees the message). ``store_body_limit`` is the largest body a store must accept:
+    larger by ``SYSTEM_RECORD_HEADROOM``, because the broker's own records (state snapshot parts,
+    delay intents that wrap a whole client message) go into the same store.
     """
 
     broker_name: str
@@ -144,6 +154,11 @@ class PluginContext:
     max_message_size: int = 4 * 1024 * 1024
     options: Mapping[str, Any] = attrs.field(factory=dict)
     retention: RetentionFloor | None = None
+    store_body_limit: int = attrs.field()
+
+    @store_body_limit.default
+    def _client_limit_plus_headroom(self) -> int:
+        return self.max_message_size + SYSTEM_RECORD_HEADROOM
 
     def options_for(self, plugin: str) -> Any:
         return self.options.get(plugin)

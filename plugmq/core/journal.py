@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import JournalReplay, MessageStore
+from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, MessageStore
 from plugmq.core.errors import CorruptRecordError, ReadOnlyBrokerError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult, SendStatus, StoredMessage
@@ -58,8 +58,9 @@ _SNAPSHOT_HEAD = 1
 _SNAPSHOT_PART = 2
 _PARTS = "STATE_SNAPSHOT_PARTS"
 _PAGE = 4096
-#: A snapshot is stored in parts of at most this many bytes (far below any message size limit).
-SNAPSHOT_PART_BYTES = 512 * 1024
+#: A snapshot is stored in parts of at most this many bytes: within the headroom every store
+#: accepts above the client limit, so a part fits however small ``max_message_size`` is set.
+SNAPSHOT_PART_BYTES = SYSTEM_RECORD_HEADROOM // 2
 #: A snapshot further behind the log end than this holds retention back: a new one is due.
 DEFAULT_SNAPSHOT_LAG_BYTES = 256 * 1024 * 1024
 #: A snapshot older than this (clock ms) with log written after it: a new one is due, so the

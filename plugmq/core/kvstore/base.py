@@ -127,7 +127,7 @@ class KeyValueMessageStore(KeyValueReplicaLog, ABC, Generic[O]):
         self._clock = context.clock
         self._store_host = context.store_host
         self._id_prefix = encode_msg_id(context.store_host, 0)[:16]
-        self._max_body = context.max_message_size
+        self._max_body = context.store_body_limit
         self._dir = data_dir
         self._log = logger.bind(store=str(data_dir), flush=options.flush)
         self._lock_fd = lock_directory(root)

@@ -102,7 +102,7 @@ def prepare(request: AppendRequest, store_host: str, max_body: int) -> Prepared:
     if len(request.body) > max_body:
         raise StoreError(
             f"message body for topic {request.topic!r} is {len(request.body)} bytes; this store takes at most "
-            f"{max_body} (the broker's max_message_size); split the payload"
+            f"{max_body} (the broker's max_message_size plus room for its own records); split the payload"
         )
     topic = _cached_text(request.topic)
     if not 0 < len(topic) <= 255:

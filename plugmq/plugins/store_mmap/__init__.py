@@ -37,6 +37,6 @@ def plugmq_make_store(context: PluginContext) -> MessageStore | None:
         options,
         clock=context.clock,
         store_host=context.store_host,
-        max_message_size=context.max_message_size,
+        max_message_size=context.store_body_limit,
         retention=context.retention,
     )
