@@ -27,6 +27,7 @@ the child closes the store while writing).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -39,7 +40,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -281,11 +282,21 @@ def _timed_reads(store: MessageStore) -> tuple[int, float]:
     return total, time.perf_counter() - start
 
 
-def _open(plugin: str, workdir: Path, flush: str) -> MessageStore:
+@contextlib.contextmanager
+def _opened(plugin: str, workdir: Path, flush: str) -> Iterator[MessageStore]:
+    """A new store in its own directory under ``workdir``; closed and removed afterwards (a run
+    with ``--dir`` would otherwise leave a store per case behind)."""
     from plugmq.core.components import open_store
 
     path = Path(tempfile.mkdtemp(prefix=f"{plugin}-{flush}-", dir=workdir))
-    return open_store(plugin, path, options={"flush": flush})
+    try:
+        store = open_store(plugin, path, options={"flush": flush})
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def usable_stores(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -339,8 +350,7 @@ class Bench:
         for round_ in range(self.rounds):
             for case, batch in (("single async", 1), ("batch async", self.batch)):
                 self.progress(f"{plugin} {case}, {size} B, round {round_ + 1}/{self.rounds}")
-                store = _open(plugin, self.workdir, "async")
-                try:
+                with _opened(plugin, self.workdir, "async") as store:
                     seconds = _timed_appends(store, requests, n, batch, 1)
                     if seconds < best.get(case, (float("inf"), 0))[0]:
                         best[case] = (seconds, n)
@@ -348,8 +358,6 @@ class Bench:
                         self.progress(f"{plugin} consume-queue reads, {size} B")
                         entries, read_seconds = _timed_reads(store)
                         self._add(plugin, "cq read", size, "async", CQ_PAGE, 1, entries, read_seconds, "cq scan")
-                finally:
-                    store.close()
             if round_ > 0:  # the first raw round ran with the other baselines
                 self.raw_round(size, bodies)
         for case, batch, baselines in (("single async", 1, ["mmap single"]),
@@ -362,13 +370,10 @@ class Bench:
         cases += [("batch sync", "sync", self.batch, 1, "write+fsync")]
         for case, flush, batch, threads, baseline in cases:
             self.progress(f"{plugin} {case}, {size} B")
-            store = _open(plugin, self.workdir, flush)
-            try:
+            with _opened(plugin, self.workdir, flush) as store:
                 count = n - n % threads
                 seconds = _timed_appends(store, requests, count, batch, threads)
                 self._add(plugin, case, size, flush, batch, threads, count, seconds, baseline)
-            finally:
-                store.close()
 
     def _add(self, plugin: str, case: str, size: int, flush: str, batch: int, threads: int, messages: int,
              seconds: float, baseline: str) -> None:
@@ -521,6 +526,9 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
     finally:
         if own_dir:
             shutil.rmtree(root, ignore_errors=True)
+        else:  # the caller's directory: only what the bench itself wrote goes
+            for raw in ("raw-single", "raw-batch", "raw-fsync", "raw-cq"):
+                (root / raw).unlink(missing_ok=True)
     load_after = os.getloadavg()
     if as_json:
         click.echo(json.dumps({
