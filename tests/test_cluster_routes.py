@@ -65,6 +65,26 @@ def test_a_slave_routes_the_topics_it_registered() -> None:
     assert layout(view, "T") == [("a", 0, 0), ("a", 1, 0), ("a", 0, 1), ("a", 1, 1)]
 
 
+def test_a_slave_stands_in_read_only_while_its_broker_name_has_no_master() -> None:
+    slave = broker("a", 4, {"T": 2}, broker_id=1, role="slave")
+    second = broker("a", 5, {"T": 2}, broker_id=2, role="slave")
+    other = broker("b", 2, {"T": 1})
+    alone = topic_route(ClusterView("c", (slave, second, other)), "T")
+    stand_in = [r for r in alone if r.standing_in]
+    # The lowest id stands in, read-only (producers never send there); the other slave stays a slave.
+    assert [(r.broker.broker_id, r.queue.queue_id, r.permission) for r in stand_in] == [
+        (1, 0, TopicPermission.READ), (1, 1, TopicPermission.READ)]
+    assert all(r.readable and not r.writable for r in stand_in)
+    assert [r.permission for r in alone if r.broker.broker_id == 2] == [TopicPermission.READ_WRITE] * 2
+    assert [r for r in alone if r.queue.broker_name == "b"][0].standing_in is False
+    # A master of the name (back, or a slave elected with an epoch): the slave no longer stands in.
+    for master in (broker("a", 1, {"T": 2}), broker("a", 6, {"T": 2}, broker_id=3, role="async_master", epoch=2)):
+        assert not any(r.standing_in for r in topic_route(ClusterView("c", (master, slave, second)), "T"))
+    # A slave that has not registered the topic stands in for nothing.
+    assert not any(r.standing_in for r in topic_route(ClusterView("c", (broker("a", 4, {"U": 1}, broker_id=1,
+                                                                                  role="slave"),)), "T"))
+
+
 def test_brokers_register_client_topics_and_dead_letter_topics_read_only() -> None:
     registered = registered_topics({"T": 4, "%DLQ%g": 1, "%RETRY%g": 1, "SCHEDULE_TOPIC_XXXX": 18,
                                     "RMQ_SYS_TRANS_HALF_TOPIC": 1})

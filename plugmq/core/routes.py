@@ -9,6 +9,12 @@ RocketMQ's multi-master clusters spread "the queues of one topic evenly over the
 
 Queues are ordered by queue id first, then broker: ``a/0 b/0 c/0 a/1 b/1 ...``. Clients pick
 queues round-robin and a failed send retries on the next queue, which is then on another broker.
+
+A broker name with no live master (killed with failover off, before a promotion, or no slave
+eligible) keeps being read, as RocketMQ consumers fall back to a slave while its master is down:
+the slave with the lowest broker id *stands in* - its queues are routed read-only (never WRITE,
+so producers never send to it) and served as the name's broker id 0, which the official clients
+read from. Once a master of the name registers again, the route is the master's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ class RoutedQueue:
     queue: MessageQueue
     broker: BrokerRegistration
     permission: TopicPermission
+    #: A slave serving reads for its broker name while no master of the name is live (the
+    #: permission then has no WRITE): clients get it as the name's broker id 0.
+    standing_in: bool = attrs.field(default=False, kw_only=True)
 
     @property
     def readable(self) -> bool:
@@ -66,6 +75,13 @@ def topic_route(view: ClusterView, topic: str, *,
     just written), merged over the view's.
     """
     declaration = (declared or {}).get(topic) or view.topics.get(topic)
+    mastered = {b.broker_name for b in view.brokers if b.is_master}
+    stand_ins: set[tuple[str, int]] = set()  # (broker name, broker id) of the slave read in a master's place
+    for broker in view.brokers:  # sorted by (name, id): the first slave holding the topic stands in
+        if (broker.broker_name not in mastered and topic in broker.topics
+                and broker.topics[topic].permission & TopicPermission.READ
+                and all(name != broker.broker_name for name, _ in stand_ins)):
+            stand_ins.add((broker.broker_name, broker.broker_id))
     routed: list[RoutedQueue] = []
     for broker in view.brokers:
         registration = broker.topics.get(topic)
@@ -77,7 +93,10 @@ def topic_route(view: ClusterView, topic: str, *,
             count, permission = declaration.queue_count, declaration.permission
         else:
             continue
-        routed.extend(RoutedQueue(MessageQueue(topic, broker.broker_name, i), broker, permission)
-                      for i in range(count))
+        standing_in = (broker.broker_name, broker.broker_id) in stand_ins
+        if standing_in:
+            permission = TopicPermission.READ  # read while the master is away; sends wait for a master
+        routed.extend(RoutedQueue(MessageQueue(topic, broker.broker_name, i), broker, permission,
+                                  standing_in=standing_in) for i in range(count))
     routed.sort(key=lambda r: (r.queue.queue_id, r.queue.broker_name, r.broker.broker_id))
     return routed

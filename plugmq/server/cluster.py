@@ -25,7 +25,7 @@ from plugmq.core.contracts import (
     Mastership,
     TopicPermission,
 )
-from plugmq.core.errors import ClusterError, ConfigError
+from plugmq.core.errors import ClusterError, ConfigError, ReadOnlyBrokerError
 from plugmq.core.failover import Failover
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
@@ -206,6 +206,28 @@ class ClusterMember:
     @property
     def auto_creates_topics(self) -> bool:
         return self.broker.config.auto_create_topic
+
+    def live_master(self) -> BrokerRegistration | None:
+        """The live master of this broker's name, when it is another broker (None while none is up)."""
+        return next((b for b in self.service.view().brokers if b.broker_name == self.broker.name and b.is_master
+                     and b.broker_id != self.broker.config.broker_id), None)
+
+    def check_consumer_reads(self) -> None:
+        """ReadOnlyBrokerError on a slave whose master is up: its consumers read from the master.
+
+        A slave hands out messages only while no master of its name is live (it is then routed
+        read-only in the master's place); its pop progress stays in its memory, because its log
+        must remain a prefix of the master's. Once a master is back, a receive here would hand out
+        what the master hands out too: refused, so a consumer still holding the old route moves on
+        with its next route refresh. Acks of what it handed out stay accepted."""
+        if self.broker.role is not BrokerRole.SLAVE:
+            return
+        master = self.live_master()
+        if master is not None:
+            raise ReadOnlyBrokerError(
+                f"broker {self.broker.name!r} (id {self.broker.config.broker_id}) is a slave and its master is up at "
+                f"{master.endpoint}: consumers read from the master; query the route again (the official clients "
+                "do every 30 s)")
 
     def route(self, topic: str) -> list[RoutedQueue]:
         with self._lock:

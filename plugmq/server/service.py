@@ -173,9 +173,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             target.id = 0
             target.endpoints.CopyFrom(self._endpoints(asked))  # the address the client used for this broker
             return
-        # The official clients send to id 0 alone: an elected master (failover) is id 0 whatever its
-        # configured id, and a broker that is not master never is.
-        target.id = 0 if queue.broker.is_master else max(queue.broker.broker_id, 1)
+        # The official clients send to and read from id 0 alone: an elected master (failover) is id 0
+        # whatever its configured id, and so is a slave standing in for a missing master (its queues
+        # are read-only, so producers still never send there); any other slave never is.
+        target.id = 0 if queue.broker.is_master or queue.standing_in else max(queue.broker.broker_id, 1)
         host, _, port = queue.broker.endpoint.rpartition(":")
         target.endpoints.scheme = definition_pb2.AddressScheme.IPv4
         target.endpoints.addresses.add(host=host, port=int(port))
@@ -219,8 +220,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             await self._run(self._readable_queues, topic)
         routed = await self._run(self._routed, topic)
         allocating = self.assigner.allocating(group)
-        # Consumers read masters; a broker alone serves its readers whatever its role.
-        routed = [r for r in routed if r.readable and (r.broker.is_master or self.cluster is None)]
+        # Consumers read masters (a slave where its name has none); a broker alone serves its readers
+        # whatever its role.
+        routed = [r for r in routed if r.readable and (r.broker.is_master or r.standing_in or self.cluster is None)]
         if allocating:
             client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
             assigned = await self._run(self.assigner.assign, group, client_id, routed, await self._run(self._view))
@@ -332,6 +334,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             group = _group(request.group)
             topic = topic_name(request.message_queue.topic)
             self.auth.require(account, "subscribe", topic)
+            if self.cluster is not None:
+                self.cluster.check_consumer_reads()
             known, subscription = self._compiled(request.filter_expression)
             if not known:
                 subscription = await self._run(self._subscription, request.filter_expression)
