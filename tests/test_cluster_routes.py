@@ -76,7 +76,7 @@ def test_a_slave_stands_in_read_only_while_its_broker_name_has_no_master() -> No
         (1, 0, TopicPermission.READ), (1, 1, TopicPermission.READ)]
     assert all(r.readable and not r.writable for r in stand_in)
     assert [r.permission for r in alone if r.broker.broker_id == 2] == [TopicPermission.READ_WRITE] * 2
-    assert [r for r in alone if r.queue.broker_name == "b"][0].standing_in is False
+    assert next(r for r in alone if r.queue.broker_name == "b").standing_in is False
     # A master of the name (back, or a slave elected with an epoch): the slave no longer stands in.
     for master in (broker("a", 1, {"T": 2}), broker("a", 6, {"T": 2}, broker_id=3, role="async_master", epoch=2)):
         assert not any(r.standing_in for r in topic_route(ClusterView("c", (master, slave, second)), "T"))

@@ -24,6 +24,7 @@ from plugmq.core.contracts import (
     BrokerRole,
     ClusterContext,
     ClusterService,
+    ConsumerHandover,
     DelayContext,
     DelayScheduler,
     FailoverReplication,
@@ -169,7 +170,9 @@ class Broker:
             self.replication = open_replication(self.plugins, base, self.store, role=self.role,
                                                 broker_id=config.broker_id, replicated=self._on_replicated,
                                                 truncated=self._on_truncated, failover=config.failover,
-                                                where=config.source)
+                                                where=config.source, handover=self._consumer_handover,
+                                                handed_over=self._consumer_handed_over,
+                                                adopt=self._adopt_consumer_progress)
             # With replication, delayed messages are intents in the log too, so a promoted slave
             # delivers what its master had pending (plugmq.core.delayledger).
             if self.replication is not None and self._delay_context is not None:
@@ -565,6 +568,27 @@ class Broker:
         if pop is not None:
             pop.state.follow()
         self.wake_consumers()
+
+    def _consumer_handover(self) -> ConsumerHandover:
+        """A slave connecting to a master: the pop progress its own readers made (served while no
+        master was up), for the master to adopt."""
+        pop: PopService | None = getattr(self, "pop", None)
+        return pop.state.handover() if pop is not None else []
+
+    def _consumer_handed_over(self, lanes: ConsumerHandover) -> None:
+        pop: PopService | None = getattr(self, "pop", None)
+        if pop is not None:
+            pop.state.handed_over(lanes)
+
+    def _adopt_consumer_progress(self, lanes: ConsumerHandover) -> int:
+        """A master: a connecting slave's readers' progress moves this broker's pop lanes forward."""
+        pop: PopService | None = getattr(self, "pop", None)
+        if pop is None or self.role is BrokerRole.SLAVE:
+            return 0
+        moved = pop.adopt(lanes)
+        if moved:
+            self.wake_consumers()
+        return moved
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message stored at ``commit_log_offset`` (None if retention removed it)."""

@@ -45,6 +45,7 @@ __all__ = [
     "ClusterService",
     "ClusterTopic",
     "ClusterView",
+    "ConsumerHandover",
     "DelayCapabilities",
     "DelayContext",
     "DelayScheduler",
@@ -1275,6 +1276,10 @@ Replicated = Callable[[int], None]
 """The broker's hook on a slave: records up to this end offset were appended (wake consumers,
 learn new topics)."""
 
+ConsumerHandover = list[tuple[str, str, int, int]]
+"""Consumer progress a slave's own readers made: ``(group, topic, queue id, done below)``, every
+offset of the queue below ``done below`` acknowledged (or done) for the group."""
+
 
 @attrs.frozen
 class ReplicationContext(PluginContext):
@@ -1286,6 +1291,13 @@ class ReplicationContext(PluginContext):
     agrees with its master (the broker then rebuilds the state it follows from the log).
     ``failover``: the cluster's election picks the master (``[broker] failover``); the broker
     then starts as a slave that follows no master until told which (:class:`FailoverReplication`).
+
+    Consumer progress of a slave's own readers (consumers read from a slave while no master of
+    its name is up; its log stays a copy, so that progress is in its memory only): a slave calls
+    ``handover`` as it connects to a master and sends what it returns along (empty: nothing to
+    hand over; ``handed_over`` once the master took it); a master calls ``adopt`` with what a
+    slave handed over, which moves its consumers forward to where the slave's readers got (never
+    back). Both optional: without them the master delivers those messages again (at-least-once).
     """
 
     store: ReplicableStore | None = None
@@ -1294,6 +1306,9 @@ class ReplicationContext(PluginContext):
     replicated: Replicated | None = None
     truncated: Replicated | None = None
     failover: bool = False
+    handover: Callable[[], ConsumerHandover] | None = None
+    handed_over: Callable[[ConsumerHandover], None] | None = None
+    adopt: Callable[[ConsumerHandover], int] | None = None
 
 
 @runtime_checkable

@@ -32,11 +32,11 @@ import attrs
 
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import Filter
-from plugmq.core.errors import ReceiptHandleError, ValidationError
+from plugmq.core.errors import InvalidNameError, ReceiptHandleError, TopicError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
-from plugmq.core.names import Prop
+from plugmq.core.names import Prop, validate_group
 from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.popstate import Inflight, Lane, PopState
 
@@ -435,6 +435,33 @@ class PopService:
         for listener in list(self.deadline_listeners):
             listener()  # messages may be available again: long polls look now
         return previous
+
+    def adopt(self, lanes: Iterable[tuple[str, str, int, int]]) -> int:
+        """Take the progress a slave's own readers made while no master was up (``(group, topic,
+        queue id, done below)``, see ``PopState.handover``): a lane of this broker whose lowest
+        offset not done is below ``done below`` moves its cursor there (its in-flight messages
+        are forgotten; those at or above the cursor come again as new ones), so what the slave's
+        readers acknowledged is not delivered again. Never moves a lane back; topics this broker
+        does not have are skipped. Returns how many lanes moved."""
+        moved = 0
+        with self.state.lock:
+            for group, topic, queue_id, done in lanes:
+                try:
+                    validate_group(group)
+                    known = {q.queue_id for q in self.backend.topic_queues(topic, create=False)}
+                except (InvalidNameError, TopicError):
+                    continue
+                if queue_id not in known or done < 0:
+                    continue
+                lane = self.state.lanes.get((group, topic, queue_id))
+                if lane is not None and min(lane.inflight, default=lane.next_offset) >= done:
+                    continue
+                self.reset(group, topic, {queue_id: done})
+                moved += 1
+        if moved:
+            log.info("consumer progress taken over from a slave that served reads while no master was up",
+                     lanes=moved)
+        return moved
 
     def delete_group(self, group: str) -> int:
         """Forget the group's progress and in-flight messages on every topic; returns lanes dropped."""

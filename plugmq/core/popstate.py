@@ -11,6 +11,8 @@ is done with.
 A slave's journal is read-only: consumers that read from a slave change its state in memory only
 (lanes it creates get negative ids, so they never collide with the master's), and a slave promoted
 to master writes the state it holds, its own readers' progress included, as its first snapshot.
+A returning master learns that progress too: the slave hands the lanes its readers changed over
+(:meth:`PopState.handover`) as it connects, and the master moves its own lanes forward to them.
 
 Data dirs written before the journal kept a snapshot (``pop-snapshot.json``) and a log
 (``pop-<generation>.log``) in ``<data_dir>/broker/pop/`` (earlier still in ``<data_dir>/server/``):
@@ -183,6 +185,7 @@ class PopState(_Lanes):
         self._fsync = fsync
         self._compact_bytes = compact_bytes
         self._closed = False
+        self._local: set[tuple[str, str, int]] = set()  # lanes a slave's own readers changed
         with self.lock:
             self._load()
             if legacy_dir is not None:
@@ -216,13 +219,16 @@ class PopState(_Lanes):
         if self._closed:
             raise ClientError("pop state is closed; the broker is closing")
         end = None
-        if self.writable:
+        writable = self.writable
+        if writable:
             data = "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops).encode()
             end = self.journal.append([data])
             if self._fsync:
                 self.journal.store.flush()
         for op in ops:
             self.apply(op)
+            if not writable and (lane := self.by_id.get(op[1])) is not None:
+                self._local.add((lane.group, lane.topic, lane.queue_id))
         if end is not None and self.journal.bytes_since_snapshot >= self._compact_bytes:
             self.compact()
         return end
@@ -282,7 +288,25 @@ class PopState(_Lanes):
     def reload(self) -> None:
         """Rebuild the state from the journal alone (the local changes of a slave's readers go)."""
         with self.lock:
+            self._local.clear()
             self._load()
+
+    def handover(self) -> list[tuple[str, str, int, int]]:
+        """On a slave: ``(group, topic, queue id, done below)`` of every lane its own readers
+        changed since the last :meth:`handed_over` - offsets below ``done below`` are done for the
+        group (the lowest in flight, else the cursor)."""
+        with self.lock:
+            return [(group, topic, queue_id, min(lane.inflight, default=lane.next_offset))
+                    for group, topic, queue_id in sorted(self._local)
+                    if (lane := self.lanes.get((group, topic, queue_id))) is not None]
+
+    def handed_over(self, lanes: Iterable[tuple[str, str, int, int]]) -> None:
+        """A master took ``lanes`` (from :meth:`handover`): forget them unless changed since."""
+        with self.lock:
+            for group, topic, queue_id, done in lanes:
+                lane = self.lanes.get((group, topic, queue_id))
+                if lane is None or min(lane.inflight, default=lane.next_offset) == done:
+                    self._local.discard((group, topic, queue_id))
 
     def _import_legacy(self, directory: Path) -> None:
         files = _state_files(directory)
@@ -311,6 +335,7 @@ class PopState(_Lanes):
                       [entry.row() for entry in lane.inflight.values()]] for lane in self.by_id.values()]
             data = json.dumps({"version": _VERSION, "seq": self.seq, "lanes": lanes}, separators=(",", ":"))
             self.journal.write_snapshot(data.encode())
+            self._local.clear()  # a promoted slave's readers' progress is in its log now
 
     def inflight_count(self) -> int:
         return sum(len(lane.inflight) for lane in self.by_id.values())

@@ -18,6 +18,7 @@ from typing import Any
 
 from plugmq.core.contracts import (
     BrokerRole,
+    ConsumerHandover,
     Family,
     MessageStore,
     ReplicableStore,
@@ -35,8 +36,11 @@ log = get_logger(__name__)
 
 def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: MessageStore, *, role: BrokerRole,
                      broker_id: int, replicated: Callable[[int], None], truncated: Callable[[int], None],
-                     failover: bool, where: str) -> ReplicationService | None:
-    """The replication plugin's service for this broker, or None for a master without one."""
+                     failover: bool, where: str, handover: Callable[[], ConsumerHandover] | None = None,
+                     handed_over: Callable[[ConsumerHandover], None] | None = None,
+                     adopt: Callable[[ConsumerHandover], int] | None = None) -> ReplicationService | None:
+    """The replication plugin's service for this broker, or None for a master without one.
+    ``handover`` / ``handed_over`` / ``adopt``: see :class:`ReplicationContext`."""
     plugins = loaded.with_family(Family.REPLICATION)
     if not plugins:
         if role is BrokerRole.ASYNC_MASTER and not failover:
@@ -57,7 +61,7 @@ def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: Mess
                           "store_lmdb or store_rocks")
     service = loaded.hooks.make_replication_service(ReplicationContext(
         **base, store=store, role=role, broker_id=broker_id, replicated=replicated, truncated=truncated,
-        failover=failover))
+        failover=failover, handover=handover, handed_over=handed_over, adopt=adopt))
     if service is None:
         raise PluginError(f"replication plugin {plugin!r} returned no replication service")
     return service

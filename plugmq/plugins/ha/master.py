@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plugmq.core import ReplicableStore, ReplicaStatus, ReplicationError, SendStatus, StoreError
+from plugmq.core import ConsumerHandover, ReplicableStore, ReplicaStatus, ReplicationError, SendStatus, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
@@ -119,8 +119,9 @@ class MasterSide:
     """Listens for slaves of this broker name and streams them the commit log."""
 
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, plugin_dir: Path,
-                 sync: bool, epochs: EpochFile) -> None:
+                 sync: bool, epochs: EpochFile, adopt: Callable[[ConsumerHandover], int] | None = None) -> None:
         self.store = store
+        self._adopt = adopt
         self.epochs = epochs
         self.options = options
         self.broker_name = broker_name
@@ -251,6 +252,7 @@ class MasterSide:
             for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
                 old.alive = False  # a reconnect replaces a half-open connection of the same slave
                 threading.Thread(target=old.close, daemon=True).start()
+        self._adopt_progress(slave, hello.get("consumer_progress"))
         welcome: dict[str, Any] = {"start": start, "end": end, "min": low, "format": store.log_format,
                                    "epoch": my_epoch, "epochs": [list(e) for e in mine]}
         if cut is not None and cut < int(hello["end"]):
@@ -261,6 +263,26 @@ class MasterSide:
         log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,
                  master_end=end, lag_bytes=end - slave_end)
         return start
+
+    def _adopt_progress(self, slave: _Slave, rows: Any) -> None:
+        """The consumer progress a slave's readers made while no master was up (its HELLO's
+        ``consumer_progress``): handed to the broker before WELCOME, so the slave forgets it only
+        once it is taken. A bad or failed hand-over is logged; it costs repeated deliveries only."""
+        if not rows or self._adopt is None:
+            return
+        try:
+            lanes = [(str(g), str(t), int(q), int(d)) for g, t, q, d in rows
+                     if isinstance(g, str) and isinstance(t, str) and isinstance(q, int) and isinstance(d, int)]
+        except (TypeError, ValueError):
+            log.warning("replication slave handed over unreadable consumer progress; ignored", slave=slave.address)
+            return
+        try:
+            moved = self._adopt(lanes)
+        except Exception:  # the stream matters more; the messages are delivered again instead
+            log.exception("consumer progress handed over by a slave not taken", slave=slave.address)
+            return
+        log.info("consumer progress handed over by a slave", slave=slave.address, broker_id=slave.broker_id,
+                 lanes=len(lanes), moved=moved)
 
     def forget(self, slave: _Slave) -> None:
         with self._lock:

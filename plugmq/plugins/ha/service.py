@@ -58,12 +58,14 @@ class HaService:
 
     def _master_side(self, role: BrokerRole) -> MasterSide:
         return MasterSide(self.store, self._options, broker_name=self._context.broker_name,
-                          plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER, epochs=self._epochs)
+                          plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER, epochs=self._epochs,
+                          adopt=self._context.adopt)
 
     def _slave_of(self, master: str) -> SlaveSide:
         return SlaveSide(self.store, self._options, broker_name=self._context.broker_name,
                          broker_id=self._context.broker_id, replicated=self._context.replicated,
-                         epochs=self._epochs, master=master, truncated=self._context.truncated)
+                         epochs=self._epochs, master=master, truncated=self._context.truncated,
+                         handover=self._context.handover, handed_over=self._context.handed_over)
 
     def start(self) -> None:
         with self._lock:

@@ -14,7 +14,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from plugmq.core import LogChunk, PlugmqError, ReplicableStore, Replicated, ReplicationError, StoreError
+from plugmq.core import (
+    ConsumerHandover,
+    LogChunk,
+    PlugmqError,
+    ReplicableStore,
+    Replicated,
+    ReplicationError,
+    StoreError,
+)
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile
@@ -31,7 +39,9 @@ class SlaveSide:
 
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
                  replicated: Replicated | None, epochs: EpochFile, master: str,
-                 truncated: Callable[[int], None] | None = None) -> None:
+                 truncated: Callable[[int], None] | None = None,
+                 handover: Callable[[], ConsumerHandover] | None = None,
+                 handed_over: Callable[[ConsumerHandover], None] | None = None) -> None:
         if not master:
             raise ReplicationError(f"broker {broker_name!r} is a slave but [plugins.ha] names no master; "
                                    'add master = "host:port" (the master\'s [plugins.ha] listen address)')
@@ -43,6 +53,8 @@ class SlaveSide:
         self.epochs = epochs
         self._replicated = replicated
         self._truncated = truncated
+        self._handover = handover
+        self._handed_over = handed_over
         self.in_sync = False  # the last thing heard from the master: this slave was within max_gap_bytes
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
@@ -110,10 +122,16 @@ class SlaveSide:
         sock.settimeout(self.options.peer_timeout_ms / 1000)
         store = self.store
         end = store.log_end_offset()
-        sock.sendall(frames.json_frame(FrameType.HELLO, {
+        hello = {
             "version": frames.PROTOCOL_VERSION, "broker_name": self.broker_name, "broker_id": self.broker_id,
             "format": store.log_format, "end": end, "min": store.log_min_offset(), "epoch": self.epochs.last_epoch,
-            "epochs": [list(e) for e in self.epochs.entries()]}))
+            "epochs": [list(e) for e in self.epochs.entries()]}
+        # What this slave's own readers acknowledged while no master was up: the master adopts it
+        # (an older master ignores the key and delivers those messages again).
+        handover = self._handover() if self._handover is not None else []
+        if handover:
+            hello["consumer_progress"] = [list(lane) for lane in handover]
+        sock.sendall(frames.json_frame(FrameType.HELLO, hello))
         reader = frames.Reader(sock, self.address)
         kind, payload = reader.read()
         body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
@@ -131,6 +149,10 @@ class SlaveSide:
             if self._truncated is not None:
                 self._truncated(end)
         self.epochs.adopt(body.get("epochs") or [], end)
+        if handover and self._handed_over is not None:
+            self._handed_over(handover)
+            log.info("consumer progress of this slave's readers handed over to the master", master=self.address,
+                     broker=self.broker_name, lanes=len(handover))
         self.connected = True
         self.connects += 1
         self.last_error = ""

@@ -1,0 +1,131 @@
+"""A slave's readers' progress, made while its master was down, handed over to the returning master.
+
+Embedded brokers with the ha plugin, real stores, real TCP on loopback; the master is closed and
+reopened on the same data dir and replication address. What the slave's readers acknowledged is
+not delivered again by the master; what they left in flight is; groups the slave's readers never
+touched keep the master's own progress.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from plugmq.core import ManualClock, Message, ReplicableStore
+from plugmq.core.broker import Broker
+
+PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]
+TOPIC = "Orders"
+DEADLINE_S = 20.0
+INVISIBLE_MS = 60_000
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def end_of(broker: Broker) -> int:
+    store = broker.store
+    assert isinstance(store, ReplicableStore)
+    return store.log_end_offset()
+
+
+class Pair:
+    """A master (reopenable at one replication address) and its slave; all closed at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = ManualClock(1_700_000_000)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.address = f"127.0.0.1:{sock.getsockname()[1]}"
+        self.opened: list[Broker] = []
+
+    def _open(self, name: str, **config: object) -> Broker:
+        broker = Broker.open(self.root / name, plugins=PLUGINS, clock=self.clock, **config)  # type: ignore[arg-type]
+        self.opened.append(broker)
+        return broker
+
+    def master(self) -> Broker:
+        return self._open("master", options={"ha": {"listen": self.address, "heartbeat_ms": 100,
+                                                    "peer_timeout_ms": 3000}})
+
+    def slave(self) -> Broker:
+        return self._open("slave", role="slave", broker_id=1, store_host="127.0.0.9:10911",
+                          options={"ha": {"master": self.address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
+                                          "reconnect_ms": 20, "reconnect_max_ms": 100}})
+
+    def close(self, broker: Broker) -> None:
+        broker.close()
+        self.opened.remove(broker)
+
+    def close_all(self) -> None:
+        for broker in reversed(self.opened):
+            broker.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    made = Pair(tmp_path)
+    yield made
+    made.close_all()
+
+
+def connected(slave: Broker) -> bool:
+    return bool(slave.replication.status().connected)  # type: ignore[union-attr]
+
+
+def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pair: Pair) -> None:
+    master = pair.master()
+    slave = pair.slave()
+    sent = [master.put(Message(TOPIC, f"m{i}".encode()), i % 4) for i in range(20)]
+    early = master.pop.receive("g", TOPIC, None, 4, INVISIBLE_MS, only_queue=1)  # the master's own progress first
+    for message in early:
+        master.pop.ack("g", TOPIC, message.receipt_handle)
+    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+    pair.close(master)  # no master of the name is up: the slave serves its readers
+    until(lambda: not connected(slave), "the slave to notice")
+
+    received = slave.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
+    assert {m.msg_id for m in received} == {r.msg_id for r in sent} - {m.msg_id for m in early}
+    kept = max((m for m in received if m.queue_id == 0), key=lambda m: m.queue_offset)  # left in flight
+    for message in received:
+        if message is not kept:
+            slave.pop.ack("g", TOPIC, message.receipt_handle)
+    assert kept.queue_offset == 4
+    assert slave.pop.state.handover() == [("g", TOPIC, 0, 4), ("g", TOPIC, 1, 5), ("g", TOPIC, 2, 5), ("g", TOPIC, 3, 5)]
+
+    with capture_logs() as logs:
+        master = pair.master()
+        until(lambda: connected(slave), "the slave to follow the returning master")
+    assert any(e["event"].startswith("consumer progress handed over by a slave") and e["moved"] == 4 for e in logs)
+    assert slave.pop.state.handover() == [], "handed over once"
+    again = master.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
+    assert [m.msg_id for m in again] == [kept.msg_id], "only what the slave's readers left in flight comes again"
+    untouched = master.pop.receive("other", TOPIC, None, 32, INVISIBLE_MS)
+    assert len(untouched) == 20, "a group the slave's readers never read keeps its own progress"
+    # The master's moves are records of its log: the slave follows them.
+    until(lambda: slave.pop.progress("g") == master.pop.progress("g"), "the slave to follow the adopted progress")
+
+
+def test_a_handover_never_moves_the_master_back(pair: Pair) -> None:
+    master = pair.master()
+    for i in range(8):
+        master.put(Message(TOPIC, f"m{i}".encode()), 0)
+    taken = master.pop.receive("g", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)
+    for message in taken:
+        master.pop.ack("g", TOPIC, message.receipt_handle)
+    assert master.pop.adopt([("g", TOPIC, 0, 3)]) == 0, "the master is past what the slave saw"
+    assert master.pop.adopt([("g", TOPIC, 0, 8), ("g", "NoSuchTopic", 0, 4), ("g", TOPIC, 9, 4),
+                             ("bad group!", TOPIC, 0, 4)]) == 0
+    assert master.pop.adopt([("late", TOPIC, 0, 6)]) == 1, "a group the master never saw starts where the slave got"
+    assert [m.queue_offset for m in master.pop.receive("late", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)] == [6, 7]
