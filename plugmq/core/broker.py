@@ -584,7 +584,8 @@ class Broker:
         """A master: a connecting slave's readers' progress moves this broker's pop lanes forward."""
         pop: PopService | None = getattr(self, "pop", None)
         if pop is None or self.role is BrokerRole.SLAVE:
-            return 0
+            # Between listening as master and taking writes (a promotion): the slave offers it again.
+            raise read_only_error(self.name, "take a slave's consumer progress before it takes writes")
         moved = pop.adopt(lanes)
         if moved:
             self.wake_consumers()

@@ -4,7 +4,9 @@
 
     frame   = type:u8 | length:u32 | crc32(payload):u32 | payload
     HELLO   slave -> master, JSON: version, broker name and id, log format, the slave's end offset
-    WELCOME master -> slave, JSON: where the stream starts, the master's offsets
+            (optional ``consumer_progress``: lanes its own readers moved while no master was up)
+    WELCOME master -> slave, JSON: where the stream starts, the master's offsets (and
+            ``consumer_progress_taken`` once the master adopted the slave's readers' progress)
     REFUSE  master -> slave, JSON: why the master will not serve this slave (then it closes)
     DATA    master -> slave: start:u64 | master end:u64 | records:u32 | whole records of the log
             (no records: a heartbeat carrying the master's end)

@@ -20,7 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plugmq.core import ConsumerHandover, ReplicableStore, ReplicaStatus, ReplicationError, SendStatus, StoreError
+from plugmq.core import (
+    ConsumerHandover,
+    PlugmqError,
+    ReplicableStore,
+    ReplicaStatus,
+    ReplicationError,
+    SendStatus,
+    StoreError,
+)
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
@@ -252,9 +260,11 @@ class MasterSide:
             for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
                 old.alive = False  # a reconnect replaces a half-open connection of the same slave
                 threading.Thread(target=old.close, daemon=True).start()
-        self._adopt_progress(slave, hello.get("consumer_progress"))
+        taken = self._adopt_progress(slave, hello.get("consumer_progress"))
         welcome: dict[str, Any] = {"start": start, "end": end, "min": low, "format": store.log_format,
                                    "epoch": my_epoch, "epochs": [list(e) for e in mine]}
+        if taken:
+            welcome["consumer_progress_taken"] = True
         if cut is not None and cut < int(hello["end"]):
             welcome["truncate"] = cut
         slave.sock.sendall(frames.json_frame(FrameType.WELCOME, welcome))
@@ -264,25 +274,30 @@ class MasterSide:
                  master_end=end, lag_bytes=end - slave_end)
         return start
 
-    def _adopt_progress(self, slave: _Slave, rows: Any) -> None:
+    def _adopt_progress(self, slave: _Slave, rows: Any) -> bool:
         """The consumer progress a slave's readers made while no master was up (its HELLO's
-        ``consumer_progress``): handed to the broker before WELCOME, so the slave forgets it only
-        once it is taken. A bad or failed hand-over is logged; it costs repeated deliveries only."""
+        ``consumer_progress``), handed to the broker before WELCOME; True when it was taken (the
+        WELCOME says so, and only then the slave forgets it: else it offers it again at its next
+        connect). A bad or failed hand-over is logged; it costs repeated deliveries only."""
         if not rows or self._adopt is None:
-            return
+            return False
         try:
             lanes = [(str(g), str(t), int(q), int(d)) for g, t, q, d in rows
                      if isinstance(g, str) and isinstance(t, str) and isinstance(q, int) and isinstance(d, int)]
         except (TypeError, ValueError):
             log.warning("replication slave handed over unreadable consumer progress; ignored", slave=slave.address)
-            return
+            return True  # offering it again would not make it readable
         try:
             moved = self._adopt(lanes)
+        except PlugmqError as exc:
+            log.warning("consumer progress handed over by a slave not taken yet", slave=slave.address, reason=str(exc))
+            return False
         except Exception:  # the stream matters more; the messages are delivered again instead
             log.exception("consumer progress handed over by a slave not taken", slave=slave.address)
-            return
+            return False
         log.info("consumer progress handed over by a slave", slave=slave.address, broker_id=slave.broker_id,
                  lanes=len(lanes), moved=moved)
+        return True
 
     def forget(self, slave: _Slave) -> None:
         with self._lock:

@@ -149,7 +149,7 @@ class SlaveSide:
             if self._truncated is not None:
                 self._truncated(end)
         self.epochs.adopt(body.get("epochs") or [], end)
-        if handover and self._handed_over is not None:
+        if handover and body.get("consumer_progress_taken") and self._handed_over is not None:
             self._handed_over(handover)
             log.info("consumer progress of this slave's readers handed over to the master", master=self.address,
                      broker=self.broker_name, lanes=len(handover))
