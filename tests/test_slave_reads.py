@@ -89,6 +89,19 @@ def routed_to(address: str, endpoint: str, permission: int) -> bool:
     return bool(mine) and all(e == endpoint and p == permission for p, e in mine)
 
 
+def assignment(address: str) -> list[tuple[int, int, str]]:
+    """``(broker id, permission, endpoint)`` of each QueryAssignment entry (what push consumers read)."""
+    request = service_pb2.QueryAssignmentRequest()
+    request.topic.name = TOPIC
+    request.group.name = GROUP
+    with grpc.insecure_channel(address) as channel:
+        response = service_pb2_grpc.MessagingServiceStub(channel).QueryAssignment(request, timeout=3)
+    assert response.status.code == Code.OK, response.status.message
+    return [(a.message_queue.broker.id, a.message_queue.permission,
+             f"{a.message_queue.broker.endpoints.addresses[0].host}:{a.message_queue.broker.endpoints.addresses[0].port}")
+            for a in response.assignments]
+
+
 def receive_raw(address: str) -> Any:
     """One ReceiveMessage straight to ``address``: its final status."""
     request = service_pb2.ReceiveMessageRequest(batch_size=1, auto_renew=False)
@@ -155,6 +168,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_down_and_from_the_mas
     killed = time.monotonic()
     rerouted_s = wait_for(lambda: routed_to(slave, slave, Permission.READ),
                           "the master's queues to come back read-only at the slave")
+    assert assignment(slave) == [(0, Permission.READ, slave)], "push consumers are assigned the slave's queues"
     deliveries: Counter[str] = Counter()
     first_s = None
     consumer = SimpleConsumer(client(slave), GROUP, {TOPIC: FilterExpression()}, await_duration=1)
@@ -192,6 +206,7 @@ def test_consumers_read_from_the_slave_while_the_master_is_down_and_from_the_mas
         receipt = producer.send(message(b"after"))
     finally:
         producer.shutdown()
+    assert assignment(slave) == [(0, Permission.READ_WRITE, restarted)]
     status = receive_raw(slave)
     assert status.code == Code.FORBIDDEN and "master is up" in status.message, status
     again: Counter[str] = Counter()
