@@ -117,15 +117,23 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
     until(lambda: slave.pop.progress("g") == master.pop.progress("g"), "the slave to follow the adopted progress")
 
 
-def test_a_handover_never_moves_the_master_back(pair: Pair) -> None:
+def test_a_handover_never_moves_the_master_back_nor_past_the_log_both_share(pair: Pair) -> None:
     master = pair.master()
-    for i in range(8):
-        master.put(Message(TOPIC, f"m{i}".encode()), 0)
-    taken = master.pop.receive("g", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)
+    stored = [master.put(Message(TOPIC, f"m{i}".encode()), 0) for i in range(8)]
+    end = end_of(master)
+    taken = master.pop.receive("g", TOPIC, None, 6, INVISIBLE_MS, only_queue=0)
     for message in taken:
         master.pop.ack("g", TOPIC, message.receipt_handle)
-    assert master.pop.adopt([("g", TOPIC, 0, 3)]) == 0, "the master is past what the slave saw"
-    assert master.pop.adopt([("g", TOPIC, 0, 8), ("g", "NoSuchTopic", 0, 4), ("g", TOPIC, 9, 4),
-                             ("bad group!", TOPIC, 0, 4)]) == 0
-    assert master.pop.adopt([("late", TOPIC, 0, 6)]) == 1, "a group the master never saw starts where the slave got"
+    assert master.pop.adopt([("g", TOPIC, 0, 3)], end) == 0, "the master is past what the slave saw"
+    assert master.pop.adopt([("g", TOPIC, 0, 6), ("g", "NoSuchTopic", 0, 4), ("g", TOPIC, 9, 4),
+                             ("bad group!", TOPIC, 0, 4)], end) == 0
+    assert master.pop.adopt([("late", TOPIC, 0, 6)], end) == 1, "a group the master never saw starts where the slave got"
     assert [m.queue_offset for m in master.pop.receive("late", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)] == [6, 7]
+    # A slave that was ahead of this master (cut back to where both agree, after message 4): its
+    # readers' acks beyond that point were of messages this master does not have at those offsets.
+    fifth = master.query_by_id(stored[4].msg_id)
+    assert fifth is not None and fifth.queue_offset == 4
+    shared = fifth.commit_log_offset + fifth.size
+    assert master.pop.adopt([("ahead", TOPIC, 0, 8)], shared) == 1
+    assert [m.queue_offset for m in master.pop.receive("ahead", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)] == [5, 6, 7]
+    assert master.pop.adopt([("g", TOPIC, 0, 8)], shared) == 0, "clamped below the master's own position: no move"

@@ -580,13 +580,14 @@ class Broker:
         if pop is not None:
             pop.state.handed_over(lanes)
 
-    def _adopt_consumer_progress(self, lanes: ConsumerHandover) -> int:
-        """A master: a connecting slave's readers' progress moves this broker's pop lanes forward."""
+    def _adopt_consumer_progress(self, lanes: ConsumerHandover, shared_end: int) -> int:
+        """A master: a connecting slave's readers' progress moves this broker's pop lanes forward
+        (within the log both share, up to ``shared_end``)."""
         pop: PopService | None = getattr(self, "pop", None)
         if pop is None or self.role is BrokerRole.SLAVE:
             # Between listening as master and taking writes (a promotion): the slave offers it again.
             raise read_only_error(self.name, "take a slave's consumer progress before it takes writes")
-        moved = pop.adopt(lanes)
+        moved = pop.adopt(lanes, shared_end)
         if moved:
             self.wake_consumers()
         return moved

@@ -1296,8 +1296,10 @@ class ReplicationContext(PluginContext):
     its name is up; its log stays a copy, so that progress is in its memory only): a slave calls
     ``handover`` as it connects to a master and sends what it returns along (empty: nothing to
     hand over; ``handed_over`` once the master took it); a master calls ``adopt`` with what a
-    slave handed over, which moves its consumers forward to where the slave's readers got (never
-    back). Both optional: without them the master delivers those messages again (at-least-once).
+    slave handed over and the log offset up to which both logs agree, which moves its consumers
+    forward to where the slave's readers got within that shared log (never back); it raises a
+    PlugmqError when the broker cannot take it yet. All optional: without them the master delivers
+    those messages again (at-least-once).
     """
 
     store: ReplicableStore | None = None
@@ -1308,7 +1310,7 @@ class ReplicationContext(PluginContext):
     failover: bool = False
     handover: Callable[[], ConsumerHandover] | None = None
     handed_over: Callable[[ConsumerHandover], None] | None = None
-    adopt: Callable[[ConsumerHandover], int] | None = None
+    adopt: Callable[[ConsumerHandover, int], int] | None = None
 
 
 @runtime_checkable

@@ -436,32 +436,63 @@ class PopService:
             listener()  # messages may be available again: long polls look now
         return previous
 
-    def adopt(self, lanes: Iterable[tuple[str, str, int, int]]) -> int:
+    def adopt(self, lanes: Iterable[tuple[str, str, int, int]], shared_end: int) -> int:
         """Take the progress a slave's own readers made while no master was up (``(group, topic,
         queue id, done below)``, see ``PopState.handover``): a lane of this broker whose lowest
         offset not done is below ``done below`` moves its cursor there (its in-flight messages
         are forgotten; those at or above the cursor come again as new ones), so what the slave's
-        readers acknowledged is not delivered again. Never moves a lane back; topics this broker
-        does not have are skipped. Returns how many lanes moved."""
+        readers acknowledged is not delivered again.
+
+        ``shared_end``: the commit-log offset up to which the slave's log and this broker's agree
+        (where the slave was cut back to, else its end). The slave's readers can only have acked
+        messages below it; past it this broker's queue offsets name other messages (a slave that
+        was ahead of the one elected), so the cursor never moves beyond the last message within.
+        Never moves a lane back; topics this broker does not have are skipped. Returns how many
+        lanes moved."""
         moved = 0
         with self.state.lock:
             for group, topic, queue_id, done in lanes:
                 try:
                     validate_group(group)
-                    known = {q.queue_id for q in self.backend.topic_queues(topic, create=False)}
+                    queues = {q.queue_id: q for q in self.backend.topic_queues(topic, create=False)}
                 except (InvalidNameError, TopicError):
                     continue
-                if queue_id not in known or done < 0:
+                queue = queues.get(queue_id)
+                if queue is None or done <= 0:
                     continue
                 lane = self.state.lanes.get((group, topic, queue_id))
-                if lane is not None and min(lane.inflight, default=lane.next_offset) >= done:
+                mine = 0 if lane is None else min(lane.inflight, default=lane.next_offset)
+                target = self._shared_below(queue, mine, done, shared_end)
+                if target <= mine and (lane is not None or target == 0):
                     continue
-                self.reset(group, topic, {queue_id: done})
+                self.reset(group, topic, {queue_id: target})
                 moved += 1
         if moved:
             log.info("consumer progress taken over from a slave that served reads while no master was up",
                      lanes=moved)
         return moved
+
+    def _shared_below(self, queue: MessageQueue, low: int, high: int, shared_end: int) -> int:
+        """The highest cursor in [low, high] whose messages below all lie before ``shared_end``
+        in the log (queue order is log order: a binary search over the queue)."""
+        def within(cursor: int) -> bool:
+            if cursor <= 0:
+                return True
+            messages = self.backend.pull(queue, cursor - 1, 1).messages
+            if not messages or messages[0].queue_offset != cursor - 1:
+                return False  # gone (retention) or never stored here: not known to be shared
+            return messages[0].commit_log_offset + messages[0].size <= shared_end
+
+        if within(high):
+            return high
+        good, bad = low, high  # within(bad) is false; low is the answer when nothing above it is within
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            if within(middle):
+                good = middle
+            else:
+                bad = middle
+        return good
 
     def delete_group(self, group: str) -> int:
         """Forget the group's progress and in-flight messages on every topic; returns lanes dropped."""

@@ -38,7 +38,7 @@ def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: Mess
                      broker_id: int, replicated: Callable[[int], None], truncated: Callable[[int], None],
                      failover: bool, where: str, handover: Callable[[], ConsumerHandover] | None = None,
                      handed_over: Callable[[ConsumerHandover], None] | None = None,
-                     adopt: Callable[[ConsumerHandover], int] | None = None) -> ReplicationService | None:
+                     adopt: Callable[[ConsumerHandover, int], int] | None = None) -> ReplicationService | None:
     """The replication plugin's service for this broker, or None for a master without one.
     ``handover`` / ``handed_over`` / ``adopt``: see :class:`ReplicationContext`."""
     plugins = loaded.with_family(Family.REPLICATION)

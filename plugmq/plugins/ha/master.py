@@ -127,7 +127,8 @@ class MasterSide:
     """Listens for slaves of this broker name and streams them the commit log."""
 
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, plugin_dir: Path,
-                 sync: bool, epochs: EpochFile, adopt: Callable[[ConsumerHandover], int] | None = None) -> None:
+                 sync: bool, epochs: EpochFile,
+                 adopt: Callable[[ConsumerHandover, int], int] | None = None) -> None:
         self.store = store
         self._adopt = adopt
         self.epochs = epochs
@@ -260,7 +261,7 @@ class MasterSide:
             for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
                 old.alive = False  # a reconnect replaces a half-open connection of the same slave
                 threading.Thread(target=old.close, daemon=True).start()
-        taken = self._adopt_progress(slave, hello.get("consumer_progress"))
+        taken = self._adopt_progress(slave, hello.get("consumer_progress"), slave_end)
         welcome: dict[str, Any] = {"start": start, "end": end, "min": low, "format": store.log_format,
                                    "epoch": my_epoch, "epochs": [list(e) for e in mine]}
         if taken:
@@ -274,9 +275,10 @@ class MasterSide:
                  master_end=end, lag_bytes=end - slave_end)
         return start
 
-    def _adopt_progress(self, slave: _Slave, rows: Any) -> bool:
+    def _adopt_progress(self, slave: _Slave, rows: Any, shared_end: int) -> bool:
         """The consumer progress a slave's readers made while no master was up (its HELLO's
-        ``consumer_progress``), handed to the broker before WELCOME; True when it was taken (the
+        ``consumer_progress``), handed to the broker with where both logs agree (``shared_end``:
+        the slave's end, or where it is cut back to) before WELCOME; True when it was taken (the
         WELCOME says so, and only then the slave forgets it: else it offers it again at its next
         connect). A bad or failed hand-over is logged; it costs repeated deliveries only."""
         if not rows or self._adopt is None:
@@ -288,7 +290,7 @@ class MasterSide:
             log.warning("replication slave handed over unreadable consumer progress; ignored", slave=slave.address)
             return True  # offering it again would not make it readable
         try:
-            moved = self._adopt(lanes)
+            moved = self._adopt(lanes, shared_end)
         except PlugmqError as exc:
             log.warning("consumer progress handed over by a slave not taken yet", slave=slave.address, reason=str(exc))
             return False
