@@ -321,8 +321,15 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         # Freeze the slave well inside its session timeout: the master acks what it never gets.
         processes[1 - m].process.send_signal(signal.SIGSTOP)
         frozen.append(processes[1 - m])
+        at_freeze = int(broker_status(master)["replication"]["end_offset"])  # the most the slave can hold
         time.sleep(min(0.6, session_timeout_s / 3))
-        old_end = int(broker_status(master)["replication"]["end_offset"])
+        # On a busy machine the senders may take longer to get a record in: wait for one (well inside
+        # the slave's session, which must not expire while it is frozen).
+        deadline = time.monotonic() + session_timeout_s / 2
+        while (old_end := int(broker_status(master)["replication"]["end_offset"])) <= at_freeze:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         processes[m].process.send_signal(signal.SIGSTOP)
         frozen.append(processes[m])
         processes[1 - m].process.send_signal(signal.SIGCONT)
