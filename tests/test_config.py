@@ -53,6 +53,8 @@ def test_defaults_when_no_plugin_list() -> None:
         ({"broker": {"plugins": ["store_mmap"]}, "plugins": {"filter_sql": {}}},
          r"\[plugins.filter_sql\] configures a plugin that broker.plugins does not list"),
         ({"plugins": {"store_mmap": 5}}, "plugins.store_mmap must be a table of options"),
+        ({"broker": {"failover": True, "failover_unclean_after_s": -1}}, "broker.failover_unclean_after_s must be >= 0"),
+        ({"broker": {"failover_unclean_after_s": 30}}, "failover_unclean_after_s applies to elections: it needs"),
     ],
 )
 def test_config_errors_name_the_key(mapping: dict, message: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
 from plugmq.testing import ZooKeeperServer
-from plugmq.testing.failover import run_kill, run_pause, run_restart_all
+from plugmq.testing.failover import run_kill, run_pause, run_restart_all, run_unclean
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mode: about a minute
@@ -56,3 +56,15 @@ def test_when_every_broker_restarts_the_last_master_stands_and_keeps_its_tail(
     assert run.new_master_id == run.old_master_id, "the broker that led the newest epoch is master again"
     assert run.new_epoch > run.old_epoch
     assert run.held_after >= run.held_before, "the tail its slave never got is kept"
+
+
+def test_an_unclean_election_lets_a_lagging_slave_stand_once_no_master_was_seen_for_the_set_time(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+    run = run_unclean(tmp_path, zookeeper, unclean_after_s=3.0)
+    print(f"unclean election {run.elected_s:.2f} s after the restart; the old master held "
+          f"{run.held_before - run.slave_end} B its slave never got")
+    assert run.held_before > run.slave_end, "the old master acked records the slave never got"
+    assert run.elected_s >= 3.0, "never before failover_unclean_after_s without a master"
+    assert run.epoch >= 2 and run.lost_logged
+    assert run.new_end < run.held_before, "the new master's log does not have the old master's tail"
+    assert run.rejoined["role"] == "slave" and run.rejoined["epoch"] == run.epoch, "cut back under the new epoch"

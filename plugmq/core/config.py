@@ -81,6 +81,9 @@ class BrokerConfig:
     broker_id: int = 0
     role: str = "async_master"
     failover: bool = False
+    # 0: never. Else a slave that is not caught up may be elected once no master of its name has
+    # been live this long (RocketMQ 5's enableElectUncleanMaster): acked records it lacks are lost.
+    failover_unclean_after_s: float = 0.0
     cluster_name: str | None = None
     source: str = "<mapping>"
 
@@ -149,8 +152,16 @@ def _broker_table(table: Mapping[str, Any], source: str, base_dir: Path | None) 
             if _expect(path, value, (int, float), "a number of seconds") <= 0:
                 raise ConfigError(f"{path} must be > 0, got {value}")
             value = float(value)
+        elif key == "failover_unclean_after_s":
+            if _expect(path, value, (int, float), "a number of seconds (0: never)") < 0:
+                raise ConfigError(f"{path} must be >= 0 (0: a slave that is not caught up is never elected), "
+                                  f"got {value}")
+            value = float(value)
         values[key] = value
     role, broker_id = values.get("role", "async_master"), values.get("broker_id", 0)
+    if values.get("failover_unclean_after_s") and not values.get("failover"):
+        raise ConfigError(f"{source}: broker.failover_unclean_after_s applies to elections: it needs "
+                          "broker.failover = true")
     if values.get("failover"):
         if role == "slave":
             raise ConfigError(f"{source}: broker.failover = true elects the master, so broker.role names the mode "

@@ -11,7 +11,10 @@ election and the live view say into role switches of the broker:
   newest epoch any live broker of the name knows (the last master, restarted: its log holds all
   that was acked). A broker that may not stand gives the election up and stands again later: a
   slave that lagged behind a master that never returns is not elected (RocketMQ 5's controller
-  elects from the in-sync replicas alone; there is no unclean election);
+  elects from the in-sync replicas alone) - unless ``[broker] failover_unclean_after_s`` is set:
+  once no master of the name has been live that long, such a slave may stand anyway (an unclean
+  election, RocketMQ 5's ``enableElectUncleanMaster``: the acked records it lacks are lost, and
+  the old master, if it returns, is cut back to the new master's log);
 * election lost (session expired, withdrawn): the broker stops taking writes at once;
 * live view: a slave follows the elected master of its name (the registration names its
   replication address); a master that sees a newer epoch than its own demotes itself. A
@@ -79,6 +82,8 @@ class Failover:
         self._following = ""
         self._closed = False
         self._restand: threading.Timer | None = None
+        self._unclean_after_s = broker.config.failover_unclean_after_s
+        self._masterless_since: float | None = None  # broker clock; None while a master is live
         self._log = log.bind(broker=broker.name, broker_id=broker.config.broker_id)
 
     @property
@@ -143,8 +148,17 @@ class Failover:
             # Nobody is caught up (every broker restarted): the last master's log holds everything
             # acked under its epoch, and no live log knows a newer one.
             return True, f"it was the master of epoch {mine}, the newest any live broker of the name knows"
-        return False, (f"not caught up with the last master (its log knows epoch {mine}, led {self.replication.led_epoch})"
-                       f" while {', '.join(f'{b.key} (epoch {b.log_epoch})' for b in others)} may be")
+        why_not = (f"not caught up with the last master (its log knows epoch {mine}, led {self.replication.led_epoch})"
+                   f" while {', '.join(f'{b.key} (epoch {b.log_epoch})' for b in others)} may be")
+        with self._lock:
+            since = self._masterless_since
+        if self._unclean_after_s > 0 and since is not None:
+            masterless_s = self.broker.clock.now() - since
+            if masterless_s >= self._unclean_after_s:
+                return True, (f"unclean election: no master for {masterless_s:.1f} s "
+                              f"(failover_unclean_after_s = {self._unclean_after_s:g}); {why_not}")
+            why_not += f"; an unclean election is allowed in {self._unclean_after_s - masterless_s:.1f} s"
+        return False, why_not
 
     def _apply_mastership(self, mastership: object) -> None:
         assert mastership is None or isinstance(mastership, Mastership)
@@ -166,9 +180,13 @@ class Failover:
             self.service.withdraw()
             self._schedule_restand()
             return
+        if why.startswith("unclean election"):
+            self._log.error("becoming master without the last master's whole log: acked records it held "
+                            "beyond this broker's log are lost", epoch=mastership.epoch, reason=why)
         self.broker.promote(mastership.epoch)
         with self._lock:
             self._mastership = mastership
+            self._masterless_since = None
         self._following = ""
         self._log.warning("elected master", epoch=mastership.epoch, reason=why,
                           replication=self.replication.master_address)
@@ -203,6 +221,11 @@ class Failover:
         assert isinstance(view, ClusterView)
         self._publish_log_epoch(view)
         master = elected_master(view, self.broker.name, other_than=self.broker.config.broker_id)
+        with self._lock:
+            if master is not None or self._mastership is not None:
+                self._masterless_since = None
+            elif self._masterless_since is None:
+                self._masterless_since = self.broker.clock.now()
         if master is None:
             return
         mine = self.mastership

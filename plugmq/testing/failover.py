@@ -22,8 +22,8 @@ import attrs
 from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess
 from plugmq.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "broker_status", "run_kill", "run_pause",
-           "run_restart_all", "write_failover_config"]
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "broker_status", "run_kill",
+           "run_pause", "run_restart_all", "run_unclean", "write_failover_config"]
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
 TOPIC = "FailoverTopic"
@@ -31,13 +31,13 @@ BROKER = "broker-f"
 
 
 def write_failover_config(directory: Path, data_dir: str, broker_id: int, *, mode: str, zookeeper: str,
-                          cluster: str, session_timeout_s: float = 2.0) -> Path:
+                          cluster: str, session_timeout_s: float = 2.0, unclean_after_s: float = 0.0) -> Path:
     """A ``plugmq serve`` TOML for broker ``broker-f`` (id ``broker_id``) standing for master in ``mode``."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{data_dir}.toml"
     config.write_text(
         f'[broker]\nname = "{BROKER}"\ndata_dir = "{data_dir}"\nbroker_id = {broker_id}\nrole = "{mode}"\n'
-        f"failover = true\nplugins = {json.dumps(FAILOVER_PLUGINS)}\n"
+        f"failover = true\nfailover_unclean_after_s = {unclean_after_s}\nplugins = {json.dumps(FAILOVER_PLUGINS)}\n"
         f'[cluster]\nname = "{cluster}"\n'
         f'[plugins.cluster_zk]\nhosts = "{zookeeper}"\nsession_timeout_s = {session_timeout_s}\n'
         "[plugins.ha]\nheartbeat_ms = 100\npeer_timeout_ms = 3000\nreconnect_ms = 20\nreconnect_max_ms = 200\n"
@@ -431,6 +431,79 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
         master = now[addresses[n]] or {}
         return RestartRun(m + 1, n + 1, old_epoch, int(master["epoch"]), held_before,
                           int(master["replication"]["end_offset"]), elected_s)
+    finally:
+        for process in processes:
+            process.stop(signal.SIGTERM)
+
+
+@attrs.frozen
+class UncleanRun:
+    """The master lost for good while its slave lagged: the slave restarted alone, elected uncleanly."""
+
+    held_before: int  # the old master's log end when it was killed
+    slave_end: int  # the slave's log end when it was killed (what the new master starts from)
+    elected_s: float  # the slave's restart -> it takes sends as master
+    new_end: int  # the new master's log end after one more send
+    epoch: int
+    lost_logged: bool  # the new master said it lacks acked records
+    rejoined: dict[str, Any]  # the old master's status once it follows, caught up
+
+
+def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s: float,
+                session_timeout_s: float = 2.0, wait_s: float = 60.0) -> UncleanRun:
+    """async_master: kill -9 of the slave, sends it never gets, kill -9 of the master; only the slave
+    restarts. It is not caught up and was never master, so only ``failover_unclean_after_s`` lets it
+    stand; then the old master returns and is cut back to the new master's log."""
+    cluster = f"u{uuid.uuid4().hex[:8]}"
+    configs = [write_failover_config(directory, f"n{i}", i, mode="async_master", zookeeper=zookeeper.hosts,
+                                     cluster=cluster, session_timeout_s=session_timeout_s,
+                                     unclean_after_s=unclean_after_s) for i in (1, 2)]
+    processes = [ServeProcess(config) for config in configs]
+    try:
+        addresses = [p.await_address() for p in processes]
+
+        def settled() -> bool:
+            now = [_status_or_none(a) for a in addresses]
+            return sorted(str((s or {}).get("role")) for s in now) == ["async_master", "slave"] and all(
+                s is not None and s["replication"]["connected"] for s in now)
+
+        wait_for(settled, "one master and a connected slave", wait_s)
+        m = next(i for i, a in enumerate(addresses) if (_status_or_none(a) or {}).get("role") == "async_master")
+        for _ in range(10):
+            assert _send_direct(addresses[m])
+        wait_for(lambda: (_status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset")
+                 == broker_status(addresses[m])["replication"]["end_offset"], "the slave to catch up", wait_s)
+        slave_end = int(broker_status(addresses[1 - m])["replication"]["end_offset"])
+        processes[1 - m].stop(signal.SIGKILL)
+        for _ in range(10):
+            assert _send_direct(addresses[m])  # acked, never replicated
+        held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
+        processes[m].stop(signal.SIGKILL)
+        time.sleep(session_timeout_s * 1.5)  # both sessions gone: nobody of the name is alive
+        processes[1 - m] = ServeProcess(configs[1 - m])
+        restarted = time.monotonic()
+        addresses[1 - m] = processes[1 - m].await_address()
+        wait_for(lambda: _taken(addresses[1 - m]), "the lagging slave to take sends after an unclean election", wait_s)
+        elected_s = time.monotonic() - restarted
+        status = broker_status(addresses[1 - m])
+        lost_logged = "becoming master without the last master's whole log" in processes[1 - m].log_path.read_text(
+            "utf-8", errors="replace")
+        processes[m] = ServeProcess(configs[m])
+        addresses[m] = processes[m].await_address()
+        rejoined: dict[str, Any] = {}
+
+        def following() -> bool:
+            old, new = _status_or_none(addresses[m]), _status_or_none(addresses[1 - m])
+            if old is None or new is None:
+                return False
+            rejoined.clear()
+            rejoined.update(old)
+            return (old["role"] == "slave" and old["replication"]["connected"]
+                    and old["replication"]["end_offset"] == new["replication"]["end_offset"])
+
+        wait_for(following, "the old master to follow the new one, cut back", wait_s)
+        return UncleanRun(held_before, slave_end, elected_s, int(status["replication"]["end_offset"]),
+                          int(status["epoch"]), lost_logged, dict(rejoined))
     finally:
         for process in processes:
             process.stop(signal.SIGTERM)
