@@ -8,8 +8,7 @@ deadlines), so nothing sleeps for a delay.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +22,16 @@ from plugmq.core import (
     MessageQueue,
     PluginError,
     ReadOnlyBrokerError,
-    ReplicableStore,
     TransactionDecision,
 )
 from plugmq.core.broker import Broker
 from plugmq.core.transactions import TransactionProducer
+from tests.replication_helpers import end_of, until
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
 TOPIC = "Failover"
-DEADLINE_S = 20.0
 HA = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "reconnect_ms": 20, "reconnect_max_ms": 200,
       "sync_timeout_ms": 2000}
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def end_of(broker: Broker) -> int:
-    store = broker.store
-    assert isinstance(store, ReplicableStore)
-    return store.log_end_offset()
 
 
 class Group:

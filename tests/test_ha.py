@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,9 @@ from plugmq.core import (
     SendStatus,
 )
 from plugmq.core.broker import Broker
+from tests.replication_helpers import DEADLINE_S, end_of, until
 
 PLUGINS = ["filter_tag", "alloc", "ha"]
-DEADLINE_S = 20.0
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class Brokers:
@@ -73,12 +65,6 @@ def brokers(tmp_path: Path) -> Iterator[Brokers]:
     made = Brokers(tmp_path)
     yield made
     made.close_all()
-
-
-def end_of(broker: Broker) -> int:
-    store = broker.store
-    assert isinstance(store, ReplicableStore)
-    return store.log_end_offset()
 
 
 def caught_up(slave: Broker, master: Broker) -> None:

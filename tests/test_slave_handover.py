@@ -9,34 +9,19 @@ touched keep the master's own progress.
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from plugmq.core import ManualClock, Message, ReplicableStore
+from plugmq.core import ManualClock, Message
 from plugmq.core.broker import Broker
+from tests.replication_helpers import end_of, until
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]
 TOPIC = "Orders"
-DEADLINE_S = 20.0
 INVISIBLE_MS = 60_000
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def end_of(broker: Broker) -> int:
-    store = broker.store
-    assert isinstance(store, ReplicableStore)
-    return store.log_end_offset()
 
 
 class Pair:
