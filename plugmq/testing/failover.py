@@ -388,6 +388,19 @@ class RestartRun:
     elected_s: float  # restart -> a master with a connected slave
 
 
+def _kill_slave_then_master(processes: list[ServeProcess], addresses: list[str], m: int, sends: int,
+                            session_timeout_s: float) -> int:
+    """kill -9 of the slave, ``sends`` acked sends it never gets, kill -9 of the master (``m``), and
+    the wait until both sessions are gone; returns the master's log end when it was killed."""
+    processes[1 - m].stop(signal.SIGKILL)
+    for _ in range(sends):
+        assert _send_direct(addresses[m])  # acked, never replicated
+    held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
+    processes[m].stop(signal.SIGKILL)
+    time.sleep(session_timeout_s * 1.5)  # nobody of the name is alive
+    return held_before
+
+
 def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s: float = 2.0,
                     wait_s: float = 60.0) -> RestartRun:
     """async_master: sends, kill -9 of the slave, more sends, kill -9 of the master; both restarted
@@ -415,12 +428,7 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
         old_epoch = int((now[addresses[m]] or {})["epoch"])
         for _ in range(20):
             assert _send_direct(addresses[m])
-        processes[1 - m].stop(signal.SIGKILL)
-        for _ in range(20):
-            assert _send_direct(addresses[m])  # acked, never replicated
-        held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
-        processes[m].stop(signal.SIGKILL)
-        time.sleep(session_timeout_s * 1.5)  # both sessions gone: nobody of the name is alive
+        held_before = _kill_slave_then_master(processes, addresses, m, 20, session_timeout_s)
         processes = [ServeProcess(config) for config in configs]
         restarted = time.monotonic()
         addresses = [p.await_address() for p in processes]
@@ -474,12 +482,7 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
         wait_for(lambda: (_status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset")
                  == broker_status(addresses[m])["replication"]["end_offset"], "the slave to catch up", wait_s)
         slave_end = int(broker_status(addresses[1 - m])["replication"]["end_offset"])
-        processes[1 - m].stop(signal.SIGKILL)
-        for _ in range(10):
-            assert _send_direct(addresses[m])  # acked, never replicated
-        held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
-        processes[m].stop(signal.SIGKILL)
-        time.sleep(session_timeout_s * 1.5)  # both sessions gone: nobody of the name is alive
+        held_before = _kill_slave_then_master(processes, addresses, m, 10, session_timeout_s)
         processes[1 - m] = ServeProcess(configs[1 - m])
         restarted = time.monotonic()
         addresses[1 - m] = processes[1 - m].await_address()
