@@ -120,13 +120,14 @@ class _Meter:
 class ServeChild:
     """``plugmq serve`` as a child process; knows when it answered first and how much CPU it used."""
 
-    def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0", python: str = sys.executable) -> None:
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         import grpc  # noqa: F401 - the probe's imports cost this process, not the server: before the clock
         from rocketmq.grpc_protocol import MessagingServiceStub  # noqa: F401
 
         started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-c", _SERVE, "--log-json", "--log-level", "info", "serve",
+        self.python = python
+        self.process = subprocess.Popen([python, "-c", _SERVE, "--log-json", "--log-level", "info", "serve",
                                          "--config", str(config), "--listen", listen],
                                         stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
         self.address = self._await_listening(log)
@@ -586,7 +587,7 @@ def _crash_and_restart(child: ServeChild, config: Path, log: Path, body: bytes, 
         time.sleep(0.5)  # let in-flight sends fail against the dead server
         stop.set()
         runner.join()
-        restarted = ServeChild(config, log, child.address)
+        restarted = ServeChild(config, log, child.address, child.python)
         serving = time.perf_counter()
         deadline = serving + 60
         while time.perf_counter() < deadline:
@@ -770,13 +771,26 @@ def _print(report: Report, console: Console) -> None:
 @click.option("--redis/--no-redis", "use_redis", default=True, show_default=True,
               help="Measure Redis Streams when redis-server and the redis package exist.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--startup-only", is_flag=True,
+              help="Measure only start-up (first start, restart after SIGTERM and after kill -9), several rounds.")
+@click.option("--backlog-mb", default=256, show_default=True, help="--startup-only: MiB stored before the restarts")
+@click.option("--rounds", default=3, show_default=True, help="--startup-only: rounds per interpreter (medians)")
+@click.option("--baseline-python", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="--startup-only: also start servers with this interpreter (e.g. another checkout's "
+                   ".venv/bin/python), alternating, and print this/baseline ratios")
 def command(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
-            steady_consumers: int, use_redis: bool, as_json: bool) -> None:
+            steady_consumers: int, use_redis: bool, as_json: bool, startup_only: bool, backlog_mb: int,
+            rounds: int, baseline_python: str | None) -> None:
     """Official-client send and receive+ack rates through plugmq serve, vs Redis Streams and in-process."""
     try:
         import rocketmq  # noqa: F401
     except ModuleNotFoundError as exc:
         raise click.ClickException("plugmq bench grpc needs the 'serve' extra (rocketmq-python-client)") from exc
+    if startup_only:
+        from plugmq.bench.grpc_startup import run_startup
+
+        run_startup(backlog_mb, body_size, store, flush, rounds, baseline_python, as_json)
+        return
     report = measure(messages, body_size, store, flush, batch, steady_s, use_redis, steady_consumers)
     if as_json:
         payload = attrs.asdict(report)
