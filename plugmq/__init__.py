@@ -6,48 +6,54 @@ consumer, settle transactions, configure redelivery. Plugin authors import from 
 (hook specs, contracts, value types of the store and delay families).
 """
 
-from plugmq.core.api import allocate, compile_filter
-from plugmq.core.broker import Broker
-from plugmq.core.clock import ManualClock, SystemClock
-from plugmq.core.consumer import PullConsumer, PushConsumer
-from plugmq.core.contracts import TransactionDecision
-from plugmq.core.errors import (
-    AllocationError,
-    ClientError,
-    ConfigError,
-    CorruptRecordError,
-    DelayError,
-    DelayUnsupportedError,
-    FilterError,
-    FilterEvaluationError,
-    FilterSyntaxError,
-    InvalidNameError,
-    MessageTooLargeError,
-    PluginCardinalityError,
-    PluginError,
-    PlugmqError,
-    ReceiptHandleError,
-    StoreError,
-    StoreFullError,
-    TopicError,
-    TransactionError,
-    ValidationError,
-)
-from plugmq.core.message import (
-    Message,
-    MessageQueue,
-    PullResult,
-    PullStatus,
-    SendResult,
-    SendStatus,
-    StoredMessage,
-)
-from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
-from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
-from plugmq.core.pop import ReceivedMessage
-from plugmq.core.producer import Producer, QueueSelector
-from plugmq.core.simple import FilterExpression, SimpleConsumer
-from plugmq.core.transactions import LocalTransaction, TransactionProducer, TransactionSendResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from plugmq.core.api import allocate, compile_filter
+    from plugmq.core.broker import Broker
+    from plugmq.core.clock import ManualClock, SystemClock
+    from plugmq.core.consumer import PullConsumer, PushConsumer
+    from plugmq.core.contracts import TransactionDecision
+    from plugmq.core.errors import (
+        AllocationError,
+        ClientError,
+        ConfigError,
+        CorruptRecordError,
+        DelayError,
+        DelayUnsupportedError,
+        FilterError,
+        FilterEvaluationError,
+        FilterSyntaxError,
+        InvalidNameError,
+        MessageTooLargeError,
+        PluginCardinalityError,
+        PluginError,
+        PlugmqError,
+        ReceiptHandleError,
+        StoreError,
+        StoreFullError,
+        TopicError,
+        TransactionError,
+        ValidationError,
+    )
+    from plugmq.core.message import (
+        Message,
+        MessageQueue,
+        PullResult,
+        PullStatus,
+        SendResult,
+        SendStatus,
+        StoredMessage,
+    )
+    from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
+    from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
+    from plugmq.core.pop import ReceivedMessage
+    from plugmq.core.producer import Producer, QueueSelector
+    from plugmq.core.simple import FilterExpression, SimpleConsumer
+    from plugmq.core.transactions import LocalTransaction, TransactionProducer, TransactionSendResult
 
 __version__ = "0.1.0"
 
@@ -102,3 +108,41 @@ __all__ = [
     "allocate",
     "compile_filter",
 ]
+
+
+# The public names load on first use (PEP 562): ``import plugmq.cli`` or ``import plugmq.core`` pays for
+# what it imports, not for this whole API (``plugmq serve`` starts faster that way).
+_MODULES = {
+    "plugmq.core.api": "allocate compile_filter",
+    "plugmq.core.broker": "Broker",
+    "plugmq.core.clock": "ManualClock SystemClock",
+    "plugmq.core.consumer": "PullConsumer PushConsumer",
+    "plugmq.core.contracts": "TransactionDecision",
+    "plugmq.core.errors": "AllocationError ClientError ConfigError CorruptRecordError DelayError DelayUnsupportedError "
+                          "FilterError FilterEvaluationError FilterSyntaxError InvalidNameError MessageTooLargeError "
+                          "PluginCardinalityError PluginError PlugmqError ReceiptHandleError StoreError StoreFullError "
+                          "TopicError TransactionError ValidationError",
+    "plugmq.core.message": "Message MessageQueue PullResult PullStatus SendResult SendStatus StoredMessage",
+    "plugmq.core.modes": "ConsumeFrom ConsumeStatus MessageModel OrderlyStatus",
+    "plugmq.core.policy": "GroupPolicy RedeliveryPolicy",
+    "plugmq.core.pop": "ReceivedMessage",
+    "plugmq.core.producer": "Producer QueueSelector",
+    "plugmq.core.simple": "FilterExpression SimpleConsumer",
+    "plugmq.core.transactions": "LocalTransaction TransactionProducer TransactionSendResult",
+}
+_SOURCES = {name: module for module, names in _MODULES.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        if name == "core":  # ``import plugmq; plugmq.core.X`` worked when this package imported everything
+            return importlib.import_module("plugmq.core")
+        raise AttributeError(f"module 'plugmq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})

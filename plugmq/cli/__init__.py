@@ -20,10 +20,36 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import click
-import structlog
-from structlog.typing import Processor
 
-from plugmq.core.errors import PlugmqError
+
+def _import_structlog_without_rich() -> None:
+    """Import structlog with rich hidden, when nothing imported structlog yet.
+
+    structlog imports rich (and with it pygments) when it is imported, only to offer pretty
+    tracebacks; that is about a tenth of a second of CPU before ``plugmq serve`` can answer, more
+    on a busy machine. The command line renders tracebacks plainly (see ``configure_logging``),
+    so it does not need them; the verbs that print tables import rich themselves, afterwards.
+    """
+    if "structlog" in sys.modules:
+        return
+    hidden = [name for name in ("rich",) if name not in sys.modules]
+    for name in hidden:
+        # a None entry is documented to make that import raise ImportError
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import structlog  # noqa: F401
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
+
+
+_import_structlog_without_rich()
+
+import structlog  # noqa: E402 - after the function above imported it without rich
+from structlog.typing import Processor  # noqa: E402
+
+from plugmq.core.errors import PlugmqError  # noqa: E402
 
 __all__ = ["ERROR_PREFIX", "LOG_HANDLER_NAME", "configure_logging", "main"]
 
@@ -74,7 +100,8 @@ def configure_logging(json_lines: bool, level: str) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    renderer: Any = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Any = (structlog.processors.JSONRenderer() if json_lines else
+                     structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback))
     rendering: list[Processor] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if json_lines:
         rendering.append(structlog.processors.format_exc_info)

@@ -23,13 +23,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from hashlib import sha1
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from plugmq.core.admin import VERBS, BrokerAdmin, execute
-from plugmq.core.admin.cluster import CLUSTER_VERBS, ClusterAdmin, execute_cluster
-from plugmq.core.broker import Broker
 from plugmq.core.errors import (
     ClientError,
     ConfigError,
@@ -43,6 +40,11 @@ from plugmq.server.auth import DATE_HEADER, Authenticator
 from plugmq.server.options import AclOptions
 from plugmq.server.status import RpcFailure
 
+if TYPE_CHECKING:
+    from plugmq.core.admin import BrokerAdmin
+    from plugmq.core.admin.cluster import ClusterAdmin
+    from plugmq.core.broker import Broker
+
 __all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
 
 log = get_logger(__name__)
@@ -54,6 +56,15 @@ _TIMEOUT_S = 60.0
 def method_name(verb: str) -> str:
     """``topic-list`` -> ``TopicList``."""
     return "".join(part.capitalize() for part in verb.split("-"))
+
+
+def _verbs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The broker verbs and the cluster verbs. plugmq.core.admin loads here, on the first admin call:
+    ``plugmq serve`` answers its clients before it has paid for the admin values and operations."""
+    from plugmq.core.admin import VERBS
+    from plugmq.core.admin.cluster import CLUSTER_VERBS
+
+    return tuple(VERBS), tuple(CLUSTER_VERBS)
 
 
 def _decode(data: bytes) -> Any:
@@ -81,21 +92,42 @@ class AdminService:
     """The admin verbs of one broker as a gRPC service (run on the server's thread pool)."""
 
     def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor) -> None:
-        self.admin = BrokerAdmin(broker)
-        cluster_name = broker.config.cluster_name
-        self.cluster_admin = (ClusterAdmin(broker.cluster, cluster_name, clock=broker.clock)
-                              if broker.cluster is not None and cluster_name is not None else None)
+        self._broker = broker
+        self._admins: tuple[BrokerAdmin, ClusterAdmin | None] | None = None
         self._acl = acl
         self._auth = Authenticator(acl)
         self._executor = executor
 
+    @property
+    def admin(self) -> BrokerAdmin:
+        return self._load()[0]
+
+    @property
+    def cluster_admin(self) -> ClusterAdmin | None:
+        return self._load()[1]
+
+    def _load(self) -> tuple[BrokerAdmin, ClusterAdmin | None]:
+        if self._admins is None:  # a race builds two equal pairs; one wins, both work
+            from plugmq.core.admin import BrokerAdmin
+            from plugmq.core.admin.cluster import ClusterAdmin
+
+            broker = self._broker
+            cluster_name = broker.config.cluster_name
+            self._admins = (BrokerAdmin(broker),
+                            ClusterAdmin(broker.cluster, cluster_name, clock=broker.clock)
+                            if broker.cluster is not None and cluster_name is not None else None)
+        return self._admins
+
     def handler(self) -> grpc.GenericRpcHandler:
-        methods = {
+        return _AdminHandler(self)
+
+    def method_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        broker_verbs, cluster_verbs = _verbs()
+        return {
             method_name(verb): grpc.unary_unary_rpc_method_handler(
                 self._method(verb), request_deserializer=bytes, response_serializer=_encode)
-            for verb in (*VERBS, *CLUSTER_VERBS)
+            for verb in (*broker_verbs, *cluster_verbs)
         }
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     def _check_access(self, context: grpc.aio.ServicerContext) -> None:
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
@@ -105,6 +137,9 @@ class AdminService:
                                   f"admin = true in [server.acl.accounts.{account.access_key}]")
 
     def _run(self, verb: str, args: Any) -> Any:
+        from plugmq.core.admin import execute
+        from plugmq.core.admin.cluster import CLUSTER_VERBS, execute_cluster
+
         if verb not in CLUSTER_VERBS:
             return execute(self.admin, verb, args)
         if self.cluster_admin is None:
@@ -133,6 +168,22 @@ class AdminService:
         return call
 
 
+class _AdminHandler(grpc.GenericRpcHandler):
+    """Routes ``/plugmq.admin.v1.Admin/<Verb>`` calls; builds the method table on the first such call."""
+
+    def __init__(self, service: AdminService) -> None:
+        self._service = service
+        self._methods: dict[str, grpc.RpcMethodHandler] | None = None
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        service, _, method = str(getattr(handler_call_details, "method", "")).lstrip("/").partition("/")
+        if service != SERVICE:
+            return None  # another service's call: the next handler's
+        if self._methods is None:
+            self._methods = self._service.method_handlers()
+        return self._methods.get(method)
+
+
 def signature_metadata(access_key: str, secret_key: str) -> list[tuple[str, str]]:
     """The RocketMQ 5 client's request signature, which the server's access control checks."""
     date = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -155,8 +206,9 @@ class AdminClient:
         self._channel = grpc.insecure_channel(address)
 
     def call(self, verb: str, args: Mapping[str, Any]) -> Any:
-        if verb not in VERBS and verb not in CLUSTER_VERBS:
-            raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join([*VERBS, *CLUSTER_VERBS])}")
+        broker_verbs, cluster_verbs = _verbs()
+        if verb not in broker_verbs and verb not in cluster_verbs:
+            raise ValidationError(f"admin verb {verb!r} is unknown; known: {', '.join([*broker_verbs, *cluster_verbs])}")
         stub = self._channel.unary_unary(f"/{SERVICE}/{method_name(verb)}", request_serializer=_encode,
                                          response_deserializer=json.loads)
         metadata = signature_metadata(*self._credentials) if self._credentials else []
