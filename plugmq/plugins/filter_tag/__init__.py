@@ -7,7 +7,9 @@ check compares tag strings on the client.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from plugmq.core import Family, FilterCompiler, PluginDeclaration, hookimpl
 from plugmq.plugins.filter_tag.tagfilter import (
@@ -16,12 +18,14 @@ from plugmq.plugins.filter_tag.tagfilter import (
     TagFilterCompiler,
     precheck_block,
 )
-from plugmq.plugins.filter_tag.vectorised import (
-    CQ_ENTRY_DTYPE,
-    decode_block,
-    encode_block,
-    match_codes,
-)
+
+if TYPE_CHECKING:
+    from plugmq.plugins.filter_tag.vectorised import (
+        CQ_ENTRY_DTYPE,
+        decode_block,
+        encode_block,
+        match_codes,
+    )
 
 __all__ = [
     "COMPILER",
@@ -53,3 +57,14 @@ def plugmq_declare() -> PluginDeclaration:
 @hookimpl
 def plugmq_filter_compilers() -> Mapping[str, FilterCompiler]:
     return {EXPRESSION_TYPE: COMPILER}
+
+
+_VECTORISED = {"CQ_ENTRY_DTYPE", "decode_block", "encode_block", "match_codes"}
+
+
+def __getattr__(name: str) -> Any:
+    """The numpy half loads on first use: a broker that never pre-checks a raw block (any store
+    but store_mmap) does not import numpy for this plugin."""
+    if name in _VECTORISED:
+        return getattr(importlib.import_module("plugmq.plugins.filter_tag.vectorised"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,7 @@ for several. Hashes collide ("Aa" and "BB" share one), so the client re-checks t
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from plugmq.core import (
     ConsumeQueueEntry,
@@ -20,7 +19,9 @@ from plugmq.core import (
     java_string_hash,
     split_tags,
 )
-from plugmq.plugins.filter_tag.vectorised import decode_block, match_codes
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["EXPRESSION_TYPE", "SUB_ALL", "TagFilter", "TagFilterCompiler", "precheck_block"]
 
@@ -61,12 +62,19 @@ class TagFilter:
 
     def precheck_many(self, codes: np.ndarray) -> np.ndarray:
         """:meth:`precheck` over an int64 array of tag codes, as a boolean mask."""
+        # numpy (and the vectorised module) load here, on the first block pre-check
+        import numpy as np
+
+        from plugmq.plugins.filter_tag.vectorised import match_codes
+
         if self.subscribes_all:
             return np.ones(np.shape(codes), dtype=bool)
         return match_codes(codes, self.codes)
 
     def precheck_block(self, raw: bytes | bytearray | memoryview) -> np.ndarray:
         """:meth:`precheck` over raw 20-byte big-endian consume-queue entries."""
+        from plugmq.plugins.filter_tag.vectorised import decode_block
+
         return self.precheck_many(decode_block(raw)["tag_hash"])
 
     # ------------------------------------------------------------------ client side
