@@ -47,6 +47,7 @@ class Sample:
     serving_s: float  # spawn -> first answered request
     cpu_s: float  # the server's CPU seconds until then
     load: float  # 1-minute load average when it started
+    phases: dict[str, float] = attrs.field(factory=dict)  # as the server logged them (wall seconds)
 
 
 @attrs.define
@@ -55,8 +56,11 @@ class StartupReport:
     samples: list[Sample] = attrs.field(factory=list)
 
     def median(self, python: str, situation: str, field: str) -> float | None:
-        values = [getattr(s, field) for s in self.samples if s.python == python and s.situation == situation]
-        return statistics.median(values) if values else None
+        """The median of a sample field, or of a logged phase (``imports_s``, ``broker_open_s``)."""
+        values = [s.phases.get(field) if field.endswith("_s") and not hasattr(s, field) else getattr(s, field)
+                  for s in self.samples if s.python == python and s.situation == situation]
+        present = [v for v in values if v is not None]
+        return statistics.median(present) if present else None
 
 
 def _write_backlog(data_dir: Path, store: str, flush: str, megabytes: int, body_size: int = _BACKLOG_BODY) -> int:
@@ -85,17 +89,20 @@ def _round(report: StartupReport, label: str, python: str, root: Path, backlog: 
     config = _config(empty, store, flush)
     load = _load()
     child = ServeChild(config, empty / "serve.log", python=python)
-    report.samples.append(Sample(label, SITUATIONS[0], index, child.serving_s, child.phases["cpu_s"], load))
+    report.samples.append(Sample(label, SITUATIONS[0], index, child.serving_s, child.phases["cpu_s"], load,
+                                 child.phases))
     child.stop()
 
     config = _config(backlog, store, flush)
     log = backlog / f"serve-{label}.log"
     load = _load()
     child = ServeChild(config, log, python=python)
-    report.samples.append(Sample(label, SITUATIONS[1], index, child.serving_s, child.phases["cpu_s"], load))
+    report.samples.append(Sample(label, SITUATIONS[1], index, child.serving_s, child.phases["cpu_s"], load,
+                                 child.phases))
     load = _load()
     child, _acked, _failures, _reconnect_s = _crash_and_restart(child, config, log, body, 1.0)
-    report.samples.append(Sample(label, SITUATIONS[2], index, child.serving_s, child.phases["cpu_s"], load))
+    report.samples.append(Sample(label, SITUATIONS[2], index, child.serving_s, child.phases["cpu_s"], load,
+                                 child.phases))
     child.stop()  # a clean stop: the next round's "restart after SIGTERM" starts from it
 
 
@@ -131,21 +138,23 @@ def print_startup(report: StartupReport) -> None:
                f"round's kill -9 sends of {s['body_size']} B; {s['cpus']} CPUs, load {s['load_before']} -> {s['load_after']}")
     for label, python in s["pythons"].items():
         click.echo(f"  {label}: {python}")
-    header = f"{'situation':<38} {'python':<9} {'serving s (median)':>19} {'server CPU s (median)':>22} {'loads':>18}"
+    click.echo("medians; imports and broker open are the server's own wall-clock phases")
+    header = (f"{'situation':<38} {'python':<9} {'serving s':>10} {'server CPU s':>13} {'imports s':>10} "
+              f"{'broker open s':>14} {'loads':>12}")
     click.echo(header)
     for situation in SITUATIONS:
         for label in s["pythons"]:
-            serving = report.median(label, situation, "serving_s")
-            cpu = report.median(label, situation, "cpu_s")
+            values = [report.median(label, situation, f) for f in ("serving_s", "cpu_s", "imports_s", "broker_open_s")]
             loads = [x.load for x in report.samples if x.python == label and x.situation == situation]
-            click.echo(f"{situation:<38} {label:<9} {serving or 0:>19.2f} {cpu or 0:>22.2f} "
-                       f"{min(loads):>8.2f}-{max(loads):<8.2f}")
+            click.echo(f"{situation:<38} {label:<9} " + " ".join(
+                f"{'?' if v is None else f'{v:.2f}':>{w}}" for v, w in zip(values, (10, 13, 10, 14)))
+                + f" {min(loads):>6.2f}-{max(loads):<6.2f}")
         if "baseline" in s["pythons"]:
             ratios = []
             for field in ("serving_s", "cpu_s"):
                 this, base = report.median("this", situation, field), report.median("baseline", situation, field)
                 ratios.append(f"{this / base:.2f}x" if this and base else "?")
-            click.echo(f"{'':<38} {'this/base':<9} {ratios[0]:>19} {ratios[1]:>22}")
+            click.echo(f"{'':<38} {'this/base':<9} {ratios[0]:>10} {ratios[1]:>13}")
     slowest = max((x.serving_s for x in report.samples if x.python == "this"), default=0.0)
     click.echo(f"goal: serving within 1 s of start and after kill -9: {'met' if slowest <= 1.0 else 'NOT met'} "
                f"(slowest {slowest:.2f} s at load up to "
