@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 pytest.importorskip("rocketmq", reason="needs the serve extra (rocketmq-python-client)")
 
+from plugmq.bench.grpc_startup import SITUATIONS
 from plugmq.cli import main
 
 
@@ -29,3 +31,17 @@ def test_bench_grpc_reports_rates_cpu_start_up_and_the_crash_check() -> None:
     assert report["steady"]["send_rate"] > 0 and report["steady"]["backlog_samples"]
     assert report["crash"]["acked_lost"] == 0 and report["crash"]["producer_reconnect_s"] >= 0
     assert {g["goal"] for g in report["goals"]} >= {"server CPU per sent message <= 0.25 ms"}
+
+
+@pytest.mark.slow
+def test_bench_grpc_startup_only_times_each_situation_for_both_interpreters() -> None:
+    result = CliRunner().invoke(main, ["bench", "grpc", "--startup-only", "--backlog-mb", "1", "--rounds", "1",
+                                       "--baseline-python", sys.executable, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["settings"]["backlog_messages"] == 1024
+    samples = {(s["python"], s["situation"]): s for s in report["samples"]}
+    assert set(samples) == {(python, situation) for python in ("baseline", "this") for situation in SITUATIONS}
+    for sample in samples.values():
+        assert sample["serving_s"] > 0 and sample["cpu_s"] > 0
+        assert {"imports_s", "broker_open_s"} <= set(sample["phases"])
