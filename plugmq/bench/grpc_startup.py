@@ -9,8 +9,8 @@ all threads) is what start-up costs whatever the machine's load; wall time on a 
 about that CPU time times the load factor.
 
 ``--baseline-python`` runs the same rounds with another interpreter (e.g. another checkout's
-``.venv/bin/python``), alternating with this one round by round, so the two are compared in one
-run under the same load. Before the rounds, each interpreter starts once to write its ``.pyc``
+``.venv/bin/python``), alternating with this one round by round (which goes first alternates
+too), so the two are compared in one run under the same load. Before the rounds, each interpreter starts once to write its ``.pyc``
 files (not counted). Unlike the full ``bench grpc``, the acknowledged sends are not drained
 afterwards (a large backlog would take minutes); the full run does that check.
 """
@@ -125,7 +125,8 @@ def measure_startup(backlog_mb: int, body_size: int, store: str, flush: str, rou
             warm.mkdir()
             ServeChild(_config(warm, store, flush), warm / "serve.log", python=python).stop()
         for index in range(rounds):
-            for label, python in pythons.items():
+            order = list(pythons.items())
+            for label, python in order if index % 2 == 0 else order[::-1]:  # neither always goes first
                 _round(report, label, python, root, backlog, index, store, flush, body)
     report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return report
