@@ -29,7 +29,7 @@ from plugmq.plugins.delay_schedule.records import (
     SCH_TAIL,
     MessageLogRecord,
     ScheduleRecord,
-    decode_due_request,
+    decode_due_requests,
     decode_schedule_record,
     encode_schedule_record,
 )
@@ -228,11 +228,13 @@ class ScheduleLog:
                 j += 1
             path = self.path(segment.start)
             raw = self._files.read(path, start, end - start)
-            for k in order[i:j]:
-                _, pos, length = wanted[k]
-                out[k] = decode_due_request(raw, pos - start, length, drop)
-                if out[k] is None:
-                    log.error("schedule record unreadable", path=path, position=pos, size=length)
+            run = order[i:j]
+            decoded = decode_due_requests(raw, [wanted[k][1] - start for k in run], [wanted[k][2] for k in run],
+                                          tuple(drop))
+            for k, request in zip(run, decoded, strict=True):
+                out[k] = request
+                if request is None:
+                    log.error("schedule record unreadable", path=path, position=wanted[k][1], size=wanted[k][2])
             i = j
         return out
 

@@ -28,7 +28,7 @@ from plugmq.plugins.delay_wheel.codec import (
     StoredDelay,
     decode_index_entry,
     decode_record,
-    decode_record_at,
+    decode_records_at,
     encode_index_entry,
 )
 from plugmq.plugins.delay_wheel.region import Region
@@ -207,12 +207,10 @@ class HourFiles:
                 end = max(end, nxt.offset + nxt.size)
                 j += 1
             raw = self.log.read(start, end - start)
-            for k in order[i:j]:
-                entry = entries[k]
-                try:
-                    out[k] = decode_record_at(raw, entry.offset - start, entry.size)
-                except CorruptRecordError:
-                    out[k] = None
+            run = order[i:j]
+            decoded = decode_records_at(raw, [entries[k].offset - start for k in run], [entries[k].size for k in run])
+            for k, stored in zip(run, decoded, strict=True):
+                out[k] = stored
             i = j
         return out
 
