@@ -165,3 +165,34 @@ def test_layout_mistakes_are_clear_errors() -> None:
     bad = (*wheel._LAYOUT.packed()[:-1], ((12, 3),))
     with pytest.raises(ValueError, match="width must be 4 or 8"):
         requestcodec._native.decode(b"", [], [], bad, (), AppendRequest, requestcodec._SETTERS)
+
+
+def test_schedule_segment_scan_stops_where_the_python_scan_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """delay_schedule's compiled segment scan (_segscan) and its Python loop: the same rows, and
+    both stop at a damaged record or at an index out of sequence."""
+    from plugmq.plugins.delay_schedule import schedule_log
+
+    request = AppendRequest("T", 1, b"z" * 30, {"TAGS": "a"})
+    records = [_schedule_record(sched.encode_request(request), i) for i in range(5)]
+    damaged = bytearray(records[3])
+    damaged[-12] ^= 0xFF
+    cases = {
+        "whole": b"".join(records),
+        "damaged": b"".join([*records[:3], bytes(damaged), records[4]]),
+        "out of sequence": b"".join([records[0], records[2]]),
+        "torn": b"".join(records)[:-5],
+    }
+    results = {}
+    for compiled in (True, False):
+        if compiled and schedule_log._segscan is None:
+            continue
+        if not compiled:
+            monkeypatch.setattr(schedule_log, "_segscan", None)
+        results[compiled] = {name: schedule_log._scan_chunk(data, 0, 1000) for name, data in cases.items()}
+    python = results[False]
+    assert python["whole"][0] == sum(len(r) for r in records) and len(python["whole"][1]) == 5 * 8
+    assert python["whole"][1][:8] == [1000, len(records[0]), 0, 1000, 0, 0, -1, 1]
+    assert len(python["damaged"][1]) == 3 * 8 and len(python["out of sequence"][1]) == 8
+    assert len(python["torn"][1]) == 4 * 8
+    if True in results:
+        assert results[True] == python

@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import attrs
 
@@ -34,9 +35,47 @@ from plugmq.plugins.delay_schedule.records import (
     encode_schedule_record,
 )
 
-__all__ = ["ScheduleLog", "Segment"]
+__all__ = ["ScheduleLog", "Segment", "SegmentIndex"]
 
 log = get_logger(__name__)
+
+try:
+    from plugmq.plugins.delay_schedule import _segscan  # type: ignore[attr-defined]
+except ImportError:  # not compiled: the Python loop of _scan_chunk
+    _segscan = None
+_ROW = 8  # position, size, seq, schedule time, source, index, delay level, store timestamp
+
+
+class SegmentIndex(NamedTuple):
+    """A loaded segment's records, column by column (record i is element i of each)."""
+
+    positions: list[int]
+    sizes: list[int]
+    seqs: list[int]
+    times: list[int]
+
+
+def _scan_chunk(data: bytes, number: int, base: int) -> tuple[int, list[int]]:
+    """The sound records of ``data`` from its start with indexes ``number``, ``number + 1``...:
+    where the walk stopped and ``_ROW`` integers per record (ScheduleRecord's fields but the
+    payload; positions are ``base`` + place in ``data``)."""
+    if _segscan is not None:
+        end, found = _segscan.scan(data, 0, number, base)
+        return end, found
+    rows: list[int] = []
+    pos = 0
+    while True:
+        record = decode_schedule_record(data, pos, with_payload=False, base=base)
+        if record is None or record.number != number:
+            return pos, rows
+        rows += _fields(record)
+        pos += record.size
+        number += 1
+
+
+def _fields(record: ScheduleRecord) -> tuple[int, ...]:
+    return (record.position, record.size, record.seq, record.schedule_time_ms, record.source, record.number,
+            record.delay_level, record.store_ts_ms)
 
 _SEG = ".seg"
 _DISPATCH = ".dispatch"
@@ -139,25 +178,25 @@ class ScheduleLog:
         return decode_schedule_record(data, 0, with_payload=False, base=position)
 
     def _scan(self, path: str, size: int) -> list[ScheduleRecord]:
-        records: list[ScheduleRecord] = []
+        rows = self._scan_rows(path, size)
+        return [ScheduleRecord._make((*rows[i:i + _ROW], None)) for i in range(0, len(rows), _ROW)]
+
+    def _scan_rows(self, path: str, size: int) -> list[int]:
+        """The sound prefix of a segment file, ``_ROW`` integers per record."""
+        rows: list[int] = []
         position = 0
         while position < size:
             data = self._files.read(path, position, min(_SCAN_CHUNK, size - position))
-            pos = 0
-            while True:
-                record = decode_schedule_record(data, pos, with_payload=False, base=position)
-                if record is None or record.number != len(records):
-                    break
-                records.append(record)
-                pos += record.size
-            if pos == 0:
+            pos, found = _scan_chunk(data, len(rows) // _ROW, position)
+            rows += found
+            if pos == 0:  # a record longer than a chunk
                 record = self._record_at(path, position, size)
-                if record is None or record.number != len(records):
+                if record is None or record.number != len(rows) // _ROW:
                     break
-                records.append(record)
+                rows += _fields(record)
                 pos = record.size
             position += pos
-        return records
+        return rows
 
     # ---------------------------------------------------------------- records
 
@@ -188,16 +227,16 @@ class ScheduleLog:
         segment.last_source = record.offset
         return segment, position, created
 
-    def index(self, segment: Segment) -> list[ScheduleRecord]:
-        """Every record header of ``segment`` (payloads are read at delivery)."""
+    def index(self, segment: Segment) -> SegmentIndex:
+        """Where the records of ``segment`` are, and their seqs and times (payloads are read at delivery)."""
         path = self.path(segment.start)
-        records = self._scan(path, segment.size)
-        if len(records) != segment.count:
+        rows = self._scan_rows(path, segment.size)
+        if len(rows) != segment.count * _ROW:
             raise StoreError(
-                f"delay_schedule: schedule segment {path} holds {len(records)} readable records where "
+                f"delay_schedule: schedule segment {path} holds {len(rows) // _ROW} readable records where "
                 f"{segment.count} were written; the file is damaged (restore it from a replica)"
             )
-        return records
+        return SegmentIndex(rows[0::_ROW], rows[1::_ROW], rows[2::_ROW], rows[3::_ROW])
 
     def read(self, segment: Segment, position: int, size: int) -> ScheduleRecord:
         """The full record of ``size`` bytes at ``position`` (both from the index)."""

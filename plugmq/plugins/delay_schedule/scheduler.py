@@ -355,15 +355,18 @@ class ScheduleDelayScheduler:
         """Put the segment's unsettled messages into the wheel, settling in-doubt ones first."""
         in_doubt = segment.dispatch.in_doubt()
         found_delivered: list[int] = []
-        for record in self._schedule.index(segment):
-            if segment.dispatch.is_settled(record.seq):
+        index = self._schedule.index(segment)
+        settled = segment.dispatch.is_settled
+        add = self._wheel.add
+        for position, size, seq, when in zip(index.positions, index.sizes, index.seqs, index.times, strict=True):
+            if settled(seq):
                 continue
-            if record.seq in in_doubt and self._reached_topic(segment, record.position, record.size):
-                found_delivered.append(record.seq)
-                continue
-            if record.seq in in_doubt:
+            if seq in in_doubt:
+                if self._reached_topic(segment, position, size):
+                    found_delivered.append(seq)
+                    continue
                 self._metrics.in_doubt_redelivered += 1
-            self._wheel.add(WheelEntry(record.schedule_time_ms, record.seq, segment, record.position, record.size))
+            add(WheelEntry(when, seq, segment, position, size))
         if found_delivered:
             self._schedule.mark(segment, DELIVERED, found_delivered, sync=True)
             self._metrics.in_doubt_found_delivered += len(found_delivered)
