@@ -35,12 +35,12 @@ def to_schedule(request: AppendRequest, level: int, deliver_at_ms: int) -> Appen
 def restore(message: StoredMessage) -> AppendRequest | None:
     """The normal message a scheduled one becomes when due; None if it lacks its real topic."""
     props = dict(message.properties)
-    real_topic = props.get(Prop.REAL_TOPIC)
-    real_queue = props.get(Prop.REAL_QUEUE_ID, "")
+    real_topic = props.pop(Prop.REAL_TOPIC, None)
+    real_queue = props.pop(Prop.REAL_QUEUE_ID, "")
     if not real_topic or not real_queue.isdigit():
         return None
-    for key in DELAY_PROPERTIES:
-        props.pop(key, None)
+    props.pop(Prop.DELAY_LEVEL, None)
+    props.pop(Prop.DELIVER_AT_MS, None)
     if real_topic not in _valid_topics:
         validate_topic(real_topic)
         if len(_valid_topics) < 10_000:

@@ -256,20 +256,29 @@ class LevelDelayScheduler:
         stored = self._write_back(requests) if requests else None
         now = self._clock.now_ms()  # lateness counts from when the batch is visible
         done = 0
+        next_offsets: dict[int, int] = {}  # a level's offset moves once per batch, past its last done entry
+        delivered = dead_lettered = 0
+        record_late = self._lateness.record
         for qid, entry, index, dead in plan:
             if index >= 0 and stored is not None and not stored[index]:
                 break  # this and what follows wait for the retry (a level's offset is a prefix)
             done += 1
-            self._offsets.set(qid, entry.queue_offset + 1)
+            next_offsets[qid] = entry.queue_offset + 1
             if index < 0:
                 continue
             late = now - entry.tags_code
-            self._counts["dead_lettered" if dead else "delivered"] += 1
-            if not dead:
-                self._lateness.record(late)
+            if dead:
+                dead_lettered += 1
+            else:
+                delivered += 1
+                record_late(late)
             if at_start and entry.tags_code <= self._start_ms:
                 self._counts["overdue_at_start"] += 1
                 self._late_at_start_max = max(self._late_at_start_max, late)
+        for qid, offset in next_offsets.items():
+            self._offsets.set(qid, offset)
+        self._counts["delivered"] += delivered
+        self._counts["dead_lettered"] += dead_lettered
         self._counts["batches"] += 1
         if done:
             self._persist()

@@ -26,7 +26,6 @@ import heapq
 import math
 import threading
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import attrs
 
@@ -84,11 +83,17 @@ def _items(hour: int, second: int, entries: list[IndexEntry]) -> list[Item]:
     return sorted((base + e.ms, e.local_index, e) for e in entries)
 
 
-class _Outgoing(NamedTuple):
-    request: AppendRequest
-    deliver_at_ms: int  # the real one (a key may be later: "now" became the next millisecond)
-    dead: bool  # going to the dead-letter topic
-    global_index: int
+@attrs.define
+class _Outgoing:
+    """A claimed batch's write-back, column by column (message i is element i of each)."""
+
+    requests: list[AppendRequest] = attrs.Factory(list)
+    deliver_at_ms: list[int] = attrs.Factory(list)  # the real ones (a key may be later: "now" became the next ms)
+    dead: list[bool] = attrs.Factory(list)  # going to the dead-letter topic
+    global_index: list[int] = attrs.Factory(list)
+
+    def __len__(self) -> int:
+        return len(self.requests)
 
 
 class _OpenSecond:
@@ -430,12 +435,12 @@ class WheelDelayScheduler:
                 start, end = self._pos, (items[-1][0], items[-1][1] + 1)
                 self._claimed = self._unsettled = end
                 self._ckpt.write(start, end)  # INTENT: these may reach their topic from here on
-            stored = self._write_back([o.request for o in outgoing])
+            stored = self._write_back(outgoing.requests)
             with self._lock:  # lateness counts from when the batch is visible
                 self._settle(self._clock.now_ms(), items, outgoing, files, start, end, stored)
             budget -= len(items)
 
-    def _claim(self, now: int) -> tuple[list[Item], list[_Outgoing], HourFiles] | None:
+    def _claim(self, now: int) -> tuple[list[Item], _Outgoing, HourFiles] | None:
         """Up to ``dispatch_batch`` due entries of one second, with their write-back requests."""
         while True:
             items = self._claim_items(now)
@@ -454,8 +459,11 @@ class WheelDelayScheduler:
                     self._skip.discard((hour, gi))
                     continue
                 live.append(item)
-            outgoing: list[_Outgoing] = []
+            outgoing = _Outgoing()
+            requests, deliver_at, dead_letter, global_index = (
+                outgoing.requests, outgoing.deliver_at_ms, outgoing.dead, outgoing.global_index)
             limit = self._opts.dead_letter_older_than_ms
+            started = self._start_ms
             for item, stored in zip(live, files.records([i[2] for i in live]), strict=True):
                 if stored is None:
                     self._counters["corrupt_skipped"] += 1
@@ -464,9 +472,12 @@ class WheelDelayScheduler:
                     self._account_delivered(hour)  # gone for good; a restart counts it done too
                     continue
                 request, dead = stored.request, False
-                if limit and stored.scheduled_at_ms < self._start_ms and stored.deliver_at_ms < self._start_ms - limit:
+                if limit and stored.scheduled_at_ms < started and stored.deliver_at_ms < started - limit:
                     request, dead = self._dead_letter(request), True  # found this overdue at start-up
-                outgoing.append(_Outgoing(request, stored.deliver_at_ms, dead, item[2].global_index))
+                requests.append(request)
+                deliver_at.append(stored.deliver_at_ms)
+                dead_letter.append(dead)
+                global_index.append(item[2].global_index)
             if outgoing:
                 return items, outgoing, files
             # Nothing to write back in what was claimed: the position just moves past it.
@@ -520,24 +531,29 @@ class WheelDelayScheduler:
                             exc_info=outcome.error)
         return outcome.stored
 
-    def _settle(self, now: int, items: list[Item], outgoing: list[_Outgoing], files: HourFiles,
+    def _settle(self, now: int, items: list[Item], outgoing: _Outgoing, files: HourFiles,
                 start: Key, end: Key, stored: list[bool] | None) -> None:
         hour = files.hour
-        done = outgoing if stored is None else [out for out, ok in zip(outgoing, stored, strict=True) if ok]
-        if stored is not None:  # delivered, though the batch is retried
-            self._skip.update((hour, out.global_index) for out in done)
-        self._hist.record_many(now - out.deliver_at_ms for out in done)
-        dead = sum(out.dead for out in done)
+        deliver_at, dead_letter, global_index = outgoing.deliver_at_ms, outgoing.dead, outgoing.global_index
+        if stored is not None:  # only what reached the store counts; it is skipped when the batch is retried
+            kept = [i for i, ok in enumerate(stored) if ok]
+            deliver_at = [deliver_at[i] for i in kept]
+            dead_letter = [dead_letter[i] for i in kept]
+            self._skip.update((hour, global_index[i]) for i in kept)
+        done = len(deliver_at)
+        self._hist.record_many([now - at for at in deliver_at])
+        dead = sum(dead_letter)
         self._counters["dead_lettered"] += dead
-        self._counters["delivered"] += len(done) - dead
+        self._counters["delivered"] += done - dead
         started = self._start_ms
-        self._counters["overdue_at_start"] += sum(out.deliver_at_ms <= started for out in done)
-        self._pending -= len(done)
-        self._remaining[hour] = self._remaining.get(hour, 0) - len(done)
+        self._counters["overdue_at_start"] += sum(at <= started for at in deliver_at)
+        self._pending -= done
+        self._remaining[hour] = self._remaining.get(hour, 0) - done
         self._counters["batches"] += 1
         if stored is None or all(stored):
             self._pos = self._claimed = end
-            self._skip.difference_update((hour, i[2].global_index) for i in items)
+            if self._skip:
+                self._skip.difference_update((hour, i[2].global_index) for i in items)
             # If this position is lost to a power cut the intent before it is found instead and
             # was_delivered settles it: only without that callback must it be on disk now.
             self._ckpt.write(end, may_skip_fsync=self._was_delivered is not None)
