@@ -190,25 +190,28 @@ class HourFiles:
         return decode_record(self.log.read(entry.offset, entry.size))
 
     def records(self, entries: Sequence[IndexEntry]) -> list[StoredDelay | None]:
-        """The records of ``entries`` (same order; None for one that fails its checks), read in
-        runs of neighbouring records: one read per run instead of one per message."""
-        out: list[StoredDelay | None] = [None] * len(entries)
-        offsets = [entry.offset for entry in entries]
-        order = sorted(range(len(entries)), key=offsets.__getitem__)
+        """The records of ``entries`` (same order; None for one that fails its checks)."""
+        return self.records_at([entry.offset for entry in entries], [entry.size for entry in entries])
+
+    def records_at(self, offsets: Sequence[int], sizes: Sequence[int]) -> list[StoredDelay | None]:
+        """The records at ``offsets`` of ``sizes`` bytes (same order; None for one that fails its
+        checks), read in runs of neighbouring records: one read per run instead of one per message."""
+        out: list[StoredDelay | None] = [None] * len(offsets)
+        order = sorted(range(len(offsets)), key=offsets.__getitem__)
         i = 0
         while i < len(order):
-            first = entries[order[i]]
-            start, end = first.offset, first.offset + first.size
+            start = offsets[order[i]]
+            end = start + sizes[order[i]]
             j = i + 1
             while j < len(order):
-                nxt = entries[order[j]]
-                if nxt.offset - end > _RUN_GAP or nxt.offset + nxt.size - start > _RUN_MAX:
+                offset, size = offsets[order[j]], sizes[order[j]]
+                if offset - end > _RUN_GAP or offset + size - start > _RUN_MAX:
                     break
-                end = max(end, nxt.offset + nxt.size)
+                end = max(end, offset + size)
                 j += 1
             raw = self.log.read(start, end - start)
             run = order[i:j]
-            decoded = decode_records_at(raw, [entries[k].offset - start for k in run], [entries[k].size for k in run])
+            decoded = decode_records_at(raw, [offsets[k] - start for k in run], [sizes[k] for k in run])
             for k, stored in zip(run, decoded, strict=True):
                 out[k] = stored
             i = j

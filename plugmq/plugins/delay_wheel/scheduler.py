@@ -45,7 +45,7 @@ from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
 from plugmq.core.writeback import write_back
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
-from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, WheelMsgIds, encode_record
+from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, StoredDelay, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
 from plugmq.plugins.delay_wheel.options import DelayWheelOptions, open_hours_for
@@ -60,7 +60,11 @@ _WINDOW_HOURS = 2
 _YIELD_AFTER = 20_000  # messages per timer callback before it lets other timers run
 
 Key = tuple[int, int]  # (due ms, localIndex)
-Item = tuple[int, int, IndexEntry]  # key + the index entry
+# key + where the entry points: (due ms, localIndex, globalIndex, log offset, record size, second
+# in the hour). A tuple of ints, not the IndexEntry: the cyclic GC stops tracking such tuples, and
+# a burst's second holds them by the hundred thousand (tracked, each full collection walked them).
+Item = tuple[int, int, int, int, int, int]
+_GI, _OFFSET, _SIZE, _SECOND = 2, 3, 4, 5
 
 
 def capabilities_for(options: DelayWheelOptions, *, no_duplicates: bool = True) -> DelayCapabilities:
@@ -80,7 +84,11 @@ def _seconds(ms: int) -> float:
 
 def _items(hour: int, second: int, entries: list[IndexEntry]) -> list[Item]:
     base = (hour * SECONDS_PER_HOUR + second) * 1000
-    return sorted((base + e.ms, e.local_index, e) for e in entries)
+    return sorted((base + e.ms, e.local_index, e.global_index, e.offset, e.size, e.second) for e in entries)
+
+
+def _records(files: HourFiles, items: list[Item]) -> list[StoredDelay | None]:
+    return files.records_at([i[_OFFSET] for i in items], [i[_SIZE] for i in items])
 
 
 @attrs.define
@@ -220,7 +228,7 @@ class WheelDelayScheduler:
         done = files.count_before(in_hour)
         before: set[int] = set()
         if files.head(in_hour)[1]:
-            before = {i[2].global_index for i in _items(hour, in_hour, self._entries_of(files, in_hour))
+            before = {i[_GI] for i in _items(hour, in_hour, self._entries_of(files, in_hour))
                       if i[:2] < self._pos}
         done += len(before)
         for gi in files.cancelled():
@@ -244,10 +252,10 @@ class WheelDelayScheduler:
                 continue
             cancelled = files.cancelled()
             items = [i for i in _items(hour, in_hour, self._entries_of(files, in_hour))
-                     if start <= i[:2] < end and i[2].global_index not in cancelled]
-            for item, stored in zip(items, files.records([i[2] for i in items]), strict=True):
+                     if start <= i[:2] < end and i[_GI] not in cancelled]
+            for item, stored in zip(items, _records(files, items), strict=True):
                 if stored is not None and self._reached_topic(stored.request):
-                    self._skip.add((hour, item[2].global_index))
+                    self._skip.add((hour, item[_GI]))
                     self._account_delivered(hour)
                     found += 1
                 else:
@@ -318,7 +326,7 @@ class WheelDelayScheduler:
             self._remaining[hour] = self._remaining.get(hour, 0) + 1
             self._pending += 1
             self._counters["scheduled"] += 1
-            self._place(second, hour, (due, entry.local_index, entry))
+            self._place(second, hour, (due, entry.local_index, entry.global_index, entry.offset, entry.size, in_hour))
             return AppendResult(
                 status=AppendStatus.PUT_OK, msg_id=self._ids.encode(hour, entry.global_index),
                 queue_offset=entry.global_index, commit_log_offset=entry.offset, size=entry.size,
@@ -452,7 +460,7 @@ class WheelDelayScheduler:
             cancelled = files.cancelled()
             live: list[Item] = []
             for item in items:
-                gi = item[2].global_index
+                gi = item[_GI]
                 if gi in cancelled:
                     continue
                 if (hour, gi) in self._skip:
@@ -464,11 +472,11 @@ class WheelDelayScheduler:
                 outgoing.requests, outgoing.deliver_at_ms, outgoing.dead, outgoing.global_index)
             limit = self._opts.dead_letter_older_than_ms
             started = self._start_ms
-            for item, stored in zip(live, files.records([i[2] for i in live]), strict=True):
+            for item, stored in zip(live, _records(files, live), strict=True):
                 if stored is None:
                     self._counters["corrupt_skipped"] += 1
-                    self._log.error("delay log record is corrupt; skipped", hour=hour, second=item[2].second,
-                                    global_index=item[2].global_index)
+                    self._log.error("delay log record is corrupt; skipped", hour=hour, second=item[_SECOND],
+                                    global_index=item[_GI])
                     self._account_delivered(hour)  # gone for good; a restart counts it done too
                     continue
                 request, dead = stored.request, False
@@ -477,7 +485,7 @@ class WheelDelayScheduler:
                 requests.append(request)
                 deliver_at.append(stored.deliver_at_ms)
                 dead_letter.append(dead)
-                global_index.append(item[2].global_index)
+                global_index.append(item[_GI])
             if outgoing:
                 return items, outgoing, files
             # Nothing to write back in what was claimed: the position just moves past it.
@@ -553,7 +561,7 @@ class WheelDelayScheduler:
         if stored is None or all(stored):
             self._pos = self._claimed = end
             if self._skip:
-                self._skip.difference_update((hour, i[2].global_index) for i in items)
+                self._skip.difference_update((hour, i[_GI]) for i in items)
             # If this position is lost to a power cut the intent before it is found instead and
             # was_delivered settles it: only without that callback must it be on disk now.
             self._ckpt.write(end, may_skip_fsync=self._was_delivered is not None)
