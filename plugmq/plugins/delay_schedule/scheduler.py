@@ -357,7 +357,7 @@ class ScheduleDelayScheduler:
         found_delivered: list[int] = []
         index = self._schedule.index(segment)
         settled = segment.dispatch.is_settled
-        add = self._wheel.add
+        add = self._wheel.add_fields
         for position, size, seq, when in zip(index.positions, index.sizes, index.seqs, index.times, strict=True):
             if settled(seq):
                 continue
@@ -366,7 +366,7 @@ class ScheduleDelayScheduler:
                     found_delivered.append(seq)
                     continue
                 self._metrics.in_doubt_redelivered += 1
-            add(WheelEntry(when, seq, segment, position, size))
+            add(when, seq, segment, position, size)
         if found_delivered:
             self._schedule.mark(segment, DELIVERED, found_delivered, sync=True)
             self._metrics.in_doubt_found_delivered += len(found_delivered)
