@@ -68,6 +68,7 @@ from plugmq.core import (
     Prop,
     SystemClock,
     Timer,
+    requestcodec,
 )
 from plugmq.core.components import open_delay_scheduler, open_store
 
@@ -584,7 +585,8 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
     note = redis_missing() if use_redis else "turned off (--no-redis)"
     results: dict[str, Any] = {"settings": {"messages": messages, "pending": pending, "rate": rate, "seconds": seconds,
                                             "burst": burst, "fsync": fsync, "redis": note or "measured",
-                                            "batched_write_back": _BATCHES}, "load": {}}
+                                            "batched_write_back": _BATCHES,
+                                            "compiled_decoder": requestcodec.native_available()}, "load": {}}
     with _workdir(workdir) as base:
         server = RedisServer(base) if note is None else None
         try:
@@ -671,7 +673,8 @@ def _print(console: Console, results: dict[str, Any], names: list[str]) -> None:
                   else f"page cache ({STORE} flush=async, delay plugins fsync=false: kill -9 safe, not power-cut safe); "
                        "Redis without persistence")
     console.print(f"[bold]plugmq bench delay[/bold] — durability: {durability}; 128 B bodies; write-back batched: "
-                  f"{settings['batched_write_back']} (baselines: {BATCH} per append_batch); Redis: {settings['redis']}")
+                  f"{settings['batched_write_back']} (baselines: {BATCH} per append_batch); compiled decoder of stored "
+                  f"requests: {settings['compiled_decoder']}; Redis: {settings['redis']}")
     load = results["load"]
     if "throughput" in results:
         base = results["throughput"]["heapq"]
