@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from plugmq.core import CorruptRecordError
 from plugmq.core.logs import get_logger
@@ -42,6 +45,11 @@ _INDEX_PREALLOC = 1 << 16
 _RUN_GAP = 4096  # neighbouring records closer than this are read in one go
 _RUN_MAX = 4 << 20  # ... up to this many bytes per read
 _CANCEL = struct.Struct("<I")
+# The delay index entry (codec._INDEX) as numpy columns, for checking a burst's chain at once.
+_INDEX_DTYPE = np.dtype([("offset", "<u8"), ("size", "<u4"), ("local", "<u4"), ("gi", "<u4"), ("pre", "<i4"),
+                         ("second", "<u2"), ("ms", "<u2"), ("crc", "<u4")])
+_INDEX_CRC_AT = INDEX_ENTRY_SIZE - 4
+assert _INDEX_DTYPE.itemsize == INDEX_ENTRY_SIZE
 HOUR_FILE_SUFFIXES = (".log", ".idx", ".head", ".cancel")
 
 
@@ -174,6 +182,37 @@ class HourFiles:
             raise CorruptRecordError(f"hour {self.hour} second {second}: head says {count} entries, chain has {len(entries)}")
         entries.reverse()
         return entries
+
+    def chain_rows(self, second: int) -> list[tuple[int, int, int, int, int]]:
+        """The second's entries as (ms, localIndex, globalIndex, offset, size), in localIndex
+        order; CorruptRecordError as :meth:`chain`.
+
+        A big second (a burst) is checked column-wise over the whole index: its entries, their
+        CRCs, localIndex 0..count-1 and every preGlobalIndex pointing at the entry before - the
+        chain :meth:`chain` walks. When anything there does not hold, it walks the chain itself
+        (same result or same error)."""
+        last, count = self.head(second)
+        total = self.header.count
+        if count <= 64 or count * 16 < total:
+            return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
+        raw = self.idx.read(0, total * INDEX_ENTRY_SIZE)
+        if len(raw) >= total * INDEX_ENTRY_SIZE:
+            table = np.frombuffer(raw, dtype=_INDEX_DTYPE, count=total)
+            picked = np.flatnonzero(table["second"] == second)
+            if len(picked) == count:
+                order = np.argsort(table["local"][picked], kind="stable")
+                picked = picked[order]
+                rows = table[picked]
+                gis = picked.tolist()
+                view = memoryview(raw)
+                if (np.array_equal(rows["gi"], picked) and np.array_equal(rows["local"], np.arange(count))
+                        and int(rows["pre"][0]) == NO_ENTRY and np.array_equal(rows["pre"][1:], picked[:-1])
+                        and gis[-1] == last and bool((rows["size"] > 0).all()) and bool((rows["ms"] < 1000).all())
+                        and all(zlib.crc32(view[gi * INDEX_ENTRY_SIZE:gi * INDEX_ENTRY_SIZE + _INDEX_CRC_AT]) == crc
+                                for gi, crc in zip(gis, rows["crc"].tolist()))):
+                    return list(zip(rows["ms"].tolist(), rows["local"].tolist(), gis,
+                                    rows["offset"].tolist(), rows["size"].tolist()))
+        return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
 
     def scan_second(self, second: int) -> list[IndexEntry]:
         """The second's readable entries found by reading the whole index: the slow way round a

@@ -45,7 +45,7 @@ from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
 from plugmq.core.writeback import write_back
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
-from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, StoredDelay, WheelMsgIds, encode_record
+from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, StoredDelay, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
 from plugmq.plugins.delay_wheel.options import DelayWheelOptions, open_hours_for
@@ -82,9 +82,10 @@ def _seconds(ms: int) -> float:
     return when
 
 
-def _items(hour: int, second: int, entries: list[IndexEntry]) -> list[Item]:
+def _sorted_items(hour: int, second: int, rows: list[tuple[int, int, int, int, int]]) -> list[Item]:
+    """Items of (ms, localIndex, globalIndex, offset, size) rows of one second, in key order."""
     base = (hour * SECONDS_PER_HOUR + second) * 1000
-    return sorted((base + e.ms, e.local_index, e.global_index, e.offset, e.size, e.second) for e in entries)
+    return sorted([(base + ms, local, gi, offset, size, second) for ms, local, gi, offset, size in rows])
 
 
 def _records(files: HourFiles, items: list[Item]) -> list[StoredDelay | None]:
@@ -228,7 +229,7 @@ class WheelDelayScheduler:
         done = files.count_before(in_hour)
         before: set[int] = set()
         if files.head(in_hour)[1]:
-            before = {i[_GI] for i in _items(hour, in_hour, self._entries_of(files, in_hour))
+            before = {i[_GI] for i in self._items_of(files, in_hour)
                       if i[:2] < self._pos}
         done += len(before)
         for gi in files.cancelled():
@@ -251,7 +252,7 @@ class WheelDelayScheduler:
             if files is None or not files.head(in_hour)[1]:
                 continue
             cancelled = files.cancelled()
-            items = [i for i in _items(hour, in_hour, self._entries_of(files, in_hour))
+            items = [i for i in self._items_of(files, in_hour)
                      if start <= i[:2] < end and i[_GI] not in cancelled]
             for item, stored in zip(items, _records(files, items), strict=True):
                 if stored is not None and self._reached_topic(stored.request):
@@ -511,7 +512,7 @@ class WheelDelayScheduler:
         assert files is not None and files.mapped, f"hour {hour} is due but not in the mapped window"
         items = self._preloaded.pop(second, None)
         if items is None:
-            items = _items(hour, in_hour, self._entries_of(files, in_hour))
+            items = self._items_of(files, in_hour)
         lost = files.head(in_hour)[1] - len(items)
         if lost > 0:  # index entries that failed their CRC: nothing left to deliver
             self._counters["corrupt_skipped"] += lost
@@ -521,13 +522,16 @@ class WheelDelayScheduler:
             items = [i for i in items if i[:2] >= self._pos]
         self._open = _OpenSecond(second, items)
 
-    def _entries_of(self, files: HourFiles, second: int) -> list[IndexEntry]:
+    def _items_of(self, files: HourFiles, second: int) -> list[Item]:
+        """The entries of a second of ``files`` in key order (its chain; a broken chain is
+        logged and the second rebuilt by scanning the index)."""
         try:
-            return files.chain(second)
+            rows = files.chain_rows(second)
         except CorruptRecordError as exc:
             self._log.error("delay index chain is broken; rebuilding the second from the index",
                             hour=files.hour, second=second, error=str(exc))
-            return files.scan_second(second)
+            rows = [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in files.scan_second(second)]
+        return _sorted_items(files.hour, second, rows)
 
     def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
         """Deliver in order; None when all were stored, else which ones reached the store."""
@@ -612,7 +616,7 @@ class WheelDelayScheduler:
             hour, in_hour = divmod(second, SECONDS_PER_HOUR)
             files = self._dir.get(hour)
             assert files is not None
-            items = _items(hour, in_hour, self._entries_of(files, in_hour))
+            items = self._items_of(files, in_hour)
             self._preloaded[second] = items
             self._counters["index_entries_preloaded"] += len(items)
 
