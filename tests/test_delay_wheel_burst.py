@@ -51,3 +51,19 @@ def test_damaged_chain_raises_as_the_walk_does(files: HourFiles, damage: str) ->
     with pytest.raises(CorruptRecordError) as checked:
         files.chain_rows(7)
     assert str(checked.value) == str(walked.value)
+
+
+def test_lateness_batch_records_what_one_by_one_records() -> None:
+    """The shared histogram's vectorised record_many (a burst records a batch at once)."""
+    from plugmq.core.lateness import LatenessHistogram
+
+    rng = random.Random(3)
+    values = [rng.randint(-50, 10**9) for _ in range(3000)] + [0, 1, 2, 3, 10**12, -1]
+    one, batch = LatenessHistogram(), LatenessHistogram()
+    for value in values:
+        one.record(value)
+    batch.record_many(values[:1000])
+    batch.record_many([])
+    batch.record_many(iter(values[1000:]))
+    assert (batch.count, batch.max_ms) == (one.count, one.max_ms)
+    assert [batch.quantile(q) for q in (0.0, 0.5, 0.99, 1.0)] == [one.quantile(q) for q in (0.0, 0.5, 0.99, 1.0)]

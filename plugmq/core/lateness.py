@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-
-import numpy as np
+from functools import cache
+from typing import Any
 
 __all__ = ["LatenessHistogram"]
 
 # Upper edges in ms: 0, then ten per decade (each ~26% above the last) from 1 ms to ~11 days;
 # the last bucket is open.
 _EDGES: tuple[int, ...] = (0, *sorted({round(10 ** (k / 10)) for k in range(91)}))
-_EDGES_ARRAY = np.array(_EDGES, dtype=np.int64)
+
+
+@cache
+def _numpy() -> tuple[Any, Any]:
+    """numpy and the edges as an array, imported on the first batch (not when a broker starts)."""
+    import numpy
+
+    return numpy, numpy.array(_EDGES, dtype=numpy.int64)
 
 
 class LatenessHistogram:
@@ -35,11 +42,12 @@ class LatenessHistogram:
 
     def record_many(self, late_ms: Iterable[int]) -> None:
         """Record a batch: one vectorised bucket search (a burst records a batch per write-back)."""
+        np, edges = _numpy()
         values = np.fromiter(late_ms, dtype=np.int64)
         if not values.size:
             return
         np.maximum(values, 0, out=values)
-        found = np.bincount(np.searchsorted(_EDGES_ARRAY, values, side="left"), minlength=len(self._counts))
+        found = np.bincount(np.searchsorted(edges, values, side="left"), minlength=len(self._counts))
         counts = self._counts
         for i in np.flatnonzero(found).tolist():
             counts[i] += int(found[i])

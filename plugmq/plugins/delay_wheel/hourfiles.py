@@ -12,9 +12,9 @@ import os
 import struct
 import zlib
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from plugmq.core import CorruptRecordError
 from plugmq.core.logs import get_logger
@@ -45,11 +45,19 @@ _INDEX_PREALLOC = 1 << 16
 _RUN_GAP = 4096  # neighbouring records closer than this are read in one go
 _RUN_MAX = 4 << 20  # ... up to this many bytes per read
 _CANCEL = struct.Struct("<I")
-# The delay index entry (codec._INDEX) as numpy columns, for checking a burst's chain at once.
-_INDEX_DTYPE = np.dtype([("offset", "<u8"), ("size", "<u4"), ("local", "<u4"), ("gi", "<u4"), ("pre", "<i4"),
-                         ("second", "<u2"), ("ms", "<u2"), ("crc", "<u4")])
 _INDEX_CRC_AT = INDEX_ENTRY_SIZE - 4
-assert _INDEX_DTYPE.itemsize == INDEX_ENTRY_SIZE
+
+
+@cache
+def _numpy() -> tuple[Any, Any]:
+    """numpy and the delay index entry (codec._INDEX) as its columns, imported when a big second
+    is first checked (not when a broker starts)."""
+    import numpy
+
+    dtype = numpy.dtype([("offset", "<u8"), ("size", "<u4"), ("local", "<u4"), ("gi", "<u4"), ("pre", "<i4"),
+                         ("second", "<u2"), ("ms", "<u2"), ("crc", "<u4")])
+    assert dtype.itemsize == INDEX_ENTRY_SIZE
+    return numpy, dtype
 HOUR_FILE_SUFFIXES = (".log", ".idx", ".head", ".cancel")
 
 
@@ -197,7 +205,8 @@ class HourFiles:
             return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
         raw = self.idx.read(0, total * INDEX_ENTRY_SIZE)
         if len(raw) >= total * INDEX_ENTRY_SIZE:
-            table = np.frombuffer(raw, dtype=_INDEX_DTYPE, count=total)
+            np, index_dtype = _numpy()
+            table = np.frombuffer(raw, dtype=index_dtype, count=total)
             picked = np.flatnonzero(table["second"] == second)
             if len(picked) == count:
                 order = np.argsort(table["local"][picked], kind="stable")
