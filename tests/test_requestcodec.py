@@ -196,3 +196,11 @@ def test_schedule_segment_scan_stops_where_the_python_scan_stops(monkeypatch: py
     assert len(python["torn"][1]) == 4 * 8
     if True in results:
         assert results[True] == python
+
+
+@given(st.sampled_from([ord("I"), ord("D"), ord("C")]), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+def test_dispatch_records_compiled_equal_python(kind: int, seqs: list[int]) -> None:
+    from plugmq.plugins.delay_schedule import dispatch_log
+
+    assert dispatch_log.encode_dispatch(kind, seqs) == dispatch_log.encode_dispatch_python(kind, seqs)
+    assert dispatch_log.encode_dispatch(kind, iter(seqs)) == dispatch_log.encode_dispatch_python(kind, seqs)

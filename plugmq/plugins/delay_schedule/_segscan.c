@@ -11,10 +11,15 @@
  *     and its index equals `number`, `number` + 1, ... `end` is where the walk stopped; `rows`
  *     holds 8 integers per record: position (base + its place in buffer), size, seq, schedule time, source,
  *     index, delay level, store timestamp.
+ *
+ *   encode_dispatch(kind, seqs) -> bytes
+ *     dispatch_log.encode_dispatch: one 16-byte record per sequence (kind, 3 pad, CRC-32 of kind
+ *     and the big-endian sequence, the sequence); a burst writes two per message (I, then D).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 #include <zlib.h>
 
 #define SCH_MAGIC 0x51534331u
@@ -66,8 +71,56 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     return result;
 }
 
+static void put_be64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static PyObject *py_encode_dispatch(PyObject *self, PyObject *args) {
+    int kind;
+    PyObject *seqs;
+    if (!PyArg_ParseTuple(args, "iO", &kind, &seqs)) return NULL;
+    if (kind < 0 || kind > 255) {
+        PyErr_SetString(PyExc_ValueError, "kind must be a byte");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(seqs, "seqs must be a sequence of int");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 16);
+    if (out == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++, p += 16) {
+        long long seq = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (seq == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            Py_DECREF(out);
+            return NULL;
+        }
+        unsigned char part[9];
+        part[0] = (unsigned char)kind;
+        put_be64(part + 1, (uint64_t)seq);
+        uint32_t crc = (uint32_t)crc32(0L, part, 9);
+        p[0] = (unsigned char)kind;
+        p[1] = p[2] = p[3] = 0;
+        p[4] = (unsigned char)(crc >> 24);
+        p[5] = (unsigned char)(crc >> 16);
+        p[6] = (unsigned char)(crc >> 8);
+        p[7] = (unsigned char)crc;
+        memcpy(p + 8, part + 1, 8);
+    }
+    Py_DECREF(fast);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, "scan(buffer, pos, number, base) -> (end, rows)"},
+    {"encode_dispatch", py_encode_dispatch, METH_VARARGS, "encode_dispatch(kind, seqs) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
 

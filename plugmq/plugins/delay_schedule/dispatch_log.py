@@ -27,6 +27,11 @@ __all__ = ["CANCELLED", "DELIVERED", "INTENT", "DispatchState", "encode_dispatch
 
 log = get_logger(__name__)
 
+try:
+    from plugmq.plugins.delay_schedule import _segscan  # type: ignore[attr-defined]
+except ImportError:  # not compiled: encode_dispatch_python
+    _segscan = None
+
 INTENT = ord("I")
 DELIVERED = ord("D")
 CANCELLED = ord("C")
@@ -77,6 +82,13 @@ class DispatchState:
 
 
 def encode_dispatch(kind: int, seqs: Iterable[int]) -> bytes:
+    """The records of ``kind`` for ``seqs`` (compiled where delay_schedule's _segscan is built)."""
+    if _segscan is not None:
+        return bytes(_segscan.encode_dispatch(kind, seqs if isinstance(seqs, (list, tuple)) else list(seqs)))
+    return encode_dispatch_python(kind, seqs)
+
+
+def encode_dispatch_python(kind: int, seqs: Iterable[int]) -> bytes:
     return b"".join(_RECORD.pack(kind, zlib.crc32(_CRC_PART.pack(kind, s)), s) for s in seqs)
 
 
