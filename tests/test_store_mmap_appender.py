@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -237,6 +238,45 @@ def test_concurrent_single_and_batch_writers(tmp_path: Path, kernel: str, flush:
     assert len(store.query_by_key("T0", "w1", max_results=10_000)) == sum(
         1 for req, _ in written if req.topic == "T0" and req.properties[Prop.KEYS] == "w1")
     store.close()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_writers_meeting_new_topics_and_queues_wait_for_each_other(tmp_path: Path, kernel: str) -> None:
+    """The first append to a topic or queue calls back into Python (names learned, files made),
+    where another thread may run: its append must wait for the put lock, not fail as a re-entry."""
+    store = make(tmp_path / "s", kernel)
+    errors: list[BaseException] = []
+    written: list[tuple[AppendRequest, object]] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(40):
+                reqs = [AppendRequest(f"N{w}_{i}", q, f"{w}-{i}-{q}".encode()) for q in range(4)]
+                results = [store.append(reqs[0]), *store.append_batch(reqs[1:])]
+                with lock:
+                    written.extend(zip(reqs, results))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    try:
+        assert not errors, errors[:3]
+        assert len(written) == 4 * 40 * 4
+        for req, res in written:
+            assert store.read(res.commit_log_offset).body == req.body  # type: ignore[attr-defined,union-attr]
+            assert res.queue_offset == 0  # type: ignore[attr-defined]
+    finally:
+        store.close()
 
 
 # -- crash recovery ------------------------------------------------------------------------------

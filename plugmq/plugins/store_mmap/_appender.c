@@ -190,6 +190,7 @@ typedef struct {
     PyObject *need_cq, *need_topic;
     long long need_qid;
     int busy, system_clock;
+    unsigned long busy_thread; /* who set busy: another thread waits on the put lock, the same one re-entered */
     unsigned long call;
     /* the current commit-log segment, kept (with its buffer) while it stays current */
     PyObject *seg;
@@ -1034,6 +1035,7 @@ static PyObject *Appender_put(Appender *self, PyObject *const *args, Py_ssize_t 
     PyObject *seq = PySequence_Fast(args[0], "requests must be a sequence");
     if (seq == NULL) return NULL;
     self->busy = 1;
+    self->busy_thread = PyThread_get_thread_ident();
     Py_ssize_t next = place(self, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq), start < 0 ? 0 : start,
                             args[2], NULL);
     self->busy = 0;
@@ -1049,6 +1051,7 @@ static PyObject *Appender_append_one(Appender *self, PyObject *request) {
     }
     PyObject *one = NULL;
     self->busy = 1;
+    self->busy_thread = PyThread_get_thread_ident();
     Py_ssize_t next = place(self, &request, 1, 0, NULL, &one);
     self->busy = 0;
     if (next < 0) return NULL;
@@ -1146,6 +1149,7 @@ static int unlock(Appender *self) {
 static int place_all(Appender *self, PyObject *const *items, Py_ssize_t count, PyObject *results, PyObject **one) {
     if (self->closed) return refuse_closed(self);
     self->busy = 1;
+    self->busy_thread = PyThread_get_thread_ident();
     int rc = encode_all(self, items, count, 0);
     self->busy = 0;
     if (rc < 0) return -1;
@@ -1183,6 +1187,7 @@ static int place_all(Appender *self, PyObject *const *items, Py_ssize_t count, P
     rc = stamp(self, &ts);
     while (rc == 0) {
         self->busy = 1;
+        self->busy_thread = PyThread_get_thread_ident();
         Py_ssize_t next = write_some(self, done, count, ts, results, one);
         self->busy = 0;
         if (next < 0 || next >= count) {
@@ -1210,7 +1215,9 @@ static int place_all(Appender *self, PyObject *const *items, Py_ssize_t count, P
 }
 
 static PyObject *Appender_append(Appender *self, PyObject *request) {
-    if (self->busy) {
+    /* busy set by another thread means it holds the put lock and let go of the GIL in a callback:
+     * this thread waits for the lock below. Only the same thread coming back is a re-entry. */
+    if (self->busy && self->busy_thread == PyThread_get_thread_ident()) {
         PyErr_SetString(PyExc_RuntimeError, "Appender.append re-entered from a callback");
         return NULL;
     }
@@ -1229,7 +1236,9 @@ static PyObject *Appender_append(Appender *self, PyObject *request) {
 }
 
 static PyObject *Appender_append_batch(Appender *self, PyObject *requests) {
-    if (self->busy) {
+    /* busy set by another thread means it holds the put lock and let go of the GIL in a callback:
+     * this thread waits for the lock below. Only the same thread coming back is a re-entry. */
+    if (self->busy && self->busy_thread == PyThread_get_thread_ident()) {
         PyErr_SetString(PyExc_RuntimeError, "Appender.append_batch re-entered from a callback");
         return NULL;
     }
