@@ -1010,8 +1010,20 @@ class Broker:
         if self._closed:
             raise ClientError(f"broker {self.name!r} is closed")
 
+    def _closing_step(self, failures: list[Exception]) -> Callable[[str, Callable[[], object]], None]:
+        """Runs one step of closing: a failure is logged and kept, and closing goes on."""
+        def step(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except Exception as exc:  # reported; the caller decides what to raise
+                log.exception("a step of closing the broker failed; closing goes on", broker=self.name, step=what)
+                failures.append(exc)
+        return step
+
     def _close_services(self, step: Callable[[str, Callable[[], object]], None] | None = None) -> None:
-        run = step or (lambda _what, action: action())
+        """Close every service, then the store. Without ``step`` (a failed start, whose own error
+        is raised), a service that fails to close is logged and the rest still close."""
+        run = step or self._closing_step([])
         replication: ReplicationService | None = getattr(self, "replication", None)
         if replication is not None:
             run("replication", replication.close)  # first: no slave waits on, or writes into, a closing store
@@ -1039,14 +1051,7 @@ class Broker:
                 return
             self._closed = True
         failures: list[Exception] = []
-
-        def step(what: str, action: Callable[[], object]) -> None:
-            try:
-                action()
-            except Exception as exc:  # reported; the first is raised after the store is closed
-                log.exception("a step of closing the broker failed; closing goes on", broker=self.name, step=what)
-                failures.append(exc)
-
+        step = self._closing_step(failures)
         step("broker_stopping hooks", lambda: self.plugins.hooks.broker_stopping(self.name))
         for consumer in list(self._consumers):
             step("a consumer's shutdown", consumer.shutdown)
