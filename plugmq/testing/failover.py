@@ -27,6 +27,8 @@ __all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun"
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
 TOPIC = "FailoverTopic"
+#: More than loopback TCP buffers hold for a reader that stopped reading (they grow with its pace).
+_BEYOND_SOCKET_BUFFERS = 16 << 20
 BROKER = "broker-f"
 
 
@@ -266,7 +268,7 @@ class PauseRun:
     cut_logged: bool  # the new master logged that the returning one cut its log back
 
 
-def _send_direct(address: str, timeout_s: float = 3.0) -> bool:
+def _send_direct(address: str, timeout_s: float = 3.0, body: bytes | None = None) -> bool:
     """One send to the broker at ``address`` itself (its own route, not the cluster's)."""
     import grpc
 
@@ -275,7 +277,7 @@ def _send_direct(address: str, timeout_s: float = 3.0) -> bool:
     request = service_pb2.SendMessageRequest()
     message = request.messages.add()
     message.topic.name = TOPIC
-    message.body = b"probe-" + uuid.uuid4().hex.encode()
+    message.body = body if body is not None else b"probe-" + uuid.uuid4().hex.encode()
     message.system_properties.message_id = uuid.uuid4().hex.upper()
     message.system_properties.message_type = definition_pb2.MessageType.NORMAL
     message.system_properties.body_encoding = definition_pb2.Encoding.IDENTITY
@@ -321,15 +323,18 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         # Freeze the slave well inside its session timeout: the master acks what it never gets.
         processes[1 - m].process.send_signal(signal.SIGSTOP)
         frozen.append(processes[1 - m])
-        at_freeze = int(broker_status(master)["replication"]["end_offset"])  # the most the slave can hold
-        time.sleep(min(0.6, session_timeout_s / 3))
-        # On a busy machine the senders may take longer to get a record in: wait for one (well inside
-        # the slave's session, which must not expire while it is frozen).
-        deadline = time.monotonic() + session_timeout_s / 2
-        while (old_end := int(broker_status(master)["replication"]["end_offset"])) <= at_freeze:
-            if time.monotonic() > deadline:
+        frozen_at = time.monotonic()
+        at_freeze = int(broker_status(master)["replication"]["end_offset"])
+        # What the master streams into the socket still reaches the slave when it thaws (the kernel
+        # buffers it): write more than those buffers hold, so the master surely has records its slave
+        # never gets - well inside the slave's session, which must not expire while it is frozen.
+        bulk = b"b" * (1 << 20)
+        while int(broker_status(master)["replication"]["end_offset"]) < at_freeze + _BEYOND_SOCKET_BUFFERS:
+            if time.monotonic() - frozen_at > session_timeout_s / 2:
                 break
-            time.sleep(0.02)
+            _send_direct(master, body=bulk)
+        time.sleep(max(0.0, min(0.6, session_timeout_s / 3) - (time.monotonic() - frozen_at)))
+        old_end = int(broker_status(master)["replication"]["end_offset"])
         processes[m].process.send_signal(signal.SIGSTOP)
         frozen.append(processes[m])
         processes[1 - m].process.send_signal(signal.SIGCONT)
