@@ -182,7 +182,7 @@ class Failover:
             return
         if why.startswith("unclean election"):
             self._log.error("becoming master without the last master's whole log: acked records it held "
-                            "beyond this broker's log are lost", epoch=mastership.epoch, reason=why)
+                            "beyond this broker's log, if any, are lost", epoch=mastership.epoch, reason=why)
         self.broker.promote(mastership.epoch)
         with self._lock:
             self._mastership = mastership
