@@ -315,6 +315,17 @@ class Journal:
             self._position = high
         return records
 
+    def apply_followed(self, apply: Callable[[bytes], None], rebuild: Callable[[], None]) -> bool:
+        """:meth:`follow` for a service (under its state lock): each new record goes to ``apply``;
+        a cut below what was applied calls ``rebuild`` (replay afresh). True if anything changed."""
+        records = self.follow()
+        if records is None:
+            rebuild()
+            return True
+        for record in records:
+            apply(record)
+        return bool(records)
+
     # ------------------------------------------------------------------------------ retention
     def floor(self) -> int | None:
         """The lowest commit-log offset replay needs: the latest complete snapshot's head (or the

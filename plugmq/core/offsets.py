@@ -170,13 +170,7 @@ class ConsumerOffsets:
     def follow(self) -> bool:
         """Apply what the master committed since (a slave); rebuild after a cut. True if anything changed."""
         with self._lock:
-            records = self.journal.follow()
-            if records is None:
-                self._load()
-                return True
-            for record in records:
-                self._apply_record(record)
-            return bool(records)
+            return self.journal.apply_followed(self._apply_record, self._load)
 
     def reload(self) -> None:
         with self._lock:

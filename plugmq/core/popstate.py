@@ -277,13 +277,7 @@ class PopState(_Lanes):
         (the slave cut back to its new master's history) rebuilds the state from the journal.
         Returns whether anything changed."""
         with self.lock:
-            records = self.journal.follow()
-            if records is None:
-                self._load()
-                return True
-            for record in records:
-                self._apply_record(record)
-            return bool(records)
+            return self.journal.apply_followed(self._apply_record, self._load)
 
     def reload(self) -> None:
         """Rebuild the state from the journal alone (the local changes of a slave's readers go)."""
