@@ -300,6 +300,25 @@ class Replay(abc.ABC):
                 self.slave.stop()
 
 
+def run_producers(count: tuple[int, int], produce: Callable[[int, int], None], sample: Callable[[], None],
+                  probe: ReplicationProbe | None, name: str) -> threading.Thread:
+    """One thread per (topic, producer) of ``count`` running ``produce(topic, producer)``, with the
+    sampler thread and the replication probe started first; returns, once every producer is done,
+    the sampler thread (it runs on until its stop event: join it after setting that)."""
+    topics, producers = count
+    threads = [threading.Thread(target=produce, args=(t, p), name=f"{name}-producer-{t}-{p}", daemon=True)
+               for t in range(topics) for p in range(producers)]
+    sampler = threading.Thread(target=sample, name=f"{name}-sampler", daemon=True)
+    sampler.start()
+    if probe is not None:
+        probe.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sampler
+
+
 def _disk_bytes(root: Path) -> int:
     total = 0
     for dirpath, _, files in os.walk(root):

@@ -19,7 +19,7 @@ from plugmq.core.errors import DelayUnsupportedError, PlugmqError
 from plugmq.core.message import SendStatus, StoredMessage
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.histogram import Histogram
-from plugmq.spark.replay import Replay
+from plugmq.spark.replay import Replay, run_producers
 from plugmq.spark.results import ExperimentResult
 from plugmq.spark.workload import DUE, WARM, MessageFactory
 
@@ -91,26 +91,16 @@ class RealReplay(Replay):
         self.t0 = time.perf_counter()
         self.measure_from, self.measure_to = w.warmup_s, w.warmup_s + w.duration_s
         stats = [_ProducerStats() for _ in range(w.topics * w.producers_per_topic)]
-        threads = [threading.Thread(target=self._produce, args=(t, p, stats[t * w.producers_per_topic + p]),
-                                    name=f"bench-producer-{t}-{p}", daemon=True)
-                   for t in range(w.topics) for p in range(w.producers_per_topic)]
-        sampler = threading.Thread(target=self._sample, name="bench-sampler", daemon=True)
-        sampler.start()
-        if self.replication_probe is not None:
-            self.replication_probe.start()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        sampler = run_producers((w.topics, w.producers_per_topic),
+                                lambda t, p: self._produce(t, p, stats[t * w.producers_per_topic + p]),
+                                self._sample, self.replication_probe, "bench")
         produced_until = self.elapsed()
         if self.unsupported is not None:
             raise self.unsupported
         if self.crashed is not None:
             raise RuntimeError(f"a producer thread died: {self.crashed!r}") from self.crashed
         if self.replication_probe is not None:
-            self.replication_probe.catch_up(timeout_s=max(10.0, w.drain_s))
-            self.replication_probe.stop()
-            self.replication_probe.figures(self.result, self.measure_from, self.measure_to)
+            self.replication_probe.finish(self.result, max(10.0, w.drain_s), self.measure_from, self.measure_to)
         drain_began = time.perf_counter()
         if self.groups or (w.delay is not None and w.delay.fraction > 0):  # consumers or timers still due
             self._wait_drained(timeout=w.drain_s if w.drain_s > 0 else max(10.0, w.duration_s))

@@ -33,7 +33,7 @@ from plugmq.core.message import Message
 from plugmq.spark.children import BrokerChild
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.histogram import Histogram
-from plugmq.spark.replay import _disk_bytes
+from plugmq.spark.replay import _disk_bytes, run_producers
 from plugmq.spark.replication import ReplicationProbe, start_slave
 from plugmq.spark.results import ExperimentResult, WindowSeries
 from plugmq.spark.workload import MessageFactory, topic_names
@@ -236,25 +236,14 @@ class ServedReplay:
         t0_epoch = time.time()
         measure_from, measure_to = w.warmup_s, w.warmup_s + w.duration_s
         stats = [_Stats() for _ in range(w.topics * w.producers_per_topic)]
-        threads = [threading.Thread(target=self._produce, args=(t, p, producers[t][p],
-                                                                stats[t * w.producers_per_topic + p]),
-                                    name=f"served-producer-{t}-{p}", daemon=True)
-                   for t in range(w.topics) for p in range(w.producers_per_topic)]
-        sampler = threading.Thread(target=self._sample, name="served-sampler", daemon=True)
-        sampler.start()
-        if self.probe is not None:
-            self.probe.start()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        sampler = run_producers((w.topics, w.producers_per_topic),
+                                lambda t, p: self._produce(t, p, producers[t][p], stats[t * w.producers_per_topic + p]),
+                                self._sample, self.probe, "served")
         produced_until = self.elapsed()
         if self.crashed is not None:
             raise RuntimeError(f"a producer thread died: {self.crashed!r}") from self.crashed
         if self.probe is not None:
-            self.probe.catch_up(timeout_s=max(10.0, w.drain_s))
-            self.probe.stop()
-            self.probe.figures(self.result, measure_from, measure_to)
+            self.probe.finish(self.result, max(10.0, w.drain_s), measure_from, measure_to)
         drain_began = time.perf_counter()
         if self.consumers is not None:
             self._wait_drained(w.drain_s if w.drain_s > 0 else max(10.0, w.duration_s))

@@ -126,6 +126,12 @@ class ReplicationProbe:
             time.sleep(0.005)
         self.unreplicated_bytes = max(0, (end or 0) - int(status.get("confirmed_offset", 0))) if end is not None else None
 
+    def finish(self, result: ExperimentResult, timeout_s: float, measure_from: float, measure_to: float) -> None:
+        """After the producers stopped: wait for the slave to catch up, stop sampling, record the figures."""
+        self.catch_up(timeout_s)
+        self.stop()
+        self.figures(result, measure_from, measure_to)
+
     def figures(self, result: ExperimentResult, measure_from: float, measure_to: float) -> None:
         window = [s for s in self.samples if measure_from <= s[0] <= measure_to]
         result.metric("replication_samples", len(window), "")
