@@ -12,10 +12,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from plugmq.core.api import allocate, compile_filter
-    from plugmq.core.broker import Broker
+    from plugmq.broker.api import allocate, compile_filter
+    from plugmq.broker.broker import Broker
+    from plugmq.broker.pop import ReceivedMessage
+    from plugmq.client.consumer import PullConsumer, PushConsumer
+    from plugmq.client.producer import Producer, QueueSelector
+    from plugmq.client.simple import FilterExpression, SimpleConsumer
+    from plugmq.client.transactions import LocalTransaction, TransactionProducer, TransactionSendResult
+    from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
     from plugmq.core.clock import ManualClock, SystemClock
-    from plugmq.core.consumer import PullConsumer, PushConsumer
     from plugmq.core.contracts import TransactionDecision
     from plugmq.core.errors import (
         AllocationError,
@@ -49,11 +54,6 @@ if TYPE_CHECKING:
         StoredMessage,
     )
     from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
-    from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
-    from plugmq.core.pop import ReceivedMessage
-    from plugmq.core.producer import Producer, QueueSelector
-    from plugmq.core.simple import FilterExpression, SimpleConsumer
-    from plugmq.core.transactions import LocalTransaction, TransactionProducer, TransactionSendResult
 
 __version__ = "0.1.0"
 
@@ -113,10 +113,10 @@ __all__ = [
 # The public names load on first use (PEP 562): ``import plugmq.cli`` or ``import plugmq.core`` pays for
 # what it imports, not for this whole API (``plugmq serve`` starts faster that way).
 _MODULES = {
-    "plugmq.core.api": "allocate compile_filter",
-    "plugmq.core.broker": "Broker",
+    "plugmq.broker.api": "allocate compile_filter",
+    "plugmq.broker.broker": "Broker",
     "plugmq.core.clock": "ManualClock SystemClock",
-    "plugmq.core.consumer": "PullConsumer PushConsumer",
+    "plugmq.client.consumer": "PullConsumer PushConsumer",
     "plugmq.core.contracts": "TransactionDecision",
     "plugmq.core.errors": "AllocationError ClientError ConfigError CorruptRecordError DelayError DelayUnsupportedError "
                           "FilterError FilterEvaluationError FilterSyntaxError InvalidNameError MessageTooLargeError "
@@ -124,11 +124,11 @@ _MODULES = {
                           "TopicError TransactionError ValidationError",
     "plugmq.core.message": "Message MessageQueue PullResult PullStatus SendResult SendStatus StoredMessage",
     "plugmq.core.modes": "ConsumeFrom ConsumeStatus MessageModel OrderlyStatus",
-    "plugmq.core.policy": "GroupPolicy RedeliveryPolicy",
-    "plugmq.core.pop": "ReceivedMessage",
-    "plugmq.core.producer": "Producer QueueSelector",
-    "plugmq.core.simple": "FilterExpression SimpleConsumer",
-    "plugmq.core.transactions": "LocalTransaction TransactionProducer TransactionSendResult",
+    "plugmq.config.policy": "GroupPolicy RedeliveryPolicy",
+    "plugmq.broker.pop": "ReceivedMessage",
+    "plugmq.client.producer": "Producer QueueSelector",
+    "plugmq.client.simple": "FilterExpression SimpleConsumer",
+    "plugmq.client.transactions": "LocalTransaction TransactionProducer TransactionSendResult",
 }
 _SOURCES = {name: module for module, names in _MODULES.items() for name in names.split()}
 

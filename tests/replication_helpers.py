@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from plugmq.broker.broker import Broker
 from plugmq.core import ReplicableStore
-from plugmq.core.broker import Broker
 
 #: Bound on waits for other real threads (not a timed assertion: it keeps a broken build from hanging).
 DEADLINE_S = 20.0

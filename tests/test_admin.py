@@ -1,4 +1,4 @@
-"""The admin verbs (plugmq.core.admin) on an in-process broker on a ManualClock, real files.
+"""The admin verbs (plugmq.admin) on an in-process broker on a ManualClock, real files.
 
 Offset groups (push consumers) and pop groups (simple consumers) alike: progress and lag, reset by
 time (RocketMQ's resetOffsetByTime, force or only backwards, running push consumers restarted
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from plugmq import Broker, ConsumeFrom, ConsumeStatus, ManualClock, Message
-from plugmq.core.admin import BrokerAdmin, execute, parse_time
+from plugmq.admin import BrokerAdmin, execute, parse_time
 from plugmq.core.errors import InvalidNameError, TopicError, ValidationError
 from plugmq.core.names import Prop
 

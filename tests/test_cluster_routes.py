@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from plugmq.broker.routes import registered_topics, topic_route
+from plugmq.config.policy import GroupPolicies, GroupPolicy
 from plugmq.core import (
     BrokerRegistration,
     ClusterTopic,
@@ -16,8 +18,6 @@ from plugmq.core import (
     TopicPermission,
     TopicRegistration,
 )
-from plugmq.core.policy import GroupPolicies, GroupPolicy
-from plugmq.core.routes import registered_topics, topic_route
 from plugmq.plugins.alloc.registry import STRATEGIES
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="the server modules need the serve extra")
@@ -162,7 +162,7 @@ def test_a_bad_allocation_policy_is_a_config_error(policy: GroupPolicy, message:
 
 
 def test_groups_name_their_allocation_in_the_broker_config() -> None:
-    from plugmq.core.config import load_config
+    from plugmq.config.broker import load_config
 
     config = load_config({"groups": {"allocation": "AVG", "allocation_params": {},
                                      "east": {"allocation": "MACHINE_ROOM", "allocation_params": {"rooms": ["r1"]}}}})

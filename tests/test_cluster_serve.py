@@ -35,9 +35,9 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import ClientType, Code, definition_pb2, service_pb2, service_pb2_grpc
 
+from plugmq.admin.cluster_session import open_cluster_service
+from plugmq.broker.allocation_api import allocate_with
 from plugmq.core import ClusterTopic, MessageQueue
-from plugmq.core.allocation_api import allocate_with
-from plugmq.core.cluster import open_cluster_service
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config

@@ -20,6 +20,8 @@ pytest.importorskip("kazoo", reason="needs the cluster extra (kazoo)")
 
 from kazoo.client import KazooClient
 
+from plugmq.admin.cluster_session import open_cluster_service
+from plugmq.broker.broker import Broker
 from plugmq.core import (
     BrokerRegistration,
     ClusterError,
@@ -31,8 +33,6 @@ from plugmq.core import (
     TopicPermission,
     TopicRegistration,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.cluster import open_cluster_service
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.service import ZkClusterService
 from plugmq.testing import ZooKeeperServer

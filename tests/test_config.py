@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from plugmq import ConfigError
-from plugmq.core.config import DEFAULT_PLUGINS, load_config
+from plugmq.config.broker import DEFAULT_PLUGINS, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from plugmq.broker.broker import Broker
 from plugmq.cli import main
+from plugmq.config.broker import load_config
 from plugmq.core import ConfigError, ManualClock
-from plugmq.core.broker import Broker
-from plugmq.core.config import load_config
 
 PLUGINS = ["store_mmap", "filter_tag"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from plugmq.broker.components import plugin_declaration
 from plugmq.conformance.delay import DelayConformance
-from plugmq.core.components import plugin_declaration
 
 
 def _usable(name: str) -> object:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS_MS,
     SCHEDULE_TOPIC,
@@ -25,7 +26,6 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
-from plugmq.core.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.plugins.delay_level import DelayLevelOptions, LevelDelayScheduler
 
 T0 = 1_700_000_000_000
@@ -447,8 +447,8 @@ def test_any_schedule_is_delivered_once_never_early_in_level_order(tmp_path_fact
 
 
 def test_inside_a_broker_levels_retries_and_refusals(tmp_path: Path, clock: ManualClock) -> None:
+    from plugmq.broker.broker import Broker
     from plugmq.core import Message, MessageQueue
-    from plugmq.core.broker import Broker
 
     with Broker.open(tmp_path, plugins=["store_lmdb", "delay_level"], clock=clock) as broker:
         broker.create_topic(TOPIC, 1)

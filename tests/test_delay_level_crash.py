@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from plugmq.broker.components import open_delay_scheduler, open_store
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -26,7 +27,6 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
-from plugmq.core.components import open_delay_scheduler, open_store
 
 TOPIC = "CrashTopic"
 LEVELS = "1s 2s"

@@ -12,6 +12,8 @@ from typing import Any
 import attrs
 import pytest
 
+from plugmq.broker.broker import Broker
+from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -23,8 +25,6 @@ from plugmq.core import (
     Prop,
     SystemClock,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.core.pluginmanager import build_options
 
 PLUGINS = ("delay_level", "delay_wheel", "delay_schedule")

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import pytest
 
+from plugmq.broker.components import open_delay_scheduler, plugin_declaration
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -19,7 +20,6 @@ from plugmq.core import (
     Prop,
     encode_msg_id,
 )
-from plugmq.core.components import open_delay_scheduler, plugin_declaration
 
 HOUR = 3600
 
@@ -549,7 +549,7 @@ def test_fsync_option_round_trip(tmp_path: Path, clock: ManualClock, sink: Sink)
 
 
 def test_lateness_histogram_quantiles_are_bucket_edges_within_a_quarter() -> None:
-    from plugmq.core.lateness import LatenessHistogram
+    from plugmq.kit.lateness import LatenessHistogram
 
     hist = LatenessHistogram()
     assert hist.quantile(0.99) == 0

@@ -55,7 +55,7 @@ def test_damaged_chain_raises_as_the_walk_does(files: HourFiles, damage: str) ->
 
 def test_lateness_batch_records_what_one_by_one_records() -> None:
     """The shared histogram's vectorised record_many (a burst records a batch at once)."""
-    from plugmq.core.lateness import LatenessHistogram
+    from plugmq.kit.lateness import LatenessHistogram
 
     rng = random.Random(3)
     values = [rng.randint(-50, 10**9) for _ in range(3000)] + [0, 1, 2, 3, 10**12, -1]

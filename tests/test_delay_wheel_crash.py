@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.broker.components import open_delay_scheduler
 from plugmq.core import AppendRequest, AppendResult, AppendStatus, ManualClock, Prop
-from plugmq.core.components import open_delay_scheduler
 
 T0 = 1_700_000_000.0
 N = 400

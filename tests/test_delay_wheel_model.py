@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plugmq.broker.components import open_delay_scheduler
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -17,7 +18,6 @@ from plugmq.core import (
     ManualClock,
     Prop,
 )
-from plugmq.core.components import open_delay_scheduler
 
 HOUR = 3600
 DAY = 86_400

@@ -41,8 +41,8 @@ def body_for(i: int) -> bytes:
 
 
 def child(store: str, directory: str) -> None:
+    from plugmq.broker.broker import Broker
     from plugmq.core import Message, StoreFullError
-    from plugmq.core.broker import Broker
 
     out = os.dup(1)
     os.dup2(2, 1)  # the broker's logs go to stderr; stdout carries only the steps
@@ -150,8 +150,8 @@ def test_disk_full_refuses_survives_keeps_and_resumes(small_fs: Path, store: str
     assert done["resumed"] == 50
     assert acked == list(range(len(acked)))
 
+    from plugmq.broker.broker import Broker
     from plugmq.core import ManualClock, MessageQueue
-    from plugmq.core.broker import Broker
 
     with Broker.open(data, plugins=[store, "filter_tag"], options={store: OPTIONS[store]},
                      clock=ManualClock()) as broker:

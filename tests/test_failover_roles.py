@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from plugmq.broker.broker import Broker
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
     BrokerRole,
     ConfigError,
@@ -24,8 +26,6 @@ from plugmq.core import (
     ReadOnlyBrokerError,
     TransactionDecision,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.transactions import TransactionProducer
 from tests.replication_helpers import end_of, until
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
@@ -189,7 +189,7 @@ def test_a_stale_master_is_fenced_by_a_slave_that_knows_a_newer_epoch(group: Gro
 
 
 def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
-    from plugmq.core.admin.operations import BrokerAdmin
+    from plugmq.admin.operations import BrokerAdmin
     from plugmq.server.metrics import BrokerCollector, EventCounter
 
     a, b = group.open("a", 1), group.open("b", 2)

@@ -24,7 +24,7 @@ from rocketmq.grpc_protocol import (
 from rocketmq.v5.exception import ForbiddenException
 from rocketmq.v5.util.signature import Signature
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.server import ServerOptions, ServerThread, parse_server_table
 
 TIMEOUT = 10

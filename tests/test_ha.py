@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from plugmq.broker.broker import Broker
 from plugmq.core import (
     BrokerRole,
     ConfigError,
@@ -26,7 +27,6 @@ from plugmq.core import (
     ReplicationError,
     SendStatus,
 )
-from plugmq.core.broker import Broker
 from tests.replication_helpers import DEADLINE_S, end_of, until
 
 PLUGINS = ["filter_tag", "alloc", "ha"]
@@ -255,8 +255,8 @@ def test_role_configuration_errors(tmp_path: Path) -> None:
 def test_a_torn_transfer_leaves_nothing_torn(brokers: Brokers, tmp_path: Path) -> None:
     """A master that dies mid-frame: the slave keeps nothing of that frame, reconnects, and takes
     the whole chunk on the next connection."""
+    from plugmq.broker.components import open_store
     from plugmq.core import ManualClock
-    from plugmq.core.components import open_store
     from plugmq.plugins.ha import frames
 
     source = open_store("store_mmap", tmp_path / "source", clock=ManualClock(), store_host="127.0.0.1:10911")

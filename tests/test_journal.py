@@ -1,4 +1,4 @@
-"""The state journal (plugmq.core.journal) on every store: records and snapshots round trip, a torn
+"""The state journal (plugmq.broker.journal) on every store: records and snapshots round trip, a torn
 snapshot falls back to the one before, the retention floor follows snapshots, a slave follows
 what log shipping brings and learns of a cut, a read-only journal refuses writes."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.broker.components import open_store
+from plugmq.broker.journal import SNAPSHOT_PART_BYTES, Journal
 from plugmq.core import AppendRequest, ManualClock, ReadOnlyBrokerError, ReplicableStore
-from plugmq.core.components import open_store
-from plugmq.core.journal import SNAPSHOT_PART_BYTES, Journal
 
 STORES = ["store_mmap", "store_lmdb", "store_rocks"]
 
@@ -112,8 +112,8 @@ def test_a_slave_follows_and_learns_of_a_cut(store: ReplicableStore, tmp_path: P
 
 
 def test_delay_intents_round_trip_and_a_damaged_one_is_a_clear_error() -> None:
+    from plugmq.broker.delayledger import decode_intent, encode_intent
     from plugmq.core import AppendRequest, CorruptRecordError, Prop
-    from plugmq.core.delayledger import decode_intent, encode_intent
 
     request = AppendRequest("Orders", 3, b"\x00body\xff", {Prop.UNIQ_KEY: "u-1", "k": "v\u00e9"}, tags_code=42,
                             born_timestamp_ms=1_700_000_000_123, born_host="10.0.0.1:99", reconsume_times=2,

@@ -24,3 +24,9 @@ def test_ruff_is_clean() -> None:
 def test_mypy_is_clean() -> None:
     done = run_tool("mypy")  # the packages and every option come from [tool.mypy]
     assert done.returncode == 0, f"mypy:\n{done.stdout}{done.stderr}"
+
+
+def test_import_layers_hold() -> None:
+    done = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"lint-imports (contracts in pyproject.toml [tool.importlinter]):\n{done.stdout}{done.stderr}"

@@ -52,7 +52,7 @@ def test_basic_config_at_info_shows_the_info_lines(tmp_path: Path) -> None:
     setup = "import logging\nlogging.basicConfig(level=logging.INFO)\n"
     done = run_python(setup + OPEN_AND_CLOSE.format(data_dir=str(tmp_path / "data")), tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "INFO:plugmq.core.broker:broker started broker='broker-a'" in done.stderr
+    assert "INFO:plugmq.broker.broker:broker started broker='broker-a'" in done.stderr
     assert done.stdout == ""
 
 

@@ -16,7 +16,7 @@ from plugmq import (
     TopicError,
     ValidationError,
 )
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
+from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.core.names import dlq_topic
 
 STORE = ["store_lmdb", "alloc"]
@@ -140,7 +140,7 @@ def test_background_consumer_on_the_system_clock(tmp_path: Path) -> None:
 def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualClock) -> None:
     from structlog.testing import capture_logs
 
-    from plugmq.core.consumer import MessageModel
+    from plugmq.client.consumer import MessageModel
 
     with Broker.open(tmp_path, plugins=STORE, clock=clock) as broker:  # no delay plugin needed
         broker.create_topic("T", 1)
@@ -156,8 +156,8 @@ def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualCloc
 
 def test_consumed_offsets_are_persisted_after_each_step(tmp_path: Path, clock: ManualClock) -> None:
     """A process that dies after a consume step (no shutdown, no broker close) restarts after what it consumed."""
-    from plugmq.core.journal import Journal
-    from plugmq.core.offsets import ConsumerOffsets
+    from plugmq.broker.journal import Journal
+    from plugmq.broker.offsets import ConsumerOffsets
 
     broker = Broker.open(tmp_path, plugins=STORE, clock=clock)
     broker.create_topic("T", 1)

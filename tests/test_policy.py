@@ -19,9 +19,9 @@ from plugmq import (
     RedeliveryPolicy,
     StoredMessage,
 )
-from plugmq.core.config import load_config
+from plugmq.config.broker import load_config
+from plugmq.config.policy import DEFAULT_BACKOFF_S
 from plugmq.core.errors import ConfigError, ValidationError
-from plugmq.core.policy import DEFAULT_BACKOFF_S
 
 TOPIC = "Work"
 

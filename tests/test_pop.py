@@ -1,4 +1,4 @@
-"""Pop consumption in the core (plugmq.core.pop) and its durable state: a real broker on a ManualClock.
+"""Pop consumption in the core (plugmq.broker.pop) and its durable state: a real broker on a ManualClock.
 
 The same PopService serves ``broker.simple_consumer`` and the gRPC server; these tests drive it
 directly, restarting the whole broker where durability matters.
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plugmq.broker.broker import Broker
+from plugmq.broker.pop import PopService, ReceivedMessage
 from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
-from plugmq.core.broker import Broker
 from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
 from plugmq.core.modes import ConsumeFrom
-from plugmq.core.pop import PopService, ReceivedMessage
 from tests.legacy_state import write_legacy_pop
 
 TOPIC = "Pop"

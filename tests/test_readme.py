@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import plugmq
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)

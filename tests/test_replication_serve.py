@@ -25,8 +25,8 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from rocketmq.grpc_protocol import Code
 from rocketmq.v5.exception import ClientException
 
+from plugmq.broker.components import open_store
 from plugmq.core import ManualClock, MessageStore, ReplicableStore
-from plugmq.core.components import open_store
 from plugmq.testing import await_listening
 
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "

@@ -1,4 +1,4 @@
-"""The compiled bulk decoder of stored requests (plugmq.core.requestcodec) against the delay
+"""The compiled bulk decoder of stored requests (plugmq.kit.requestcodec) against the delay
 plugins' Python decoders: the same requests for the formats written now, and the records it does
 not take (older formats, damaged bytes) decided by the Python decoder as before."""
 
@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import AppendRequest, Prop, requestcodec
+from plugmq.core import AppendRequest, Prop
+from plugmq.kit import requestcodec
 from plugmq.plugins.delay_schedule import records as sched
 from plugmq.plugins.delay_wheel import codec as wheel
 
-native = pytest.mark.skipif(not requestcodec.native_available(), reason="plugmq.core._requestcodec was not built")
+native = pytest.mark.skipif(not requestcodec.native_available(), reason="plugmq.kit._requestcodec was not built")
 DROP = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)
 
 _text = st.text(st.characters(blacklist_characters="\x01", blacklist_categories=("Cs",)), max_size=12)
@@ -41,7 +42,7 @@ requests = st.builds(
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Both ways through the plugins' bulk functions: the compiled decoder and its Python twin."""
     if request.param == "native" and not requestcodec.native_available():
-        pytest.skip("plugmq.core._requestcodec was not built")
+        pytest.skip("plugmq.kit._requestcodec was not built")
     monkeypatch.setattr(requestcodec, "_native_disabled", request.param == "python")
     yield request.param
 

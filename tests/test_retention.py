@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from plugmq.broker.broker import Broker
+from plugmq.broker.retention import RETENTION_INTERVAL_S
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -25,9 +28,6 @@ from plugmq.core import (
     encode_msg_id,
     hookimpl,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.retention import RETENTION_INTERVAL_S
-from plugmq.core.transactions import TransactionProducer
 
 TOPIC = "Keep"
 BODY = 3000

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from plugmq.broker.broker import Broker
 from plugmq.core import (
     AppendRequest,
     InvalidNameError,
@@ -25,7 +26,6 @@ from plugmq.core import (
     new_unique_id,
     tags_code,
 )
-from plugmq.core.broker import Broker
 
 
 def test_unique_ids_are_unique_across_threads_and_keep_their_shape() -> None:

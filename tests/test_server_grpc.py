@@ -35,8 +35,8 @@ from rocketmq import (
 from rocketmq.grpc_protocol import Code, FilterType
 from rocketmq.v5.exception import BadRequestException, ClientException
 
+from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, dlq_topic
-from plugmq.core.broker import Broker
 from plugmq.server import PlugmqServer, ServerOptions, ServerThread
 
 WAIT_S = 15.0  # upper bound of any wait for the client's threads

@@ -26,8 +26,8 @@ import pytest
 
 pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
+from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, dlq_topic
-from plugmq.core.broker import Broker
 from plugmq.server import ServerOptions, ServerThread
 
 NODE_PACKAGE = "rocketmq-client-nodejs@1.0.8"

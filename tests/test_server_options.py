@@ -13,9 +13,9 @@ from rocketmq.grpc_protocol import Code
 from rocketmq.v5.client import Credentials
 from rocketmq.v5.util.signature import Signature
 
-from plugmq.core.config import load_config
+from plugmq.config.broker import load_config
+from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.errors import ConfigError
-from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.server.auth import Authenticator
 from plugmq.server.options import (
     ServerOptions,

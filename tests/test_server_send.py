@@ -16,7 +16,7 @@ pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
 import grpc
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.core.names import Prop
 from plugmq.server import ServerOptions, ServerThread
 from plugmq.server.convert import body_digest, to_proto

@@ -41,7 +41,7 @@ WAIT_S = 60.0
 _NEVER_PACKAGES = {"rich", "pygments", "pandas", "pyarrow", "pyspark", "matplotlib", "prometheus_client",
                    "kazoo", "redis", "opentelemetry", "hypothesis", "pytest"}
 # Modules of other verbs, the client library's runtime, the admin verbs (loaded on the first admin call).
-_NEVER_MODULES = ("rocketmq.v5", "plugmq.core.admin", "plugmq.spark", "plugmq.bench", "plugmq.conformance",
+_NEVER_MODULES = ("rocketmq.v5", "plugmq.admin", "plugmq.spark", "plugmq.bench", "plugmq.conformance",
                   "plugmq.cli.admin", "plugmq.cli.bench", "plugmq.cli.demo", "plugmq.server.metrics",
                   "plugmq.testing")
 

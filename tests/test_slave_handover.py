@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message
-from plugmq.core.broker import Broker
 from tests.replication_helpers import end_of, until
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]

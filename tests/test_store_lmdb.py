@@ -9,6 +9,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from plugmq.broker.components import open_store
 from plugmq.core import (
     AppendRequest,
     ConfigError,
@@ -17,9 +18,8 @@ from plugmq.core import (
     StoreError,
     StoreFullError,
 )
-from plugmq.core.components import open_store
-from plugmq.core.kvstore import codec
-from plugmq.core.kvstore.groupcommit import GroupCommit
+from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.groupcommit import GroupCommit
 
 
 def _open(tmp_path: Path, clock: ManualClock, **options: object):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import structlog
 
+from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message, MessageQueue, PullStatus
-from plugmq.core.broker import Broker
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.record import HEADER_SIZE
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.broker.components import open_store
 from plugmq.core import AppendRequest, ConfigError, ManualClock, Prop, StoreError
-from plugmq.core.components import open_store
 
 
 def _open(tmp_path: Path, clock: ManualClock, **options: object):

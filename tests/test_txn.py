@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 import structlog
 
+from plugmq.broker.broker import Broker
+from plugmq.broker.components import open_store
+from plugmq.broker.journal import Journal
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
     TRANS_HALF_TOPIC,
     ClientError,
@@ -21,10 +25,6 @@ from plugmq.core import (
     TransactionError,
     ValidationError,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.components import open_store
-from plugmq.core.journal import Journal
-from plugmq.core.transactions import TransactionProducer
 from plugmq.plugins.txn.oplog import OpLog
 
 COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
@@ -235,7 +235,7 @@ def test_open_half_is_held_against_store_retention(tmp_path: Path, clock: Manual
         assert checks.bodies == [b"x"] and visible(broker) == [b"x"]
         assert broker.transactions.metrics().get("lost", 0) == 0
         # Settled: the halves (and the unconsumed commit) are free to go once the op log's next
-        # snapshot (within a minute: plugmq.core.journal) stops holding its earlier records.
+        # snapshot (within a minute: plugmq.broker.journal) stops holding its earlier records.
         clock.advance(90)
         assert broker.store.min_offset(TRANS_HALF_TOPIC, 0) == 2 and visible(broker) == []
 

@@ -16,6 +16,8 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plugmq.broker.broker import Broker
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
     TRANS_DISCARD_TOPIC,
     ManualClock,
@@ -23,8 +25,6 @@ from plugmq.core import (
     MessageQueue,
     TransactionDecision,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.transactions import TransactionProducer
 
 COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
 TOPIC = "TxnModel"

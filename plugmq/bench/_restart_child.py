@@ -22,8 +22,8 @@ def main(argv: list[str]) -> int:
     plugin, data_dir, log_bytes, body_bytes, batch = argv[1], Path(argv[2]), int(argv[3]), int(argv[4]), int(argv[5])
     out = os.dup(1)
     os.dup2(2, 1)  # anything the store logs goes to stderr; stdout carries the ready line
+    from plugmq.broker.components import open_store
     from plugmq.core import AppendRequest, Prop, new_unique_id, tags_code
-    from plugmq.core.components import open_store
 
     store = open_store(plugin, data_dir, options={"flush": "async"})
     bodies = [os.urandom(body_bytes) for _ in range(16)]

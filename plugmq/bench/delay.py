@@ -57,6 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plugmq.bench.redis_peer import RedisServer, redis_missing
+from plugmq.broker.components import open_delay_scheduler, open_store
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS_MS,
     AppendRequest,
@@ -68,9 +69,8 @@ from plugmq.core import (
     Prop,
     SystemClock,
     Timer,
-    requestcodec,
 )
-from plugmq.core.components import open_delay_scheduler, open_store
+from plugmq.kit import requestcodec
 
 __all__ = ["command"]
 

@@ -21,9 +21,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core.broker import Broker
-from plugmq.core.components import open_store
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
+from plugmq.broker.broker import Broker
+from plugmq.broker.components import open_store
+from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.core.errors import PluginError
 from plugmq.core.message import AppendRequest, Message, StoredMessage, new_unique_id
 from plugmq.core.names import Prop

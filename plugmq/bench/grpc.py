@@ -45,8 +45,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.broker.broker import Broker
 from plugmq.core import Message as PlugmqMessage
-from plugmq.core.broker import Broker
 
 __all__ = ["command", "consume_for", "measure"]
 

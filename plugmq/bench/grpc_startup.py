@@ -29,8 +29,8 @@ import attrs
 import click
 
 from plugmq.bench.grpc import TOPIC, ServeChild, _config, _crash_and_restart
+from plugmq.broker.broker import Broker
 from plugmq.core import Message as PlugmqMessage
-from plugmq.core.broker import Broker
 
 __all__ = ["SITUATIONS", "StartupReport", "measure_startup", "print_startup"]
 

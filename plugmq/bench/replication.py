@@ -210,7 +210,7 @@ class _EmbeddedTarget(_Target):
     """The master is a Broker in this process (sends are ``broker.put``); the slave a serve child."""
 
     def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float) -> None:
-        from plugmq.core.broker import Broker
+        from plugmq.broker.broker import Broker
 
         plugins = [store, "filter_tag"] + (["ha"] if role != "none" else [])
         options: dict[str, Any] = {store: {"flush": flush}}

@@ -286,7 +286,7 @@ def _timed_reads(store: MessageStore) -> tuple[int, float]:
 def _opened(plugin: str, workdir: Path, flush: str) -> Iterator[MessageStore]:
     """A new store in its own directory under ``workdir``; closed and removed afterwards (a run
     with ``--dir`` would otherwise leave a store per case behind)."""
-    from plugmq.core.components import open_store
+    from plugmq.broker.components import open_store
 
     path = Path(tempfile.mkdtemp(prefix=f"{plugin}-{flush}-", dir=workdir))
     try:
@@ -300,7 +300,7 @@ def _opened(plugin: str, workdir: Path, flush: str) -> Iterator[MessageStore]:
 
 
 def usable_stores(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    from plugmq.core.components import plugin_declaration
+    from plugmq.broker.components import plugin_declaration
 
     usable, skipped = [], {}
     for name in names:
@@ -409,7 +409,7 @@ def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plu
     """Fill a store in a child until its commit log holds ``log_bytes``, SIGKILL it mid-write
     (``clean``: SIGTERM, and the child closes the store), then time reopening the store and
     reading its newest message."""
-    from plugmq.core.components import open_store
+    from plugmq.broker.components import open_store
 
     data = Path(tempfile.mkdtemp(prefix="restart-", dir=workdir))
     proc = subprocess.Popen(

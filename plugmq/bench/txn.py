@@ -26,6 +26,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.broker.broker import Broker
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
     TRANS_HALF_TOPIC,
     ManualClock,
@@ -33,8 +35,6 @@ from plugmq.core import (
     StoredMessage,
     TransactionDecision,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.transactions import TransactionProducer
 
 __all__ = ["command", "measure_checks", "measure_sends"]
 

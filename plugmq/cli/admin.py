@@ -3,7 +3,7 @@
 
 The verbs are RocketMQ mqadmin's topicList, topicStatus, updateTopic, consumerProgress,
 queryMsgById/ByKey, resetOffsetByTime, plus resend-dlq and broker-status; the work is
-:mod:`plugmq.core.admin`'s either way. Output is a table for people, or ``--json`` for scripts.
+:mod:`plugmq.admin`'s either way. Output is a table for people, or ``--json`` for scripts.
 Tables are as wide as their content needs, so an id is never broken across lines, whatever the
 terminal's width and when the output goes to a pipe.
 """
@@ -58,9 +58,9 @@ class _Target:
             raise click.ClickException(str(exc)) from exc
 
     def _local_cluster(self, verb: str, args: Mapping[str, Any]) -> Any:
-        from plugmq.core.admin.cluster import ClusterAdmin, execute_cluster
-        from plugmq.core.cluster import open_cluster_service
-        from plugmq.core.config import load_config
+        from plugmq.admin.cluster import ClusterAdmin, execute_cluster
+        from plugmq.admin.cluster_session import open_cluster_service
+        from plugmq.config.broker import load_config
 
         assert self.config is not None
         cluster_name = load_config(self.config).cluster_name
@@ -82,8 +82,8 @@ class _Target:
             return client.call(verb, args)
 
     def _local(self, verb: str, args: Mapping[str, Any]) -> Any:
-        from plugmq.core.admin import BrokerAdmin, execute
-        from plugmq.core.broker import Broker
+        from plugmq.admin import BrokerAdmin, execute
+        from plugmq.broker.broker import Broker
 
         assert self.config is not None
         try:
@@ -148,7 +148,7 @@ def _emit(result: Any, as_json: bool, render: Callable[[Any], None]) -> None:
 
 
 def _time_option(value: str | None) -> int | None:
-    from plugmq.core.admin import parse_time
+    from plugmq.admin import parse_time
 
     if value is None:
         return None

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from plugmq.core.allocation_api import unknown_strategy_error
+from plugmq.broker.allocation_api import unknown_strategy_error
 from plugmq.core.errors import AllocationError
 from plugmq.core.message import MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted

@@ -18,15 +18,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
+from plugmq.broker.topics import write_json_atomically
+from plugmq.config.broker import DEFAULT_PLUGINS
 from plugmq.core.clock import ManualClock
-from plugmq.core.config import DEFAULT_PLUGINS
 from plugmq.core.contracts import Family, TransactionDecision
 from plugmq.core.errors import PlugmqError
 from plugmq.core.message import Message, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom, ConsumeStatus, OrderlyStatus
 from plugmq.core.pluginmanager import installed_plugins
-from plugmq.core.topics import write_json_atomically
 
 __all__ = ["DemoDirError", "demo", "run_demo"]
 

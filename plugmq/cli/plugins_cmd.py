@@ -60,8 +60,8 @@ def plugins(as_json: bool) -> None:
 @click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
 def check_config(config_file: Path) -> None:
     """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written)."""
-    from plugmq.core.config import load_config
-    from plugmq.core.datadir import check_data_dir
+    from plugmq.config.broker import load_config
+    from plugmq.config.datadir import check_data_dir
     from plugmq.core.pluginmanager import build_options, load_plugins
 
     errors: list[str] = []

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.core.message import MessageQueue, StoredMessage
 
 _config_option = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),

@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     plugin, store_plugin, data_dir = argv[1], argv[2], Path(argv[3])
     start_ms, count, until_ms, step_ms = (int(x) for x in argv[4:8])
     self_kill_after = int(argv[8]) if len(argv) > 8 else 0
+    from plugmq.broker.components import open_delay_scheduler, open_store
     from plugmq.core import (
         DEFAULT_DELAY_LEVELS_MS,
         AppendRequest,
@@ -79,7 +80,6 @@ def main(argv: list[str]) -> int:
         Prop,
         tags_code,
     )
-    from plugmq.core.components import open_delay_scheduler, open_store
 
     out = sys.stdout.fileno()
     written = 0

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import pytest
 
+from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.conformance import _delay_child as child
 from plugmq.core import (
     DEFAULT_DELAY_LEVELS_MS,
@@ -33,7 +34,6 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
-from plugmq.core.components import open_delay_scheduler, open_store, plugin_declaration
 
 __all__ = ["STORE_ENV", "DelayHarness", "Delivery", "Sent", "pick_store"]
 

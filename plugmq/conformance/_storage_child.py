@@ -37,8 +37,8 @@ def main(argv: list[str]) -> int:
     # Acknowledgements own stdout; anything the store logs goes to stderr instead.
     out = os.dup(1)
     os.dup2(2, 1)
+    from plugmq.broker.components import open_store
     from plugmq.core import AppendRequest, Prop
-    from plugmq.core.components import open_store
 
     options = pickle.loads(options_file.read_bytes())
     store = open_store(plugin, data_dir, options=options)

@@ -63,6 +63,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     out = os.dup(1)
     os.dup2(2, 1)  # whatever the broker logs goes to stderr; stdout carries the step report only
+    from plugmq.broker.broker import Broker
     from plugmq.conformance._txn_support import body_for, open_producer
     from plugmq.core import (
         TRANS_DISCARD_TOPIC,
@@ -70,7 +71,6 @@ def main(argv: list[str]) -> int:
         Message,
         TransactionDecision,
     )
-    from plugmq.core.broker import Broker
 
     step = spec["step"]
     clock = ManualClock(spec["start"])

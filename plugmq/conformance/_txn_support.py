@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from plugmq.broker.broker import Broker
+from plugmq.client.transactions import TransactionProducer
 from plugmq.core import StoredMessage, TransactionDecision
-from plugmq.core.broker import Broker
-from plugmq.core.transactions import TransactionProducer
 
 __all__ = ["body_for", "open_producer"]
 

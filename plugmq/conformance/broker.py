@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 import pytest
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
+from plugmq.client.consumer import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
 from plugmq.core.clock import ManualClock
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
 from plugmq.core.contracts import Family
 from plugmq.core.message import Message, PullStatus, StoredMessage
 from plugmq.core.names import dlq_topic

@@ -3,7 +3,7 @@
 Subclass :class:`DelayConformance` and provide one fixture, ``delay_plugin``, returning the
 plugin's entry-point name. The suite opens a real store (the first of store_mmap, store_lmdb,
 store_rocks that loads, or ``$PLUGMQ_DELAY_CONFORMANCE_STORE``) and the scheduler with
-``plugmq.core.components.open_delay_scheduler`` on a ManualClock; the write-back appends to the
+``plugmq.broker.components.open_delay_scheduler`` on a ManualClock; the write-back appends to the
 store and ``was_delivered`` asks the store, as the broker does. Requests are built as
 ``Broker._schedule`` builds them: a level request carries ``delay_level`` and a deliver time
 from the strategy's ``levels_ms`` (RocketMQ's list for arbitrary strategies), an arbitrary one
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.broker.components import plugin_declaration
 from plugmq.conformance import _delay_child as child
 from plugmq.conformance._delay_harness import STORE_CANDIDATES, DelayHarness
 from plugmq.core import (
@@ -47,7 +48,6 @@ from plugmq.core import (
     ValidationError,
     encode_msg_id,
 )
-from plugmq.core.components import plugin_declaration
 
 __all__ = ["DelayConformance", "DelayHarness"]
 

@@ -2,7 +2,7 @@
 
 Subclass :class:`StoreConformance` and provide one fixture, ``store_plugin``, returning a
 :class:`StoreUnderTest`: the plugin's entry-point name and the options to open it with. The suite
-opens, closes and reopens stores itself (``plugmq.core.components.open_store``) under pytest's
+opens, closes and reopens stores itself (``plugmq.broker.components.open_store``) under pytest's
 ``tmp_path`` on a ManualClock; the kill clause runs a real child process and SIGKILLs it.
 Capabilities come from the plugin's declaration; a clause whose capability is not declared is a
 skip that says so. The corrupted-tail clause needs the store's own ``corrupt_tail`` hook (only
@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from plugmq.broker.components import open_store, plugin_declaration
 from plugmq.conformance import _storage_child as child
 from plugmq.conformance.storage_replication import ReplicationClauses
 from plugmq.core import (
@@ -57,7 +58,6 @@ from plugmq.core import (
     ValidationError,
     encode_msg_id,
 )
-from plugmq.core.components import open_store, plugin_declaration
 from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, Family
 
 __all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]

@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 import pytest
 import structlog
 
+from plugmq.broker.broker import Broker
+from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.conformance._txn_child import STEPS
 from plugmq.conformance._txn_support import body_for, open_producer
 from plugmq.core import (
@@ -42,8 +44,6 @@ from plugmq.core import (
     TransactionDecision,
     TransactionError,
 )
-from plugmq.core.broker import Broker
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus
 
 __all__ = ["TransactionConformance"]
 

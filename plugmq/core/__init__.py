@@ -1,8 +1,12 @@
-"""The plugmq core: hook specs, value types, contracts, clock, errors, plugin manager, broker.
+"""The plugmq core: the plugin SPI (hook specs, contracts, value types, clock, errors, plugin manager).
 
-Plugins import from here (and only from here) to implement hooks and return components.
+Plugins import from here (and the shared kit, ``plugmq.kit``) to implement hooks and return
+components. The broker runtime is ``plugmq.broker``, the clients ``plugmq.client``, configuration
+``plugmq.config``, operations ``plugmq.admin``; modules that used to live here under those names
+still import from their old paths (``plugmq.core._moved``), with a DeprecationWarning.
 """
 
+from plugmq.core import _moved
 from plugmq.core.clock import Clock, ManualClock, SystemClock, Timer
 from plugmq.core.contracts import (
     SYSTEM_RECORD_HEADROOM,
@@ -93,6 +97,8 @@ from plugmq.core.names import (
     validate_topic,
 )
 from plugmq.core.retention import RetentionFloor
+
+_moved.install()
 
 __all__ = [  # noqa: PLE0604 - the error names are spliced in below
     "DEFAULT_DELAY_LEVELS",

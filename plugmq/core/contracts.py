@@ -457,7 +457,7 @@ class JournalReplay:
 
 @runtime_checkable
 class StateJournal(Protocol):
-    """A service's state as records of its own system topic in the store (``plugmq.core.journal``).
+    """A service's state as records of its own system topic in the store (``plugmq.broker.journal``).
 
     The broker hands one to each stateful service (``TransactionContext.journal``,
     ``DelayContext.journal``). The service keeps its state in memory, appends a record before a
@@ -1355,7 +1355,7 @@ class ReplicationService(Protocol):
 class FailoverReplication(ReplicationService, Protocol):
     """A replication service whose broker changes role at run time (``capabilities.failover``).
 
-    The broker calls these when its cluster's election says so (``plugmq.core.failover``). Epochs
+    The broker calls these when its cluster's election says so (``plugmq.broker.failover``). Epochs
     fence: a log records where each master epoch began (RocketMQ 5's EpochFileCache), a slave
     whose log knows a newer epoch than a master's is refused by it, and a slave that holds records
     its new master never had (a returning old master) cuts them off in the handshake - its log

@@ -21,7 +21,7 @@ The broker registers only the plugins its config names; one assembly (``Broker(.
 Tools outside a broker load plugins too and so call ``plugmq_declare`` (and only the hooks they
 need): ``plugmq plugins`` and ``plugmq check-config``, ``plugmq.allocate`` /
 ``plugmq.compile_filter`` (the keyed offers of every installed plugin, once per process), and
-``plugmq.core.components`` (the conformance suite and benchmarks open one store or delay
+``plugmq.broker.components`` (the conformance suite and benchmarks open one store or delay
 scheduler without a broker, without ``plugmq_configure``).
 
 Core code never calls these hooks directly: it goes through ``plugmq.core.pluginmanager.Hooks``,
@@ -85,7 +85,7 @@ def plugmq_configure(context: PluginContext) -> None:
 
     Called by the broker once per assembly on every registered plugin, after every plugin's
     options were validated and before ``plugmq_make_store``. Not called outside a broker
-    (``plugmq.core.components`` opens single components without it). Plugins without a factory
+    (``plugmq.broker.components`` opens single components without it). Plugins without a factory
     (observers) read their options here with ``context.options_for(<name>)``.
     Not firstresult; return value ignored.
 
@@ -103,7 +103,7 @@ def plugmq_make_store(context: PluginContext) -> MessageStore | None:
     """Open (creating or recovering) the broker's message store.
 
     Called by the broker once per assembly, after ``plugmq_configure`` and before every other
-    factory; also by ``plugmq.core.components.open_store`` (conformance suite, benchmarks) once
+    factory; also by ``plugmq.broker.components.open_store`` (conformance suite, benchmarks) once
     per store it opens, possibly many times on one directory. The core has already checked that
     exactly one registered plugin declares the storage family.
 
@@ -124,7 +124,7 @@ def plugmq_make_delay_scheduler(context: DelayContext) -> DelayScheduler | None:
     """Build the delay strategy that holds delayed messages until they are due.
 
     Called by the broker once per assembly, after the store exists, when a plugin declaring the
-    delay family is registered; also by ``plugmq.core.components.open_delay_scheduler``. With no
+    delay family is registered; also by ``plugmq.broker.components.open_delay_scheduler``. With no
     delay plugin registered the broker refuses delayed sends with an error naming the installed
     delay plugins.
 

@@ -5,7 +5,7 @@ structlog-style: ``log.warning("segment cut", topic=t, offset=o)``. plugmq never
 logging, so as a library it is silent until the application says otherwise:
 
 - structlog not configured (a plain Python application): each event goes to the standard-library
-  logger of the module's name (``plugmq.core.broker``, ...) as ``event key=value ...``, with the
+  logger of the module's name (``plugmq.broker.broker``, ...) as ``event key=value ...``, with the
   exception attached for ``log.exception``. The level check is the standard library's, so
   ``logging.basicConfig(level=logging.WARNING)`` shows warnings and errors and nothing below; a
   ``NullHandler`` on the ``plugmq`` logger keeps Python's last-resort handler from printing

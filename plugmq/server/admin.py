@@ -1,7 +1,7 @@
 """The admin endpoint of ``plugmq serve``, and the client ``plugmq admin --server`` uses.
 
 A second gRPC service on the server's own port, ``plugmq.admin.v1.Admin``, one unary method per
-verb of :mod:`plugmq.core.admin` (``topic-list`` is ``/plugmq.admin.v1.Admin/TopicList``), with a
+verb of :mod:`plugmq.admin` (``topic-list`` is ``/plugmq.admin.v1.Admin/TopicList``), with a
 JSON object in and the verb's JSON result out through grpc's generic handlers: no .proto, no
 generated code, no second listener. Why gRPC on the same port rather than HTTP: operators open
 and protect one port, and the endpoint reuses the server's access control as it stands: with
@@ -41,9 +41,9 @@ from plugmq.server.options import AclOptions
 from plugmq.server.status import RpcFailure
 
 if TYPE_CHECKING:
-    from plugmq.core.admin import BrokerAdmin
-    from plugmq.core.admin.cluster import ClusterAdmin
-    from plugmq.core.broker import Broker
+    from plugmq.admin import BrokerAdmin
+    from plugmq.admin.cluster import ClusterAdmin
+    from plugmq.broker.broker import Broker
 
 __all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
 
@@ -59,10 +59,10 @@ def method_name(verb: str) -> str:
 
 
 def _verbs() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The broker verbs and the cluster verbs. plugmq.core.admin loads here, on the first admin call:
+    """The broker verbs and the cluster verbs. plugmq.admin loads here, on the first admin call:
     ``plugmq serve`` answers its clients before it has paid for the admin values and operations."""
-    from plugmq.core.admin import VERBS
-    from plugmq.core.admin.cluster import CLUSTER_VERBS
+    from plugmq.admin import VERBS
+    from plugmq.admin.cluster import CLUSTER_VERBS
 
     return tuple(VERBS), tuple(CLUSTER_VERBS)
 
@@ -108,8 +108,8 @@ class AdminService:
 
     def _load(self) -> tuple[BrokerAdmin, ClusterAdmin | None]:
         if self._admins is None:  # a race builds two equal pairs; one wins, both work
-            from plugmq.core.admin import BrokerAdmin
-            from plugmq.core.admin.cluster import ClusterAdmin
+            from plugmq.admin import BrokerAdmin
+            from plugmq.admin.cluster import ClusterAdmin
 
             broker = self._broker
             cluster_name = broker.config.cluster_name
@@ -137,8 +137,8 @@ class AdminService:
                                   f"admin = true in [server.acl.accounts.{account.access_key}]")
 
     def _run(self, verb: str, args: Any) -> Any:
-        from plugmq.core.admin import execute
-        from plugmq.core.admin.cluster import CLUSTER_VERBS, execute_cluster
+        from plugmq.admin import execute
+        from plugmq.admin.cluster import CLUSTER_VERBS, execute_cluster
 
         if verb not in CLUSTER_VERBS:
             return execute(self.admin, verb, args)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 import grpc
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.server.admin import AdminService

@@ -19,14 +19,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from plugmq.broker.routes import RoutedQueue
+from plugmq.config.policy import GroupPolicies, GroupPolicy
 from plugmq.core.clock import Clock
 from plugmq.core.contracts import AllocateStrategy, AllocateStrategyFactory, BrokerRegistration, ClusterView
 from plugmq.core.errors import AllocationError, ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
-from plugmq.core.policy import GroupPolicies, GroupPolicy
 from plugmq.core.rebalance_order import rocketmq_sorted
-from plugmq.core.routes import RoutedQueue
 
 __all__ = ["Assigner", "ConsumerMembers", "access_point_address"]
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from plugmq.broker.failover import Failover
+from plugmq.broker.routes import RoutedQueue, declaration_applies, registered_topics, topic_route
 from plugmq.core.contracts import (
     BrokerRegistration,
     BrokerRole,
@@ -26,14 +28,12 @@ from plugmq.core.contracts import (
     TopicPermission,
 )
 from plugmq.core.errors import ClusterError, ConfigError, ReadOnlyBrokerError
-from plugmq.core.failover import Failover
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import is_system_topic
-from plugmq.core.routes import RoutedQueue, declaration_applies, registered_topics, topic_route
 
 if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
+    from plugmq.broker.broker import Broker
 
 __all__ = ["ClusterMember", "LocalRoutes", "advertised_endpoint"]
 

@@ -1,7 +1,7 @@
 """Prometheus metrics of ``plugmq serve`` (``[server] metrics_listen = "host:port"``, path ``/metrics``).
 
 Collected when Prometheus scrapes, from what the broker keeps anyway: its traffic counters
-(:mod:`plugmq.core.traffic`), ``store.stats()``, ``delay.metrics()``, the transaction service's
+(:mod:`plugmq.broker.traffic`), ``store.stats()``, ``delay.metrics()``, the transaction service's
 figures, the pop state and the committed offsets (consumer lag through the same code as
 ``plugmq admin consumer-progress``), and dead letters and retries counted by an event-hook observer
 (those hooks never make the broker read a message back). Sends pay nothing for metrics beyond the
@@ -55,9 +55,9 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
+from plugmq.admin import BrokerAdmin
+from plugmq.broker.broker import Broker
 from plugmq.core import BrokerRole, hookimpl
-from plugmq.core.admin import BrokerAdmin
-from plugmq.core.broker import Broker
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage

@@ -7,7 +7,7 @@
     metrics_listen = "127.0.0.1:5557"   # Prometheus text at /metrics (off when absent)
     min_invisible_s = 1
 
-    [groups.orders]                 # consumer groups are the broker's (plugmq.core.policy), not [server]'s
+    [groups.orders]                 # consumer groups are the broker's (plugmq.config.policy), not [server]'s
     fifo = true
     max_delivery_attempts = 5
     backoff_s = [1, 5, 30]
@@ -23,7 +23,7 @@
 ``plugmq serve`` reads the table from the broker's TOML file and hands the rest to the broker.
 Older configs kept group policies and the pop-state settings here (``[server.default_group]``,
 ``[server.groups.<g>]``, ``pop_fsync``, ``pop_compact_bytes``); they are still read, by the broker
-(plugmq.core.config), which owns pop consumption now.
+(plugmq.config.broker), which owns pop consumption now.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.config import check_moved_server_keys
+from plugmq.config.broker import check_moved_server_keys
 from plugmq.core.errors import ConfigError
 
 __all__ = ["Account", "AclOptions", "ServerOptions", "load_serve_config", "parse_server_table"]
 
-# Keys of [server] that belong to the broker now (read by plugmq.core.config.load_config).
+# Keys of [server] that belong to the broker now (read by plugmq.config.broker.load_config).
 _BROKER_OWNED = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
 
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from plugmq.client.ports import Serving
 from plugmq.core.message import AppendStatus, SendResult, SendStatus
 from plugmq.core.names import is_system_topic
-from plugmq.core.ports import Serving
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing, outgoing
 from plugmq.server.options import Account

@@ -14,15 +14,15 @@ from typing import Any, TypeVar
 
 import grpc
 
+from plugmq.broker.pop import ReceivedMessage
+from plugmq.broker.routes import RoutedQueue
+from plugmq.client.ports import Serving
 from plugmq.core.contracts import ClusterView, Filter, TopicPermission, TransactionDecision
 from plugmq.core.errors import InvalidNameError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import DLQ_PREFIX, is_system_topic, validate_group
-from plugmq.core.pop import ReceivedMessage
-from plugmq.core.ports import Serving
-from plugmq.core.routes import RoutedQueue
 from plugmq.server.assignment import Assigner, access_point_address
 from plugmq.server.auth import Authenticator
 from plugmq.server.cluster import ClusterMember, LocalRoutes

@@ -31,7 +31,7 @@ from plugmq.server.protocol import ClientType, Code, Settings, TelemetryCommand
 from plugmq.server.status import RpcFailure, ok
 
 if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
+    from plugmq.broker.broker import Broker
 
 __all__ = ["Session", "Sessions", "txn_group"]
 

@@ -67,7 +67,7 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.config import load_config
+from plugmq.config.broker import load_config
 from plugmq.core.contracts import Family
 from plugmq.core.errors import ConfigError, PlugmqError
 from plugmq.core.pluginmanager import build_options, load_plugins

@@ -29,9 +29,9 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
+from plugmq.client.consumer import ConsumeFrom, ConsumeStatus, PushConsumer
 from plugmq.core.clock import Clock
-from plugmq.core.consumer import ConsumeFrom, ConsumeStatus, PushConsumer
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import DelayUnsupportedError
 from plugmq.core.logs import get_logger

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import attrs
 
+from plugmq.client.producer import Producer
 from plugmq.core.clock import ManualClock
 from plugmq.core.errors import DelayUnsupportedError, PlugmqError
 from plugmq.core.message import Message, MessageQueue
-from plugmq.core.producer import Producer
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.replay import Replay
 from plugmq.spark.results import ExperimentResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.core.contracts import Filter
 from plugmq.core.message import (
     ConsumeQueueEntry,

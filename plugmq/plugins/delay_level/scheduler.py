@@ -38,7 +38,7 @@ from plugmq.core import (
     Timer,
 )
 from plugmq.core.logs import get_logger
-from plugmq.core.writeback import write_back
+from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_level.lateness import Lateness
 from plugmq.plugins.delay_level.offsets import OffsetTable
 from plugmq.plugins.delay_level.options import DelayLevelOptions
@@ -87,7 +87,7 @@ class LevelDelayScheduler:
             raise DelayError(
                 "delay_level keeps delayed messages in the broker's store (SCHEDULE_TOPIC_XXXX); it needs a "
                 "DelayContext with store and deliver (the broker passes both; outside a broker use "
-                "plugmq.core.components.open_delay_scheduler(..., store=..., deliver=...))"
+                "plugmq.broker.components.open_delay_scheduler(..., store=..., deliver=...))"
             )
         self._store = context.store
         self._deliver: Callable[[AppendRequest], AppendResult] = context.deliver

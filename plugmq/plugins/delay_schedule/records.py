@@ -36,7 +36,7 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from plugmq.core import AppendRequest, ValidationError
-from plugmq.core.requestcodec import RequestLayout, decode_requests
+from plugmq.kit.requestcodec import RequestLayout, decode_requests
 
 __all__ = [
     "ML_HEAD",
@@ -147,7 +147,7 @@ def decode_due_request(buf: bytes, pos: int, size: int, drop: Collection[str]) -
 
 
 # A schedule record with a version 2 payload for the compiled bulk decoder
-# (plugmq.core.requestcodec): SCH_HEAD, then _REQ2 (mark 0xFF first), text, body, SCH_TAIL.
+# (plugmq.kit.requestcodec): SCH_HEAD, then _REQ2 (mark 0xFF first), text, body, SCH_TAIL.
 _P = SCH_HEAD.size
 _LAYOUT = RequestLayout(
     big_endian=True, magic_at=0, magic=SCH_MAGIC, length_at=4, length_minus=0, crc_at=8, crc_from=12,

@@ -48,9 +48,9 @@ from plugmq.core import (
     decode_msg_id,
     encode_msg_id,
 )
-from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
-from plugmq.core.writeback import write_back
+from plugmq.kit.lateness import LatenessHistogram
+from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
 from plugmq.plugins.delay_schedule.message_log import MessageLog

@@ -39,7 +39,7 @@ from plugmq.core import (
     decode_msg_id,
     encode_msg_id,
 )
-from plugmq.core.requestcodec import RequestLayout, decode_requests
+from plugmq.kit.requestcodec import RequestLayout, decode_requests
 
 __all__ = [
     "HEADER_SIZE",
@@ -91,7 +91,7 @@ HEAD_FILE_SIZE = HEADER_SIZE + SECONDS_PER_HOUR * HEAD_SIZE
 _DELAY_PROPS = frozenset({Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS})
 _DROP = tuple(sorted(_DELAY_PROPS))
 
-# A version 2 record for the compiled bulk decoder (plugmq.core.requestcodec): header, then
+# A version 2 record for the compiled bulk decoder (plugmq.kit.requestcodec): header, then
 # _FIXED2 at 12 (deliver_at 12, scheduled_at 20, level 28, queue 32, tags 36, born 44,
 # reconsume 52, sys flag 56, prepared offset 60, text length 68), text at 72, body to the end.
 _LAYOUT = RequestLayout(

@@ -41,9 +41,9 @@ from plugmq.core import (
     Prop,
     Timer,
 )
-from plugmq.core.lateness import LatenessHistogram
 from plugmq.core.logs import get_logger
-from plugmq.core.writeback import write_back
+from plugmq.kit.lateness import LatenessHistogram
+from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
 from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, StoredDelay, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles

@@ -1,9 +1,9 @@
 """MessageStore on LMDB: one environment, five named databases, one write transaction per group.
 
 The engine-independent half (queue state, reads, retention, tail cut) is
-:class:`plugmq.core.kvstore.base.KeyValueMessageStore`; this module holds the LMDB half.
+:class:`plugmq.kit.kvstore.base.KeyValueMessageStore`; this module holds the LMDB half.
 
-Each key family of the layout table in :mod:`plugmq.core.kvstore.base` (msg, cq, idx, queues,
+Each key family of the layout table in :mod:`plugmq.kit.kvstore.base` (msg, cq, idx, queues,
 meta) is one named database of the same name.
 
 The commit-log offset is a byte position (the sum of the sizes of the records before it), like
@@ -29,11 +29,11 @@ from plugmq.core import (
     StoreError,
     StoreFullError,
 )
-from plugmq.core.diskspace import disk_full_error, free_bytes, is_disk_full
-from plugmq.core.kvstore import codec
-from plugmq.core.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
-from plugmq.core.kvstore.gate import ReadGate
 from plugmq.core.logs import get_logger
+from plugmq.kit.diskspace import disk_full_error, free_bytes, is_disk_full
+from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.kit.kvstore.gate import ReadGate
 from plugmq.plugins.store_lmdb.options import LmdbOptions
 
 log = get_logger(__name__)

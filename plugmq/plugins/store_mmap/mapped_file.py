@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from plugmq.core import StoreError
-from plugmq.core.diskspace import disk_full_error, is_disk_full
 from plugmq.core.logs import get_logger
+from plugmq.kit.diskspace import disk_full_error, is_disk_full
 
 __all__ = ["MappedFile", "fsync_dir", "offset_name"]
 

@@ -49,8 +49,8 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
-from plugmq.core.diskspace import is_disk_full
 from plugmq.core.logs import get_logger
+from plugmq.kit.diskspace import is_disk_full
 from plugmq.plugins.store_mmap.appender import (
     NEED_ALLOCATE,
     NEED_CQ_FILE,

@@ -26,13 +26,13 @@ import struct
 import threading
 from collections.abc import Callable
 
+from plugmq.broker.journal import Journal
 from plugmq.core.contracts import DelayScheduler, WasDelivered
 from plugmq.core.errors import CorruptRecordError
-from plugmq.core.journal import Journal
-from plugmq.core.kvstore.codec import decode_properties, encode_properties
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult
 from plugmq.core.names import Prop
+from plugmq.kit.kvstore.codec import decode_properties, encode_properties
 
 __all__ = ["DelayIntent", "DelayLedger", "decode_intent", "encode_intent"]
 

@@ -1,7 +1,7 @@
 """What clients use of a broker: small Protocols, one per kind of client.
 
 Producers, consumers, the transaction producer and the gRPC server are written against these, not
-against :class:`plugmq.core.broker.Broker`, so the data flows one way: the broker builds clients
+against :class:`plugmq.broker.broker.Broker`, so the data flows one way: the broker builds clients
 and hands itself over as the port they need; no client module imports the broker module. The
 Broker implements every port (mypy checks it where it builds each client).
 
@@ -22,6 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from plugmq.broker.groups import GroupMember
+from plugmq.broker.offsets import OffsetStore
+from plugmq.broker.pop import PopService
+from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock
 from plugmq.core.contracts import (
     AllocateStrategy,
@@ -30,12 +34,8 @@ from plugmq.core.contracts import (
     FilterCompiler,
     TransactionService,
 )
-from plugmq.core.groups import GroupMember
 from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, SendStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom
-from plugmq.core.offsets import OffsetStore
-from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
-from plugmq.core.pop import PopService
 
 __all__ = [
     "GroupConsuming",

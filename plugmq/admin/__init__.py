@@ -14,8 +14,8 @@ clients) keep a cursor per queue plus the messages in flight (received, not acke
 
 from __future__ import annotations
 
-from plugmq.core.admin.operations import BrokerAdmin
-from plugmq.core.admin.values import (
+from plugmq.admin.operations import BrokerAdmin
+from plugmq.admin.values import (
     BrokerStatus,
     GroupProgress,
     GroupSummary,
@@ -31,7 +31,7 @@ from plugmq.core.admin.values import (
     TopicUpdate,
     to_json,
 )
-from plugmq.core.admin.verbs import VERBS, execute, parse_time
+from plugmq.admin.verbs import VERBS, execute, parse_time
 
 __all__ = [
     "VERBS",

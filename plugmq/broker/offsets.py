@@ -1,7 +1,7 @@
 """Consumer offsets: kept by the broker for clustering groups, per member for broadcasting.
 
 Every committed offset lives in the broker's journal ``rmq_sys_state_offsets``
-(plugmq.core.journal): a commit is one record listing the offsets it moved, stored before the
+(plugmq.broker.journal): a commit is one record listing the offsets it moved, stored before the
 table in memory changes; a snapshot of the whole table replaces the records once they outgrow
 ``_COMPACT_BYTES``. So offsets are as durable as messages, a restart replays them, and a slave
 follows its master's (a promoted slave knows where every group stood). A slave's own readers
@@ -21,8 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from plugmq.broker.journal import Journal
 from plugmq.core.errors import CorruptRecordError, StoreError
-from plugmq.core.journal import Journal
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import validate_group

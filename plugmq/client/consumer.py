@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from plugmq.client.ports import GroupConsuming, Reading
+from plugmq.config.policy import RedeliveryPolicy
 from plugmq.core.clock import SystemClock, Timer
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, DelayUnsupportedError, ValidationError
@@ -26,8 +28,6 @@ from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
 from plugmq.core.names import RETRY_PREFIX, Prop, retry_topic, validate_group, validate_topic
-from plugmq.core.policy import RedeliveryPolicy
-from plugmq.core.ports import GroupConsuming, Reading
 
 __all__ = [
     "ConsumeFrom",

@@ -45,7 +45,7 @@ from plugmq.core.errors import PlugmqError
 from plugmq.core.logs import get_logger
 
 if TYPE_CHECKING:
-    from plugmq.core.broker import Broker
+    from plugmq.broker.broker import Broker
 
 __all__ = ["Failover", "elected_master"]
 

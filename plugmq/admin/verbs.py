@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from plugmq.core.admin.operations import BrokerAdmin
-from plugmq.core.admin.values import to_json
+from plugmq.admin.operations import BrokerAdmin
+from plugmq.admin.values import to_json
 from plugmq.core.errors import ValidationError
 
 __all__ = ["VERBS", "execute", "parse_time"]

@@ -6,7 +6,7 @@ import re
 import zlib
 from collections.abc import Collection
 
-from plugmq.core.admin.values import (
+from plugmq.admin.values import (
     OFFSET_MODE,
     POP_MODE,
     BrokerStatus,
@@ -23,7 +23,8 @@ from plugmq.core.admin.values import (
     TopicSummary,
     TopicUpdate,
 )
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
+from plugmq.broker.offsets import DLQ_RESEND, OffsetStore
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import Message, MessageQueue, StoredMessage
@@ -36,7 +37,6 @@ from plugmq.core.names import (
     validate_group,
     validate_topic,
 )
-from plugmq.core.offsets import DLQ_RESEND, OffsetStore
 
 __all__ = ["MAX_QUERY", "RESEND_TARGETS", "BrokerAdmin"]
 

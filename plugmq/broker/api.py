@@ -46,7 +46,7 @@ def allocate(
     Inputs are used as given: sort them with ``plugmq.core.rebalance_order.rocketmq_sorted`` the way
     a rebalance does.
     """
-    from plugmq.core.allocation_api import allocate_with
+    from plugmq.broker.allocation_api import allocate_with
 
     return allocate_with(
         installed_allocate_strategies(), strategy, current_id, queues, consumer_ids,

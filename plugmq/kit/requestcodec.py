@@ -4,7 +4,7 @@ A delay plugin keeps each delayed message as a record of its own format whose fi
 an AppendRequest's numbers and whose text is ``topic\\x01born host\\x01key\\x01value...`` (UTF-8)
 followed by the body. :class:`RequestLayout` says where those fields are; :func:`decode_requests`
 decodes many records of one read buffer in one call with the compiled ``_requestcodec``
-(``plugmq/core/_requestcodec.c``) and returns None when that module was not built, so the plugin
+(``plugmq/kit/_requestcodec.c``) and returns None when that module was not built, so the plugin
 decodes record by record in Python (its own decoder is the reference and the fallback). A record
 the compiled decoder does not accept - a failed check, or an older format - comes back as None
 and is left to the plugin's Python decoder too, which decides.
@@ -22,7 +22,7 @@ from plugmq.core.message import AppendRequest
 __all__ = ["RequestLayout", "decode_requests", "native_available"]
 
 try:
-    from plugmq.core import _requestcodec as _native  # type: ignore[attr-defined]
+    from plugmq.kit import _requestcodec as _native  # type: ignore[attr-defined]
 except ImportError:  # not compiled (no C compiler or zlib headers when installed): Python decoders
     _native = None
 

@@ -1,7 +1,7 @@
 """The broker: assembled from a plugin list, routing every call through the chosen families.
 
 Data flows one way: the broker builds its clients (producers, push / pull / simple consumers, the
-transaction producer) and hands itself to them as the port each needs (plugmq.core.ports); no
+transaction producer) and hands itself to them as the port each needs (plugmq.client.ports); no
 client module imports this one.
 """
 
@@ -15,9 +15,25 @@ from typing import Any
 
 import attrs
 
+from plugmq.broker.delayledger import DelayLedger
+from plugmq.broker.groups import GroupMember, GroupRegistry
+from plugmq.broker.journal import JournalSet
+from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
+from plugmq.broker.pop import PopService
+from plugmq.broker.popstate import PopState, adopt_legacy_state
+from plugmq.broker.replication import TopicFollower, open_replication, read_only_error
+from plugmq.broker.retention import RetentionSchedule, consumer_group_floor, pop_consumer_floor
+from plugmq.broker.topics import TopicTable
+from plugmq.broker.traffic import Traffic
+from plugmq.client.consumer import PullConsumer, PushConsumer
+from plugmq.client.ports import Stoppable
+from plugmq.client.producer import Producer
+from plugmq.client.simple import FilterExpression, SimpleConsumer
+from plugmq.client.transactions import LocalTransaction, TransactionProducer
+from plugmq.config.broker import DEFAULT_PLUGINS, BrokerConfig, load_config
+from plugmq.config.datadir import prepare_data_dir
+from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock, SystemClock
-from plugmq.core.config import DEFAULT_PLUGINS, BrokerConfig, load_config
-from plugmq.core.consumer import PullConsumer, PushConsumer
 from plugmq.core.contracts import (
     AllocateStrategy,
     AllocateStrategyFactory,
@@ -38,8 +54,6 @@ from plugmq.core.contracts import (
     TransactionContext,
     TransactionService,
 )
-from plugmq.core.datadir import prepare_data_dir
-from plugmq.core.delayledger import DelayLedger
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import (
     ClientError,
@@ -51,9 +65,7 @@ from plugmq.core.errors import (
     TopicError,
     ValidationError,
 )
-from plugmq.core.groups import GroupMember, GroupRegistry
 from plugmq.core.hashing import tags_code
-from plugmq.core.journal import JournalSet
 from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     AppendRequest,
@@ -71,19 +83,8 @@ from plugmq.core.message import (
 )
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import Prop, is_system_topic, retry_topic, validate_group, validate_topic
-from plugmq.core.offsets import ConsumerOffsets, OffsetStore
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
-from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
-from plugmq.core.pop import PopService
-from plugmq.core.popstate import PopState, adopt_legacy_state
-from plugmq.core.ports import Stoppable
-from plugmq.core.producer import Producer
-from plugmq.core.replication import TopicFollower, open_replication, read_only_error
-from plugmq.core.retention import RetentionFloor, RetentionSchedule, consumer_group_floor, pop_consumer_floor
-from plugmq.core.simple import FilterExpression, SimpleConsumer
-from plugmq.core.topics import TopicTable
-from plugmq.core.traffic import Traffic
-from plugmq.core.transactions import LocalTransaction, TransactionProducer
+from plugmq.core.retention import RetentionFloor
 
 __all__ = ["Broker"]
 
@@ -146,7 +147,7 @@ class Broker:
             self.strategies: dict[str, AllocateStrategyFactory] = hooks.allocate_strategies()
             self.topics = TopicTable(self.broker_dir / "topics.json", self.store.queues())
             self.groups = GroupRegistry(self.clock, config.heartbeat_timeout_s, self.topic_queues)
-            # Service state rides in the commit log (plugmq.core.journal): one order, one cut.
+            # Service state rides in the commit log (plugmq.broker.journal): one order, one cut.
             self.journals = JournalSet(self.store, writable=lambda: self.role is not BrokerRole.SLAVE,
                                        settle=self.await_replication, broker_name=self.name,
                                        floor=self.retention_floor, clock=self.clock)
@@ -174,7 +175,7 @@ class Broker:
                                                 handed_over=self._consumer_handed_over,
                                                 adopt=self._adopt_consumer_progress)
             # With replication, delayed messages are intents in the log too, so a promoted slave
-            # delivers what its master had pending (plugmq.core.delayledger).
+            # delivers what its master had pending (plugmq.broker.delayledger).
             if self.replication is not None and self._delay_context is not None:
                 self.delay_ledger = DelayLedger(
                     self.journals.open("delay", compact=lambda: self._compact_delay_ledger()), self._was_delivered)
@@ -672,7 +673,7 @@ class Broker:
 
     def _deliver_delayed(self, request: AppendRequest) -> AppendResult:
         """The delay service's write-back: with replication, a message whose intent is no longer
-        pending and which is on its topic already is not written twice (plugmq.core.delayledger)."""
+        pending and which is on its topic already is not written twice (plugmq.broker.delayledger)."""
         ledger = self.delay_ledger
         if ledger is not None and not ledger.take_pending(request):
             copy = self._delivered_copy(request)

@@ -6,7 +6,7 @@ the replication stream writes its store; consumers may read). ``sync_master`` an
 a replication plugin (e.g. ``ha``) in ``broker.plugins``, and that plugin needs a store that can
 ship its log (the ``replication`` capability).
 
-With ``[broker] failover = true`` the cluster's election picks the master (``plugmq.core.failover``):
+With ``[broker] failover = true`` the cluster's election picks the master (``plugmq.broker.failover``):
 the broker starts as a slave, the replication plugin (one with the ``failover`` capability)
 switches sides at run time, and ``role`` names the mode the broker works in while it is master.
 """

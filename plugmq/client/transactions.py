@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from plugmq.client.ports import TransactionSending
+from plugmq.client.producer import QueueSelector, select_queue
 from plugmq.core.contracts import (
     TransactionChecker,
     TransactionDecision,
@@ -30,8 +32,6 @@ from plugmq.core.message import (
     SendStatus,
 )
 from plugmq.core.names import Prop, is_system_topic, validate_group
-from plugmq.core.ports import TransactionSending
-from plugmq.core.producer import QueueSelector, select_queue
 
 __all__ = ["LocalTransaction", "TransactionProducer", "TransactionSendResult"]
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.admin.verbs import _Args, _take
+from plugmq.admin.verbs import _Args, _take
+from plugmq.broker.routes import declaration_applies
 from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.contracts import ClusterService, ClusterTopic, ClusterView, TopicPermission
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.names import is_system_topic, validate_topic
-from plugmq.core.routes import declaration_applies
 
 __all__ = ["CLUSTER_VERBS", "ClusterAdmin", "ClusterTopicUpdate", "execute_cluster"]
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from plugmq.config.broker import load_config
 from plugmq.core.clock import SystemClock
-from plugmq.core.config import load_config
 from plugmq.core.contracts import ClusterContext, ClusterService, Family
 from plugmq.core.errors import ConfigError, PluginError
 from plugmq.core.pluginmanager import build_options, installed_of_family, load_plugins

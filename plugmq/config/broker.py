@@ -10,7 +10,7 @@
     [plugins.store_mmap]
     flush = "sync"
 
-    [groups]                        # consumer groups' redelivery policy (plugmq.core.policy)
+    [groups]                        # consumer groups' redelivery policy (plugmq.config.policy)
     max_delivery_attempts = 17
     [groups.orders]
     fifo = true
@@ -42,11 +42,11 @@ from typing import Any
 
 import attrs
 
-from plugmq.core.datadir import check_data_dir_value
+from plugmq.config.datadir import check_data_dir_value
+from plugmq.config.policy import GroupPolicies, parse_groups_table
 from plugmq.core.errors import ConfigError, InvalidNameError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, _host_bytes
 from plugmq.core.names import validate_broker_name, validate_cluster_name, validate_room
-from plugmq.core.policy import GroupPolicies, parse_groups_table
 
 __all__ = ["DEFAULT_PLUGINS", "BrokerConfig", "check_moved_server_keys", "load_config"]
 

@@ -44,9 +44,9 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
-from plugmq.core.kvstore import codec
-from plugmq.core.kvstore.groupcommit import GroupCommit
-from plugmq.core.kvstore.replica import KeyValueReplicaLog
+from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.groupcommit import GroupCommit
+from plugmq.kit.kvstore.replica import KeyValueReplicaLog
 
 STATE_KEY = b"state"
 MAX_U64 = (1 << 64) - 1

@@ -9,7 +9,7 @@
 
 A received message stays invisible to the group for ``invisible_duration_s``; not acked by then,
 it comes back with ``delivery_attempt`` + 1, and after the group's last attempt it goes to the
-group's dead-letter topic (the group's :class:`~plugmq.core.policy.RedeliveryPolicy`). The state
+group's dead-letter topic (the group's :class:`~plugmq.config.policy.RedeliveryPolicy`). The state
 is the broker's (``<data_dir>/broker/pop``): consumers are cheap, several may share a group, and
 a restarted process continues where the group was, acks and in-flight messages included.
 """
@@ -23,12 +23,12 @@ from collections.abc import Mapping
 
 import attrs
 
+from plugmq.broker.pop import PopService, ReceivedMessage
+from plugmq.client.ports import Subscribing
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, ReceiptHandleError, ValidationError
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import validate_group, validate_topic
-from plugmq.core.pop import PopService, ReceivedMessage
-from plugmq.core.ports import Subscribing
 
 __all__ = ["FilterExpression", "SimpleConsumer"]
 

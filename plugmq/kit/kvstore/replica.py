@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugmq.core.contracts import LogChunk
 from plugmq.core.errors import CorruptRecordError, StoreError
-from plugmq.core.kvstore import codec
-from plugmq.core.kvstore.groupcommit import GroupCommit
 from plugmq.core.message import StoredMessage
 from plugmq.core.names import validate_topic
+from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.groupcommit import GroupCommit
 
 if TYPE_CHECKING:
-    from plugmq.core.kvstore.base import KVReader, WriteSet
+    from plugmq.kit.kvstore.base import KVReader, WriteSet
 
 __all__ = ["LOG_FORMAT", "KeyValueReplicaLog"]
 
@@ -219,7 +219,7 @@ class KeyValueReplicaLog:
 
     def truncate_log(self, offset: int) -> int:
         self._check_open()
-        from plugmq.core.kvstore.base import STATE_KEY, WriteSet  # base imports this module
+        from plugmq.kit.kvstore.base import STATE_KEY, WriteSet  # base imports this module
 
         with self._commit.exclusive():
             if offset >= self.log_end_offset():

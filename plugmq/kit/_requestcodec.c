@@ -1,4 +1,4 @@
-/* Compiled bulk decoder of the delay plugins' stored requests (see plugmq/core/requestcodec.py).
+/* Compiled bulk decoder of the delay plugins' stored requests (see plugmq/kit/requestcodec.py).
  *
  * Why C: a burst of due messages is written back by decoding every stored record into an
  * AppendRequest. In Python that costs ~5 us per record (CRC, unpack, text split, a dict, the

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from plugmq.client.ports import Sending
 from plugmq.core.errors import ClientError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import Message, MessageQueue, SendResult
 from plugmq.core.names import validate_group
-from plugmq.core.ports import Sending
 
 __all__ = ["Producer", "QueueSelector", "select_queue"]
 

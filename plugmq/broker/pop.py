@@ -16,7 +16,7 @@ FIFO groups: a queue hands out nothing new while any message of it is in flight 
 are hashed to queues on send), and one receive never carries two messages of one message group,
 so a group's next message comes only after the previous is acked.
 
-Used by ``broker.simple_consumer`` (plugmq.core.simple) and by the gRPC server, which only
+Used by ``broker.simple_consumer`` (plugmq.client.simple) and by the gRPC server, which only
 translates the protocol.
 """
 
@@ -30,6 +30,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from plugmq.broker.popstate import Inflight, Lane, PopState
+from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import InvalidNameError, ReceiptHandleError, TopicError, ValidationError
@@ -37,8 +39,6 @@ from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import Prop, validate_group
-from plugmq.core.policy import GroupPolicy, RedeliveryPolicy
-from plugmq.core.popstate import Inflight, Lane, PopState
 
 __all__ = ["LaneProgress", "PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
 

@@ -1,6 +1,6 @@
 """Durable pop-consumption state: per (group, topic, queue) lane, a cursor and the in-flight messages.
 
-The state lives in the broker's journal ``rmq_sys_state_pop`` (plugmq.core.journal): every change
+The state lives in the broker's journal ``rmq_sys_state_pop`` (plugmq.broker.journal): every change
 is a record (one JSON array per operation, one line each) stored before it takes effect in memory,
 and a snapshot replaces the records once they outgrow ``compact_bytes``. A restart replays to the
 same state; a slave follows its master's records, so a promoted slave knows every group's
@@ -41,8 +41,8 @@ from typing import Any
 
 import attrs
 
+from plugmq.broker.journal import Journal
 from plugmq.core.errors import ClientError, CorruptRecordError
-from plugmq.core.journal import Journal
 from plugmq.core.logs import get_logger
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
