@@ -1,0 +1,1 @@
+"""plugmq chaos: fault injection under load, then a checker over every acknowledged message."""
