@@ -1,0 +1,203 @@
+"""The checker: what a chaos history says about every acknowledged message.
+
+Run over the events of a :class:`~plugmq.chaos.history.History` (the run and the final
+read-back through the current master), :func:`check` finds:
+
+* **lost**: sends acked OK whose body the read-back lacks (the promise broken); ``lost_seen``
+  counts those a consumer had even received before they vanished;
+* **redelivered after an OK ack**: a delivery to a group invoked after an ack of the same message
+  by that group had been answered OK (the other broken promise);
+* **position conflicts**: one (queue, offset) that held two different messages, by whatever saw
+  it: a send receipt, a delivery, the read-back;
+* **reordered**: two messages of one producer thread (it sends one at a time, so the later was
+  sent after the earlier was acked) stored in one queue in the opposite order;
+* **duplicates**: extra deliveries of a message to a group (at-least-once allows them; counted)
+  and messages stored more than once (a failed send stored anyway, then sent again);
+* per fault window: the losses it caused (each lost message charged to the first window that
+  ends after it was acked) and the recovery time, from the injection to the first send, and the
+  first receive, invoked after it that succeeded.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+import attrs
+
+from plugmq.chaos.history import Ack, Delivery, Event, FaultWindow, Readback, Receive, Send
+
+__all__ = ["CheckResult", "FaultOutcome", "PositionConflict", "Redelivery", "Reordering", "check"]
+
+
+@attrs.frozen
+class Redelivery:
+    group: str
+    body: str
+    acked_at: float  # the OK ack was answered
+    delivered_at: float  # a later receive was invoked, and handed it out again
+
+
+@attrs.frozen
+class PositionConflict:
+    queue: int
+    offset: int
+    bodies: tuple[str, ...]
+
+
+@attrs.frozen
+class Reordering:
+    producer: str
+    queue: int
+    earlier_seq: int  # sent (and acked) first ...
+    later_seq: int  # ... yet stored before it
+
+
+@attrs.frozen
+class FaultOutcome:
+    name: str
+    round: int
+    target: str
+    t0: float
+    t1: float
+    lost: int
+    send_recovery_s: float | None  # None: no send succeeded after the injection
+    receive_recovery_s: float | None
+
+
+@attrs.frozen
+class CheckResult:
+    sends: int
+    acked: int
+    send_failures: int
+    read_back: int
+    lost: tuple[str, ...]
+    lost_seen: tuple[str, ...]
+    redelivered_after_ack: tuple[Redelivery, ...]
+    position_conflicts: tuple[PositionConflict, ...]
+    reordered: tuple[Reordering, ...]
+    duplicate_deliveries: int
+    stored_twice: tuple[str, ...]
+    failed_but_stored: int
+    faults: tuple[FaultOutcome, ...]
+
+    @property
+    def promise_broken(self) -> bool:
+        """An acknowledged message lost, or a message redelivered after an OK ack."""
+        return bool(self.lost or self.redelivered_after_ack)
+
+    def summary(self) -> dict[str, object]:
+        """Counts for the JSON summary (the anomalies themselves are listed in the report)."""
+        return {"sends": self.sends, "acked": self.acked, "send_failures": self.send_failures,
+                "read_back": self.read_back, "lost": len(self.lost), "lost_seen": len(self.lost_seen),
+                "redelivered_after_ack": len(self.redelivered_after_ack),
+                "position_conflicts": len(self.position_conflicts), "reordered": len(self.reordered),
+                "duplicate_deliveries": self.duplicate_deliveries, "stored_twice": len(self.stored_twice),
+                "failed_but_stored": self.failed_but_stored, "promise_broken": self.promise_broken}
+
+
+def _redeliveries(acks: list[Ack], deliveries: list[Delivery]) -> list[Redelivery]:
+    """Deliveries of a stored message (body and position: a body stored twice is two messages)
+    to a group invoked after that group's ack of it was answered OK."""
+    first_ok: dict[tuple[str, str, int | None, int | None], float] = {}
+    for ack in acks:
+        if ack.ok:
+            key = (ack.group, ack.body, ack.queue, ack.offset)
+            first_ok[key] = min(first_ok.get(key, ack.t1), ack.t1)
+    found = []
+    for delivery in deliveries:
+        acked_at = first_ok.get((delivery.group, delivery.body, delivery.queue, delivery.offset))
+        if acked_at is not None and delivery.t0 > acked_at:
+            found.append(Redelivery(delivery.group, delivery.body, acked_at, delivery.t0))
+    return found
+
+
+def _conflicts(sends: list[Send], deliveries: list[Delivery], readback: list[Readback]) -> list[PositionConflict]:
+    held: dict[tuple[int, int], set[str]] = collections.defaultdict(set)
+    for send in sends:
+        if send.ok and send.queue is not None and send.offset is not None:
+            held[(send.queue, send.offset)].add(send.body)
+    seen: list[Delivery | Readback] = [*deliveries, *readback]
+    for one in seen:
+        if one.queue is not None and one.offset is not None:
+            held[(one.queue, one.offset)].add(one.body)
+    return [PositionConflict(q, o, tuple(sorted(b))) for (q, o), b in sorted(held.items()) if len(b) > 1]
+
+
+def _reorderings(acked: list[Send], stored_at: dict[str, tuple[int, int]]) -> list[Reordering]:
+    by_lane: dict[tuple[str, int], list[tuple[int, int]]] = collections.defaultdict(list)
+    for send in acked:
+        position = stored_at.get(send.body)
+        if position is not None:
+            by_lane[(send.producer, position[0])].append((send.seq, position[1]))
+    found = []
+    for (producer, queue), stored in sorted(by_lane.items()):
+        stored.sort()
+        highest: tuple[int, int] | None = None  # (offset, seq) of the furthest stored so far
+        for seq, offset in stored:
+            if highest is not None and offset < highest[0]:
+                found.append(Reordering(producer, queue, highest[1], seq))
+            if highest is None or offset > highest[0]:
+                highest = (offset, seq)
+    return found
+
+
+def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], sends: list[Send],
+                    receives: list[Receive]) -> list[FaultOutcome]:
+    outcomes = []
+    windows = sorted(windows, key=lambda w: w.t0)
+    charged = collections.Counter[int]()
+    for acked_at in lost_at:
+        index = next((i for i, w in enumerate(windows) if w.t1 >= acked_at), None)
+        if index is not None:
+            charged[index] += 1
+    for index, window in enumerate(windows):
+        sent = [s.t1 for s in sends if s.ok and s.t0 >= window.t0]
+        received = [r.t1 for r in receives if r.ok and r.t0 >= window.t0]
+        outcomes.append(FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, charged[index],
+                                     min(sent) - window.t0 if sent else None,
+                                     min(received) - window.t0 if received else None))
+    return outcomes
+
+
+def check(events: Iterable[Event]) -> CheckResult:
+    """Check one run's history (its read-back included); see the module's docstring."""
+    sends: list[Send] = []
+    receives: list[Receive] = []
+    deliveries: list[Delivery] = []
+    acks: list[Ack] = []
+    windows: list[FaultWindow] = []
+    readback: list[Readback] = []
+    for event in events:
+        if isinstance(event, Send):
+            sends.append(event)
+        elif isinstance(event, Receive):
+            receives.append(event)
+        elif isinstance(event, Delivery):
+            deliveries.append(event)
+        elif isinstance(event, Ack):
+            acks.append(event)
+        elif isinstance(event, FaultWindow):
+            windows.append(event)
+        elif isinstance(event, Readback):
+            readback.append(event)
+    acked = [s for s in sends if s.ok]
+    stored = collections.Counter(r.body for r in readback)
+    stored_at: dict[str, tuple[int, int]] = {}
+    for entry in readback:
+        if entry.queue is not None and entry.offset is not None:
+            stored_at[entry.body] = (entry.queue, entry.offset)
+    lost_sends = [s for s in acked if s.body not in stored]
+    delivered = {d.body for d in deliveries}
+    per_group = collections.Counter((d.group, d.body) for d in deliveries)
+    return CheckResult(
+        sends=len(sends), acked=len(acked), send_failures=len(sends) - len(acked), read_back=len(readback),
+        lost=tuple(s.body for s in lost_sends),
+        lost_seen=tuple(s.body for s in lost_sends if s.body in delivered),
+        redelivered_after_ack=tuple(_redeliveries(acks, deliveries)),
+        position_conflicts=tuple(_conflicts(sends, deliveries, readback)),
+        reordered=tuple(_reorderings(acked, stored_at)),
+        duplicate_deliveries=sum(n - 1 for n in per_group.values() if n > 1),
+        stored_twice=tuple(sorted(b for b, n in stored.items() if n > 1)),
+        failed_but_stored=sum(1 for s in sends if not s.ok and s.body in stored),
+        faults=tuple(_fault_outcomes(windows, [s.t1 for s in lost_sends], sends, receives)))
