@@ -72,6 +72,8 @@ def test_redelivery_after_an_ok_ack_breaks_the_promise_but_not_after_a_failed_ac
     events = [*clean_history(), deliver(10.0, "p0-1", 0, 1, attempt=2)]
     result = check(events)
     assert result.redelivered_after_ack == (Redelivery("g", "p0-1", 1.31, 10.0),)
+    windowed = check([*events, FaultWindow(4.0, 6.0, "kill", 1, "n1"), FaultWindow(9.0, 9.5, "kill", 2, "n2")])
+    assert [f.redelivered_after_ack for f in windowed.faults] == [0, 1], "charged from its injection to the next"
     assert result.duplicate_deliveries == 1
     assert result.promise_broken
     failed_ack = [e for e in clean_history() if not (isinstance(e, Ack) and e.body == "p0-1")]
@@ -135,6 +137,7 @@ def test_losses_are_charged_to_the_fault_window_that_ends_after_the_ack_and_reco
     assert kill.send_recovery_s == pytest.approx(3.01 - 2.5)
     assert kill.receive_recovery_s == pytest.approx(4.5 - 2.5)
     assert suspend.lost == 1
+    assert kill.redelivered_after_ack == suspend.redelivered_after_ack == 0
     assert suspend.send_recovery_s == pytest.approx(7.01 - 6.5)
     assert suspend.receive_recovery_s == pytest.approx(6.9 - 6.5)
 

@@ -43,7 +43,7 @@ _NEVER_PACKAGES = {"rich", "pygments", "pandas", "pyarrow", "pyspark", "matplotl
 # Modules of other verbs, the client library's runtime, the admin verbs (loaded on the first admin call).
 _NEVER_MODULES = ("rocketmq.v5", "plugmq.admin", "plugmq.spark", "plugmq.bench", "plugmq.conformance",
                   "plugmq.cli.admin", "plugmq.cli.bench", "plugmq.cli.demo", "plugmq.server.metrics",
-                  "plugmq.testing")
+                  "plugmq.testing", "plugmq.chaos", "plugmq.cli.chaos", "tomli_w")
 
 
 def _imported_during_serve(tmp_path: Path, store: str) -> set[str]:

@@ -8,13 +8,14 @@ read-back through the current master), :func:`check` finds:
 * **redelivered after an OK ack**: a delivery to a group invoked after an ack of the same message
   by that group had been answered OK (the other broken promise);
 * **position conflicts**: one (queue, offset) that held two different messages, by whatever saw
-  it: a send receipt, a delivery, the read-back;
+  it: a send receipt naming its queue, a delivery, the read-back;
 * **reordered**: two messages of one producer thread (it sends one at a time, so the later was
   sent after the earlier was acked) stored in one queue in the opposite order;
 * **duplicates**: extra deliveries of a message to a group (at-least-once allows them; counted)
   and messages stored more than once (a failed send stored anyway, then sent again);
 * per fault window: the losses it caused (each lost message charged to the first window that
-  ends after it was acked) and the recovery time, from the injection to the first send, and the
+  ends after it was acked), the redeliveries after an OK ack from its injection to the next one,
+  and the recovery time, from the injection to the first send, and the
   first receive, invoked after it that succeeded.
 """
 
@@ -61,6 +62,7 @@ class FaultOutcome:
     t0: float
     t1: float
     lost: int
+    redelivered_after_ack: int  # redeliveries from this injection until the next one
     send_recovery_s: float | None  # None: no send succeeded after the injection
     receive_recovery_s: float | None
 
@@ -142,10 +144,11 @@ def _reorderings(acked: list[Send], stored_at: dict[str, tuple[int, int]]) -> li
     return found
 
 
-def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], sends: list[Send],
-                    receives: list[Receive]) -> list[FaultOutcome]:
+def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivered_at: list[float],
+                    sends: list[Send], receives: list[Receive]) -> list[FaultOutcome]:
     outcomes = []
     windows = sorted(windows, key=lambda w: w.t0)
+    starts = [w.t0 for w in windows]
     charged = collections.Counter[int]()
     for acked_at in lost_at:
         index = next((i for i, w in enumerate(windows) if w.t1 >= acked_at), None)
@@ -154,7 +157,10 @@ def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], sends: lis
     for index, window in enumerate(windows):
         sent = [s.t1 for s in sends if s.ok and s.t0 >= window.t0]
         received = [r.t1 for r in receives if r.ok and r.t0 >= window.t0]
+        until = starts[index + 1] if index + 1 < len(starts) else float("inf")
+        redelivered = sum(1 for t in redelivered_at if window.t0 <= t < until)
         outcomes.append(FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, charged[index],
+                                     redelivered,
                                      min(sent) - window.t0 if sent else None,
                                      min(received) - window.t0 if received else None))
     return outcomes
@@ -190,14 +196,16 @@ def check(events: Iterable[Event]) -> CheckResult:
     lost_sends = [s for s in acked if s.body not in stored]
     delivered = {d.body for d in deliveries}
     per_group = collections.Counter((d.group, d.body) for d in deliveries)
+    redelivered = _redeliveries(acks, deliveries)
     return CheckResult(
         sends=len(sends), acked=len(acked), send_failures=len(sends) - len(acked), read_back=len(readback),
         lost=tuple(s.body for s in lost_sends),
         lost_seen=tuple(s.body for s in lost_sends if s.body in delivered),
-        redelivered_after_ack=tuple(_redeliveries(acks, deliveries)),
+        redelivered_after_ack=tuple(redelivered),
         position_conflicts=tuple(_conflicts(sends, deliveries, readback)),
         reordered=tuple(_reorderings(acked, stored_at)),
         duplicate_deliveries=sum(n - 1 for n in per_group.values() if n > 1),
         stored_twice=tuple(sorted(b for b, n in stored.items() if n > 1)),
         failed_but_stored=sum(1 for s in sends if not s.ok and s.body in stored),
-        faults=tuple(_fault_outcomes(windows, [s.t1 for s in lost_sends], sends, receives)))
+        faults=tuple(_fault_outcomes(windows, [s.t1 for s in lost_sends], [r.delivered_at for r in redelivered],
+                                     sends, receives)))

@@ -151,6 +151,13 @@ class History:
         """Seconds since the history began (the time base of every event)."""
         return self._clock.now() - self._start
 
+    def restart_clock(self) -> None:
+        """Count times from now on (before any event is recorded: a run's set-up is not its history)."""
+        with self._lock:
+            if self._events:
+                raise RuntimeError("the history already has events; their times would be shifted")
+            self._start = self._clock.now()
+
     def record(self, event: Event) -> None:
         with self._lock:
             self._events.append(event)

@@ -69,6 +69,7 @@ _COMMANDS = {
     "compare": "plugmq.spark.cli:command",
     "serve": "plugmq.cli.serve:command",
     "admin": "plugmq.cli.admin:command",
+    "chaos": "plugmq.cli.chaos:command",
 }
 
 

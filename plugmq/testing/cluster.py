@@ -12,9 +12,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "query_route", "write_broker_config"]
+__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "broker_status", "query_route", "status_or_none",
+           "wait_for", "write_broker_config"]
 
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
@@ -72,9 +75,16 @@ class ServeProcess:
         self.stop(signal.SIGKILL)
         raise AssertionError(f"plugmq serve did not come up; see {self.log_path}")
 
-    def stop(self, signum: int = signal.SIGTERM) -> int | None:
-        """Send ``signum`` and wait; SIGKILL after 30 s. Idempotent."""
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` (SIGSTOP, SIGCONT, ...) to the child if it still runs."""
         if self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int | None:
+        """Send ``signum`` and wait; SIGKILL after 30 s. Idempotent; a stopped child is continued
+        first (it cannot act on SIGTERM while stopped)."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
             os.kill(self.process.pid, signum)
             try:
                 self.process.wait(timeout=30)
@@ -86,6 +96,32 @@ class ServeProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float) -> float:
+    """Poll ``predicate`` every 10 ms; the seconds it took (AssertionError past ``timeout_s``)."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"gave up waiting for {what} after {timeout_s:g} s")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def broker_status(address: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """``plugmq admin broker-status`` of the served broker at ``address`` (JSON form)."""
+    from plugmq.server.admin import AdminClient
+
+    with AdminClient(address, timeout_s=timeout_s) as client:
+        return dict(client.call("broker-status", {}))
+
+
+def status_or_none(address: str, timeout_s: float = 3.0) -> dict[str, Any] | None:
+    """:func:`broker_status`, or None when the broker does not answer (starting, killed, frozen)."""
+    try:
+        return broker_status(address, timeout_s)
+    except Exception:  # noqa: BLE001 - a broker starting or just killed: not answering is the answer
+        return None
 
 
 def query_route(address: str, topic: str, timeout_s: float = 3.0) -> list[tuple[str, int, str]]:

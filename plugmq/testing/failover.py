@@ -13,13 +13,12 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess
+from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, broker_status, status_or_none, wait_for
 from plugmq.testing.zookeeper import ZooKeeperServer
 
 __all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "broker_status", "run_kill",
@@ -46,31 +45,6 @@ def write_failover_config(directory: Path, data_dir: str, broker_id: int, *, mod
         "sync_timeout_ms = 3000\nmin_in_sync_replicas = 1\n"
         "[server]\nlong_polling_s = 1\n", encoding="utf-8")
     return config
-
-
-def broker_status(address: str) -> dict[str, Any]:
-    """``plugmq admin broker-status`` of the served broker at ``address`` (JSON form)."""
-    from plugmq.server.admin import AdminClient
-
-    with AdminClient(address, timeout_s=3) as client:
-        return dict(client.call("broker-status", {}))
-
-
-def _status_or_none(address: str) -> dict[str, Any] | None:
-    try:
-        return broker_status(address)
-    except Exception:  # noqa: BLE001 - a broker starting or just killed: not answering is the answer
-        return None
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float) -> float:
-    """Poll ``predicate`` every 10 ms; the seconds it took (AssertionError past ``timeout_s``)."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"gave up waiting for {what} after {timeout_s:g} s")
-        time.sleep(0.01)
-    return time.monotonic() - started
 
 
 @attrs.frozen
@@ -197,7 +171,7 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
 
         def settled() -> bool:
             for address in addresses:
-                statuses[address] = _status_or_none(address)
+                statuses[address] = status_or_none(address)
             roles = sorted(str((s or {}).get("role")) for s in statuses.values())
             slave = next((s for s in statuses.values() if s and s["role"] == "slave"), None)
             return roles == sorted([mode, "slave"]) and slave is not None and slave["replication"]["connected"]
@@ -234,8 +208,8 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
         rejoined: dict[str, Any] = {}
 
         def following() -> bool:
-            status = _status_or_none(returned)
-            mine = _status_or_none(survivor)
+            status = status_or_none(returned)
+            mine = status_or_none(survivor)
             if status is None or mine is None:
                 return False
             rejoined.update(status)
@@ -308,20 +282,20 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         addresses = [p.await_address() for p in processes]
 
         def roles() -> dict[str, str]:
-            return {a: str((_status_or_none(a) or {}).get("role")) for a in addresses}
+            return {a: str((status_or_none(a) or {}).get("role")) for a in addresses}
 
         wait_for(lambda: sorted(roles().values()) == ["async_master", "slave"], "one master and a slave", wait_s)
         now = roles()
         m = next(i for i, a in enumerate(addresses) if now[a] == "async_master")
         master, slave = addresses[m], addresses[1 - m]
-        wait_for(lambda: bool((_status_or_none(slave) or {}).get("replication", {}).get("connected")),
+        wait_for(lambda: bool((status_or_none(slave) or {}).get("replication", {}).get("connected")),
                  "the slave to connect", wait_s)
         senders = _Senders(master, 2)
         time.sleep(0.5)
-        wait_for(lambda: (_status_or_none(slave) or {}).get("replication", {}).get("end_offset", 0) > 0,
+        wait_for(lambda: (status_or_none(slave) or {}).get("replication", {}).get("end_offset", 0) > 0,
                  "the slave to hold something", wait_s)
         # Freeze the slave well inside its session timeout: the master acks what it never gets.
-        processes[1 - m].process.send_signal(signal.SIGSTOP)
+        processes[1 - m].send_signal(signal.SIGSTOP)
         frozen.append(processes[1 - m])
         frozen_at = time.monotonic()
         at_freeze = int(broker_status(master)["replication"]["end_offset"])
@@ -335,9 +309,9 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
             _send_direct(master, body=bulk)
         time.sleep(max(0.0, min(0.6, session_timeout_s / 3) - (time.monotonic() - frozen_at)))
         old_end = int(broker_status(master)["replication"]["end_offset"])
-        processes[m].process.send_signal(signal.SIGSTOP)
+        processes[m].send_signal(signal.SIGSTOP)
         frozen.append(processes[m])
-        processes[1 - m].process.send_signal(signal.SIGCONT)
+        processes[1 - m].send_signal(signal.SIGCONT)
         frozen.remove(processes[1 - m])
         paused = time.monotonic()
         senders.stop_soon()  # their sends to the frozen master time out in the background
@@ -346,9 +320,9 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         failover_s = time.monotonic() - paused
         wait_for(lambda: _send_one(slave), "the official producer's send to the new master", wait_s)
         # The old master's end as it froze: what its own store holds (read at the thaw below).
-        processes[m].process.send_signal(signal.SIGCONT)
+        processes[m].send_signal(signal.SIGCONT)
         frozen.remove(processes[m])
-        demoted_s = wait_for(lambda: (_status_or_none(master) or {}).get("role") == "slave",
+        demoted_s = wait_for(lambda: (status_or_none(master) or {}).get("role") == "slave",
                              "the thawed master to step down", wait_s)
         try:
             refused = not _send_direct(master)
@@ -358,7 +332,7 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         new_master: dict[str, Any] = {}
 
         def following() -> bool:
-            status, mine = _status_or_none(master), _status_or_none(slave)
+            status, mine = status_or_none(master), status_or_none(slave)
             if status is None or mine is None:
                 return False
             rejoined.clear()
@@ -419,7 +393,7 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
         addresses = [p.await_address() for p in processes]
 
         def roles() -> dict[str, dict[str, Any] | None]:
-            return {a: _status_or_none(a) for a in addresses}
+            return {a: status_or_none(a) for a in addresses}
 
         def settled() -> bool:
             now = roles()
@@ -476,15 +450,15 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
         addresses = [p.await_address() for p in processes]
 
         def settled() -> bool:
-            now = [_status_or_none(a) for a in addresses]
+            now = [status_or_none(a) for a in addresses]
             return sorted(str((s or {}).get("role")) for s in now) == ["async_master", "slave"] and all(
                 s is not None and s["replication"]["connected"] for s in now)
 
         wait_for(settled, "one master and a connected slave", wait_s)
-        m = next(i for i, a in enumerate(addresses) if (_status_or_none(a) or {}).get("role") == "async_master")
+        m = next(i for i, a in enumerate(addresses) if (status_or_none(a) or {}).get("role") == "async_master")
         for _ in range(10):
             assert _send_direct(addresses[m])
-        wait_for(lambda: (_status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset")
+        wait_for(lambda: (status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset")
                  == broker_status(addresses[m])["replication"]["end_offset"], "the slave to catch up", wait_s)
         slave_end = int(broker_status(addresses[1 - m])["replication"]["end_offset"])
         held_before = _kill_slave_then_master(processes, addresses, m, 10, session_timeout_s)
@@ -501,7 +475,7 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
         rejoined: dict[str, Any] = {}
 
         def following() -> bool:
-            old, new = _status_or_none(addresses[m]), _status_or_none(addresses[1 - m])
+            old, new = status_or_none(addresses[m]), status_or_none(addresses[1 - m])
             if old is None or new is None:
                 return False
             rejoined.clear()

@@ -103,11 +103,12 @@ class ZooKeeperServer:
                 break  # a restart on a fixed port: trying another port would lose the clients
         raise RuntimeError(f"ZooKeeper did not start; see {self.directory / 'zookeeper.log'}")
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s). Idempotent."""
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the server (``signum``, then SIGKILL after 10 s). Idempotent. SIGKILL is a crash:
+        ``start()`` then recovers it from its data directory, on the same port."""
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signum)
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:

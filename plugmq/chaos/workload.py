@@ -1,0 +1,169 @@
+"""The load of a chaos run: producers and consumer groups of the official Python client
+(``rocketmq-python-client``), every operation recorded in the run's history.
+
+Producer threads share one ``Producer`` and send unique bodies (``p<thread>-<seq>``), one at a
+time. Each consumer is a ``SimpleConsumer`` of its group that receives, records each delivery
+(its queue and offset come from the receipt handle) and acks it. Every client is given all the
+brokers' forwarders as endpoints, as an application is given its name servers.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from plugmq.chaos.history import Ack, Delivery, History, Readback, Receive, Send
+from plugmq.core.errors import ReceiptHandleError
+from plugmq.core.pop import ReceiptHandle
+
+__all__ = ["TOPIC", "Workload", "drain"]
+
+TOPIC = "ChaosTopic"
+_REQUEST_TIMEOUT_S = 3
+_INVISIBLE_S = 10
+_FAILED_PAUSE_S = 0.05  # after a failed call, so a dead broker is not asked thousands of times a second
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _position(received: Any) -> tuple[int | None, int | None]:
+    """(queue id, queue offset) of a delivery, from its receipt handle (None if it does not say)."""
+    try:
+        handle = ReceiptHandle.parse(received.receipt_handle)
+    except ReceiptHandleError:
+        return None, None
+    return handle.queue_id, handle.offset
+
+
+def _configuration(endpoints: str) -> Any:
+    from rocketmq import ClientConfiguration, Credentials
+
+    return ClientConfiguration(endpoints, Credentials(), request_timeout=_REQUEST_TIMEOUT_S)
+
+
+class Workload:
+    """``producers`` sending threads and ``groups`` x ``consumers`` receiving threads."""
+
+    def __init__(self, endpoints: str, history: History, *, producers: int = 4, groups: int = 1,
+                 consumers: int = 2) -> None:
+        self.endpoints = endpoints
+        self.history = history
+        self._stop_sending = threading.Event()
+        self._stop_receiving = threading.Event()
+        self._producer_count = producers
+        self._group_names = [f"chaos-g{g + 1}" for g in range(groups)]
+        self._consumer_count = consumers
+        self._threads: list[threading.Thread] = []
+        self._producer: Any = None
+        self._consumers: list[Any] = []
+
+    def start(self) -> None:
+        from rocketmq import FilterExpression, Producer, SimpleConsumer
+
+        self._producer = Producer(_configuration(self.endpoints), (TOPIC,))
+        self._producer.startup()
+        for index in range(self._producer_count):
+            self._spawn(self._send_loop, f"chaos-producer-{index}", f"p{index}")
+        for group in self._group_names:
+            for index in range(self._consumer_count):
+                consumer = SimpleConsumer(_configuration(self.endpoints), group, {TOPIC: FilterExpression()},
+                                          await_duration=1)
+                consumer.startup()
+                self._consumers.append(consumer)
+                self._spawn(self._receive_loop, f"chaos-consumer-{group}-{index}", consumer, group,
+                            f"{group}-c{index}")
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _send_loop(self, producer: str) -> None:
+        from rocketmq import Message
+
+        seq = 0
+        while not self._stop_sending.is_set():
+            body = f"{producer}-{seq}"
+            message = Message()
+            message.topic = TOPIC
+            message.body = body.encode()
+            t0 = self.history.now()
+            try:
+                receipt = self._producer.send(message)
+            except Exception as exc:  # noqa: BLE001 - a failed send is an outcome to record
+                self.history.record(Send(t0, self.history.now(), producer, seq, body, False, error=_error(exc)))
+                self._stop_sending.wait(_FAILED_PAUSE_S)
+            else:
+                # The receipt's queue is the one the client addressed; the broker may store the message in
+                # another of the topic's queues (its answer says the offset only): no queue recorded.
+                self.history.record(Send(t0, self.history.now(), producer, seq, body, True, receipt.message_id,
+                                         None, receipt.offset))
+            seq += 1
+
+    def _receive_loop(self, consumer: Any, group: str, name: str) -> None:
+        while not self._stop_receiving.is_set():
+            t0 = self.history.now()
+            try:
+                batch = consumer.receive(16, _INVISIBLE_S)
+            except Exception as exc:  # noqa: BLE001 - a failed receive is an outcome to record
+                self.history.record(Receive(t0, self.history.now(), name, group, False, error=_error(exc)))
+                self._stop_receiving.wait(_FAILED_PAUSE_S)
+                continue
+            t1 = self.history.now()
+            self.history.record(Receive(t0, t1, name, group, True, len(batch)))
+            for received in batch:
+                body = bytes(received.body).decode(errors="replace")
+                queue, offset = _position(received)
+                self.history.record(Delivery(t0, t1, name, group, body, received.message_id, queue, offset,
+                                             int(received.delivery_attempt or 0), str(received.endpoints or "")))
+                a0 = self.history.now()
+                try:
+                    consumer.ack(received)
+                except Exception as exc:  # noqa: BLE001 - a failed ack is an outcome to record
+                    self.history.record(Ack(a0, self.history.now(), name, group, body, received.message_id, queue,
+                                            offset, False, _error(exc)))
+                else:
+                    self.history.record(Ack(a0, self.history.now(), name, group, body, received.message_id, queue,
+                                            offset, True))
+
+    def stop(self, drain_s: float = 3.0) -> None:
+        """Stop sending; let consumers run ``drain_s`` more (they take what is in flight); stop them."""
+        self._stop_sending.set()
+        for thread in self._threads:
+            if thread.name.startswith("chaos-producer"):
+                thread.join()
+        self._stop_receiving.wait(drain_s)
+        self._stop_receiving.set()
+        for thread in self._threads:
+            thread.join()
+        for client in [self._producer, *self._consumers]:
+            if client is not None:
+                try:
+                    client.shutdown()
+                except Exception:  # noqa: BLE001 - a client that never connected may refuse to shut down
+                    pass
+
+
+def drain(endpoints: str, history: History, *, group: str = "chaos-readback", empty_polls: int = 3) -> int:
+    """Read every message of the topic with a new group (from the start of each queue) and
+    record each as a ``readback`` event; stops after ``empty_polls`` empty receives in a row."""
+    from rocketmq import FilterExpression, SimpleConsumer
+
+    consumer = SimpleConsumer(_configuration(endpoints), group, {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    count = empty = 0
+    try:
+        while empty < empty_polls:
+            batch = consumer.receive(32, 60)
+            empty = 0 if batch else empty + 1
+            for received in batch:
+                queue, offset = _position(received)
+                history.record(Readback(history.now(), bytes(received.body).decode(errors="replace"),
+                                        received.message_id, queue, offset))
+                consumer.ack(received)
+                count += 1
+    finally:
+        consumer.shutdown()
+    return count
