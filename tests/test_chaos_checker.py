@@ -142,10 +142,19 @@ def test_losses_are_charged_to_the_fault_window_that_ends_after_the_ack_and_reco
     assert suspend.receive_recovery_s == pytest.approx(6.9 - 6.5)
 
 
-def test_a_fault_after_which_nothing_succeeds_has_no_recovery_time() -> None:
+def test_a_fault_after_which_nothing_succeeds_has_no_recovery_time_and_says_how_long_it_was_watched() -> None:
     result = check([send(0.0, 0), read("p0-0", 0, 0), FaultWindow(1.0, 2.0, "zk-down", 1, "zookeeper"),
-                    send(1.5, 1, ok=False)])
+                    send(4.5, 1, ok=False)])
     assert result.faults[0].send_recovery_s is None and result.faults[0].receive_recovery_s is None
+    assert result.faults[0].watched_s == pytest.approx(4.51 - 1.0)
+
+
+def test_a_success_after_the_next_injection_is_not_the_recovery_from_this_one() -> None:
+    result = check([FaultWindow(1.0, 2.0, "kill", 1, "n1"), send(1.5, 0, ok=False),
+                    FaultWindow(5.0, 6.0, "kill", 2, "n2"), send(7.0, 1)])
+    first, second = result.faults
+    assert first.send_recovery_s is None and first.watched_s == 4.0
+    assert second.send_recovery_s == pytest.approx(2.01)
 
 
 def test_a_history_file_round_trips(tmp_path: Path) -> None:

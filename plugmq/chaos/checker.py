@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
@@ -63,8 +64,9 @@ class FaultOutcome:
     t1: float
     lost: int
     redelivered_after_ack: int  # redeliveries from this injection until the next one
-    send_recovery_s: float | None  # None: no send succeeded after the injection
+    send_recovery_s: float | None  # None: no send succeeded after the injection ...
     receive_recovery_s: float | None
+    watched_s: float  # ... in this long: until the next injection or the history's last operation
 
 
 @attrs.frozen
@@ -149,44 +151,35 @@ def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivere
     outcomes = []
     windows = sorted(windows, key=lambda w: w.t0)
     starts = [w.t0 for w in windows]
+    last = max([s.t1 for s in sends] + [r.t1 for r in receives] + [w.t1 for w in windows], default=0.0)
     charged = collections.Counter[int]()
     for acked_at in lost_at:
         index = next((i for i, w in enumerate(windows) if w.t1 >= acked_at), None)
         if index is not None:
             charged[index] += 1
     for index, window in enumerate(windows):
-        sent = [s.t1 for s in sends if s.ok and s.t0 >= window.t0]
-        received = [r.t1 for r in receives if r.ok and r.t0 >= window.t0]
-        until = starts[index + 1] if index + 1 < len(starts) else float("inf")
-        redelivered = sum(1 for t in redelivered_at if window.t0 <= t < until)
+        following = starts[index + 1] if index + 1 < len(starts) else None
+        until = following if following is not None else max(last, window.t1)
+        sent = [s.t1 for s in sends if s.ok and window.t0 <= s.t0 < until]
+        received = [r.t1 for r in receives if r.ok and window.t0 <= r.t0 < until]
+        redelivered = sum(1 for t in redelivered_at if t >= window.t0 and (following is None or t < following))
         outcomes.append(FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, charged[index],
-                                     redelivered,
-                                     min(sent) - window.t0 if sent else None,
-                                     min(received) - window.t0 if received else None))
+                                     redelivered, min(sent) - window.t0 if sent else None,
+                                     min(received) - window.t0 if received else None, until - window.t0))
     return outcomes
 
 
 def check(events: Iterable[Event]) -> CheckResult:
     """Check one run's history (its read-back included); see the module's docstring."""
-    sends: list[Send] = []
-    receives: list[Receive] = []
-    deliveries: list[Delivery] = []
-    acks: list[Ack] = []
-    windows: list[FaultWindow] = []
-    readback: list[Readback] = []
+    by_kind: dict[type, list[Any]] = collections.defaultdict(list)
     for event in events:
-        if isinstance(event, Send):
-            sends.append(event)
-        elif isinstance(event, Receive):
-            receives.append(event)
-        elif isinstance(event, Delivery):
-            deliveries.append(event)
-        elif isinstance(event, Ack):
-            acks.append(event)
-        elif isinstance(event, FaultWindow):
-            windows.append(event)
-        elif isinstance(event, Readback):
-            readback.append(event)
+        by_kind[type(event)].append(event)
+    sends: list[Send] = by_kind[Send]
+    receives: list[Receive] = by_kind[Receive]
+    deliveries: list[Delivery] = by_kind[Delivery]
+    acks: list[Ack] = by_kind[Ack]
+    windows: list[FaultWindow] = by_kind[FaultWindow]
+    readback: list[Readback] = by_kind[Readback]
     acked = [s for s in sends if s.ok]
     stored = collections.Counter(r.body for r in readback)
     stored_at: dict[str, tuple[int, int]] = {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import signal
-import socket
 import tomllib
 import uuid
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ import attrs
 from plugmq.chaos.forwarder import Forwarder
 from plugmq.core.errors import ConfigError, PlugmqError
 from plugmq.testing.cluster import ServeProcess, status_or_none
-from plugmq.testing.zookeeper import ZooKeeperServer
+from plugmq.testing.zookeeper import ZooKeeperServer, free_port
 
 __all__ = ["MODES", "BrokerNode", "ChaosCluster", "compose_broker_config", "load_user_config"]
 
@@ -107,13 +106,6 @@ def ha_link_supported(user: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host, int(port)
@@ -176,7 +168,7 @@ class ChaosCluster:
             ha: Forwarder | None = None
             ha_listen = ha_advertise = None
             if self._forward_ha:
-                port = _free_port()
+                port = free_port()
                 ha_listen = f"127.0.0.1:{port}"
                 ha = Forwarder(f"{name}-ha", ("127.0.0.1", port), seed=seed)
                 ha_advertise = ha.address

@@ -85,8 +85,11 @@ def write_timeline(path: Path, events: Sequence[Event], checked: CheckResult, mo
     plt.close(figure)
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _recovery(seconds: dict[str, Any]) -> str:
+    text = f"{seconds['median']} / {seconds['max']}" if seconds["median"] is not None else "-"
+    if seconds["never"]:
+        text += f" ({seconds['never']} never: at least)"
+    return text
 
 
 def _markdown(summary: dict[str, Any], checked: CheckResult) -> str:
@@ -100,10 +103,8 @@ def _markdown(summary: dict[str, Any], checked: CheckResult) -> str:
              "| fault | OpenChaos | rounds | lost | redelivered after ack | send recovery s (median / max) "
              "| receive recovery s (median / max) |", "|---|---|---|---|---|---|---|"]
     for name, row in summary["faults"].items():
-        send, receive = row["send_recovery_s"], row["receive_recovery_s"]
         lines.append(f"| {name} | {row['openchaos']} | {row['rounds']} | {row['lost']} | {row['redelivered_after_ack']} "
-                     f"| {_cell(send['median'])} / {_cell(send['max'])} | {_cell(receive['median'])} / "
-                     f"{_cell(receive['max'])} |")
+                     f"| {_recovery(row['send_recovery_s'])} | {_recovery(row['receive_recovery_s'])} |")
     lines += ["", "| totals | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in totals.items()]
     lines += ["", "![timeline](timeline.png)", ""]
     examples: list[tuple[str, list[Any]]] = [("lost", list(checked.lost)), ("redelivered after an OK ack", list(checked.redelivered_after_ack)),

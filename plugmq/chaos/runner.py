@@ -12,6 +12,7 @@ checker then runs over the whole history (see :mod:`plugmq.chaos.checker`).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import statistics
@@ -87,9 +88,14 @@ def _mode(mode: str) -> str:
     return full
 
 
-def _rounds(cluster: ChaosCluster, history: History, plan: Sequence[Fault], rounds: int, *, steady_s: float,
-            recover_s: float, rng: random.Random) -> list[str]:
-    """Inject every fault of ``plan`` ``rounds`` times; notes on rounds that could not run or recover."""
+def _rounds(cluster: ChaosCluster, load: Workload, history: History, plan: Sequence[Fault], rounds: int, *,
+            steady_s: float, recover_s: float, rng: random.Random) -> list[str]:
+    """Inject every fault of ``plan`` ``rounds`` times; notes on rounds that could not run or recover.
+
+    After each heal: up to ``recover_s`` for the cluster to settle and for the clients to be served
+    again (a send and a receive invoked after the heal succeeded), so the next round starts from a
+    healthy cluster and the recovery time of this one is measured.
+    """
     notes: list[str] = []
     pause = threading.Event()  # never set: waits of the schedule
     for fault in plan:
@@ -104,20 +110,28 @@ def _rounds(cluster: ChaosCluster, history: History, plan: Sequence[Fault], roun
             log.info("chaos fault injected", fault=fault.name, round=round_, target=injected.target)
             pause.wait(fault.hold_sessions * cluster.session_timeout_s)
             injected.heal()
-            history.record(FaultWindow(t0, history.now(), fault.name, round_, injected.target, injected.detail))
-            try:
-                wait_for(cluster.settled, "the cluster to settle", recover_s)
-            except AssertionError:
-                notes.append(f"{fault.name} round {round_}: the cluster did not settle within {recover_s:g} s "
-                             "of the heal (one master, every slave connected and caught up)")
+            healed = history.now()
+            history.record(FaultWindow(t0, healed, fault.name, round_, injected.target, injected.detail))
+            for what, done in (("the cluster to settle (one master, every slave connected and caught up)",
+                                cluster.settled),
+                               ("the clients to be served again (a send and a receive)",
+                                functools.partial(load.served_since, healed))):
+                try:
+                    wait_for(done, what, max(0.0, recover_s - (history.now() - healed)))
+                except AssertionError:
+                    notes.append(f"{fault.name} round {round_}: gave up waiting for {what} {recover_s:g} s "
+                                 "after the heal")
+                    break
     return notes
 
 
-def _seconds(values: list[float | None]) -> dict[str, Any]:
-    known = [v for v in values if v is not None]
+def _seconds(values: list[float | None], watched: list[float]) -> dict[str, Any]:
+    """Recovery seconds of a fault's rounds; a round that never recovered counts as at least the
+    time it was watched (``never`` says how many, and the max is then a lower bound)."""
+    bounded = [w if v is None else v for v, w in zip(values, watched)]
     return {"per_round": [None if v is None else round(v, 3) for v in values],
-            "median": round(statistics.median(known), 3) if known else None,
-            "max": round(max(known), 3) if known else None, "never": len(values) - len(known)}
+            "median": round(statistics.median(bounded), 3) if bounded else None,
+            "max": round(max(bounded), 3) if bounded else None, "never": sum(1 for v in values if v is None)}
 
 
 def _per_fault(outcomes: Sequence[FaultOutcome], plan: Sequence[Fault]) -> dict[str, Any]:
@@ -128,8 +142,8 @@ def _per_fault(outcomes: Sequence[FaultOutcome], plan: Sequence[Fault]) -> dict[
             "openchaos": fault.openchaos, "rounds": len(mine), "lost": sum(o.lost for o in mine),
             "lost_per_round": [o.lost for o in mine],
             "redelivered_after_ack": sum(o.redelivered_after_ack for o in mine),
-            "send_recovery_s": _seconds([o.send_recovery_s for o in mine]),
-            "receive_recovery_s": _seconds([o.receive_recovery_s for o in mine]),
+            "send_recovery_s": _seconds([o.send_recovery_s for o in mine], [o.watched_s for o in mine]),
+            "receive_recovery_s": _seconds([o.receive_recovery_s for o in mine], [o.watched_s for o in mine]),
             "targets": [o.target for o in mine]}
     return table
 
@@ -181,7 +195,7 @@ def _run(user: dict[str, Any], plan: list[Fault], where: Path, *, keep: bool, ro
         sampler = _RoleSampler(cluster, history)
         load = Workload(cluster.endpoints, history, **workload)
         load.start()
-        notes += _rounds(cluster, history, plan, rounds, steady_s=steady_s, recover_s=recover_s, rng=rng)
+        notes += _rounds(cluster, load, history, plan, rounds, steady_s=steady_s, recover_s=recover_s, rng=rng)
         threading.Event().wait(steady_s)  # load after the last heal: the recovery shows
         load.stop()
         load = None

@@ -56,6 +56,9 @@ class Workload:
         self._group_names = [f"chaos-g{g + 1}" for g in range(groups)]
         self._consumer_count = consumers
         self._threads: list[threading.Thread] = []
+        #: When the last send, and the last receive, that succeeded were invoked (history time).
+        self.last_send_ok = float("-inf")
+        self.last_receive_ok = float("-inf")
         self._producer: Any = None
         self._consumers: list[Any] = []
 
@@ -96,6 +99,7 @@ class Workload:
                 self.history.record(Send(t0, self.history.now(), producer, seq, body, False, error=_error(exc)))
                 self._stop_sending.wait(_FAILED_PAUSE_S)
             else:
+                self.last_send_ok = max(self.last_send_ok, t0)
                 # The receipt's queue is the one the client addressed; the broker may store the message in
                 # another of the topic's queues (its answer says the offset only): no queue recorded.
                 self.history.record(Send(t0, self.history.now(), producer, seq, body, True, receipt.message_id,
@@ -112,6 +116,7 @@ class Workload:
                 self._stop_receiving.wait(_FAILED_PAUSE_S)
                 continue
             t1 = self.history.now()
+            self.last_receive_ok = max(self.last_receive_ok, t0)
             self.history.record(Receive(t0, t1, name, group, True, len(batch)))
             for received in batch:
                 body = bytes(received.body).decode(errors="replace")
@@ -127,6 +132,10 @@ class Workload:
                 else:
                     self.history.record(Ack(a0, self.history.now(), name, group, body, received.message_id, queue,
                                             offset, True))
+
+    def served_since(self, t: float) -> bool:
+        """A send and a receive invoked at ``t`` or later succeeded (the clients are back)."""
+        return self.last_send_ok >= t and self.last_receive_ok >= t
 
     def stop(self, drain_s: float = 3.0) -> None:
         """Stop sending; let consumers run ``drain_s`` more (they take what is in flight); stop them."""

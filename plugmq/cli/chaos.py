@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def command(config: Path, faults: str, rounds: int, mode: str, brokers: int, ses
     """
     from plugmq.chaos.runner import run_chaos
 
+    # The official client fails calls through futures whose callbacks raise while brokers are down;
+    # concurrent.futures logs each with a traceback. The history records every failed call already.
+    logging.getLogger("concurrent.futures").setLevel(logging.CRITICAL)
     names = [name.strip() for name in faults.split(",") if name.strip()]
     where = out or Path(f"chaos-{mode}-{'-'.join(names)}")
     result = run_chaos(config, faults=names, rounds=rounds, mode=mode, brokers=brokers,

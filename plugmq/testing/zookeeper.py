@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Self
 
-__all__ = ["DEFAULT_JAR", "ZooKeeperServer", "zookeeper_missing"]
+__all__ = ["DEFAULT_JAR", "ZooKeeperServer", "free_port", "zookeeper_missing"]
 
 DEFAULT_JAR = Path(os.environ.get("PLUGMQ_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
 _MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -31,7 +31,8 @@ def zookeeper_missing(jar: Path = DEFAULT_JAR) -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port free now (another process may take it before the caller binds it)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -86,7 +87,7 @@ class ZooKeeperServer:
             raise RuntimeError(missing)
         self.directory.mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):  # another process may take the free port before Java binds it
-            port = self.port or _free_port()
+            port = self.port or free_port()
             config = self._write_config(port)
             self._log = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115 - closed in stop()
             self.process = subprocess.Popen(
