@@ -12,9 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from plugmq.broker.pop import ReceiptHandle
 from plugmq.chaos.history import Ack, Delivery, History, Readback, Receive, Send
 from plugmq.core.errors import ReceiptHandleError
-from plugmq.core.pop import ReceiptHandle
 
 __all__ = ["TOPIC", "Workload", "drain"]
 
