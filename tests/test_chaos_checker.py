@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
-from plugmq.chaos.checker import PositionConflict, Redelivery, Reordering, check
-from plugmq.chaos.history import Ack, Delivery, Event, FaultWindow, History, Readback, Receive, Send, load_history
+from plugmq.chaos.checker import PositionConflict, Redelivery, Reordering, StaleAck, check
+from plugmq.chaos.history import (
+    Ack,
+    Delivery,
+    Event,
+    FaultWindow,
+    History,
+    Readback,
+    Receive,
+    RoleSample,
+    Send,
+    load_history,
+)
 
 
 def send(t: float, seq: int, *, ok: bool = True, queue: int = 0, offset: int | None = None,
@@ -47,7 +59,8 @@ def test_a_clean_history_has_no_anomaly() -> None:
     assert result.summary() == {"sends": 5, "acked": 5, "send_failures": 0, "read_back": 5, "lost": 0,
                                 "lost_seen": 0, "redelivered_after_ack": 0, "position_conflicts": 0,
                                 "reordered": 0, "duplicate_deliveries": 0, "stored_twice": 0,
-                                "failed_but_stored": 0, "promise_broken": False}
+                                "failed_but_stored": 0, "acked_by_deposed_master": 0, "split_brain_s": 0.0,
+                                "promise_broken": False}
 
 
 def test_an_acked_message_missing_from_the_read_back_is_lost_and_seen_if_delivered() -> None:
@@ -155,6 +168,24 @@ def test_a_success_after_the_next_injection_is_not_the_recovery_from_this_one() 
     first, second = result.faults
     assert first.send_recovery_s is None and first.watched_s == 4.0
     assert second.send_recovery_s == pytest.approx(2.01)
+
+
+def test_an_ack_by_a_master_after_a_newer_master_was_seen_is_split_brain() -> None:
+    def at(t: float, seq: int, broker: str) -> Send:
+        return attrs.evolve(send(t, seq), broker=broker)
+
+    roles = [RoleSample(0.0, "n1", "sync_master", 1), RoleSample(0.0, "n2", "slave", 1),
+             RoleSample(5.0, "n2", "sync_master", 2), RoleSample(6.0, "n1", "slave", 2)]
+    events: list[Event] = [*roles, at(1.0, 0, "n1"), at(4.9, 1, "n1"), at(5.2, 2, "n1"), at(5.5, 3, "n2"),
+                           at(5.7, 4, "n1")]
+    result = check(events)
+    assert result.stale_acks == (StaleAck("n1", 1, "p0-2", 5.21, "n2", 2, 5.0),
+                                 StaleAck("n1", 1, "p0-4", 5.71, "n2", 2, 5.0))
+    assert result.split_brain_s == pytest.approx(0.71)
+    assert result.summary()["acked_by_deposed_master"] == 2
+    windowed = check([*events, FaultWindow(4.5, 5.1, "suspend", 1, "n1")])
+    assert (windowed.faults[0].stale_acks, windowed.faults[0].split_brain_s) == (2, pytest.approx(0.71))
+    assert check([*roles, at(4.9, 1, "n1"), at(5.5, 3, "n2")]).stale_acks == ()
 
 
 def test_a_history_file_round_trips(tmp_path: Path) -> None:

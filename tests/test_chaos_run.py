@@ -78,5 +78,5 @@ def test_one_kill_round_on_sync_master_keeps_every_acked_message(tmp_path: Path)
     assert kill["rounds"] == 1 and kill["send_recovery_s"]["never"] == 0 and kill["receive_recovery_s"]["never"] == 0
     assert load_history(tmp_path / "history.jsonl") == list(result.events)
     assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == result.summary
-    assert "| kill-master | leader-kill | 1 | 0 | 0 |" in (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "| kill-master | leader-kill | 1 | 0 | 0 | 0 (0.0) |" in (tmp_path / "report.md").read_text(encoding="utf-8")
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

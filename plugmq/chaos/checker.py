@@ -11,6 +11,9 @@ read-back through the current master), :func:`check` finds:
   it: a send receipt naming its queue, a delivery, the read-back;
 * **reordered**: two messages of one producer thread (it sends one at a time, so the later was
   sent after the earlier was acked) stored in one queue in the opposite order;
+* **acks by a deposed master**: a send acked by a broker after another broker was seen master
+  under a newer epoch (split brain; from the role samples, so a late sample can only hide one),
+  and the longest such window;
 * **duplicates**: extra deliveries of a message to a group (at-least-once allows them; counted)
   and messages stored more than once (a failed send stored anyway, then sent again);
 * per fault window: the losses it caused (each lost message charged to the first window that
@@ -27,9 +30,9 @@ from typing import Any
 
 import attrs
 
-from plugmq.chaos.history import Ack, Delivery, Event, FaultWindow, Readback, Receive, Send
+from plugmq.chaos.history import Ack, Delivery, Event, FaultWindow, Readback, Receive, RoleSample, Send
 
-__all__ = ["CheckResult", "FaultOutcome", "PositionConflict", "Redelivery", "Reordering", "check"]
+__all__ = ["CheckResult", "FaultOutcome", "PositionConflict", "Redelivery", "Reordering", "StaleAck", "check"]
 
 
 @attrs.frozen
@@ -56,6 +59,19 @@ class Reordering:
 
 
 @attrs.frozen
+class StaleAck:
+    """A send acked by a master after another broker was seen master under a newer epoch."""
+
+    broker: str
+    epoch: int
+    body: str
+    acked_at: float
+    newer_master: str
+    newer_epoch: int
+    newer_since: float  # when the newer master was first seen
+
+
+@attrs.frozen
 class FaultOutcome:
     name: str
     round: int
@@ -64,6 +80,8 @@ class FaultOutcome:
     t1: float
     lost: int
     redelivered_after_ack: int  # redeliveries from this injection until the next one
+    stale_acks: int  # acks by a deposed master, likewise
+    split_brain_s: float
     send_recovery_s: float | None  # None: no send succeeded after the injection ...
     receive_recovery_s: float | None
     watched_s: float  # ... in this long: until the next injection or the history's last operation
@@ -83,7 +101,13 @@ class CheckResult:
     duplicate_deliveries: int
     stored_twice: tuple[str, ...]
     failed_but_stored: int
+    stale_acks: tuple[StaleAck, ...]
     faults: tuple[FaultOutcome, ...]
+
+    @property
+    def split_brain_s(self) -> float:
+        """The longest a deposed master went on acking after a newer master was seen (0: never)."""
+        return max((a.acked_at - a.newer_since for a in self.stale_acks), default=0.0)
 
     @property
     def promise_broken(self) -> bool:
@@ -97,7 +121,8 @@ class CheckResult:
                 "redelivered_after_ack": len(self.redelivered_after_ack),
                 "position_conflicts": len(self.position_conflicts), "reordered": len(self.reordered),
                 "duplicate_deliveries": self.duplicate_deliveries, "stored_twice": len(self.stored_twice),
-                "failed_but_stored": self.failed_but_stored, "promise_broken": self.promise_broken}
+                "failed_but_stored": self.failed_but_stored, "acked_by_deposed_master": len(self.stale_acks),
+                "split_brain_s": round(self.split_brain_s, 3), "promise_broken": self.promise_broken}
 
 
 def _redeliveries(acks: list[Ack], deliveries: list[Delivery]) -> list[Redelivery]:
@@ -146,8 +171,27 @@ def _reorderings(acked: list[Send], stored_at: dict[str, tuple[int, int]]) -> li
     return found
 
 
+def _stale_acks(sends: list[Send], roles: list[RoleSample]) -> list[StaleAck]:
+    """Sends acked OK by a broker after another was seen master under a newer epoch before the
+    send was invoked. From the role samples: a change seen late is missed, never invented."""
+    masters = sorted((r.t, r.broker, r.epoch) for r in roles if r.role.endswith("_master") and r.epoch is not None)
+    found = []
+    for send in sends:
+        if not send.ok or not send.broker:
+            continue
+        own = [(t, epoch) for t, broker, epoch in masters if broker == send.broker and t <= send.t1]
+        if not own:
+            continue
+        epoch = own[-1][1]
+        newer = next(((t, broker, e) for t, broker, e in masters
+                      if broker != send.broker and e > epoch and t <= send.t0), None)
+        if newer is not None:
+            found.append(StaleAck(send.broker, epoch, send.body, send.t1, newer[1], newer[2], newer[0]))
+    return found
+
+
 def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivered_at: list[float],
-                    sends: list[Send], receives: list[Receive]) -> list[FaultOutcome]:
+                    stale: list[StaleAck], sends: list[Send], receives: list[Receive]) -> list[FaultOutcome]:
     outcomes = []
     windows = sorted(windows, key=lambda w: w.t0)
     starts = [w.t0 for w in windows]
@@ -162,9 +206,13 @@ def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivere
         until = following if following is not None else max(last, window.t1)
         sent = [s.t1 for s in sends if s.ok and window.t0 <= s.t0 < until]
         received = [r.t1 for r in receives if r.ok and window.t0 <= r.t0 < until]
-        redelivered = sum(1 for t in redelivered_at if t >= window.t0 and (following is None or t < following))
+        def mine(t: float) -> bool:
+            return t >= window.t0 and (following is None or t < following)  # noqa: B023 - used at once
+
+        redelivered = sum(1 for t in redelivered_at if mine(t))
+        stale_here = [a.acked_at - a.newer_since for a in stale if mine(a.acked_at)]
         outcomes.append(FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, charged[index],
-                                     redelivered, min(sent) - window.t0 if sent else None,
+                                     redelivered, len(stale_here), max(stale_here, default=0.0), min(sent) - window.t0 if sent else None,
                                      min(received) - window.t0 if received else None, until - window.t0))
     return outcomes
 
@@ -180,6 +228,7 @@ def check(events: Iterable[Event]) -> CheckResult:
     acks: list[Ack] = by_kind[Ack]
     windows: list[FaultWindow] = by_kind[FaultWindow]
     readback: list[Readback] = by_kind[Readback]
+    roles: list[RoleSample] = by_kind[RoleSample]
     acked = [s for s in sends if s.ok]
     stored = collections.Counter(r.body for r in readback)
     stored_at: dict[str, tuple[int, int]] = {}
@@ -190,6 +239,7 @@ def check(events: Iterable[Event]) -> CheckResult:
     delivered = {d.body for d in deliveries}
     per_group = collections.Counter((d.group, d.body) for d in deliveries)
     redelivered = _redeliveries(acks, deliveries)
+    stale = _stale_acks(sends, roles)
     return CheckResult(
         sends=len(sends), acked=len(acked), send_failures=len(sends) - len(acked), read_back=len(readback),
         lost=tuple(s.body for s in lost_sends),
@@ -200,5 +250,6 @@ def check(events: Iterable[Event]) -> CheckResult:
         duplicate_deliveries=sum(n - 1 for n in per_group.values() if n > 1),
         stored_twice=tuple(sorted(b for b, n in stored.items() if n > 1)),
         failed_but_stored=sum(1 for s in sends if not s.ok and s.body in stored),
+        stale_acks=tuple(stale),
         faults=tuple(_fault_outcomes(windows, [s.t1 for s in lost_sends], [r.delivered_at for r in redelivered],
-                                     sends, receives)))
+                                     stale, sends, receives)))

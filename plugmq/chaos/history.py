@@ -4,7 +4,7 @@ Times are seconds since the run began (``t0`` when an operation was invoked, ``t
 outcome came). One line per event, ``{"kind": ..., fields...}``:
 
 * ``send``: a producer's send of a unique ``body`` (``producer`` thread, its ``seq``); ``ok``
-  with the receipt's ``msg_id``, ``queue`` and ``offset``, or the ``error``;
+  with the receipt's ``msg_id``, ``offset`` and the ``broker`` that acked it, or the ``error``;
 * ``receive``: one receive call of a consumer of ``group`` (``count`` messages, or an error);
 * ``delivery``: one message a receive handed out: ``queue``, ``offset`` and delivery ``attempt``;
 * ``ack``: the ack of one delivery, ``ok`` or the error;
@@ -43,6 +43,7 @@ class Send:
     queue: int | None = None
     offset: int | None = None
     error: str | None = None
+    broker: str = ""  # the broker the send went to (its name in the run, or its endpoint)
 
 
 @attrs.frozen

@@ -73,6 +73,9 @@ def write_timeline(path: Path, events: Sequence[Event], checked: CheckResult, mo
     if redelivered:
         top.plot(redelivered, [0] * len(redelivered), "v", color="purple",
                  label=f"redelivered after an OK ack ({len(redelivered)})")
+    stale = [a.acked_at for a in checked.stale_acks]
+    if stale:
+        top.plot(stale, [0] * len(stale), "^", color="tab:brown", label=f"acked by a deposed master ({len(stale)})")
     top.set_ylabel(f"operations / s ({_BIN_S:g} s bins)")
     top.legend(loc="upper right", fontsize=8)
     spans = _master_spans(roles, {mode}, end)
@@ -100,15 +103,17 @@ def _markdown(summary: dict[str, Any], checked: CheckResult) -> str:
              f"load average before {summary['load_average']['before']}, after {summary['load_average']['after']}.",
              "", "**" + ("An acknowledged message was lost or redelivered after an OK ack."
                          if checked.promise_broken else "Every acknowledged message held.") + "**", "",
-             "| fault | OpenChaos | rounds | lost | redelivered after ack | send recovery s (median / max) "
-             "| receive recovery s (median / max) |", "|---|---|---|---|---|---|---|"]
+             "| fault | OpenChaos | rounds | lost | redelivered after ack | acked by a deposed master (longest s) "
+             "| send recovery s (median / max) | receive recovery s (median / max) |", "|---|---|---|---|---|---|---|---|"]
     for name, row in summary["faults"].items():
         lines.append(f"| {name} | {row['openchaos']} | {row['rounds']} | {row['lost']} | {row['redelivered_after_ack']} "
+                     f"| {row['acked_by_deposed_master']} ({row['split_brain_s']}) "
                      f"| {_recovery(row['send_recovery_s'])} | {_recovery(row['receive_recovery_s'])} |")
     lines += ["", "| totals | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in totals.items()]
     lines += ["", "![timeline](timeline.png)", ""]
     examples: list[tuple[str, list[Any]]] = [("lost", list(checked.lost)), ("redelivered after an OK ack", list(checked.redelivered_after_ack)),
                 ("positions holding two messages", list(checked.position_conflicts)),
+                ("acked by a deposed master", list(checked.stale_acks)),
                 ("reordered", list(checked.reordered)), ("stored twice", list(checked.stored_twice))]
     for title, found in examples:
         if found:

@@ -94,7 +94,8 @@ def _rounds(cluster: ChaosCluster, load: Workload, history: History, plan: Seque
 
     After each heal: up to ``recover_s`` for the cluster to settle and for the clients to be served
     again (a send and a receive invoked after the heal succeeded), so the next round starts from a
-    healthy cluster and the recovery time of this one is measured.
+    healthy cluster and the recovery time of this one is measured - except between the rounds of
+    a fault that strikes again at once (kill-master).
     """
     notes: list[str] = []
     pause = threading.Event()  # never set: waits of the schedule
@@ -112,6 +113,8 @@ def _rounds(cluster: ChaosCluster, load: Workload, history: History, plan: Seque
             injected.heal()
             healed = history.now()
             history.record(FaultWindow(t0, healed, fault.name, round_, injected.target, injected.detail))
+            if not fault.awaits_recovery and round_ < rounds:
+                continue
             for what, done in (("the cluster to settle (one master, every slave connected and caught up)",
                                 cluster.settled),
                                ("the clients to be served again (a send and a receive)",
@@ -142,6 +145,8 @@ def _per_fault(outcomes: Sequence[FaultOutcome], plan: Sequence[Fault]) -> dict[
             "openchaos": fault.openchaos, "rounds": len(mine), "lost": sum(o.lost for o in mine),
             "lost_per_round": [o.lost for o in mine],
             "redelivered_after_ack": sum(o.redelivered_after_ack for o in mine),
+            "acked_by_deposed_master": sum(o.stale_acks for o in mine),
+            "split_brain_s": round(max((o.split_brain_s for o in mine), default=0.0), 3),
             "send_recovery_s": _seconds([o.send_recovery_s for o in mine], [o.watched_s for o in mine]),
             "receive_recovery_s": _seconds([o.receive_recovery_s for o in mine], [o.watched_s for o in mine]),
             "targets": [o.target for o in mine]}
@@ -193,7 +198,7 @@ def _run(user: dict[str, Any], plan: list[Fault], where: Path, *, keep: bool, ro
         wait_for(cluster.settled, "one master and caught-up slaves", recover_s)
         history.restart_clock()
         sampler = _RoleSampler(cluster, history)
-        load = Workload(cluster.endpoints, history, **workload)
+        load = Workload(cluster.endpoints, history, names={n.grpc.address: n.name for n in cluster.nodes}, **workload)
         load.start()
         notes += _rounds(cluster, load, history, plan, rounds, steady_s=steady_s, recover_s=recover_s, rng=rng)
         threading.Event().wait(steady_s)  # load after the last heal: the recovery shows

@@ -47,9 +47,10 @@ class Workload:
     """``producers`` sending threads and ``groups`` x ``consumers`` receiving threads."""
 
     def __init__(self, endpoints: str, history: History, *, producers: int = 4, groups: int = 1,
-                 consumers: int = 2) -> None:
+                 consumers: int = 2, names: dict[str, str] | None = None) -> None:
         self.endpoints = endpoints
         self.history = history
+        self._names = names or {}  # endpoint -> the broker's name in the history
         self._stop_sending = threading.Event()
         self._stop_receiving = threading.Event()
         self._producer_count = producers
@@ -103,8 +104,17 @@ class Workload:
                 # The receipt's queue is the one the client addressed; the broker may store the message in
                 # another of the topic's queues (its answer says the offset only): no queue recorded.
                 self.history.record(Send(t0, self.history.now(), producer, seq, body, True, receipt.message_id,
-                                         None, receipt.offset))
+                                         None, receipt.offset, broker=self._broker_of(receipt)))
             seq += 1
+
+    def _broker_of(self, receipt: Any) -> str:
+        """The broker a send went to: the endpoint of the queue the client addressed."""
+        try:
+            address = receipt.message_queue.message_queue0().broker.endpoints.addresses[0]
+        except (AttributeError, IndexError):
+            return ""
+        endpoint = f"{address.host}:{address.port}"
+        return self._names.get(endpoint, endpoint)
 
     def _receive_loop(self, consumer: Any, group: str, name: str) -> None:
         while not self._stop_receiving.is_set():
