@@ -80,3 +80,14 @@ def test_one_kill_round_on_sync_master_keeps_every_acked_message(tmp_path: Path)
     assert json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")) == result.summary
     assert "| kill-master | leader-kill | 1 | 0 | 0 | 0 (0.0) |" in (tmp_path / "report.md").read_text(encoding="utf-8")
     assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_partition_pair_is_refused_with_the_reason_while_the_ha_link_cannot_be_forwarded() -> None:
+    from plugmq.chaos.cluster import ha_link_supported
+    from plugmq.chaos.runner import run_chaos
+
+    if ha_link_supported(load_user_config(EXAMPLE)) is None:
+        pytest.skip("the ha plugin advertises a replication address of chaos's choosing: partition-pair runs")
+    with pytest.raises(ConfigError, match=r"fault partition-pair cuts the slave -> master link, but the ha plugin "
+                                          r"cannot register .*unknown option 'advertise'"):
+        run_chaos(EXAMPLE, faults=["kill", "partition-pair"])

@@ -96,8 +96,10 @@ def ha_link_supported(user: Mapping[str, Any]) -> str | None:
     slave -> master link can go through a forwarder); else why not."""
     from plugmq.core.pluginmanager import build_options, load_plugins
 
+    plugins = list(user.get("broker", {}).get("plugins", []))
+    plugins += [p for p in ("ha", "cluster_zk") if p not in plugins]
     try:
-        loaded = load_plugins(["ha"], config_path="chaos: ha")
+        loaded = load_plugins(plugins, config_path="chaos: broker.plugins")
         build_options(loaded.declarations["ha"], {**user.get("plugins", {}).get("ha", {}),
                                                   "advertise": "127.0.0.1:1"}, config_path="chaos: plugins.ha")
     except PlugmqError as exc:
