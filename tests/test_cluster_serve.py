@@ -41,6 +41,7 @@ from plugmq.core import ClusterTopic, MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config
+from plugmq.testing.cluster import wait_for as poll_until
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # three serve children and a ZooKeeper: about a minute
@@ -109,12 +110,7 @@ def topic(cluster: Cluster) -> str:
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> float:
     """Poll until ``predicate`` holds; returns the seconds it took (AssertionError after the bound)."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
-    return time.monotonic() - started
+    return poll_until(predicate, what, timeout_s)
 
 
 def route_brokers(cluster: Cluster, asked: str, topic: str) -> set[str]:

@@ -28,7 +28,8 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 
 from plugmq.server.protocol import Code, Permission, service_pb2, service_pb2_grpc
 from plugmq.testing import ServeProcess, ZooKeeperServer
-from plugmq.testing.failover import broker_status
+from plugmq.testing.cluster import broker_status
+from plugmq.testing.cluster import wait_for as poll_until
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # ZooKeeper, two serve children, a kill and a restart: about 30 s
@@ -61,12 +62,7 @@ def write_config(directory: Path, name: str, *, role: str, broker_id: int, ha: s
 
 
 def wait_for(predicate: Callable[[], bool], what: str) -> float:
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > WAIT_S:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
-    return time.monotonic() - started
+    return poll_until(predicate, what, WAIT_S)
 
 
 def route(address: str) -> list[tuple[int, int, str]]:

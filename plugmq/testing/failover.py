@@ -21,7 +21,7 @@ import attrs
 from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, broker_status, status_or_none, wait_for
 from plugmq.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "broker_status", "run_kill",
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "run_kill",
            "run_pause", "run_restart_all", "run_unclean", "write_failover_config"]
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
