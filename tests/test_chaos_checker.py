@@ -186,6 +186,9 @@ def test_an_ack_by_a_master_after_a_newer_master_was_seen_is_split_brain() -> No
     windowed = check([*events, FaultWindow(4.5, 5.1, "suspend", 1, "n1")])
     assert (windowed.faults[0].stale_acks, windowed.faults[0].split_brain_s) == (2, pytest.approx(0.71))
     assert check([*roles, at(4.9, 1, "n1"), at(5.5, 3, "n2")]).stale_acks == ()
+    # n1 elected again (epoch 3) and acking before a sample showed it: not stale.
+    again = [*events, RoleSample(9.0, "n1", "sync_master", 3), at(8.8, 5, "n1")]
+    assert [a.body for a in check(again).stale_acks] == ["p0-2", "p0-4"]
 
 
 def test_a_history_file_round_trips(tmp_path: Path) -> None:

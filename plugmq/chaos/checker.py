@@ -171,18 +171,31 @@ def _reorderings(acked: list[Send], stored_at: dict[str, tuple[int, int]]) -> li
     return found
 
 
+def _ack_epoch(samples: list[RoleSample], acked_at: float) -> int | None:
+    """The newest epoch a broker can have acked under at ``acked_at``, from its role samples: the
+    epoch of its next sample if that one still says master (it may have been elected again between
+    samples), else the epoch of its last sample as master (it was deposed, or died, since)."""
+    following = next((r for r in samples if r.t >= acked_at), None)
+    if following is not None and following.role.endswith("_master"):
+        return following.epoch
+    before = [r.epoch for r in samples if r.t < acked_at and r.role.endswith("_master")]
+    return before[-1] if before else None
+
+
 def _stale_acks(sends: list[Send], roles: list[RoleSample]) -> list[StaleAck]:
-    """Sends acked OK by a broker after another was seen master under a newer epoch before the
-    send was invoked. From the role samples: a change seen late is missed, never invented."""
+    """Sends acked OK by a broker under an epoch older than that of another broker seen master
+    before the send was invoked. From the role samples: a change seen late is missed, never invented."""
     masters = sorted((r.t, r.broker, r.epoch) for r in roles if r.role.endswith("_master") and r.epoch is not None)
+    by_broker: dict[str, list[RoleSample]] = collections.defaultdict(list)
+    for sample in sorted(roles, key=lambda r: r.t):
+        by_broker[sample.broker].append(sample)
     found = []
     for send in sends:
-        if not send.ok or not send.broker:
+        if not send.ok or send.broker not in by_broker:
             continue
-        own = [(t, epoch) for t, broker, epoch in masters if broker == send.broker and t <= send.t1]
-        if not own:
+        epoch = _ack_epoch(by_broker[send.broker], send.t1)
+        if epoch is None:
             continue
-        epoch = own[-1][1]
         newer = next(((t, broker, e) for t, broker, e in masters
                       if broker != send.broker and e > epoch and t <= send.t0), None)
         if newer is not None:
