@@ -165,24 +165,20 @@ class ChaosCluster:
         for broker_id in range(1, self._brokers + 1):
             name = f"n{broker_id}"
             seed = None if self._seed is None else self._seed * 100 + broker_id
-            grpc = Forwarder(f"{name}-grpc", seed=seed)
-            zookeeper = Forwarder(f"{name}-zk", zk_target, seed=seed)
-            ha: Forwarder | None = None
-            ha_listen = ha_advertise = None
-            if self._forward_ha:
-                port = free_port()
-                ha_listen = f"127.0.0.1:{port}"
-                ha = Forwarder(f"{name}-ha", ("127.0.0.1", port), seed=seed)
-                ha_advertise = ha.address
-            config = compose_broker_config(
-                self._user, broker_id=broker_id, mode=self.mode, zookeeper=zookeeper.address,
-                cluster=self.cluster_name, session_timeout_s=self.session_timeout_s, advertise=grpc.address,
-                ha_listen=ha_listen, ha_advertise=ha_advertise)
             where = self.directory / name
             where.mkdir(parents=True, exist_ok=True)
-            path = where / "broker.toml"
-            path.write_text(tomli_w.dumps(config), encoding="utf-8")
-            self.nodes.append(BrokerNode(name, path, grpc, zookeeper, ha))
+            ha_port = free_port() if self._forward_ha else None
+            # The node owns its forwarders from their creation: stop() ends them whatever fails next.
+            node = BrokerNode(name, where / "broker.toml", Forwarder(f"{name}-grpc", seed=seed),
+                              Forwarder(f"{name}-zk", zk_target, seed=seed),
+                              None if ha_port is None else Forwarder(f"{name}-ha", ("127.0.0.1", ha_port), seed=seed))
+            self.nodes.append(node)
+            config = compose_broker_config(
+                self._user, broker_id=broker_id, mode=self.mode, zookeeper=node.zookeeper.address,
+                cluster=self.cluster_name, session_timeout_s=self.session_timeout_s, advertise=node.grpc.address,
+                ha_listen=None if ha_port is None else f"127.0.0.1:{ha_port}",
+                ha_advertise=None if node.ha is None else node.ha.address)
+            node.config.write_text(tomli_w.dumps(config), encoding="utf-8")
         for node in self.nodes:
             self.start_broker(node, wait_s=wait_s, await_address=False)
         for node in self.nodes:

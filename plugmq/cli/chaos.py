@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
 import click
 
 __all__ = ["command"]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @click.command("chaos")
@@ -43,6 +48,8 @@ def command(config: Path, faults: str, rounds: int, mode: str, brokers: int, ses
     # The official client fails calls through futures whose callbacks raise while brokers are down;
     # concurrent.futures logs each with a traceback. The history records every failed call already.
     logging.getLogger("concurrent.futures").setLevel(logging.CRITICAL)
+    # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so the brokers and ZooKeeper are stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     names = [name.strip() for name in faults.split(",") if name.strip()]
     where = out or Path(f"chaos-{mode}-{'-'.join(names)}")
     result = run_chaos(config, faults=names, rounds=rounds, mode=mode, brokers=brokers,
