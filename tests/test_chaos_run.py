@@ -91,3 +91,14 @@ def test_partition_pair_is_refused_with_the_reason_while_the_ha_link_cannot_be_f
     with pytest.raises(ConfigError, match=r"fault partition-pair cuts the slave -> master link, but the ha plugin "
                                           r"cannot register .*unknown option 'advertise'"):
         run_chaos(EXAMPLE, faults=["kill", "partition-pair"])
+
+
+def test_a_padded_body_is_recorded_by_its_unique_name() -> None:
+    from types import SimpleNamespace
+
+    from plugmq.chaos.workload import _name, _payload
+
+    assert _payload("p0-1", 0) == b"p0-1"
+    padded = _payload("p0-1", 16)
+    assert len(padded) == 16 and padded.startswith(b"p0-1|x")
+    assert _name(SimpleNamespace(body=padded)) == _name(SimpleNamespace(body=b"p0-1")) == "p0-1"

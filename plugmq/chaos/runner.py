@@ -156,7 +156,7 @@ def _per_fault(outcomes: Sequence[FaultOutcome], plan: Sequence[Fault]) -> dict[
 def run_chaos(config: Path | Mapping[str, Any], *, faults: Sequence[str] = ("kill",), rounds: int = 1,
               mode: str = "sync_master", brokers: int = 2, session_timeout_s: float = 2.0, out: Path | None = None,
               seed: int | None = None, steady_s: float = 3.0, recover_s: float = 60.0, producers: int = 4,
-              groups: int = 1, consumers: int = 2, report: bool = True) -> ChaosResult:
+              groups: int = 1, consumers: int = 2, body_bytes: int = 0, report: bool = True) -> ChaosResult:
     """Run ``faults`` (names, see :mod:`plugmq.chaos.faults`) ``rounds`` times each on a cluster of
     ``brokers`` brokers composed from ``config``; history and report in ``out`` (kept) or a
     temporary directory (removed)."""
@@ -178,7 +178,8 @@ def run_chaos(config: Path | Mapping[str, Any], *, faults: Sequence[str] = ("kil
         return _run(user, plan, where, keep=out is not None, rounds=rounds, mode=mode, brokers=brokers,
                     session_timeout_s=session_timeout_s, forward_ha=ha_problem is None,
                     rng=random.Random(seed), seed=seed, steady_s=steady_s, recover_s=recover_s,
-                    workload={"producers": producers, "groups": groups, "consumers": consumers}, report=report,
+                    workload={"producers": producers, "groups": groups, "consumers": consumers,
+                              "body_bytes": body_bytes}, report=report,
                     source=str(config) if not isinstance(config, Mapping) else "<mapping>")
 
 

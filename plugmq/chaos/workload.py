@@ -1,8 +1,8 @@
 """The load of a chaos run: producers and consumer groups of the official Python client
 (``rocketmq-python-client``), every operation recorded in the run's history.
 
-Producer threads share one ``Producer`` and send unique bodies (``p<thread>-<seq>``), one at a
-time. Each consumer is a ``SimpleConsumer`` of its group that receives, records each delivery
+Producer threads share one ``Producer`` and send unique bodies (``p<thread>-<seq>``, padded
+to ``body_bytes`` when asked), one at a time. Each consumer is a ``SimpleConsumer`` of its group that receives, records each delivery
 (its queue and offset come from the receipt handle) and acks it. Every client is given all the
 brokers' forwarders as endpoints, as an application is given its name servers.
 """
@@ -28,6 +28,17 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
 
 
+def _payload(name: str, size: int) -> bytes:
+    """A message body: its unique name, padded with ``|xxx...`` up to ``size`` bytes."""
+    encoded = name.encode()
+    return encoded if size <= len(encoded) else encoded + b"|" + b"x" * (size - len(encoded) - 1)
+
+
+def _name(received: Any) -> str:
+    """The unique name a body starts with (what the history records, not the padding)."""
+    return bytes(received.body).split(b"|", 1)[0].decode(errors="replace")
+
+
 def _position(received: Any) -> tuple[int | None, int | None]:
     """(queue id, queue offset) of a delivery, from its receipt handle (None if it does not say)."""
     try:
@@ -47,10 +58,11 @@ class Workload:
     """``producers`` sending threads and ``groups`` x ``consumers`` receiving threads."""
 
     def __init__(self, endpoints: str, history: History, *, producers: int = 4, groups: int = 1,
-                 consumers: int = 2, names: dict[str, str] | None = None) -> None:
+                 consumers: int = 2, body_bytes: int = 0, names: dict[str, str] | None = None) -> None:
         self.endpoints = endpoints
         self.history = history
         self._names = names or {}  # endpoint -> the broker's name in the history
+        self._body_bytes = body_bytes
         self._stop_sending = threading.Event()
         self._stop_receiving = threading.Event()
         self._producer_count = producers
@@ -92,7 +104,7 @@ class Workload:
             body = f"{producer}-{seq}"
             message = Message()
             message.topic = TOPIC
-            message.body = body.encode()
+            message.body = _payload(body, self._body_bytes)
             t0 = self.history.now()
             try:
                 receipt = self._producer.send(message)
@@ -129,7 +141,7 @@ class Workload:
             self.last_receive_ok = max(self.last_receive_ok, t0)
             self.history.record(Receive(t0, t1, name, group, True, len(batch)))
             for received in batch:
-                body = bytes(received.body).decode(errors="replace")
+                body = _name(received)
                 queue, offset = _position(received)
                 self.history.record(Delivery(t0, t1, name, group, body, received.message_id, queue, offset,
                                              int(received.delivery_attempt or 0), str(received.endpoints or "")))
@@ -179,7 +191,7 @@ def drain(endpoints: str, history: History, *, group: str = "chaos-readback", em
             empty = 0 if batch else empty + 1
             for received in batch:
                 queue, offset = _position(received)
-                history.record(Readback(history.now(), bytes(received.body).decode(errors="replace"),
+                history.record(Readback(history.now(), _name(received),
                                         received.message_id, queue, offset))
                 consumer.ack(received)
                 count += 1

@@ -31,12 +31,14 @@ def _interrupt(signum: int, frame: object) -> None:
 @click.option("--steady", "steady_s", default=3.0, show_default=True, type=click.FloatRange(min=0.0),
               help="Seconds of load before each fault.")
 @click.option("--producers", default=4, show_default=True, type=click.IntRange(min=1), help="Producer threads.")
+@click.option("--body-size", "body_bytes", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Pad each message body to this many bytes (0: just its unique name, about 8 bytes).")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory for history.jsonl, summary.json, report.md and timeline.png "
                    "(default: ./chaos-<mode>-<faults>).")
 @click.option("--seed", type=int, default=None, help="Seed of the random choices (which broker a kill hits, losses).")
 def command(config: Path, faults: str, rounds: int, mode: str, brokers: int, session_timeout_s: float, steady_s: float,
-            producers: int, out: Path | None, seed: int | None) -> None:
+            producers: int, body_bytes: int, out: Path | None, seed: int | None) -> None:
     """Run CONFIG's plugin composition as a failover cluster (ZooKeeper and BROKERS `plugmq serve`
     children on loopback), drive it with the official Python client, inject FAULTS in rounds, and
     check every acknowledged message.
@@ -54,7 +56,7 @@ def command(config: Path, faults: str, rounds: int, mode: str, brokers: int, ses
     where = out or Path(f"chaos-{mode}-{'-'.join(names)}")
     result = run_chaos(config, faults=names, rounds=rounds, mode=mode, brokers=brokers,
                        session_timeout_s=session_timeout_s, out=where, seed=seed, steady_s=steady_s,
-                       producers=producers)
+                       producers=producers, body_bytes=body_bytes)
     click.echo((where / "report.md").read_text(encoding="utf-8").split("![timeline]")[0].rstrip())
     click.echo(f"\nreport: {where / 'report.md'} (history: {where / 'history.jsonl'})")
     if not result.ok:
