@@ -40,8 +40,7 @@ from plugmq.broker.allocation_api import allocate_with
 from plugmq.core import ClusterTopic, MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
-from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config
-from plugmq.testing.cluster import wait_for as poll_until
+from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, wait_for, write_broker_config
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # three serve children and a ZooKeeper: about a minute
@@ -93,7 +92,8 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         for process in cluster.brokers.values():
             process.await_address()
         for broker in ROOMS:  # every broker sees the others before any client asks for a route
-            wait_for(lambda b=broker: route_brokers(cluster, b, "Warmup") == set(ROOMS), f"{broker} sees every broker")
+            wait_for(lambda b=broker: route_brokers(cluster, b, "Warmup"), WAIT_S, f"{broker} to see every broker",
+                     until=lambda routed: routed == set(ROOMS))
         yield cluster
     finally:
         for process in cluster.brokers.values():
@@ -104,13 +104,9 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 def topic(cluster: Cluster) -> str:
     """A new topic, routed over all three brokers (asked of broker a, which creates it)."""
     name = f"T{uuid.uuid4().hex[:10]}"
-    wait_for(lambda: route_brokers(cluster, "broker-a", name) == set(ROOMS), f"{name} routed over every broker")
+    wait_for(lambda: route_brokers(cluster, "broker-a", name), WAIT_S, f"{name} routed over every broker",
+             until=lambda routed: routed == set(ROOMS))
     return name
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> float:
-    """Poll until ``predicate`` holds; returns the seconds it took (AssertionError after the bound)."""
-    return poll_until(predicate, what, timeout_s)
 
 
 def route_brokers(cluster: Cluster, asked: str, topic: str) -> set[str]:
@@ -180,7 +176,7 @@ def test_a_topic_declared_for_the_cluster_is_created_on_every_master(cluster: Cl
         admin.declare_topic("Declared", ClusterTopic(2))
         wait_for(lambda: all(("Declared" in b.topics and b.topics["Declared"].queue_count == 2)
                              for b in admin.view().brokers) and len(admin.view().brokers) == 3,
-                 "every broker registered the declared topic")
+                 WAIT_S, "every broker registered the declared topic")
     finally:
         admin.close()
     assert collections.Counter(b for b, _, _ in query_route(cluster.address("broker-c"), "Declared")) == {
@@ -331,7 +327,8 @@ def test_a_live_machine_room_push_consumer_reads_only_its_rooms_brokers(cluster:
     listener = _Collect()
     consumer = started(PushConsumer(cluster.config("broker-c"), "room-live", listener, {topic: FilterExpression()}))
     try:
-        wait_for(lambda: sum(listener.endpoints.values()) >= in_r1, f"the {in_r1} messages on brokers of room r1")
+        wait_for(lambda: sum(listener.endpoints.values()), WAIT_S, f"the {in_r1} messages on brokers of room r1",
+                 until=lambda received: received >= in_r1)
         time.sleep(2 * 1.0)  # two long-polling rounds: nothing from room r2 may follow
         assert set(listener.endpoints) == {cluster.address("broker-a"), cluster.address("broker-b")}
         assert sum(listener.endpoints.values()) == in_r1
@@ -359,13 +356,13 @@ def test_a_killed_broker_leaves_the_routes_sends_go_on_and_it_rejoins_after_a_re
     sender = threading.Thread(target=send_steadily)
     sender.start()
     try:
-        wait_for(lambda: outcomes["broker-c"] > 0, "a send to broker-c")
+        wait_for(lambda: outcomes["broker-c"] > 0, WAIT_S, "a send to broker-c")
         assert cluster.brokers["broker-c"].stop(signal.SIGKILL) == -signal.SIGKILL
         for asked in ("broker-a", "broker-b"):
-            wait_for(lambda a=asked: "broker-c" not in route_brokers(cluster, a, topic),
-                     f"broker-c out of {asked}'s route", timeout_s=SESSION_TIMEOUT_S * 5)
+            wait_for(lambda a=asked: route_brokers(cluster, a, topic), SESSION_TIMEOUT_S * 5,
+                     f"broker-c out of {asked}'s route", until=lambda routed: "broker-c" not in routed)
         sent_before = sum(outcomes.values())
-        wait_for(lambda: sum(outcomes.values()) >= sent_before + 50, "50 more sends")
+        wait_for(lambda: sum(outcomes.values()) >= sent_before + 50, WAIT_S, "50 more sends")
     finally:
         stop.set()
         sender.join()
@@ -374,7 +371,8 @@ def test_a_killed_broker_leaves_the_routes_sends_go_on_and_it_rejoins_after_a_re
 
     cluster.start("broker-c").await_address()
     for asked in ROOMS:
-        wait_for(lambda a=asked: route_brokers(cluster, a, topic) == set(ROOMS), f"broker-c back in {asked}'s route")
+        wait_for(lambda a=asked: route_brokers(cluster, a, topic), WAIT_S, f"broker-c back in {asked}'s route",
+                 until=lambda routed: routed == set(ROOMS))
     producer = started(Producer(cluster.config("broker-b"), (topic,)))
     try:
         again = collections.Counter(broker_of(producer.send(message(topic, b"x"))) for _ in range(30))

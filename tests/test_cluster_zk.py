@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +35,10 @@ from plugmq.core import (
 )
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.service import ZkClusterService
-from plugmq.testing import ZooKeeperServer
+from plugmq.testing import ZooKeeperServer, wait_for
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 WAIT_S = 20.0
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 def expire(service: ZkClusterService, hosts: str) -> None:
@@ -97,47 +89,47 @@ def test_registrations_reach_every_view_and_leave_with_the_session(services: Ser
     b.subscribe(seen.append)
     a.register(services.registration("broker-a", 1001, room="east", topics={"T": TopicRegistration(4)}))
     b.register(services.registration("broker-b", 1002))
-    wait_for(lambda: keys(b.view()) == ["broker-a.0", "broker-b.0"], "both brokers in b's view")
+    wait_for(lambda: keys(b.view()) == ["broker-a.0", "broker-b.0"], WAIT_S, "both brokers in b's view")
     assert b.view().broker("broker-a") == services.registration("broker-a", 1001, room="east",
                                                                  topics={"T": TopicRegistration(4)})
 
     a.update_topics({"T": TopicRegistration(8), "%DLQ%g": TopicRegistration(1, TopicPermission.READ)})
-    wait_for(lambda: (reg := b.view().broker("broker-a")) is not None and reg.topics["T"].queue_count == 8,
-             "a's grown topic in b's view")
+    wait_for(lambda: b.view().broker("broker-a"), WAIT_S, "a's grown topic in b's view",
+             until=lambda reg: reg is not None and reg.topics["T"].queue_count == 8)
     assert b.view().broker("broker-a").topics["%DLQ%g"].permission is TopicPermission.READ  # type: ignore[union-attr]
 
     a.declare_topic("U", ClusterTopic(4, auto_created=True))
     a.declare_topic("U", ClusterTopic(2, auto_created=True))  # never shrinks
-    wait_for(lambda: "U" in b.view().topics, "the declaration in b's view")
+    wait_for(lambda: "U" in b.view().topics, WAIT_S, "the declaration in b's view")
     assert b.view().topics["U"] == ClusterTopic(4, auto_created=True)
     a.declare_topic("U", ClusterTopic(6))  # an explicit declaration outranks an automatic one
-    wait_for(lambda: b.view().topics["U"] == ClusterTopic(6), "the explicit declaration")
+    wait_for(lambda: b.view().topics["U"] == ClusterTopic(6), WAIT_S, "the explicit declaration")
 
     a.close()
-    wait_for(lambda: keys(b.view()) == ["broker-b.0"], "a gone from b's view")
+    wait_for(lambda: keys(b.view()) == ["broker-b.0"], WAIT_S, "a gone from b's view")
     assert all(isinstance(v, ClusterView) for v in seen) and seen[0].brokers == ()
 
 
 def test_unregister_removes_the_broker_at_once_and_the_session_stays(services: Services) -> None:
     a, b = services.open("broker-a"), services.open("broker-b")
     a.register(services.registration("broker-a", 1001))
-    wait_for(lambda: keys(b.view()) == ["broker-a.0"], "a registered")
+    wait_for(lambda: keys(b.view()) == ["broker-a.0"], WAIT_S, "a registered")
     a.unregister()
-    wait_for(lambda: keys(b.view()) == [], "a unregistered")
+    wait_for(lambda: keys(b.view()) == [], WAIT_S, "a unregistered")
     assert a.connected
 
 
 def test_an_expired_session_is_logged_and_the_broker_registers_again(services: Services) -> None:
     a, b = services.open("broker-a"), services.open("broker-b")
     a.register(services.registration("broker-a", 1001))
-    wait_for(lambda: keys(b.view()) == ["broker-a.0"], "a registered")
+    wait_for(lambda: keys(b.view()) == ["broker-a.0"], WAIT_S, "a registered")
     old_session = a.client.client_id[0]
     left = threading.Event()
     b.subscribe(lambda view: left.set() if not view.brokers else None)
     with capture_logs() as logs:
         expire(a, services.hosts)
-        wait_for(left.is_set, "a out of b's view when its session ended")
-        wait_for(lambda: keys(b.view()) == ["broker-a.0"], "a registered again")
+        wait_for(left.is_set, WAIT_S, "a out of b's view when its session ended")
+        wait_for(lambda: keys(b.view()) == ["broker-a.0"], WAIT_S, "a registered again")
     assert a.client.client_id[0] != old_session
     events = [entry["event"] for entry in logs]
     assert any(e.startswith("ZooKeeper session expired") for e in events), events
@@ -150,10 +142,11 @@ def test_a_name_still_held_by_an_earlier_session_is_taken_once_that_session_ends
     with capture_logs() as logs:
         later.register(services.registration("broker-x", 2002))
     assert any("still registered by another ZooKeeper session" in e["event"] for e in logs)
-    wait_for(lambda: keys(watcher.view()) == ["broker-x.0"], "broker-x registered")
+    wait_for(lambda: keys(watcher.view()) == ["broker-x.0"], WAIT_S, "broker-x registered")
     assert watcher.view().brokers[0].endpoint == "127.0.0.1:1001"
     earlier.close()  # as a crashed run's session timing out
-    wait_for(lambda: [b.endpoint for b in watcher.view().brokers] == ["127.0.0.1:2002"], "the later run registered")
+    wait_for(lambda: [b.endpoint for b in watcher.view().brokers], WAIT_S, "the later run registered",
+             until=lambda endpoints: endpoints == ["127.0.0.1:2002"])
 
 
 def test_a_registration_for_another_cluster_is_refused(services: Services) -> None:
@@ -171,25 +164,25 @@ def test_elections_grant_growing_epochs_and_a_master_whose_session_expired_is_fe
     standby.register(services.registration("broker-e", 1002, broker_id=1, role="slave"))
     told: dict[str, list[Mastership | None]] = {"master": [], "standby": []}
     master.campaign(told["master"].append)
-    wait_for(lambda: told["master"] != [], "the first election")
+    wait_for(lambda: told["master"] != [], WAIT_S, "the first election")
     first = told["master"][0]
     assert first is not None and first.broker_id == 0 and first.epoch == watcher.current_epoch("broker-e") >= 1
     standby.campaign(told["standby"].append)
-    wait_for(lambda: (reg := watcher.view().broker("broker-e")) is not None and reg.epoch == first.epoch,
-             "the master's epoch in its registration")
+    wait_for(lambda: watcher.view().broker("broker-e"), WAIT_S, "the master's epoch in its registration",
+             until=lambda reg: reg is not None and reg.epoch == first.epoch)
     assert told["standby"] == []  # one master per broker name
 
     expire(master, services.hosts)
-    wait_for(lambda: told["standby"] != [], "the standby elected")
+    wait_for(lambda: told["standby"] != [], WAIT_S, "the standby elected")
     second = told["standby"][0]
     assert second is not None and second.broker_id == 1 and second.epoch == first.epoch + 1
     assert watcher.current_epoch("broker-e") == second.epoch
-    wait_for(lambda: None in told["master"], "the old master told it lost mastership")
-    wait_for(lambda: (reg := watcher.view().broker("broker-e")) is not None and reg.epoch == 0,
-             "the old master's registration without an epoch")
+    wait_for(lambda: None in told["master"], WAIT_S, "the old master told it lost mastership")
+    wait_for(lambda: watcher.view().broker("broker-e"), WAIT_S, "the old master's registration without an epoch",
+             until=lambda reg: reg is not None and reg.epoch == 0)
 
     standby.withdraw()
-    wait_for(lambda: len(told["master"]) >= 3, "the old master elected again after the withdrawal")
+    wait_for(lambda: len(told["master"]) >= 3, WAIT_S, "the old master elected again after the withdrawal")
     third = told["master"][-1]
     assert third is not None and third.epoch == second.epoch + 1
     assert told["standby"][-1] is None
@@ -204,17 +197,18 @@ def test_the_broker_survives_zookeeper_going_away_and_comes_back_registered(tmp_
         a = services.open("broker-a", session_timeout_s=20)
         a.register(services.registration("broker-a", 1001))
         server.stop()
-        wait_for(lambda: not a.connected and not a.view().connected, "the lost connection noticed")
+        wait_for(lambda: not a.connected and not a.view().connected, WAIT_S, "the lost connection noticed")
         started = time.monotonic()
         a.update_topics({"Late": TopicRegistration(2)})  # recorded, published when ZooKeeper is back
         with pytest.raises(ClusterError, match="cannot declare topic"):
             a.declare_topic("Late", ClusterTopic(2))
         assert time.monotonic() - started < 15  # the broker's threads are never held for long
         server.start()
-        wait_for(lambda: a.connected and a.view().connected, "reconnected")
+        wait_for(lambda: a.connected and a.view().connected, WAIT_S, "reconnected")
         b = services.open("broker-b")
-        wait_for(lambda: (reg := b.view().broker("broker-a")) is not None and "Late" in reg.topics,
-                 "a's registration with the topic recorded while ZooKeeper was away")
+        wait_for(lambda: b.view().broker("broker-a"), WAIT_S,
+                 "a's registration with the topic recorded while ZooKeeper was away",
+                 until=lambda reg: reg is not None and "Late" in reg.topics)
     finally:
         for service in services.opened:
             service.close()
@@ -243,7 +237,7 @@ def test_an_admin_session_from_a_broker_config_sees_the_cluster_at_once(services
         assert [(b["broker_name"], b["room"], b["role"], b["endpoint"], b["topics"]) for b in listed["brokers"]] == [
             ("broker-a", "east", "async_master", "127.0.0.1:1001", {"T": {"queues": 4, "perm": 6}})]
         admin.declare_topic("Orders", ClusterTopic(8))
-        wait_for(lambda: member.view().topics.get("Orders") == ClusterTopic(8), "the declaration at the member")
+        wait_for(lambda: member.view().topics.get("Orders") == ClusterTopic(8), WAIT_S, "the declaration at the member")
         assert not (tmp_path / "data").exists()  # the broker itself was not opened
     finally:
         admin.close()

@@ -26,7 +26,8 @@ from plugmq.core import (
     ReadOnlyBrokerError,
     TransactionDecision,
 )
-from tests.replication_helpers import end_of, until
+from plugmq.testing import WAIT_S, wait_for
+from tests.replication_helpers import end_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
 TOPIC = "Failover"
@@ -63,11 +64,11 @@ def group(tmp_path: Path) -> Iterator[Group]:
 
 def follow(slave: Broker, master: Broker) -> None:
     slave.follow(master.replication.master_address)  # type: ignore[union-attr]
-    until(lambda: bool(master.replication.status().slaves), "the slave to connect")  # type: ignore[union-attr]
+    wait_for(lambda: master.replication.status().slaves, WAIT_S, "the slave to connect")  # type: ignore[union-attr]
 
 
 def caught_up(slave: Broker, master: Broker) -> None:
-    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+    wait_for(lambda: end_of(slave), WAIT_S, "the slave to catch up", until=lambda end: end == end_of(master))
 
 
 class Checker:
@@ -184,7 +185,8 @@ def test_a_stale_master_is_fenced_by_a_slave_that_knows_a_newer_epoch(group: Gro
     b.promote(2)  # b was elected while a did not know yet
     b.put(Message(TOPIC, b"x"), 0)
     b.demote(a.replication.master_address)  # type: ignore[union-attr]
-    until(lambda: "fenced" in b.replication._slave.last_error, "the stale master to refuse b")  # type: ignore[union-attr]
+    wait_for(lambda: b.replication._slave.last_error, WAIT_S, "the stale master to refuse b",  # type: ignore[union-attr]
+             until=lambda error: "fenced" in error)
     assert b.role is BrokerRole.SLAVE and b.epoch == 2
 
 
@@ -200,7 +202,7 @@ def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
     for i in range(3):
         a.put(Message(TOPIC, f"m{i}".encode()), 0)
     caught_up(b, a)
-    until(lambda: BrokerAdmin(a).broker_status().replication["slaves"][0]["lag_bytes"] == 0, "the ACK")
+    wait_for(lambda: BrokerAdmin(a).broker_status().replication["slaves"][0]["lag_bytes"] == 0, WAIT_S, "the ACK")
     master, slave = BrokerAdmin(a).broker_status(), BrokerAdmin(b).broker_status()
     assert (master.role, master.epoch, slave.role, slave.epoch) == ("async_master", 1, "slave", 1)
     assert master.replication["slaves"][0]["broker_id"] == 2
@@ -214,7 +216,7 @@ def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
     assert ("plugmq_replication_lag_messages", (("broker", a.name), ("slave_id", "2")), 0.0) in metrics
     b.follow("127.0.0.1:1")  # b hears nothing more: what a writes next is lag
     a.put(Message(TOPIC, b"late"), 0)
-    until(lambda: not BrokerAdmin(a).broker_status().replication["slaves"], "the slave to leave")
+    wait_for(lambda: not BrokerAdmin(a).broker_status().replication["slaves"], WAIT_S, "the slave to leave")
     assert BrokerAdmin(a).broker_status().replication["lag_bytes"] == 0  # no slave: nothing to lag behind
 
 
@@ -253,7 +255,7 @@ def test_delayed_messages_due_before_during_and_after_a_failover(tmp_path: Path,
             doomed = a.put(Message(TOPIC, b"cancelled", deliver_at_ms=start_ms + 45_000), 0)
             assert a.cancel_delayed(doomed.msg_id)
         clock.advance(12)  # the "before" ones come due on the master
-        until(lambda: len(a.pull(queue, 0, 100).messages) == 3, "the master to deliver the first three")
+        wait_for(lambda: len(a.pull(queue, 0, 100).messages) == 3, WAIT_S, "the master to deliver the first three")
         caught_up(b, a)
 
         a.demote(None)  # the master loses its place (its session expired); its delay plugin keeps its files
@@ -261,9 +263,9 @@ def test_delayed_messages_due_before_during_and_after_a_failover(tmp_path: Path,
         assert len(b.pull(queue, 0, 100).messages) == 3
         b.promote(2)
         clock.advance(1)  # timers run as the (manual) clock moves
-        until(lambda: len(b.pull(queue, 0, 100).messages) == 6, "the new master to deliver the overdue three")
+        wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 6, WAIT_S, "the new master to deliver the overdue three")
         clock.advance(30)
-        until(lambda: len(b.pull(queue, 0, 100).messages) == 9, "the new master to deliver the last three")
+        wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 9, WAIT_S, "the new master to deliver the last three")
 
         delivered = b.pull(queue, 0, 100).messages
         assert sorted(m.body for m in delivered) == sorted(

@@ -27,7 +27,8 @@ from plugmq.core import (
     ReplicationError,
     SendStatus,
 )
-from tests.replication_helpers import DEADLINE_S, end_of, until
+from plugmq.testing import WAIT_S, wait_for
+from tests.replication_helpers import end_of
 
 PLUGINS = ["filter_tag", "alloc", "ha"]
 
@@ -68,7 +69,7 @@ def brokers(tmp_path: Path) -> Iterator[Brokers]:
 
 
 def caught_up(slave: Broker, master: Broker) -> None:
-    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+    wait_for(lambda: end_of(slave), WAIT_S, "the slave to catch up", until=lambda end: end == end_of(master))
 
 
 def send(broker: Broker, count: int, *, topic: str = "Orders", first: int = 0) -> list[Any]:
@@ -93,8 +94,8 @@ def test_async_master_ships_everything_to_a_slave(brokers: Brokers, store: str) 
     caught_up(slave, master)
     same_messages(master, slave, results)
     # The slave's last ACK may still be on its way when its store has caught up.
-    until(lambda: [s.lag_bytes for s in master.replication.status().slaves] == [0],  # type: ignore[union-attr]
-          "the master to hear the slave's last ACK")
+    wait_for(lambda: [s.lag_bytes for s in master.replication.status().slaves],  # type: ignore[union-attr]
+             WAIT_S, "the master to hear the slave's last ACK", until=lambda lags: lags == [0])
     status = master.replication.status()  # type: ignore[union-attr]
     assert status.role is BrokerRole.ASYNC_MASTER and [s.broker_id for s in status.slaves] == [1]
     assert status.slaves[0].lag_bytes == 0 and status.slaves[0].lag_messages == 0
@@ -126,7 +127,8 @@ def test_sync_master_statuses(brokers: Brokers) -> None:
     alone = master.put(Message("Orders", b"alone"), 0)
     assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE  # stored on the master all the same
     slave = brokers.slave(master)
-    until(lambda: master.put(Message("Orders", b"probe"), 0).status is SendStatus.SEND_OK, "a slave to confirm")
+    wait_for(lambda: master.put(Message("Orders", b"probe"), 0).status, WAIT_S, "a slave to confirm",
+             until=lambda status: status is SendStatus.SEND_OK)
     results = send(master, 50)
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     assert end_of(slave) >= results[-1].queue_offset  # confirmed means the slave holds it
@@ -135,7 +137,8 @@ def test_sync_master_statuses(brokers: Brokers) -> None:
     batch = master.put_batch([Message("Orders", b"b1"), Message("Orders", b"b2")], 1)
     assert {r.status for r in batch} == {SendStatus.SEND_OK}
     slave.close()
-    until(lambda: not master.replication.status().slaves, "the master to notice the slave left")  # type: ignore[union-attr]
+    wait_for(lambda: master.replication.status().slaves, WAIT_S,  # type: ignore[union-attr]
+             "the master to notice the slave left", until=lambda slaves: not slaves)
     assert master.put(Message("Orders", b"gone"), 0).status is SendStatus.SLAVE_NOT_AVAILABLE
 
 
@@ -149,7 +152,7 @@ def test_sync_master_times_out_on_a_slave_that_stops_answering(brokers: Brokers)
         mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
             "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
             "end": 0, "min": 0, "epoch": 0}))
-        until(lambda: bool(master.replication.status().slaves), "the mute slave to be admitted")  # type: ignore[union-attr]
+        wait_for(lambda: master.replication.status().slaves, WAIT_S, "the mute slave to be admitted")  # type: ignore[union-attr]
         started = time.monotonic()
         result = master.put(Message("Orders", b"never confirmed"), 0)
         assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
@@ -167,7 +170,7 @@ def test_async_master_never_waits_for_a_mute_slave(brokers: Brokers) -> None:
         mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
             "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
             "end": 0, "min": 0, "epoch": 0}))
-        until(lambda: bool(master.replication.status().slaves), "the mute slave to be admitted")  # type: ignore[union-attr]
+        wait_for(lambda: master.replication.status().slaves, WAIT_S, "the mute slave to be admitted")  # type: ignore[union-attr]
         results = send(master, 3000)  # far more than the socket buffers hold: the stream blocks, sends do not
         assert {r.status for r in results} == {SendStatus.SEND_OK}
         status = master.replication.status()  # type: ignore[union-attr]
@@ -195,7 +198,7 @@ def test_slave_reconnects_to_a_restarted_master(brokers: Brokers, tmp_path: Path
     data_dir = master.data_dir
     master.close()
     brokers.opened.remove(master)
-    until(lambda: not slave.replication.status().connected, "the slave to notice")  # type: ignore[union-attr]
+    wait_for(lambda: not slave.replication.status().connected, WAIT_S, "the slave to notice")  # type: ignore[union-attr]
     reopened = Broker.open(data_dir, plugins=["store_mmap", *PLUGINS], options={"ha": {"listen": address}})
     brokers.opened.append(reopened)
     results += send(reopened, 10, first=10)
@@ -212,7 +215,7 @@ def test_refusals_name_the_problem(brokers: Brokers) -> None:
         def reasons() -> str:
             return " ".join(e["reason"] for e in logs if e["event"] == "replication slave refused")
 
-        until(lambda: "kvstore-record" in reasons() and "broker-b" in reasons(), "both refusals")
+        wait_for(lambda: "kvstore-record" in reasons() and "broker-b" in reasons(), WAIT_S, "both refusals")
         reasons_seen = reasons()
     assert "store_mmap" in reasons_seen and "broker-a" in reasons_seen, reasons_seen
     assert not other_format.replication.status().connected  # type: ignore[union-attr]
@@ -226,7 +229,7 @@ def test_refusals_name_the_problem(brokers: Brokers) -> None:
     brokers.opened.remove(ahead)
     with capture_logs() as logs:
         brokers.slave(master, data=str(ahead_dir.relative_to(brokers.root)))
-        until(lambda: any("past this master's end" in e.get("reason", "") for e in logs), "the refusal")
+        wait_for(lambda: any("past this master's end" in e.get("reason", "") for e in logs), WAIT_S, "the refusal")
 
 
 def test_role_configuration_errors(tmp_path: Path) -> None:
@@ -274,7 +277,7 @@ def test_a_torn_transfer_leaves_nothing_torn(brokers: Brokers, tmp_path: Path) -
     slave = brokers.slave(address)
     try:
         for attempt in range(2):
-            server.settimeout(DEADLINE_S)
+            server.settimeout(WAIT_S)
             peer, _ = server.accept()
             if attempt == 1:  # the slave came back after the torn frame, holding nothing of it
                 assert end_of(slave) == 0 and not slave.store.queues(), "a torn frame left something behind"

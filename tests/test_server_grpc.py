@@ -38,6 +38,7 @@ from rocketmq.v5.exception import BadRequestException, ClientException
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, dlq_topic
 from plugmq.server import PlugmqServer, ServerOptions, ServerThread
+from plugmq.testing import wait_for
 
 WAIT_S = 15.0  # upper bound of any wait for the client's threads
 
@@ -123,14 +124,6 @@ def receive_until(consumer: SimpleConsumer, want: int, *, invisible_s: int = 30,
     while len(got) < want and time.monotonic() < deadline:
         got.extend(m for m in consumer.receive(batch, invisible_s) if accept(m))
     return got
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 # ------------------------------------------------------------------------------------- messaging
@@ -345,9 +338,9 @@ def test_push_consumer_whose_listener_fails_sees_retries_then_the_dlq(served: Se
     push = PushConsumer(served.config, "push-dlq", listener, {"Fragile": FilterExpression()})
     with started(push):
         for attempt in (1, 2, 3):
-            wait_for(lambda n=attempt: len(listener.attempts) >= n, f"delivery attempt {attempt}")
+            wait_for(lambda n=attempt: len(listener.attempts) >= n, WAIT_S, f"delivery attempt {attempt}")
             # The client's nack moves the 30 s invisible time to the group's 1 s back-off.
-            wait_for(lambda: nacked(served), f"the nack of attempt {attempt}")
+            wait_for(lambda: nacked(served), WAIT_S, f"the nack of attempt {attempt}")
             served.clock.advance(2)
     assert listener.attempts == [1, 2, 3]
     dlq = dlq_topic("push-dlq")
@@ -366,10 +359,10 @@ def test_check_back_asks_the_producer_that_sent_transactions_not_a_plain_one(ser
             session = served.server.sessions.get(client.client_id)
             return session is not None and session.client_type is not None
 
-        wait_for(lambda: registered(transactional) and registered(plain), "both producers' settings")
+        wait_for(lambda: registered(transactional) and registered(plain), WAIT_S, "both producers' settings")
         orphan = producer.begin_transaction()
         producer.send(_message("Pay2", b"orphan"), orphan)
         served.clock.advance(6)
         assert checker.asked.wait(WAIT_S), "the check-back went to the producer without a checker"
         wait_for(lambda: served.broker.transactions is not None and served.broker.transactions.pending() == 0,
-                 "the rollback from the check-back")
+                 WAIT_S, "the rollback from the check-back")

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message
-from tests.replication_helpers import end_of, until
+from plugmq.testing import WAIT_S, wait_for
+from tests.replication_helpers import end_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]
 TOPIC = "Orders"
@@ -76,9 +77,9 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
     early = master.pop.receive("g", TOPIC, None, 4, INVISIBLE_MS, only_queue=1)  # the master's own progress first
     for message in early:
         master.pop.ack("g", TOPIC, message.receipt_handle)
-    until(lambda: end_of(slave) == end_of(master), "the slave to catch up")
+    wait_for(lambda: end_of(slave), WAIT_S, "the slave to catch up", until=lambda end: end == end_of(master))
     pair.close(master)  # no master of the name is up: the slave serves its readers
-    until(lambda: not connected(slave), "the slave to notice")
+    wait_for(lambda: not connected(slave), WAIT_S, "the slave to notice")
 
     received = slave.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
     assert {m.msg_id for m in received} == {r.msg_id for r in sent} - {m.msg_id for m in early}
@@ -91,7 +92,7 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
 
     with capture_logs() as logs:
         master = pair.master()
-        until(lambda: connected(slave), "the slave to follow the returning master")
+        wait_for(lambda: connected(slave), WAIT_S, "the slave to follow the returning master")
     assert any(e["event"].startswith("consumer progress handed over by a slave") and e["moved"] == 4 for e in logs)
     assert slave.pop.state.handover() == [], "handed over once"
     again = master.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
@@ -99,7 +100,8 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
     untouched = master.pop.receive("other", TOPIC, None, 32, INVISIBLE_MS)
     assert len(untouched) == 20, "a group the slave's readers never read keeps its own progress"
     # The master's moves are records of its log: the slave follows them.
-    until(lambda: slave.pop.progress("g") == master.pop.progress("g"), "the slave to follow the adopted progress")
+    wait_for(lambda: slave.pop.progress("g"), WAIT_S, "the slave to follow the adopted progress",
+             until=lambda progress: progress == master.pop.progress("g"))
 
 
 def test_a_handover_never_moves_the_master_back_nor_past_the_log_both_share(pair: Pair) -> None:

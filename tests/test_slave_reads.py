@@ -15,7 +15,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,8 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
 from plugmq.server.protocol import Code, Permission, service_pb2, service_pb2_grpc
-from plugmq.testing import ServeProcess, ZooKeeperServer
+from plugmq.testing import ServeProcess, ZooKeeperServer, seconds_until, wait_for
 from plugmq.testing.cluster import broker_status
-from plugmq.testing.cluster import wait_for as poll_until
 from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # ZooKeeper, two serve children, a kill and a restart: about 30 s
@@ -59,10 +58,6 @@ def write_config(directory: Path, name: str, *, role: str, broker_id: int, ha: s
         f"[plugins.ha]\nheartbeat_ms = 100\npeer_timeout_ms = 2000\nreconnect_ms = 50\nreconnect_max_ms = 300\n{ha}"
         "[server]\nlong_polling_s = 1\n", encoding="utf-8")
     return config
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> float:
-    return poll_until(predicate, what, WAIT_S)
 
 
 def route(address: str) -> list[tuple[int, int, str]]:
@@ -156,14 +151,16 @@ def test_consumers_read_from_the_slave_while_the_master_is_down_and_from_the_mas
         sent = {producer.send(message(f"m{i}".encode())).message_id for i in range(N)}
     finally:
         producer.shutdown()
-    wait_for(lambda: routed_to(slave, master, Permission.READ_WRITE), "the slave to route the topic to its master")
+    wait_for(lambda: routed_to(slave, master, Permission.READ_WRITE), WAIT_S,
+             "the slave to route the topic to its master")
     end = broker_status(master)["replication"]["end_offset"]
-    wait_for(lambda: broker_status(slave)["replication"]["end_offset"] >= end, "the slave to hold every message")
+    wait_for(lambda: broker_status(slave)["replication"]["end_offset"], WAIT_S, "the slave to hold every message",
+             until=lambda held: held >= end)
 
     brokers["master"].stop(signal.SIGKILL)
     killed = time.monotonic()
-    rerouted_s = wait_for(lambda: routed_to(slave, slave, Permission.READ),
-                          "the master's queues to come back read-only at the slave")
+    rerouted_s = seconds_until(lambda: routed_to(slave, slave, Permission.READ), WAIT_S,
+                               "the master's queues to come back read-only at the slave")
     assert assignment(slave) == [(0, Permission.READ, slave)], "push consumers are assigned the slave's queues"
     deliveries: Counter[str] = Counter()
     first_s = None
@@ -193,9 +190,10 @@ def test_consumers_read_from_the_slave_while_the_master_is_down_and_from_the_mas
         refused.shutdown()
 
     restarted = start(brokers, "master")
-    back_s = wait_for(lambda: routed_to(slave, restarted, Permission.READ_WRITE), "the route to go back to the master")
+    back_s = seconds_until(lambda: routed_to(slave, restarted, Permission.READ_WRITE), WAIT_S,
+                           "the route to go back to the master")
     # The slave hands its readers' acks over as it reconnects: the master does not deliver them again.
-    wait_for(lambda: broker_status(slave)["replication"]["connected"], "the slave to follow the master again")
+    wait_for(lambda: broker_status(slave)["replication"]["connected"], WAIT_S, "the slave to follow the master again")
     producer = Producer(client(slave), (TOPIC,))  # routed by the slave, sent to the master
     producer.startup()
     try:

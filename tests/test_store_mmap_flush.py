@@ -17,6 +17,7 @@ import pytest
 from plugmq.core import AppendRequest, AppendStatus, ManualClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
+from plugmq.testing import wait_for
 
 HOST = "10.0.0.7:10911"
 SMALL = {"commit_log_segment_size": 256 * 1024, "consume_queue_entries_per_file": 64, "index_slot_count": 64,
@@ -29,17 +30,6 @@ def make(path: Path, **opts: object) -> MmapMessageStore:
 
 def req(i: int, qid: int = 0) -> AppendRequest:
     return AppendRequest(topic="F", queue_id=qid, body=f"message-{i}".encode() * 10)
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for other real threads to reach a state (not a timed assertion: the bound only
-    keeps a broken build from hanging)."""
-    deadline = time.monotonic() + 30
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        pause.wait(0.002)
 
 
 def read_checkpoint(path: Path) -> CheckpointData | None:
@@ -65,7 +55,7 @@ def test_one_flush_covers_every_waiting_writer(tmp_path: Path) -> None:
         with cl.flush_lock:  # the flush cannot start: all 8 writers queue up behind it
             flushes_before = cl.flush_count
             threads = run_threads(8, lambda t: results.__setitem__(t, store.append(req(t, t % 2))))
-            wait_until(lambda: store.stats()["messages_appended"] == 8, "8 appended messages")
+            wait_for(lambda: store.stats()["messages_appended"] == 8, 30, "8 appended messages")
             assert cl.flushed < cl.wrote
         for t in threads:
             t.join()
@@ -132,9 +122,9 @@ def test_background_flusher_and_checkpoint(tmp_path: Path) -> None:
         results = [store.append(req(i, i % 2)) for i in range(50)]
         assert all(r.status is AppendStatus.PUT_OK for r in results)
         end = results[-1].commit_log_offset + results[-1].size
-        wait_until(lambda: store.commit_log.flushed == end, "the flush thread")
-        wait_until(lambda: getattr(read_checkpoint(tmp_path / "s"), "consume_queue_offset", -1) == end,
-                   "a checkpoint covering the consume queues")
+        wait_for(lambda: store.commit_log.flushed == end, 30, "the flush thread")
+        wait_for(lambda: getattr(read_checkpoint(tmp_path / "s"), "consume_queue_offset", -1), 30,
+                 "a checkpoint covering the consume queues", until=lambda covered: covered == end)
     finally:
         store.close()
 

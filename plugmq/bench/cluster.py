@@ -29,7 +29,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, write_broker_config, zookeeper_missing
+from plugmq.testing import (
+    ServeProcess,
+    ZooKeeperServer,
+    query_route,
+    seconds_until,
+    wait_for,
+    write_broker_config,
+    zookeeper_missing,
+)
 
 __all__ = ["Round", "command", "measure"]
 
@@ -127,15 +135,6 @@ def _routed(address: str) -> set[str]:
     return {broker for broker, _queue, _endpoint in query_route(address, TOPIC)}
 
 
-def _wait(predicate: Any, timeout_s: float) -> float:
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise click.ClickException(f"the cluster did not settle within {timeout_s:g} s")
-        time.sleep(0.01)
-    return time.monotonic() - started
-
-
 def measure(directory: Path, *, brokers: int, session_timeout_s: float, threads: int, rounds: int,
             steady_s: float, window_s: float, body_size: int) -> list[Round]:
     names = [f"broker-{chr(ord('a') + i)}" for i in range(brokers)]
@@ -153,7 +152,7 @@ def measure(directory: Path, *, brokers: int, session_timeout_s: float, threads:
             process.await_address()
         first, victim = processes[names[0]].address, names[-1]
         assert first is not None
-        _wait(lambda: _routed(first) == set(names), 30)
+        wait_for(lambda: _routed(first), 30, "every broker in the route", until=lambda routed: routed == set(names))
         senders = _Senders(first, threads, b"x" * body_size)
         for _round in range(rounds):
             senders.next_phase()
@@ -161,12 +160,13 @@ def measure(directory: Path, *, brokers: int, session_timeout_s: float, threads:
             steady = senders.next_phase()
             processes[victim].stop(signal.SIGKILL)
             killed = time.monotonic()
-            route_change = _wait(lambda: victim not in _routed(first), session_timeout_s * 10)
+            route_change = seconds_until(lambda: victim not in _routed(first), session_timeout_s * 10,
+                                         f"{victim} to leave the route")
             time.sleep(max(0.0, window_s - (time.monotonic() - killed)))
             window = senders.next_phase()
             processes[victim] = ServeProcess(configs[victim])
             processes[victim].await_address()
-            rejoin = _wait(lambda: victim in _routed(first), 30)
+            rejoin = seconds_until(lambda: victim in _routed(first), 30, f"{victim} to rejoin the route")
             results.append(Round(route_change, rejoin, steady["ok"], steady["failed"], steady["seconds"],
                                  window["ok"], window["failed"], window["seconds"], _p99_ms(steady["latencies"]),
                                  _p99_ms(window["latencies"]), tuple(steady["errors"] + window["errors"])))

@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plugmq.testing.cluster import await_listening
+from plugmq.testing.wait import wait_for
 
 __all__ = ["command", "measure", "serve_reporting"]
 
@@ -155,12 +156,8 @@ def _threads(send_one: Callable[[], None], messages: int, threads: int) -> float
     return per_thread * threads / elapsed
 
 
-def _until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise click.ClickException(f"timed out waiting for {what}")
-        time.sleep(0.05)
+#: Bound on waits for a child broker (starting, a slave connecting or catching up).
+_WAIT_S = 60.0
 
 
 class _Target:
@@ -190,10 +187,10 @@ class _GrpcTarget(_Target):
         self.children.append(self.master)
         self.samples = self.master.samples
         if role != "none":
-            _until(lambda: bool(self.latest()), f"the {role}'s status")
+            wait_for(self.latest, _WAIT_S, f"the {role}'s status", interval=0.05)
             self.children.append(_Child(_config(root / "slave", store=store, flush=slave_flush, role="slave", broker_id=1,
                                                 master=self.latest()["address"]), interval))
-            _until(lambda: bool(self.latest().get("slaves")), f"the {role}'s slave to connect")
+            wait_for(lambda: self.latest().get("slaves"), _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
         self.producer = Producer(ClientConfiguration(self.master.address, Credentials(), request_timeout=30), (TOPIC,))
         self.producer.startup()
 
@@ -226,7 +223,7 @@ class _EmbeddedTarget(_Target):
         if replication is not None:
             self.children.append(_Child(_config(root / "slave", store=store, flush=slave_flush, role="slave", broker_id=1,
                                                 master=replication.status().address), interval))
-            _until(lambda: bool(replication.status().slaves), f"the {role}'s slave to connect")
+            wait_for(lambda: replication.status().slaves, _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
 
             def sample() -> None:
                 while not self._stop.wait(interval):
@@ -297,8 +294,8 @@ def measure(messages: int, threads: int, body_size: int, store: str, flush: str,
                         result["lag_bytes"] += lag_bytes
                         result["lag_messages"] += lag_messages
             for role in ("async_master", "sync_master"):
-                _until(lambda t=targets[role]: t.latest().get("lag_bytes", 1) == 0,  # type: ignore[misc]
-                       f"the {role}'s slave to catch up")
+                wait_for(targets[role].latest, _WAIT_S, f"the {role}'s slave to catch up",
+                         until=lambda status: status.get("lag_bytes", 1) == 0, interval=0.05)
             result["load_after"] = os.getloadavg()
         finally:
             for target in targets.values():

@@ -31,7 +31,7 @@ from plugmq.chaos.history import Event, FaultWindow, History, RoleSample
 from plugmq.chaos.workload import Workload, drain
 from plugmq.core.errors import ConfigError, PlugmqError
 from plugmq.core.logs import get_logger
-from plugmq.testing.cluster import wait_for
+from plugmq.testing.wait import WaitTimeout, wait_for
 from plugmq.testing.zookeeper import zookeeper_missing
 
 __all__ = ["ChaosResult", "run_chaos"]
@@ -120,8 +120,8 @@ def _rounds(cluster: ChaosCluster, load: Workload, history: History, plan: Seque
                                ("the clients to be served again (a send and a receive)",
                                 functools.partial(load.served_since, healed))):
                 try:
-                    wait_for(done, what, max(0.0, recover_s - (history.now() - healed)))
-                except AssertionError:
+                    wait_for(done, max(0.0, recover_s - (history.now() - healed)), what)
+                except WaitTimeout:
                     notes.append(f"{fault.name} round {round_}: gave up waiting for {what} {recover_s:g} s "
                                  "after the heal")
                     break
@@ -196,7 +196,7 @@ def _run(user: dict[str, Any], plan: list[Fault], where: Path, *, keep: bool, ro
     history = History(where / "history.jsonl")  # its times count from here; the load starts once settled
     try:
         cluster.start()
-        wait_for(cluster.settled, "one master and caught-up slaves", recover_s)
+        wait_for(cluster.settled, recover_s, "one master and caught-up slaves")
         history.restart_clock()
         sampler = _RoleSampler(cluster, history)
         load = Workload(cluster.endpoints, history, names={n.grpc.address: n.name for n in cluster.nodes}, **workload)
@@ -206,7 +206,7 @@ def _run(user: dict[str, Any], plan: list[Fault], where: Path, *, keep: bool, ro
         load.stop()
         load = None
         try:
-            wait_for(cluster.settled, "the cluster to settle before the read-back", recover_s)
+            wait_for(cluster.settled, recover_s, "the cluster to settle before the read-back")
         except AssertionError:
             notes.append("the cluster had not settled for the read-back; it went through whichever master there was")
         drain(cluster.endpoints, history)

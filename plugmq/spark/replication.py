@@ -29,6 +29,7 @@ from typing import Any
 from plugmq.spark.children import BrokerChild
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.results import ExperimentResult
+from plugmq.testing.wait import wait_for
 
 __all__ = ["ReplicationProbe", "Status", "slave_config", "start_slave"]
 
@@ -79,14 +80,9 @@ class ReplicationProbe:
         self.unreplicated_bytes: int | None = None
 
     def wait_for_slave(self, timeout_s: float = 60.0) -> None:
-        """Until the master counts a connected slave; RuntimeError after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self._status()
-            if got is not None and got[1].get("slaves"):
-                return
-            time.sleep(0.02)
-        raise RuntimeError(f"the master saw no slave within {timeout_s:g} s (status: {self._status()!r})")
+        """Until the master counts a connected slave; :class:`WaitTimeout` (with the last status) after ``timeout_s``."""
+        wait_for(self._status, timeout_s, "the master to count a connected slave",
+                 until=lambda got: got is not None and bool(got[1].get("slaves")), interval=0.02)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._sample, daemon=True, name="plugmq-replication-probe")

@@ -12,12 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "broker_status", "query_route", "status_or_none",
-           "wait_for", "write_broker_config"]
+           "write_broker_config"]
 
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
@@ -96,16 +95,6 @@ class ServeProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float) -> float:
-    """Poll ``predicate`` every 10 ms; the seconds it took (AssertionError past ``timeout_s``)."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"gave up waiting for {what} after {timeout_s:g} s")
-        time.sleep(0.01)
-    return time.monotonic() - started
 
 
 def broker_status(address: str, timeout_s: float = 3.0) -> dict[str, Any]:

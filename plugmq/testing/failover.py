@@ -18,7 +18,8 @@ from typing import Any
 
 import attrs
 
-from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, broker_status, status_or_none, wait_for
+from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, broker_status, status_or_none
+from plugmq.testing.wait import seconds_until, wait_for
 from plugmq.testing.zookeeper import ZooKeeperServer
 
 __all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "run_kill",
@@ -176,7 +177,7 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
             slave = next((s for s in statuses.values() if s and s["role"] == "slave"), None)
             return roles == sorted([mode, "slave"]) and slave is not None and slave["replication"]["connected"]
 
-        wait_for(settled, "one master and a connected slave", wait_s)
+        wait_for(settled, wait_s, "one master and a connected slave")
         master_index = next(i for i, a in enumerate(addresses) if (statuses[a] or {}).get("role") == mode)
         master, survivor = addresses[master_index], addresses[1 - master_index]
         old_epoch = int((statuses[master] or {})["epoch"])
@@ -191,9 +192,9 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
         with senders._lock:
             steady = [t for t, _ in senders.acked]
         steady_rate = len(steady) / max(1e-9, (steady[-1] - steady[0])) if len(steady) > 1 else 0.0
-        failover_s = wait_for(lambda: _taken(survivor), "the survivor to take sends as master", wait_s)
-        routed_s = failover_s + wait_for(lambda: _send_one(survivor), "the official producer's send to the new master",
-                                         wait_s)
+        failover_s = seconds_until(lambda: _taken(survivor), wait_s, "the survivor to take sends as master")
+        routed_s = failover_s + seconds_until(lambda: _send_one(survivor), wait_s,
+                                              "the official producer's send to the new master")
         del killed
         senders.stop()
         acked = frozenset(body for _, body in senders.acked)
@@ -217,7 +218,7 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
             return (status["role"] == "slave" and replication["connected"]
                     and replication["end_offset"] == mine["replication"]["end_offset"])
 
-        wait_for(following, "the old master to rejoin as a caught-up slave", wait_s)
+        wait_for(following, wait_s, "the old master to rejoin as a caught-up slave")
         return KillRun(mode, failover_s, routed_s, steady_rate, acked, held, last_lag, acked_after, old_epoch, new_epoch,
                        dict(rejoined), errors)
     finally:
@@ -284,16 +285,17 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         def roles() -> dict[str, str]:
             return {a: str((status_or_none(a) or {}).get("role")) for a in addresses}
 
-        wait_for(lambda: sorted(roles().values()) == ["async_master", "slave"], "one master and a slave", wait_s)
+        wait_for(roles, wait_s, "one master and a slave",
+                 until=lambda now: sorted(now.values()) == ["async_master", "slave"])
         now = roles()
         m = next(i for i, a in enumerate(addresses) if now[a] == "async_master")
         master, slave = addresses[m], addresses[1 - m]
-        wait_for(lambda: bool((status_or_none(slave) or {}).get("replication", {}).get("connected")),
-                 "the slave to connect", wait_s)
+        wait_for(lambda: bool((status_or_none(slave) or {}).get("replication", {}).get("connected")), wait_s,
+                 "the slave to connect")
         senders = _Senders(master, 2)
         time.sleep(0.5)
-        wait_for(lambda: (status_or_none(slave) or {}).get("replication", {}).get("end_offset", 0) > 0,
-                 "the slave to hold something", wait_s)
+        wait_for(lambda: (status_or_none(slave) or {}).get("replication", {}).get("end_offset", 0), wait_s,
+                 "the slave to hold something", until=lambda end: end > 0)
         # Freeze the slave well inside its session timeout: the master acks what it never gets.
         processes[1 - m].send_signal(signal.SIGSTOP)
         frozen.append(processes[1 - m])
@@ -316,14 +318,14 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
         paused = time.monotonic()
         senders.stop_soon()  # their sends to the frozen master time out in the background
         slave_end = int(broker_status(slave)["replication"]["end_offset"])
-        wait_for(lambda: _taken(slave), "the slave to take sends as master", wait_s)
+        wait_for(lambda: _taken(slave), wait_s, "the slave to take sends as master")
         failover_s = time.monotonic() - paused
-        wait_for(lambda: _send_one(slave), "the official producer's send to the new master", wait_s)
+        wait_for(lambda: _send_one(slave), wait_s, "the official producer's send to the new master")
         # The old master's end as it froze: what its own store holds (read at the thaw below).
         processes[m].send_signal(signal.SIGCONT)
         frozen.remove(processes[m])
-        demoted_s = wait_for(lambda: (status_or_none(master) or {}).get("role") == "slave",
-                             "the thawed master to step down", wait_s)
+        demoted_s = seconds_until(lambda: (status_or_none(master) or {}).get("role") == "slave", wait_s,
+                                  "the thawed master to step down")
         try:
             refused = not _send_direct(master)
         except Exception:  # noqa: BLE001 - an RPC error is a refusal too
@@ -342,7 +344,7 @@ def run_pause(directory: Path, zookeeper: ZooKeeperServer, *, session_timeout_s:
             return (status["role"] == "slave" and status["replication"]["connected"]
                     and status["replication"]["end_offset"] == mine["replication"]["end_offset"])
 
-        wait_for(following, "the old master to follow the new one, caught up", wait_s)
+        wait_for(following, wait_s, "the old master to follow the new one, caught up")
         cut = "diverged from this master" in processes[1 - m].log_path.read_text("utf-8", errors="replace")
         return PauseRun(old_end, slave_end, failover_s, demoted_s, dict(rejoined), dict(new_master), refused, cut)
     finally:
@@ -401,7 +403,7 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
             return kinds == ["async_master", "slave"] and all(
                 s is not None and s["replication"]["connected"] for s in now.values())
 
-        wait_for(settled, "one master and a connected slave", wait_s)
+        wait_for(settled, wait_s, "one master and a connected slave")
         now = roles()
         m = next(i for i, a in enumerate(addresses) if (now[a] or {}).get("role") == "async_master")
         old_epoch = int((now[addresses[m]] or {})["epoch"])
@@ -411,7 +413,7 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
         processes = [ServeProcess(config) for config in configs]
         restarted = time.monotonic()
         addresses = [p.await_address() for p in processes]
-        wait_for(settled, "a master and a connected slave after the restart", wait_s)
+        wait_for(settled, wait_s, "a master and a connected slave after the restart")
         elected_s = time.monotonic() - restarted
         now = roles()
         n = next(i for i, a in enumerate(addresses) if (now[a] or {}).get("role") == "async_master")
@@ -454,18 +456,20 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
             return sorted(str((s or {}).get("role")) for s in now) == ["async_master", "slave"] and all(
                 s is not None and s["replication"]["connected"] for s in now)
 
-        wait_for(settled, "one master and a connected slave", wait_s)
+        wait_for(settled, wait_s, "one master and a connected slave")
         m = next(i for i, a in enumerate(addresses) if (status_or_none(a) or {}).get("role") == "async_master")
         for _ in range(10):
             assert _send_direct(addresses[m])
-        wait_for(lambda: (status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset")
-                 == broker_status(addresses[m])["replication"]["end_offset"], "the slave to catch up", wait_s)
+        wait_for(lambda: (status_or_none(addresses[1 - m]) or {}).get("replication", {}).get("end_offset"), wait_s,
+                 "the slave to catch up",
+                 until=lambda end: end == broker_status(addresses[m])["replication"]["end_offset"])
         slave_end = int(broker_status(addresses[1 - m])["replication"]["end_offset"])
         held_before = _kill_slave_then_master(processes, addresses, m, 10, session_timeout_s)
         processes[1 - m] = ServeProcess(configs[1 - m])
         restarted = time.monotonic()
         addresses[1 - m] = processes[1 - m].await_address()
-        wait_for(lambda: _taken(addresses[1 - m]), "the lagging slave to take sends after an unclean election", wait_s)
+        wait_for(lambda: _taken(addresses[1 - m]), wait_s,
+                 "the lagging slave to take sends after an unclean election")
         elected_s = time.monotonic() - restarted
         status = broker_status(addresses[1 - m])
         lost_logged = "becoming master without the last master's whole log" in processes[1 - m].log_path.read_text(
@@ -483,7 +487,7 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
             return (old["role"] == "slave" and old["replication"]["connected"]
                     and old["replication"]["end_offset"] == new["replication"]["end_offset"])
 
-        wait_for(following, "the old master to follow the new one, cut back", wait_s)
+        wait_for(following, wait_s, "the old master to follow the new one, cut back")
         return UncleanRun(held_before, slave_end, elected_s, int(status["replication"]["end_offset"]),
                           int(status["epoch"]), lost_logged, dict(rejoined))
     finally:
