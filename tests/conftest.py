@@ -1,4 +1,4 @@
-"""Shared fixtures of plugmq's own tests."""
+"""Shared fixtures of plugmq's own tests: ``clock`` here, the rest in the fixture plugins below."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import pytest
 
 from plugmq.core.clock import ManualClock
 
+pytest_plugins = ["tests.fixtures.brokers", "tests.fixtures.spark", "tests.fixtures.zookeeper"]
+
 
 @pytest.fixture
 def clock() -> ManualClock:
+    """Virtual time the test moves (``advance``, ``set``); brokers from ``make_broker`` run on it."""
     return ManualClock()
 
 

@@ -41,7 +41,6 @@ from plugmq.core import ClusterTopic, MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, wait_for, write_broker_config
-from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # three serve children and a ZooKeeper: about a minute
 
@@ -84,7 +83,7 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # noqa: F811
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path_factory.mktemp("cluster"), zookeeper, f"c{uuid.uuid4().hex[:8]}", {})
     try:
         for broker in ROOMS:

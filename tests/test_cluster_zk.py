@@ -36,7 +36,6 @@ from plugmq.core import (
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.service import ZkClusterService
 from plugmq.testing import ZooKeeperServer, wait_for
-from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 WAIT_S = 20.0
 
@@ -69,7 +68,7 @@ class Services:
 
 
 @pytest.fixture
-def services(zookeeper: ZooKeeperServer) -> Iterator[Services]:  # noqa: F811
+def services(zookeeper: ZooKeeperServer) -> Iterator[Services]:
     made = Services(zookeeper.hosts)
     try:
         yield made
@@ -254,7 +253,7 @@ def _config(tmp_path: Path, **sections: Any) -> dict[str, Any]:
     return {"broker": broker, **sections}
 
 
-def test_a_broker_in_a_cluster_opens_its_session_and_closes_it(zookeeper: ZooKeeperServer,  # noqa: F811
+def test_a_broker_in_a_cluster_opens_its_session_and_closes_it(zookeeper: ZooKeeperServer,
                                                                tmp_path: Path) -> None:
     cluster = f"c{uuid.uuid4().hex[:8]}"
     config = _config(tmp_path, broker={"room": "east"}, cluster={"name": cluster},

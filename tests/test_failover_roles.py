@@ -27,7 +27,7 @@ from plugmq.core import (
     TransactionDecision,
 )
 from plugmq.testing import WAIT_S, wait_for
-from tests.replication_helpers import end_of
+from tests.helpers.replication import end_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
 TOPIC = "Failover"

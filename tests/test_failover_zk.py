@@ -17,14 +17,13 @@ pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (roc
 
 from plugmq.testing import ZooKeeperServer
 from plugmq.testing.failover import run_kill, run_pause, run_restart_all, run_unclean
-from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mode: about a minute
 
 
 @pytest.mark.parametrize("mode", ["sync_master", "async_master"])
 def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its_slave(
-        mode: str, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+        mode: str, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     run = run_kill(tmp_path, zookeeper, mode=mode, threads=8, steady_s=2.0)
     print(f"{mode}: failover {run.failover_s:.2f} s (routed {run.routed_s:.2f} s), {len(run.acked)} acked, {len(run.lost)} lost, "
           f"last reported lag {run.last_lag_messages} msgs, {run.acked_after_report} acked after it")
@@ -39,7 +38,7 @@ def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its
 
 
 def test_a_master_frozen_past_its_session_steps_down_and_cuts_its_unreplicated_tail(
-        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     run = run_pause(tmp_path, zookeeper)
     print(f"frozen master: failover {run.failover_s:.2f} s, stepped down {run.demoted_s:.2f} s after the thaw, "
           f"old master {run.old_end - run.slave_end} B ahead of its slave when it froze")
@@ -51,7 +50,7 @@ def test_a_master_frozen_past_its_session_steps_down_and_cuts_its_unreplicated_t
 
 
 def test_when_every_broker_restarts_the_last_master_stands_and_keeps_its_tail(
-        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     run = run_restart_all(tmp_path, zookeeper)
     assert run.new_master_id == run.old_master_id, "the broker that led the newest epoch is master again"
     assert run.new_epoch > run.old_epoch
@@ -59,7 +58,7 @@ def test_when_every_broker_restarts_the_last_master_stands_and_keeps_its_tail(
 
 
 def test_an_unclean_election_lets_a_lagging_slave_stand_once_no_master_was_seen_for_the_set_time(
-        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     run = run_unclean(tmp_path, zookeeper, unclean_after_s=3.0)
     print(f"unclean election {run.elected_s:.2f} s after the restart; the old master held "
           f"{run.held_before - run.slave_end} B its slave never got")

@@ -28,7 +28,7 @@ from plugmq.core import (
     SendStatus,
 )
 from plugmq.testing import WAIT_S, wait_for
-from tests.replication_helpers import end_of
+from tests.helpers.replication import end_of
 
 PLUGINS = ["filter_tag", "alloc", "ha"]
 

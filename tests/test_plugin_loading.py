@@ -5,7 +5,7 @@ import pytest
 from plugmq import ConfigError, PluginCardinalityError, PluginError
 from plugmq.core import Family
 from plugmq.core.pluginmanager import available_plugins, build_options, load_plugins
-from tests.plugin_fixtures import (
+from tests.helpers.example_plugins import (
     Declares,
     ExampleOptions,
     MisspelledHook,

@@ -18,7 +18,7 @@ from plugmq.broker.pop import PopService, ReceivedMessage
 from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
 from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
 from plugmq.core.modes import ConsumeFrom
-from tests.legacy_state import write_legacy_pop
+from tests.helpers.legacy_state import write_legacy_pop
 
 TOPIC = "Pop"
 GROUPS = {"fifo": {"fifo": True}, "g": {"max_delivery_attempts": 3}}

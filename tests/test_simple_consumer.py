@@ -26,7 +26,7 @@ from plugmq import (
 )
 from plugmq.core import Prop, hookimpl
 from plugmq.core.errors import ClientError, FilterSyntaxError, TopicError, ValidationError
-from tests.legacy_state import write_legacy_pop
+from tests.helpers.legacy_state import write_legacy_pop
 
 TOPIC = "Jobs"
 PLUGINS = ["store_mmap", "filter_tag", "filter_sql"]

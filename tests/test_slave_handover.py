@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message
 from plugmq.testing import WAIT_S, wait_for
-from tests.replication_helpers import end_of
+from tests.helpers.replication import end_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]
 TOPIC = "Orders"

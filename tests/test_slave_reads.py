@@ -29,7 +29,6 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from plugmq.server.protocol import Code, Permission, service_pb2, service_pb2_grpc
 from plugmq.testing import ServeProcess, ZooKeeperServer, seconds_until, wait_for
 from plugmq.testing.cluster import broker_status
-from tests.zk_fixtures import zookeeper  # noqa: F401 - the module's ZooKeeper server
 
 pytestmark = pytest.mark.slow  # ZooKeeper, two serve children, a kill and a restart: about 30 s
 
@@ -118,7 +117,7 @@ def client(address: str) -> ClientConfiguration:
 
 
 @pytest.fixture
-def brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa: F811
+def brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     cluster = f"s{uuid.uuid4().hex[:8]}"
     replication = f"127.0.0.1:{free_port()}"  # fixed: the restarted master listens where the slave reconnects
     made: dict[str, Any] = {

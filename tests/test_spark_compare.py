@@ -21,7 +21,6 @@ from plugmq.spark.experiments import expand_matrix, parse_experiments
 from plugmq.spark.progress import ProgressEvent
 from plugmq.spark.replay import run_experiment
 from plugmq.spark.sweep import sweep_partition
-from tests.spark_fixtures import spark, standalone_cluster  # noqa: F401 - the session fixtures
 
 pytestmark = pytest.mark.spark
 
@@ -101,7 +100,7 @@ EVENTS: list[ProgressEvent] = []
 
 
 @pytest.fixture(scope="module")
-def outcome(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> CompareOutcome:  # noqa: F811
+def outcome(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> CompareOutcome:
     base = tmp_path_factory.mktemp("compare")
     options = ExecOptions(work_dir=str(base), window_s=5, isolate=True, timeout_s=300,
                           lock_path=str(base / "real-clock.lock"))
@@ -244,7 +243,7 @@ def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareO
 
 # ------------------------------------------------------------------------------------------ cluster mode
 def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local_mode(
-        outcome: CompareOutcome, standalone_cluster: Any, tmp_path: Path) -> None:  # noqa: F811
+        outcome: CompareOutcome, standalone_cluster: Any, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_TOML)
     out = tmp_path / "cluster"
