@@ -27,6 +27,7 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
+from tests.helpers.children import ROOT, child_command
 
 TOPIC = "CrashTopic"
 LEVELS = "1s 2s"
@@ -83,7 +84,8 @@ def child(data_dir: Path) -> None:
 def test_kill_during_wall_clock_dispatch_loses_and_repeats_nothing(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with open(tmp_path / "child.log", "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, __file__, str(data_dir)], stdout=subprocess.PIPE, stderr=log_file)
+        proc = subprocess.Popen(child_command(__file__, str(data_dir)), stdout=subprocess.PIPE, stderr=log_file,
+                                cwd=ROOT)
     assert proc.stdout is not None
     received = b""
     try:

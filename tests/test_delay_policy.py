@@ -6,13 +6,13 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from plugmq.broker.broker import Broker
 from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.core import (
     AppendRequest,
@@ -26,6 +26,7 @@ from plugmq.core import (
     SystemClock,
 )
 from plugmq.core.pluginmanager import build_options
+from tests.fixtures.brokers import BrokerFactory
 
 PLUGINS = ("delay_level", "delay_wheel", "delay_schedule")
 COMMON = {"clamp_to_max_delay", "fsync", "dispatch_batch", "retry_after_error_ms", "dead_letter_older_than_ms",
@@ -69,24 +70,25 @@ def test_an_old_name_contradicting_the_new_one_is_refused() -> None:
 
 
 @pytest.mark.parametrize("plugin", ["delay_wheel", "delay_schedule"])
-def test_inside_a_broker_a_burst_goes_out_in_store_batches(tmp_path: Path, clock: ManualClock, plugin: str) -> None:
-    with Broker.open(tmp_path, plugins=["store_mmap", plugin], clock=clock) as broker:
-        due = clock.now_ms() + 5_000
-        with broker.producer("P") as producer:
-            for i in range(300):
-                producer.send(Message(f"Burst{i % 2}", f"m{i}".encode(), deliver_at_ms=due))
-        clock.set(due / 1000 - 0.001)
-        assert broker.delay is not None and broker.delay.pending() == 300
-        clock.set(due / 1000)
-        assert broker.delay.pending() == 0
-        bodies = set()
-        for topic in ("Burst0", "Burst1"):
-            for queue_id in range(broker.config.default_queue_count):
-                queue = MessageQueue(topic, broker.name, queue_id)
-                bodies.update(m.body for m in broker.pull(queue, 0, 300).messages)
-        assert bodies == {f"m{i}".encode() for i in range(300)}
-        assert broker.delay.metrics()["batches"] == 1  # one store batch for all 300
-        assert broker.topics.get("Burst1") == broker.config.default_queue_count
+def test_inside_a_broker_a_burst_goes_out_in_store_batches(make_broker: BrokerFactory, clock: ManualClock,
+                                                           plugin: str) -> None:
+    broker = make_broker(["store_mmap", plugin])
+    due = clock.now_ms() + 5_000
+    with broker.producer("P") as producer:
+        for i in range(300):
+            producer.send(Message(f"Burst{i % 2}", f"m{i}".encode(), deliver_at_ms=due))
+    clock.set(due / 1000 - 0.001)
+    assert broker.delay is not None and broker.delay.pending() == 300
+    clock.set(due / 1000)
+    assert broker.delay.pending() == 0
+    bodies: set[bytes] = set()
+    for topic in ("Burst0", "Burst1"):
+        for queue_id in range(broker.config.default_queue_count):
+            queue = MessageQueue(topic, broker.name, queue_id)
+            bodies.update(m.body for m in broker.pull(queue, 0, 300).messages)
+    assert bodies == {f"m{i}".encode() for i in range(300)}
+    assert broker.delay.metrics()["batches"] == 1  # one store batch for all 300
+    assert broker.topics.get("Burst1") == broker.config.default_queue_count
 
 
 class _Recorder:
@@ -99,7 +101,7 @@ class _Recorder:
         self.total = total
         self.done = threading.Event()
 
-    def deliver_batch(self, requests: list[AppendRequest]) -> list[AppendResult]:
+    def deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         now = self.clock.now_ms()
         with self.lock:
             self.seen.extend((now, r.properties[Prop.UNIQ_KEY]) for r in requests)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ class Harness:
 
 
 @pytest.fixture
-def h(tmp_path: Path) -> Harness:
+def h(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path)
     harness.scheduler.start()
     yield harness

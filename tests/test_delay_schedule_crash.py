@@ -79,7 +79,7 @@ def run_child(args: dict[str, Any], *, kill_after_lines: int | None) -> list[str
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
-    lines: list[str] = []
+    lines: list[list[str]] = []
     assert proc.stdout is not None
     for line in proc.stdout:
         if line[:2] not in ("D ", "A "):
@@ -127,7 +127,7 @@ def child_args(tmp_path: Path, options: dict[str, Any], **extra: Any) -> dict[st
             "options": options, **extra}
 
 
-OPTIONS = {"fsync": True, "bucket_minutes": 1, "load_ahead_ms": 10_000, "dispatch_batch": 8}
+OPTIONS: dict[str, Any] = {"fsync": True, "bucket_minutes": 1, "load_ahead_ms": 10_000, "dispatch_batch": 8}
 
 
 def planned(n: int) -> dict[str, int]:

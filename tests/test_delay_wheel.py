@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from plugmq.core import (
     Prop,
     encode_msg_id,
 )
+from plugmq.plugins.delay_wheel.scheduler import WheelDelayScheduler
 
 HOUR = 3600
 
@@ -54,9 +56,18 @@ def request(uid: str, deliver_at_ms: int, topic: str = "orders", **props: str) -
     )
 
 
-def open_wheel(data_dir: Path, clock: ManualClock, sink: Sink, **options: Any) -> DelayScheduler:
-    return open_delay_scheduler("delay_wheel", data_dir, deliver=sink, clock=clock,
-                                was_delivered=sink.was_delivered, options=options)
+def open_wheel(data_dir: Path, clock: ManualClock, sink: Sink, **options: Any) -> WheelDelayScheduler:
+    wheel = open_delay_scheduler("delay_wheel", data_dir, deliver=sink, clock=clock,
+                                 was_delivered=sink.was_delivered, options=options)
+    assert isinstance(wheel, WheelDelayScheduler)
+    return wheel
+
+
+def next_deadline(clock: ManualClock) -> float:
+    """When the clock's next timer is due (one is armed)."""
+    deadline = clock.next_deadline()
+    assert deadline is not None, "no timer armed"
+    return deadline
 
 
 def put(wheel: DelayScheduler, clock: ManualClock, uid: str, delay_ms: int, **props: str) -> tuple[str, int]:
@@ -141,7 +152,7 @@ def test_order_is_deliver_millisecond_then_insertion(tmp_path: Path, clock: Manu
 def test_a_burst_in_one_second_goes_out_in_store_batches(tmp_path: Path, clock: ManualClock, sink: Sink) -> None:
     batches: list[int] = []
 
-    def deliver_batch(requests: list[AppendRequest]) -> list[AppendResult]:
+    def deliver_batch(requests: Sequence[AppendRequest]) -> list[AppendResult]:
         batches.append(len(requests))
         return [sink(r) for r in requests]
 
@@ -170,9 +181,9 @@ def test_many_seconds_over_hours_and_idle_wheel_sets_one_timer(tmp_path: Path, c
     # No spinning through 7,500 empty seconds: one timer, when the message's second is preloaded
     # (preload_seconds ahead), then one at its millisecond.
     armed = wheel.metrics()["timers_armed"]
-    assert int(clock.next_deadline() * 1000) == (due // 1000 - 10) * 1000
-    clock.set(clock.next_deadline())
-    assert int(clock.next_deadline() * 1000) == due and wheel.metrics()["timers_armed"] == armed + 1
+    assert int(next_deadline(clock) * 1000) == (due // 1000 - 10) * 1000
+    clock.set(next_deadline(clock))
+    assert int(next_deadline(clock) * 1000) == due and wheel.metrics()["timers_armed"] == armed + 1
     clock.set(due / 1000)
     assert sink.uids() == ["far"] and sink.delivered[0][0] == due
     # then one more: the hour wheel's step at the end of that hour, which moves the window on
@@ -180,7 +191,7 @@ def test_many_seconds_over_hours_and_idle_wheel_sets_one_timer(tmp_path: Path, c
     assert clock.next_deadline() == (clock.now_ms() // 1000 // HOUR + 1) * HOUR
     assert len(wheel.hours_on_disk()) == 1
     assert wheel.clean_expired(clock.now_ms()) == 0  # not over yet
-    clock.set(clock.next_deadline())
+    clock.set(next_deadline(clock))
     assert clock.next_deadline() is None and len(wheel.hours_on_disk()) == 1
     assert wheel.clean_expired(clock.now_ms()) == 3  # log, index, heads (no cancel log: nothing cancelled)
     assert wheel.hours_on_disk() == [] and wheel.clean_expired(clock.now_ms()) == 0
@@ -292,7 +303,7 @@ def test_clean_restart_mid_second_resumes_at_tick_and_local_index(tmp_path: Path
             raise Stop
         return original(req)
 
-    wheel._deliver = deliver_then_stop  # type: ignore[attr-defined]
+    wheel._deliver = deliver_then_stop
     with pytest.raises(Stop):
         clock.advance(2)
     assert sink.uids() == [f"a{i}" for i in range(4)]
@@ -430,7 +441,7 @@ def test_in_doubt_delivery_settled_by_was_delivered(tmp_path: Path, clock: Manua
             raise Crash
         return original(self, req)
 
-    wheel._deliver = dying.__get__(sink)  # type: ignore[attr-defined]
+    wheel._deliver = dying.__get__(sink)
     with pytest.raises(Crash):
         clock.advance(2)
     # the dead process never closed anything; a new one opens the same files

@@ -11,12 +11,14 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from plugmq.broker.components import open_delay_scheduler
 from plugmq.core import AppendRequest, AppendResult, AppendStatus, ManualClock, Prop
+from tests.helpers.children import ROOT, child_command
 
 T0 = 1_700_000_000.0
 N = 400
@@ -60,7 +62,7 @@ class FileSink:
         print(f"READY {self.clock.now_ms()}", flush=True)
         sys.stdin.read()  # until the parent kills us
 
-    def batch(self, requests: list[AppendRequest]) -> list[AppendResult]:
+    def batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """The broker's batched write-back: a kill can land after any message of the batch."""
         return [self(r) for r in requests]
 
@@ -97,10 +99,9 @@ def run(data_dir: Path, sink_path: Path, clock_start: float, *, schedule: int, b
 
 def spawn(data_dir: Path, sink_path: Path, clock_start: float, schedule: int, block_at: int,
           block_after_write: bool) -> subprocess.Popen[str]:
-    args = [sys.executable, __file__, str(data_dir), str(sink_path), repr(clock_start), str(schedule),
-            str(block_at), str(int(block_after_write))]
-    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parent.parent)
+    args = child_command(__file__, str(data_dir), str(sink_path), repr(clock_start), str(schedule), str(block_at),
+                         str(int(block_after_write)))
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
 
 
 def kill_when(child: subprocess.Popen[str], prefix: str, count: int) -> tuple[list[str], float]:

@@ -14,10 +14,10 @@ from plugmq.core import (
     AppendRequest,
     AppendResult,
     AppendStatus,
-    DelayScheduler,
     ManualClock,
     Prop,
 )
+from plugmq.plugins.delay_wheel.scheduler import WheelDelayScheduler
 
 HOUR = 3600
 DAY = 86_400
@@ -73,9 +73,10 @@ class Harness:
     def _was_delivered(self, request: AppendRequest) -> bool:
         return any(uid == request.properties[Prop.UNIQ_KEY] for _, uid, _ in self.delivered)
 
-    def _open(self) -> DelayScheduler:
+    def _open(self) -> WheelDelayScheduler:
         wheel = open_delay_scheduler("delay_wheel", self.data_dir, deliver=self._deliver, clock=self.clock,
                                      was_delivered=self._was_delivered)
+        assert isinstance(wheel, WheelDelayScheduler)
         wheel.start()
         self.clock.run_due()  # the overdue backlog goes out on the clock's first turn
         return wheel

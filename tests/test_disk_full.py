@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.children import ROOT, child_command
+
 FS_BYTES = 12 << 20
 FILLER_BYTES = 5 << 20
 BODY = 1024
@@ -118,8 +120,8 @@ def test_disk_full_refuses_survives_keeps_and_resumes(small_fs: Path, store: str
     filler = small_fs / "filler"
     filler.write_bytes(os.urandom(FILLER_BYTES))
     data = small_fs / "data"
-    proc = subprocess.Popen([sys.executable, __file__, "child", store, str(data)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(child_command(__file__, "child", store, str(data)), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     acked: list[int] = []
     full: dict[str, object] = {}
     done: dict[str, object] = {}

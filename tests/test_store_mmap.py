@@ -9,6 +9,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -33,14 +34,15 @@ from plugmq.core import (
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes, java_hashes
 from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, MESSAGE_MAGIC, decode
+from tests.helpers.stores import stored_at
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
-SMALL = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 16, "index_slot_count": 64, "index_max_entries": 40}
+SMALL: dict[str, Any] = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 16, "index_slot_count": 64, "index_max_entries": 40}
 
 
-def make(path: Path, clock: ManualClock | None = None, **opts: object) -> MmapMessageStore:
-    options = MmapStoreOptions(**{**SMALL, **opts})  # type: ignore[arg-type]
+def make(path: Path, clock: ManualClock | None = None, **opts: Any) -> MmapMessageStore:
+    options = MmapStoreOptions(**{**SMALL, **opts})
     return MmapMessageStore(path, options, clock=clock or ManualClock(), store_host=HOST)
 
 
@@ -63,10 +65,10 @@ def test_declaration_and_factory(tmp_path: Path) -> None:
     assert decl.name == "store_mmap" and decl.families == {Family.STORAGE}
     assert decl.options is MmapStoreOptions and decl.capabilities.sync_flush
     ctx = PluginContext("b", tmp_path, ManualClock(), store_host=HOST,
-                        options={"store_mmap": MmapStoreOptions(**SMALL)})  # type: ignore[arg-type]
+                        options={"store_mmap": MmapStoreOptions(**SMALL)})
     s = plugin.plugmq_make_store(ctx)
+    assert isinstance(s, MessageStore)
     try:
-        assert isinstance(s, MessageStore)
         assert (tmp_path / "store_mmap" / "commitlog").is_dir()
         res = s.append(req())
         assert res.msg_id == encode_msg_id(HOST, res.commit_log_offset)
@@ -122,7 +124,8 @@ def test_read_rejects_offsets_that_are_not_record_starts(store: MmapMessageStore
         assert store.read(off) is None
     assert store.query_by_id(encode_msg_id("10.0.0.8:10911", res.commit_log_offset)) is None, "another broker"
     assert store.query_by_id("not hex") is None
-    assert store.query_by_id(res.msg_id).body == b"x" * 500
+    found = store.query_by_id(res.msg_id)
+    assert found is not None and found.body == b"x" * 500
 
 
 # -- segments ---------------------------------------------------------------------------------
@@ -147,7 +150,7 @@ def test_segments_roll_over_with_end_of_file_markers(tmp_path: Path) -> None:
         nxt = min(r.commit_log_offset for r in results if r.commit_log_offset >= seg_start + SEG)
         assert nxt == seg_start + SEG, "the record that did not fit starts the next segment"
     for i, r in enumerate(results):
-        assert s.read(r.commit_log_offset).body == bytes([i % 251]) * 3000
+        assert stored_at(s, r.commit_log_offset).body == bytes([i % 251]) * 3000
     s.close()
     s = make(tmp_path / "s")
     assert [e.commit_log_offset for e in s.read_queue("T", 0, 0, 100)] == [r.commit_log_offset for r in results[::2]]
@@ -319,6 +322,7 @@ def test_any_flipped_bit_is_detected(tmp_path_factory: pytest.TempPathFactory, b
     try:
         res = s.append(req(body=body, KEYS=key, UNIQ_CLIENT_MESSAGE_ID_KEYIDX="u1"))
         seg = s.commit_log.segment_for(res.commit_log_offset)
+        assert seg is not None
         raw = bytearray(seg.mm[: res.size + 8])
     finally:
         s.close()
@@ -342,8 +346,9 @@ def test_append_batch_is_contiguous_and_in_order(store: MmapMessageStore) -> Non
 
 def test_properties_use_rocketmq_serialisation(store: MmapMessageStore) -> None:
     res = store.append(req(body=b"", KEYS="a b", TAGS="t"))
-    raw = bytes(store.commit_log.segment_for(res.commit_log_offset).mm[res.commit_log_offset: res.commit_log_offset
-                                                                        + res.size])
+    seg = store.commit_log.segment_for(res.commit_log_offset)
+    assert seg is not None
+    raw = bytes(seg.mm[res.commit_log_offset: res.commit_log_offset + res.size])
     assert raw.endswith(b"KEYS\x01a b\x02TAGS\x01t\x02")
     assert Prop.KEYS == "KEYS"
 

@@ -8,13 +8,13 @@ batch tail that recovery cuts.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sys
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from plugmq.core import (
     AppendRequest,
+    AppendResult,
     InvalidNameError,
     ManualClock,
     MessageTooLargeError,
@@ -33,57 +34,15 @@ from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap import appender as appender_module
 from plugmq.plugins.store_mmap.appender import compiled_kernel
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes
+from tests.helpers.mmap_workload import HOST, SMALL, files, run, workload
+from tests.helpers.stores import stored_at
 
-HOST = "10.0.0.7:10911"
 KERNELS = ("c", "python")
-SMALL = {"commit_log_segment_size": 64 * 1024, "consume_queue_entries_per_file": 16,
-         "index_slot_count": 64, "index_max_entries": 200}
 
 
-def make(path: Path, kernel: str, clock: ManualClock | None = None, **opts: object) -> MmapMessageStore:
-    options = MmapStoreOptions(**{**SMALL, "append_kernel": kernel, **opts})  # type: ignore[arg-type]
+def make(path: Path, kernel: str, clock: ManualClock | None = None, **opts: Any) -> MmapMessageStore:
+    options = MmapStoreOptions(**{**SMALL, "append_kernel": kernel, **opts})
     return MmapMessageStore(path, options, clock=clock or ManualClock(1_700_000_000.0), store_host=HOST)
-
-
-def workload(seed: int, count: int) -> list[AppendRequest]:
-    """Requests with every kind of field the encoder treats differently."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        props: dict[str, str] = {}
-        if rng.random() < 0.8:
-            props[Prop.TAGS] = rng.choice(["TagA", "TagB", "ü-tag"])
-        if rng.random() < 0.5:
-            props[Prop.KEYS] = " ".join(rng.choice(["k1", "k\u00e92", "k\U0001f600", f"o{i}"]) for _ in range(2))
-        if rng.random() < 0.7:
-            props[Prop.UNIQ_KEY] = f"UNIQ{seed:04X}{i:08X}"
-        if rng.random() < 0.2:
-            props["user"] = rng.choice(["", "v", "\ud800 lone surrogate", "\u4e2d\u6587"])
-        out.append(AppendRequest(
-            topic=rng.choice(["TopicA", "TopicB", "%RETRY%g"]), queue_id=rng.randrange(3),
-            body=os.urandom(rng.choice([0, 1, 100, 3000])), properties=props,
-            tags_code=rng.randrange(-(2**63), 2**63), born_timestamp_ms=rng.randrange(2**40),
-            born_host=rng.choice(["192.168.1.2:3456", "10.0.0.1:0", "[::1]:9876", "host.example:80"]),
-            reconsume_times=rng.randrange(17), sys_flag=rng.randrange(16),
-            prepared_transaction_offset=rng.randrange(2**40),
-        ))
-    return out
-
-
-def run(store: MmapMessageStore, requests: list[AppendRequest], rng: random.Random) -> list[object]:
-    results: list[object] = []
-    i = 0
-    while i < len(requests):
-        size = rng.choice([1, 1, 2, 7, 40])
-        chunk = requests[i : i + size]
-        results += [store.append(chunk[0])] if size == 1 else store.append_batch(chunk)
-        i += size
-    return results
-
-
-def files(root: Path) -> dict[str, bytes]:
-    skip = {"lock", "abort", "checkpoint"}
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in skip}
 
 
 # -- the compiled kernel is there and computes what Python does --------------------------------
@@ -115,7 +74,7 @@ def test_kernels_write_identical_files(tmp_path: Path) -> None:
     for kernel in KERNELS:
         store = make(tmp_path / kernel, kernel, preallocate_next_segment=False)  # no file made by a thread
         results = run(store, requests, random.Random(3))
-        reads = [store.read(r.commit_log_offset) for r in results]  # type: ignore[attr-defined]
+        reads = [store.read(r.commit_log_offset) for r in results]
         hits = store.query_by_key("TopicA", "k\U0001f600")
         stats = store.stats()
         store.close()
@@ -129,7 +88,7 @@ def test_kernels_write_identical_files(tmp_path: Path) -> None:
         assert c[3][name] == py[3][name], f"{name} differs between the kernels"
     assert c[4]["segments"] > 2, "the workload should roll the commit log"
     for req, res, msg in zip(requests, c[0], c[1], strict=True):
-        assert msg is not None and msg.body == req.body and msg.queue_offset == res.queue_offset  # type: ignore[attr-defined]
+        assert msg is not None and msg.body == req.body and msg.queue_offset == res.queue_offset
 
 
 def test_index_hashes_match_the_reference(tmp_path: Path) -> None:
@@ -157,7 +116,7 @@ def test_batch_mixes_topics_and_queues(tmp_path: Path, kernel: str) -> None:
     per_queue: dict[tuple[str, int], list[int]] = {}
     for req, res in zip(reqs, results, strict=True):
         per_queue.setdefault((req.topic, req.queue_id), []).append(res.queue_offset)
-        assert store.read(res.commit_log_offset).body == req.body  # type: ignore[union-attr]
+        assert stored_at(store, res.commit_log_offset).body == req.body
     assert per_queue == {("A", 0): list(range(30)), ("B", 1): list(range(1, 31)), ("A", 2): list(range(30))}
     phys = [r.commit_log_offset for r in results]
     assert phys == sorted(phys) and len({r.store_timestamp_ms for r in results}) == 1
@@ -202,7 +161,7 @@ def test_refused_batch_writes_nothing(tmp_path: Path, kernel: str) -> None:
 @pytest.mark.parametrize("flush", ["async", "sync"])
 def test_concurrent_single_and_batch_writers(tmp_path: Path, kernel: str, flush: str) -> None:
     store = make(tmp_path / "s", kernel, flush=flush, index_max_entries=5000)
-    written: list[tuple[AppendRequest, object]] = []
+    written: list[tuple[AppendRequest, AppendResult]] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -225,16 +184,16 @@ def test_concurrent_single_and_batch_writers(tmp_path: Path, kernel: str, flush:
     for t in threads:
         t.join()
     assert not errors, errors
-    by_queue: dict[tuple[str, int], dict[int, object]] = {}
+    by_queue: dict[tuple[str, int], dict[int, AppendResult]] = {}
     for req, res in written:
-        assert store.read(res.commit_log_offset).body == req.body  # type: ignore[attr-defined,union-attr]
+        assert stored_at(store, res.commit_log_offset).body == req.body
         slot = by_queue.setdefault((req.topic, req.queue_id), {})
-        assert res.queue_offset not in slot  # type: ignore[attr-defined]
-        slot[res.queue_offset] = res  # type: ignore[attr-defined]
+        assert res.queue_offset not in slot
+        slot[res.queue_offset] = res
     for (topic, qid), offsets in by_queue.items():
         assert sorted(offsets) == list(range(len(offsets)))
         entries = store.read_queue(topic, qid, 0, 10_000)
-        assert [e.commit_log_offset for e in entries] == [offsets[i].commit_log_offset for i in range(len(offsets))]  # type: ignore[attr-defined]
+        assert [e.commit_log_offset for e in entries] == [offsets[i].commit_log_offset for i in range(len(offsets))]
     assert len(store.query_by_key("T0", "w1", max_results=10_000)) == sum(
         1 for req, _ in written if req.topic == "T0" and req.properties[Prop.KEYS] == "w1")
     store.close()
@@ -246,7 +205,7 @@ def test_writers_meeting_new_topics_and_queues_wait_for_each_other(tmp_path: Pat
     where another thread may run: its append must wait for the put lock, not fail as a re-entry."""
     store = make(tmp_path / "s", kernel)
     errors: list[BaseException] = []
-    written: list[tuple[AppendRequest, object]] = []
+    written: list[tuple[AppendRequest, AppendResult]] = []
     lock = threading.Lock()
 
     def writer(w: int) -> None:
@@ -273,8 +232,8 @@ def test_writers_meeting_new_topics_and_queues_wait_for_each_other(tmp_path: Pat
         assert not errors, errors[:3]
         assert len(written) == 4 * 40 * 4
         for req, res in written:
-            assert store.read(res.commit_log_offset).body == req.body  # type: ignore[attr-defined,union-attr]
-            assert res.queue_offset == 0  # type: ignore[attr-defined]
+            assert stored_at(store, res.commit_log_offset).body == req.body
+            assert res.queue_offset == 0
     finally:
         store.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -14,10 +15,11 @@ from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message, MessageQueue, PullStatus
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.record import HEADER_SIZE
+from tests.helpers.stores import stored_at
 
 SEG = 64 * 1024
 PER_FILE = 64
-SMALL = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": PER_FILE, "index_slot_count": 97,
+SMALL: dict[str, Any] = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": PER_FILE, "index_slot_count": 97,
          "index_max_entries": 400, "disk_max_used_ratio": 1.0, "disk_force_clean_ratio": 1.0,
          "disk_critical_ratio": 1.0}
 TOPIC = "Heal"
@@ -79,7 +81,7 @@ def test_truncated_newest_segment_with_preallocated_successor(tmp_path: Path, ke
     clock = ManualClock()
     with open_broker(tmp_path, clock) as broker:
         results = send(broker, 0, 120)
-        ends = [clo(r) + broker.store.read(clo(r)).size for r in results]
+        ends = [clo(r) + stored_at(broker.store, clo(r)).size for r in results]
     logdir = store_dir(tmp_path) / "commitlog"
     names = sorted(p.name for p in logdir.iterdir())
     newest = max(clo(r) for r in results) // SEG * SEG
@@ -217,7 +219,7 @@ def test_a_segment_truncated_in_the_middle_keeps_the_records_after_it(tmp_path: 
 def test_store_opened_directly_exposes_repair(tmp_path: Path) -> None:
     """repair_queue is the store's answer to a read miss; a sound entry with a sound record is
     left alone."""
-    store = MmapMessageStore(tmp_path, MmapStoreOptions(**SMALL), clock=ManualClock())  # type: ignore[arg-type]
+    store = MmapMessageStore(tmp_path, MmapStoreOptions(**SMALL), clock=ManualClock())
     try:
         from plugmq.core import AppendRequest
 

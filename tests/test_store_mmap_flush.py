@@ -11,21 +11,23 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from plugmq.core import AppendRequest, AppendStatus, ManualClock
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, ManualClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
 from plugmq.testing import wait_for
+from tests.helpers.stores import stored_at
 
 HOST = "10.0.0.7:10911"
-SMALL = {"commit_log_segment_size": 256 * 1024, "consume_queue_entries_per_file": 64, "index_slot_count": 64,
+SMALL: dict[str, Any] = {"commit_log_segment_size": 256 * 1024, "consume_queue_entries_per_file": 64, "index_slot_count": 64,
              "index_max_entries": 100}
 
 
-def make(path: Path, **opts: object) -> MmapMessageStore:
-    return MmapMessageStore(path, MmapStoreOptions(**{**SMALL, **opts}), clock=ManualClock(), store_host=HOST)  # type: ignore[arg-type]
+def make(path: Path, **opts: Any) -> MmapMessageStore:
+    return MmapMessageStore(path, MmapStoreOptions(**{**SMALL, **opts}), clock=ManualClock(), store_host=HOST)
 
 
 def req(i: int, qid: int = 0) -> AppendRequest:
@@ -50,7 +52,7 @@ def run_threads(n: int, work: Callable[[int], None]) -> list[threading.Thread]:
 def test_one_flush_covers_every_waiting_writer(tmp_path: Path) -> None:
     store = make(tmp_path / "s", flush="sync", sync_flush_timeout_ms=60_000)
     try:
-        results: dict[int, object] = {}
+        results: dict[int, AppendResult] = {}
         cl = store.commit_log
         with cl.flush_lock:  # the flush cannot start: all 8 writers queue up behind it
             flushes_before = cl.flush_count
@@ -101,13 +103,13 @@ def test_flush_that_does_not_complete_in_time_reports_flush_disk_timeout(tmp_pat
         with cl.flush_lock:
             single = store.append(req(1))
             batch = store.append_batch([req(2), req(3, 1)])
-            others: dict[int, object] = {}
+            others: dict[int, AppendResult] = {}
             for t in run_threads(3, lambda t: others.__setitem__(t, store.append(req(10 + t)))):
                 t.join()
         statuses = [single.status, *(r.status for r in batch), *(r.status for r in others.values())]
         assert statuses == [AppendStatus.FLUSH_DISK_TIMEOUT] * 6, "never a silent success"
         assert store.stats()["flush_disk_timeouts"] == 5  # one per wait: the batch waits once
-        assert store.read(single.commit_log_offset).body == req(1).body, "stored, just not known durable"
+        assert stored_at(store, single.commit_log_offset).body == req(1).body, "stored, just not known durable"
         after = store.append(req(4))
         assert after.status is AppendStatus.PUT_OK
         assert cl.flushed == cl.wrote >= single.commit_log_offset + single.size

@@ -13,25 +13,28 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from plugmq.conformance.storage import Opener, StoreConformance, StoreUnderTest
-from plugmq.core import AppendRequest, ManualClock, Prop, SystemClock
+from plugmq.core import AppendRequest, Clock, ManualClock, Prop, SystemClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.record import HEADER_SIZE, MESSAGE_MAGIC, decode
+from tests.helpers.children import ROOT, child_command
+from tests.helpers.stores import stored_at
 
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
-SMALL = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 64, "index_slot_count": 97,
+SMALL: dict[str, Any] = {"commit_log_segment_size": SEG, "consume_queue_entries_per_file": 64, "index_slot_count": 97,
              "index_max_entries": 300}
 TOPIC = "Kill"
 QUEUES = 3
 
 
-def make(path: Path, clock: object | None = None, **opts: object) -> MmapMessageStore:
-    options = MmapStoreOptions(**{**SMALL, **opts})  # type: ignore[arg-type]
-    return MmapMessageStore(path, options, clock=clock or ManualClock(), store_host=HOST)  # type: ignore[arg-type]
+def make(path: Path, clock: Clock | None = None, **opts: Any) -> MmapMessageStore:
+    options = MmapStoreOptions(**{**SMALL, **opts})
+    return MmapMessageStore(path, options, clock=clock or ManualClock(), store_host=HOST)
 
 
 def body_for(index: int) -> bytes:
@@ -73,8 +76,8 @@ def child(directory: str, flush: str, first: int) -> None:
 
 def run_and_kill(directory: Path, flush: str, first: int, acks: int, log: Path) -> dict[int, tuple[int, int]]:
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, __file__, "child", str(directory), flush, str(first)],
-                                stdout=subprocess.PIPE, stderr=err)
+        proc = subprocess.Popen(child_command(__file__, "child", str(directory), flush, str(first)),
+                                stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
     assert proc.stdout is not None
     got = b""
     try:
@@ -110,7 +113,7 @@ def check_consistent(store: MmapMessageStore) -> set[int]:
             index = index_of(msg.body)
             assert index is not None, "a damaged record came back"
             seen.add(index)
-    keys_in_log = []
+    keys_in_log: list[str] = []
     store.commit_log.walk(store.commit_log.min_offset, lambda rec: keys_in_log.extend(rec.keys_and_uniq()))
     entries_in_index = sum(f.count - 1 for f in store.index.files)
     assert entries_in_index == len(keys_in_log), "index entries past the end were not cut, or some are missing"
@@ -184,7 +187,7 @@ def test_a_clean_restart_rechecks_only_the_newest_record(tmp_path: Path) -> None
     store = make(directory, recover_check_segments=1)  # RocketMQ's way, on request: the newest segment again
     try:
         assert store.recovery.checked_from == last.commit_log_offset // SEG * SEG
-        assert index_of(store.read(last.commit_log_offset).body) == 59
+        assert index_of(stored_at(store, last.commit_log_offset).body) == 59
     finally:
         store.close()
 
@@ -205,7 +208,7 @@ def test_flipped_byte_in_last_record_is_cut(tmp_path: Path, where: str) -> None:
         qid = 39 % QUEUES
         assert store.max_offset(TOPIC, qid) == last.queue_offset, "its queue entry must be cut too"
         for i, res in enumerate(results[:-1]):
-            assert index_of(store.read(res.commit_log_offset).body) == i
+            assert index_of(stored_at(store, res.commit_log_offset).body) == i
         assert store.query_by_key(TOPIC, "k39") == []
         check_consistent(store)
         again = store.append(request_for(39))
@@ -228,12 +231,12 @@ def test_truncated_segment_file_is_cut(tmp_path: Path) -> None:
         assert store.recovery.end == last.commit_log_offset and store.read(last.commit_log_offset) is None
         check_consistent(store)
         more = [store.append(request_for(100 + i)) for i in range(40)]  # rolls past the short segment
-        assert all(index_of(store.read(r.commit_log_offset).body) == 100 + i for i, r in enumerate(more))
+        assert all(index_of(stored_at(store, r.commit_log_offset).body) == 100 + i for i, r in enumerate(more))
     finally:
         store.close()
     store = make(directory)
     try:
-        assert index_of(store.read(more[-1].commit_log_offset).body) == 139
+        assert index_of(stored_at(store, more[-1].commit_log_offset).body) == 139
         check_consistent(store)
     finally:
         store.close()
@@ -276,7 +279,7 @@ def test_corrupt_record_before_the_tail_is_never_returned(tmp_path: Path) -> Non
     try:
         assert store.read(victim.commit_log_offset) is None
         assert store.query_by_id(victim.msg_id) is None
-        assert [index_of(store.read(r.commit_log_offset).body) for r in results[4:]] == list(range(4, 60))
+        assert [index_of(stored_at(store, r.commit_log_offset).body) for r in results[4:]] == list(range(4, 60))
     finally:
         store.close()
 
@@ -292,7 +295,7 @@ def test_torn_checkpoint_means_full_check_and_rebuild(tmp_path: Path) -> None:
         report = store.recovery
         assert not report.checkpoint_valid and report.checked_from == 0
         assert report.consume_queue_from == 0 and report.redispatched == 50
-        assert [index_of(store.read(r.commit_log_offset).body) for r in results] == list(range(50))
+        assert [index_of(stored_at(store, r.commit_log_offset).body) for r in results] == list(range(50))
         check_consistent(store)
     finally:
         store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 HOST = "10.0.0.7:10911"
 SEG = 64 * 1024
 NEVER = {"disk_max_used_ratio": 1.0, "disk_force_clean_ratio": 1.0, "disk_critical_ratio": 1.0}
-SMALL = dict(commit_log_segment_size=SEG, consume_queue_entries_per_file=8, index_slot_count=31,
+SMALL: dict[str, Any] = dict(commit_log_segment_size=SEG, consume_queue_entries_per_file=8, index_slot_count=31,
              index_max_entries=20, file_reserved_hours=1, delete_when="04", **NEVER)
 
 
@@ -22,8 +23,8 @@ def local(hour: int, minute: int = 0) -> float:
     return dt.datetime(2023, 11, 14, hour, minute).timestamp()
 
 
-def make(path: Path, clock: ManualClock, **opts: object) -> MmapMessageStore:
-    return MmapMessageStore(path, MmapStoreOptions(**{**SMALL, **opts}), clock=clock, store_host=HOST)  # type: ignore[arg-type]
+def make(path: Path, clock: ManualClock, **opts: Any) -> MmapMessageStore:
+    return MmapMessageStore(path, MmapStoreOptions(**{**SMALL, **opts}), clock=clock, store_host=HOST)
 
 
 def write(store: MmapMessageStore, clock: ManualClock, first: int, n: int) -> list:

@@ -11,31 +11,31 @@ import random
 import shutil
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import AppendRequest, ConfigError, ManualClock, Prop, StoreError
+from plugmq.core import AppendRequest, AppendResult, ConfigError, ManualClock, Prop, StoreError
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap import scan as scan_module
 from plugmq.plugins.store_mmap.consumequeue import ENTRY_SIZE
 from plugmq.plugins.store_mmap.indexfile import key_entries
 from plugmq.plugins.store_mmap.record import HEADER_SIZE
 from plugmq.plugins.store_mmap.scan import PyScanKernel, compiled_scan_kernel, make_scan_kernel, scan_log
-from tests.test_store_mmap_appender import HOST, SMALL, files, run, workload
+from tests.helpers.mmap_workload import HOST, SMALL, files, run, workload
 
 KERNELS = ("c", "python")
 
 
-def make(path: Path, scan_kernel: str = "auto", **opts: object) -> MmapMessageStore:
-    options = MmapStoreOptions(**{**SMALL, "scan_kernel": scan_kernel, "preallocate_next_segment": False,
-                                  **opts})  # type: ignore[arg-type]
+def make(path: Path, scan_kernel: str = "auto", **opts: Any) -> MmapMessageStore:
+    options = MmapStoreOptions(**{**SMALL, "scan_kernel": scan_kernel, "preallocate_next_segment": False, **opts})
     return MmapMessageStore(path, options, clock=ManualClock(1_700_000_000.0), store_host=HOST)
 
 
-def filled(path: Path, count: int = 600, seed: int = 7) -> list[object]:
+def filled(path: Path, count: int = 600, seed: int = 7) -> list[AppendResult]:
     store = make(path)
     results = run(store, workload(seed, count), random.Random(3))
     # keys split on Unicode white space (as str.split()), an empty KEYS, a key of astral characters
@@ -138,8 +138,8 @@ def test_kernels_judge_queue_entries_alike(tmp_path: Path) -> None:
     rng = random.Random(5)
     victims = sorted(rng.sample(range(cq.max_offset), 9))
     for qoff in victims:
-        f = cq.dir / f"{qoff // cq.per_file * cq.per_file * ENTRY_SIZE:020d}"
-        flip(f, qoff % cq.per_file * ENTRY_SIZE + rng.randrange(ENTRY_SIZE))
+        path = cq.dir / f"{qoff // cq.per_file * cq.per_file * ENTRY_SIZE:020d}"
+        flip(path, qoff % cq.per_file * ENTRY_SIZE + rng.randrange(ENTRY_SIZE))
     store = make(tmp_path / "s")  # a clean stop: entries are not checked at open
     cl = store.commit_log
     queue = store.consume_queues.get(cq.topic, cq.queue_id)
