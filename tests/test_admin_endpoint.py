@@ -21,6 +21,8 @@ from plugmq import Broker, ManualClock, Message
 from plugmq.core.errors import ClientError, ConfigError, TopicError, ValidationError
 from plugmq.server import ServerThread, parse_server_table
 from plugmq.server.admin import AdminClient
+from plugmq.testing import wait_for
+from tests.helpers.services import delay_of
 
 ACL = {"enabled": True, "accounts": {
     "ops": {"secret": "ops-secret", "admin": True},
@@ -100,9 +102,8 @@ def test_metrics_cover_traffic_delay_store_and_process(served: tuple[Broker, str
     assert ({"topic": "Orders", "message_type": "delay"}, 3.0) in before["rocketmq_messages_in_total"]
     assert ({"topic": "Orders", "message_type": "normal"}, 20.0) in before["rocketmq_throughput_in_total"]
     broker.clock.advance(7)  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 10
-    while broker.delay is not None and broker.delay.pending() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the delay plugin's dispatch thread catches up with the advanced clock
+    # the delay plugin's dispatch thread catches up with the advanced clock
+    wait_for(delay_of(broker).pending, 10, "the due delayed messages dispatched", until=lambda pending: pending == 0)
     after = scrape(url)
     assert after["rocketmq_timing_messages"] == [({}, 0.0)]
     quantiles = {labels["quantile"]: value for labels, value in after["plugmq_delay_lateness_milliseconds"]}

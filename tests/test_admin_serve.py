@@ -29,7 +29,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 
 from plugmq.core.errors import TopicError
 from plugmq.server.admin import AdminClient
-from plugmq.testing import await_listening
+from plugmq.testing import await_listening, wait_for
 
 WAIT_S = 20.0
 _CLI = "from plugmq.cli import main; main()"
@@ -207,12 +207,8 @@ def test_admin_and_metrics_against_plugmq_serve_then_on_its_stopped_data_dir(tmp
                                         {"Fragile": FilterExpression()}, await_duration=1)) as fragile:
                 (first,) = receive(fragile, 1, 1)
                 assert first.body == b"breakable"
-                deadline = time.monotonic() + WAIT_S
-                while time.monotonic() < deadline:
-                    topics = {t["topic"]: t["messages"] for t in client.call("topic-list", {})}
-                    if topics.get("%DLQ%fragile"):
-                        break
-                    time.sleep(0.2)
+                topics = wait_for(lambda: {t["topic"]: t["messages"] for t in client.call("topic-list", {})}, WAIT_S,
+                                  "the message in %DLQ%fragile", until=lambda now: now.get("%DLQ%fragile"), interval=0.2)
                 assert topics.get("%DLQ%fragile") == 1, topics
                 assert fragile.receive(16, 30) == []
                 resent = client.call("resend-dlq", {"group": "fragile"})

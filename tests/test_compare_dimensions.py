@@ -15,6 +15,7 @@ from plugmq.spark.children import broker_toml
 from plugmq.spark.experiments import Experiment, expand_matrix, parse_experiments
 from plugmq.spark.histogram import Histogram
 from plugmq.spark.replay import run_experiment
+from plugmq.testing import wait_for
 
 MMAP = {"store_mmap": {"flush": "async"}}
 BASE: dict[str, Any] = {
@@ -205,7 +206,6 @@ def test_a_broker_child_stops_when_the_experiment_process_is_killed(tmp_path: Pa
     import signal
     import subprocess
     import sys
-    import time
 
     script = (
         "import sys, time\n"
@@ -222,10 +222,7 @@ def test_a_broker_child_stops_when_the_experiment_process_is_killed(tmp_path: Pa
         pid = int(parent.stdout.readline())
         parent.kill()
         parent.wait()
-        deadline = time.monotonic() + 60
-        while _running(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _running(pid), "the serve child outlived its killed parent"
+        wait_for(lambda: not _running(pid), 60, "the serve child to exit after its parent was killed", interval=0.1)
     finally:
         if parent.poll() is None:
             parent.kill()

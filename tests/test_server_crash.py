@@ -27,7 +27,9 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from plugmq.testing import await_listening
+from plugmq.core.errors import ValidationError
+from plugmq.server.admin import AdminClient
+from plugmq.testing import await_listening, wait_for
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
@@ -147,10 +149,9 @@ def test_sigterm_answers_a_waiting_long_poll_and_exits_cleanly(tmp_path: Path) -
 
         waiter = threading.Thread(target=poll)
         waiter.start()
-        deadline = time.monotonic() + WAIT_S
-        pop_log = tmp_path / "data" / "broker" / "pop" / "pop-0.log"
-        while not (pop_log.exists() and b'"quiet"' in pop_log.read_bytes()) and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the receive made the group's first pop (it waits after that)
+        with AdminClient(child.address) as admin:  # the receive made the group's first pop; it waits after that
+            wait_for(lambda: admin.call("consumer-progress", {"group": "quiet"}), WAIT_S,
+                     "the receive's first pop (the group's pop progress)", ignoring=(ValidationError,), interval=0.05)
         assert child.stop(signal.SIGTERM) == 0
         waiter.join(WAIT_S)
     assert outcome == [[]], f"the long poll was not answered before the shutdown: {outcome}"

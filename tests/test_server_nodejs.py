@@ -29,6 +29,7 @@ pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, dlq_topic
 from plugmq.server import ServerOptions, ServerThread
+from plugmq.testing import wait_for
 
 NODE_PACKAGE = "rocketmq-client-nodejs@1.0.8"
 DRIVER = Path(__file__).parent / "nodejs" / "driver.js"
@@ -242,13 +243,13 @@ def test_push_consumer_failures_retried_on_the_groups_schedule_then_dead_lettere
         third, _ = wait_for_attempt(20.0)
         assert third["messageId"] == message_id and third["deliveryAttempt"] == 3
         dlq = dlq_topic("node-push")
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
+
+        def dead_letters() -> int:
             served.clock.advance(30.0)  # past any invisible time the client asked for
             queues = served.broker.topic_queues(dlq, create=False) if served.broker.topics.get(dlq) else []
-            if sum(served.broker.max_offset(q) for q in queues) == 1:
-                break
-            time.sleep(0.2)  # the client's nack and the server's dead-lettering run on their own threads
-        else:
-            raise AssertionError("the message did not reach the group's dead-letter queue")
+            return sum(served.broker.max_offset(q) for q in queues)
+
+        # the client's nack and the server's dead-lettering run on their own threads
+        wait_for(dead_letters, WAIT_S, "the message in the group's dead-letter queue", until=lambda n: n == 1,
+                 interval=0.2)
         assert next_attempt(2.0) is None, "delivered again after its last attempt"

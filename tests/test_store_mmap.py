@@ -6,8 +6,6 @@ import itertools
 import os
 import shutil
 import struct
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from plugmq.core import (
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes, java_hashes
 from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, MESSAGE_MAGIC, decode
+from plugmq.testing import wait_for
 from tests.helpers.stores import stored_at
 
 HOST = "10.0.0.7:10911"
@@ -359,10 +358,7 @@ def test_next_segment_is_created_ahead_in_the_background(tmp_path: Path) -> None
         first = tmp_path / "s" / "commitlog" / f"{0:020d}"
         assert os.stat(first).st_blocks * 512 >= SEG, "warm segments have their blocks reserved"
         ahead = tmp_path / "s" / "commitlog" / f"{SEG:020d}"
-        deadline = time.monotonic() + 30
-        while not ahead.exists():  # the allocator thread runs in real time; this only bounds a hang
-            assert time.monotonic() < deadline, "the next segment was never pre-allocated"
-            threading.Event().wait(0.002)
+        wait_for(ahead.exists, 30, "the next segment pre-allocated by the allocator thread", interval=0.002)
         for i in range(30):
             s.append(req(body=bytes([i]) * 3000))
         assert len(s.commit_log.segments) == 2

@@ -8,7 +8,6 @@ is held, no flush can complete, whatever the machine's speed.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -172,9 +171,8 @@ def test_a_failure_that_keeps_coming_back_is_logged_once_then_its_recovery(tmp_p
                                flush_derived=lambda: None, housekeeping=housekeeping)
         flusher.start()
         try:
-            deadline = time.monotonic() + 20
-            while rounds["failing"] < 20 and time.monotonic() < deadline:
-                time.sleep(0.01)  # the real flush thread's ticks, not a delay under test
+            # the real flush thread's ticks, not a delay under test
+            wait_for(lambda: rounds["failing"], 20, "20 failing flush rounds", until=lambda failed: failed >= 20)
             failing.clear()
             assert recovered.wait(20)
         finally:
