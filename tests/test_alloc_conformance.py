@@ -66,7 +66,7 @@ class TestConfigConformance(AllocationConformance):
     def allocation_strategy_factory(self):
         return _fixture("CONFIG", message_queues=[MessageQueue("T", "r0-b0", 0), MessageQueue("T", "r1@b1", 3)])
 
-    def test_consumer_not_in_list_gets_nothing(self, allocation_strategy_factory) -> None:  # type: ignore[override]
+    def test_consumer_not_in_list_gets_nothing(self, allocation_strategy_factory) -> None:
         pytest.skip(
             "CONFIG does no input checks: like RocketMQ's AllocateMessageQueueByConfig it returns its "
             "configured list to any caller"

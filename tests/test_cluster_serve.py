@@ -21,6 +21,8 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
+import functools
+
 import grpc
 from rocketmq import (
     ClientConfiguration,
@@ -91,7 +93,7 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
         for process in cluster.brokers.values():
             process.await_address()
         for broker in ROOMS:  # every broker sees the others before any client asks for a route
-            wait_for(lambda b=broker: route_brokers(cluster, b, "Warmup"), WAIT_S, f"{broker} to see every broker",
+            wait_for(functools.partial(route_brokers, cluster, broker, "Warmup"), WAIT_S, f"{broker} to see every broker",
                      until=lambda routed: routed == set(ROOMS))
         yield cluster
     finally:
@@ -125,7 +127,7 @@ def message(topic: str, body: bytes) -> Message:
 
 
 def broker_of(receipt: Any) -> str:
-    return receipt.message_queue.message_queue0().broker.name  # type: ignore[no-any-return]
+    return receipt.message_queue.message_queue0().broker.name
 
 
 # --------------------------------------------------------------------------------------- messaging
@@ -358,7 +360,7 @@ def test_a_killed_broker_leaves_the_routes_sends_go_on_and_it_rejoins_after_a_re
         wait_for(lambda: outcomes["broker-c"] > 0, WAIT_S, "a send to broker-c")
         assert cluster.brokers["broker-c"].stop(signal.SIGKILL) == -signal.SIGKILL
         for asked in ("broker-a", "broker-b"):
-            wait_for(lambda a=asked: route_brokers(cluster, a, topic), SESSION_TIMEOUT_S * 5,
+            wait_for(functools.partial(route_brokers, cluster, asked, topic), SESSION_TIMEOUT_S * 5,
                      f"broker-c out of {asked}'s route", until=lambda routed: "broker-c" not in routed)
         sent_before = sum(outcomes.values())
         wait_for(lambda: sum(outcomes.values()) >= sent_before + 50, WAIT_S, "50 more sends")
@@ -370,7 +372,7 @@ def test_a_killed_broker_leaves_the_routes_sends_go_on_and_it_rejoins_after_a_re
 
     cluster.start("broker-c").await_address()
     for asked in ROOMS:
-        wait_for(lambda a=asked: route_brokers(cluster, a, topic), WAIT_S, f"broker-c back in {asked}'s route",
+        wait_for(functools.partial(route_brokers, cluster, asked, topic), WAIT_S, f"broker-c back in {asked}'s route",
                  until=lambda routed: routed == set(ROOMS))
     producer = started(Producer(cluster.config("broker-b"), (topic,)))
     try:

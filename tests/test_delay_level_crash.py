@@ -100,7 +100,7 @@ def test_kill_during_wall_clock_dispatch_loses_and_repeats_nothing(tmp_path: Pat
     received += rest
     assert proc.returncode == -signal.SIGKILL and b"DONE" not in received
     due: dict[str, int] = {}
-    reported = collections.Counter()
+    reported: collections.Counter[str] = collections.Counter()
     for line in received.decode().split("\n")[:-1]:
         tag, *fields = line.split()
         if tag == "S":
@@ -128,7 +128,7 @@ def test_kill_during_wall_clock_dispatch_loses_and_repeats_nothing(tmp_path: Pat
         for qid in range(store.queues().get(TOPIC, 0)):
             for entry in store.read_queue(TOPIC, qid, 0, 1_000_000):
                 message = store.read(entry.commit_log_offset, entry.size)
-                assert message is not None
+                assert message is not None and message.unique_id is not None
                 counts[message.unique_id] += 1
         lost = [u for u in due if counts[u] == 0]
         doubled = [u for u, n in counts.items() if n > 1]

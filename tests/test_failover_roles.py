@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,10 +23,12 @@ from plugmq.core import (
     MessageQueue,
     PluginError,
     ReadOnlyBrokerError,
+    StoredMessage,
     TransactionDecision,
 )
 from plugmq.testing import WAIT_S, wait_for
 from tests.helpers.replication import end_of
+from tests.helpers.services import replication_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "txn", "ha"]
 TOPIC = "Failover"
@@ -76,24 +77,24 @@ class Checker:
         self.answer = answer
         self.asked: list[bytes] = []
 
-    def __call__(self, message: Any) -> TransactionDecision:
+    def __call__(self, message: StoredMessage) -> TransactionDecision:
         self.asked.append(message.body)
         return self.answer
 
 
-def by_arg(_message: Message, arg: object) -> object:
+def by_arg(_message: Message, arg: TransactionDecision) -> TransactionDecision:
     return arg
 
 
 def test_a_failover_broker_starts_read_only_and_takes_writes_once_promoted(group: Group) -> None:
     broker = group.open("a", 1)
-    assert broker.role is BrokerRole.SLAVE and broker.epoch == 0
+    assert (broker.role, broker.epoch) == (BrokerRole.SLAVE, 0)
     with pytest.raises(ReadOnlyBrokerError):
         broker.put(Message(TOPIC, b"x"), 0)
     broker.promote(1)
-    assert broker.role is BrokerRole.ASYNC_MASTER and broker.epoch == 1
+    assert (broker.role, broker.epoch) == (BrokerRole.ASYNC_MASTER, 1)
     broker.put(Message(TOPIC, b"x"), 0)
-    assert broker.replication.status().epoch == 1  # type: ignore[union-attr]
+    assert replication_of(broker).status().epoch == 1
 
 
 def test_failover_configuration_errors(tmp_path: Path) -> None:
@@ -270,9 +271,9 @@ def test_delayed_messages_due_before_during_and_after_a_failover(tmp_path: Path,
         delivered = b.pull(queue, 0, 100).messages
         assert sorted(m.body for m in delivered) == sorted(
             f"{phase}-{i}".encode() for phase in due_s for i in range(3)), "none lost, none twice"
-        for message in delivered:
-            due_ms = start_ms + due_s[message.body.decode().split("-")[0]] * 1000
-            assert message.store_timestamp_ms >= due_ms, f"{message.body!r} was delivered early"
+        for stored in delivered:
+            due_ms = start_ms + due_s[stored.body.decode().split("-")[0]] * 1000
+            assert stored.store_timestamp_ms >= due_ms, f"{stored.body!r} was delivered early"
 
         # The old master comes back under the new one, and is promoted again later: the copies its
         # own delay plugin still holds were delivered by b, so they are not written a second time.

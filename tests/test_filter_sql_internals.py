@@ -131,7 +131,7 @@ def test_double_compare_is_javas_total_order() -> None:
 
 def kinds(text: str) -> list[tuple[Kind, str]]:
     stream = TokenStream(text)
-    out = []
+    out: list[tuple[Kind, str]] = []
     while (token := stream.next()).kind is not Kind.EOF:
         out.append((token.kind, token.text))
     return out
@@ -226,7 +226,7 @@ def test_compiled_closures_agree_with_the_tree_walking_interpreter(expression: s
     # the generic walk over the same tree gives, errors included.
     flt = COMPILER.compile(expression)
     for properties, _tags in messages:
-        outcomes = []
+        outcomes: list[bool | str | None] = []  # a result, or "error"
         for evaluate in (flt.evaluate, lambda p: interpret(flt.tree, p)):
             try:
                 outcomes.append(evaluate(properties))

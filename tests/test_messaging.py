@@ -30,9 +30,10 @@ def broker(tmp_path: Path, clock: ManualClock):
 
 def test_async_oneway_and_callbacks(broker: Broker) -> None:
     broker.create_topic("T", 2)
-    seen = []
+    seen: list[tuple[SendStatus | None, BaseException | None]] = []
     with broker.producer("pg") as producer:
-        future = producer.send_async(Message("T", b"a"), callback=lambda r, e: seen.append((r.status, e)))
+        future = producer.send_async(Message("T", b"a"),
+                                     callback=lambda r, e: seen.append((r.status if r else None, e)))
         assert future.result(timeout=30).status is SendStatus.SEND_OK
         producer.send_oneway(Message("T", b"b"))
         failing = producer.send_async(Message("T", b"x" * (5 * 1024 * 1024)))

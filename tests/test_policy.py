@@ -38,9 +38,10 @@ def test_the_default_is_rocketmqs_16_reconsumes_on_delay_levels_3_and_up() -> No
 def test_policy_values_are_checked() -> None:
     assert RedeliveryPolicy().with_max_reconsume_times(0).max_attempts == 1
     assert RedeliveryPolicy(dead_letter_topic="DEAD_{group}").dead_letter_topic_for("g") == "DEAD_g"
-    for bad, message in [({"max_attempts": 0}, ">= 1"), ({"backoff_s": []}, "empty"),
-                         ({"backoff_s": [1, -2]}, r"backoff_s\[1\]"), ({"backoff_s": "10"}, "a list"),
-                         ({"dead_letter_topic": "bad topic {group}"}, "legal topic")]:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"max_attempts": 0}, ">= 1"), ({"backoff_s": []}, "empty"), ({"backoff_s": [1, -2]}, r"backoff_s\[1\]"),
+        ({"backoff_s": "10"}, "a list"), ({"dead_letter_topic": "bad topic {group}"}, "legal topic")]
+    for bad, message in cases:
         with pytest.raises(ValidationError, match=message):
             RedeliveryPolicy(**bad)
     with pytest.raises(ValidationError, match=">= 0"):

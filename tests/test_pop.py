@@ -263,7 +263,7 @@ def test_compaction_writes_a_snapshot_and_keeps_the_state(tmp_path: Path) -> Non
     try:
         for i in range(12):
             r.send(f"m{i}")
-        handles = []
+        handles: list[str] = []
         for _ in range(12):
             handles.extend(d.receipt_handle for d in r.receive(batch=1, invisible_s=5))
         for handle in handles[::2]:

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SendReceipt, SimpleConsumer
 from rocketmq.grpc_protocol import Code
 from rocketmq.v5.exception import ClientException
 
@@ -179,7 +179,7 @@ def test_sync_master_acks_only_what_the_slave_holds(cluster: Cluster) -> None:
     master = cluster.master("sync_master")
     slave = cluster.slave()
     with started(Producer(_client(master.address), (TOPIC,))) as producer:
-        receipts = []
+        receipts: list[SendReceipt] = []
         deadline = time.monotonic() + WAIT_S
         while not receipts:  # the slave connects by itself, moments after it started
             try:

@@ -21,7 +21,7 @@ from plugmq.plugins.delay_wheel import codec as wheel
 native = pytest.mark.skipif(not requestcodec.native_available(), reason="plugmq.kit._requestcodec was not built")
 DROP = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)
 
-_text = st.text(st.characters(blacklist_characters="\x01", blacklist_categories=("Cs",)), max_size=12)
+_text = st.text(st.characters(exclude_characters="\x01", exclude_categories=["Cs"]), max_size=12)
 requests = st.builds(
     AppendRequest,
     topic=st.sampled_from(["T", "Topic_1", "%RETRY%g"]),

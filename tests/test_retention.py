@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -28,14 +29,15 @@ from plugmq.core import (
     encode_msg_id,
     hookimpl,
 )
+from tests.helpers.services import transactions_of
 
 TOPIC = "Keep"
 BODY = 3000
-NEVER = {"disk_max_used_ratio": 1.0, "disk_force_clean_ratio": 1.0, "disk_critical_ratio": 1.0}
-MMAP = {"commit_log_segment_size": 64 * 1024, "consume_queue_entries_per_file": 8, "index_slot_count": 31,
+NEVER: dict[str, Any] = {"disk_max_used_ratio": 1.0, "disk_force_clean_ratio": 1.0, "disk_critical_ratio": 1.0}
+MMAP: dict[str, Any] = {"commit_log_segment_size": 64 * 1024, "consume_queue_entries_per_file": 8, "index_slot_count": 31,
         "index_max_entries": 20, "file_reserved_hours": 1, "delete_when": "04", **NEVER}
-KV = {"file_reserved_hours": 1, "retention_batch": 16}
-STORES = {"store_mmap": MMAP, "store_lmdb": KV, "store_rocks": KV}
+KV: dict[str, Any] = {"file_reserved_hours": 1, "retention_batch": 16}
+STORES: dict[str, dict[str, Any]] = {"store_mmap": MMAP, "store_lmdb": KV, "store_rocks": KV}
 
 
 def local(hour: int, minute: int = 0) -> float:
@@ -43,7 +45,7 @@ def local(hour: int, minute: int = 0) -> float:
     return dt.datetime(2023, 11, 14, hour, minute).timestamp()
 
 
-def open_broker(path: Path, clock: ManualClock, store: str, **extra: object) -> Broker:
+def open_broker(path: Path, clock: ManualClock, store: str, **extra: Any) -> Broker:
     return Broker.open(path, plugins=[store, "filter_tag"], options={store: {**STORES[store], **extra}}, clock=clock)
 
 
@@ -148,22 +150,22 @@ def test_force_watermark_removes_unconsumed_data_logged_and_counted(tmp_path: Pa
 
 def test_txn_op_log_compacted_by_the_clock(tmp_path: Path) -> None:
     clock = ManualClock()
-    options = {"store_lmdb": {"file_reserved_hours": 1}, "txn": {"fsync": False}}
+    options: dict[str, dict[str, Any]] = {"store_lmdb": {"file_reserved_hours": 1}, "txn": {"fsync": False}}
     with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
         broker.create_topic(TOPIC, 1)
         producer = TransactionProducer(broker, "pg", lambda _m, _a: TransactionDecision.COMMIT,
                                        lambda _m: TransactionDecision.COMMIT)
         for i in range(1500):
             producer.send_in_transaction(Message(TOPIC, i.to_bytes(4, "big")), None)
-        before = broker.transactions.metrics()["op_log_bytes"]
+        before = transactions_of(broker).metrics()["op_log_bytes"]
         assert before > 64 << 10
         clock.advance(RETENTION_INTERVAL_S)
-        after = broker.transactions.metrics()["op_log_bytes"]
+        after = transactions_of(broker).metrics()["op_log_bytes"]
         assert after < before // 10 and broker.retention.removed["transactions"] == 1
-        metrics = broker.transactions.metrics()
+        metrics = transactions_of(broker).metrics()
         assert metrics["compactions"] == 1 and metrics["committed"] == 1500
     with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
-        assert broker.transactions.pending() == 0 and broker.max_offset(MessageQueue(TOPIC, broker.name, 0)) == 1500
+        assert transactions_of(broker).pending() == 0 and broker.max_offset(MessageQueue(TOPIC, broker.name, 0)) == 1500
     print(f"\nFIGURES txn op log: 1500 committed transactions, op log {before} B -> {after} B at the next "
           "retention round")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -88,7 +89,7 @@ def test_java_hash_matches_java() -> None:
 
 def test_trusted_constructors_build_what_the_validating_ones_build() -> None:
     props = {Prop.TAGS: "TagA", Prop.UNIQ_KEY: "U1", "k": "v"}
-    fields = {"tags_code": 7, "born_timestamp_ms": 123, "born_host": "10.0.0.1:5", "reconsume_times": 2,
+    fields: dict[str, Any] = {"tags_code": 7, "born_timestamp_ms": 123, "born_host": "10.0.0.1:5", "reconsume_times": 2,
               "sys_flag": 4, "prepared_transaction_offset": 9}
     trusted = AppendRequest.trusted("T", 3, b"body", dict(props), **fields)
     assert trusted == AppendRequest("T", 3, b"body", props, **fields)

@@ -338,7 +338,8 @@ def test_push_consumer_whose_listener_fails_sees_retries_then_the_dlq(served: Se
     push = PushConsumer(served.config, "push-dlq", listener, {"Fragile": FilterExpression()})
     with started(push):
         for attempt in (1, 2, 3):
-            wait_for(lambda n=attempt: len(listener.attempts) >= n, WAIT_S, f"delivery attempt {attempt}")
+            wait_for(lambda: len(listener.attempts), WAIT_S, f"delivery attempt {attempt}",
+                     until=lambda attempts: attempts >= attempt)  # noqa: B023 - called before the loop moves on
             # The client's nack moves the 30 s invisible time to the group's 1 s back-off.
             wait_for(lambda: nacked(served), WAIT_S, f"the nack of attempt {attempt}")
             served.clock.advance(2)

@@ -126,7 +126,7 @@ def test_concurrent_calls_are_all_stored_once(served: tuple[Broker, Any]) -> Non
     for thread in threads:
         thread.join()
     assert failures == []
-    stored = [m.unique_id for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 1000).messages]
+    stored = [str(m.unique_id) for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 1000).messages]
     assert sorted(stored) == sorted(f"c{n}-{i}{s}" for n in range(8) for i in range(25) for s in ("", "b"))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import lmdb
@@ -12,6 +12,7 @@ import pytest
 from plugmq.broker.components import open_store
 from plugmq.core import (
     AppendRequest,
+    AppendResult,
     ConfigError,
     ManualClock,
     Prop,
@@ -20,10 +21,15 @@ from plugmq.core import (
 )
 from plugmq.kit.kvstore import codec
 from plugmq.kit.kvstore.groupcommit import GroupCommit
+from plugmq.plugins.store_lmdb.store import LmdbStore
+from plugmq.testing import wait_for
+from tests.helpers.stores import stored_at
 
 
-def _open(tmp_path: Path, clock: ManualClock, **options: object):
-    return open_store("store_lmdb", tmp_path, clock=clock, options=options)
+def _open(tmp_path: Path, clock: ManualClock, **options: object) -> LmdbStore:
+    store = open_store("store_lmdb", tmp_path, clock=clock, options=options)
+    assert isinstance(store, LmdbStore)
+    return store
 
 
 @pytest.mark.parametrize("bad", [
@@ -60,14 +66,14 @@ def test_second_opener_refused(tmp_path: Path, clock: ManualClock) -> None:
 
 def test_map_grows_without_losing_a_write(tmp_path: Path, clock: ManualClock) -> None:
     store = _open(tmp_path, clock, flush="async", map_size=1 << 20)
-    written = []
+    written: list[tuple[AppendRequest, AppendResult]] = []
     for i in range(40):
         batch = [AppendRequest("Grow", i % 2, bytes([i]) * 20_000) for _ in range(3)]
         written += zip(batch, store.append_batch(batch))
     stats = store.stats()
     assert stats["map_grows"] >= 2 and stats["map_size"] >= 4 << 20
     for req, res in written:
-        assert store.read(res.commit_log_offset).body == req.body
+        assert stored_at(store, res.commit_log_offset).body == req.body
     store.close()
     store = _open(tmp_path, clock, flush="async", map_size=1 << 20)  # a grown map opens as grown
     assert store.max_offset("Grow", 0) == 60
@@ -81,7 +87,7 @@ def test_map_cap_refuses_whole_batch_and_stays_usable(tmp_path: Path, clock: Man
         store.append_batch([AppendRequest("Cap", 0, b"y" * 400_000) for _ in range(8)])
     assert store.max_offset("Cap", 0) == 1
     res = store.append(AppendRequest("Cap", 0, b"small"))
-    assert res.queue_offset == 1 and store.read(res.commit_log_offset).body == b"small"
+    assert res.queue_offset == 1 and stored_at(store, res.commit_log_offset).body == b"small"
     store.close()
 
 
@@ -167,9 +173,8 @@ def test_group_commit_takes_every_waiting_batch_in_one_call() -> None:
                    for n in range(5)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(group._queue) < 5 and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_for(lambda: len(group._queue), 10, "five batches queued behind the held seat", until=lambda n: n >= 5,
+                 interval=0.001)
         assert len(group._queue) == 5
     for t in threads:
         t.join()
@@ -178,7 +183,10 @@ def test_group_commit_takes_every_waiting_batch_in_one_call() -> None:
 
 
 def test_group_commit_failure_reaches_every_member() -> None:
-    group = GroupCommit(lambda batches: (_ for _ in ()).throw(StoreError("disk on fire")))
+    def on_fire(batches: list[Sequence[int]]) -> list[list[int]]:
+        raise StoreError("disk on fire")
+
+    group: GroupCommit[int, int] = GroupCommit(on_fire)
     with pytest.raises(StoreError, match="disk on fire"):
         group.submit([1])
 

@@ -25,6 +25,7 @@ from plugmq.core import (
     MessageQueue,
     TransactionDecision,
 )
+from tests.helpers.services import transactions_of
 
 COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
 TOPIC = "TxnModel"
@@ -105,7 +106,7 @@ def test_txn_matches_model(operations: list[tuple]) -> None:
                     expected = model[body].status == "open"
                     if expected:
                         model[body].status = "committed" if op[2] is COMMIT else "rolled_back"
-                    assert broker.transactions.end(tid, op[2]) is expected
+                    assert transactions_of(broker).end(tid, op[2]) is expected
                 elif op[0] == "restart":
                     broker.close()
                     broker, producer = open_()
@@ -123,4 +124,4 @@ def assert_agrees(broker: Broker, model: dict[bytes, Txn], calls: Counter[bytes]
     assert shown == Counter(b for b, t in model.items() if t.status == "committed")
     assert dropped == Counter(b for b, t in model.items() if t.status == "discarded")
     assert calls == Counter({b: t.checks for b, t in model.items() if t.checks})
-    assert broker.transactions.pending() == sum(t.status == "open" for t in model.values())
+    assert transactions_of(broker).pending() == sum(t.status == "open" for t in model.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_a_zero_timeout_still_looks_once() -> None:
 
 
 def test_ignored_errors_count_as_not_yet_and_are_reported() -> None:
-    answers = iter([ConnectionRefusedError("not listening yet"), "up"])
+    answers: Iterator[Exception | str] = iter([ConnectionRefusedError("not listening yet"), "up"])
 
     def probe() -> str:
         answer = next(answers)

@@ -110,6 +110,11 @@ class RedeliveryPolicy:
         return validate_topic(self.dead_letter_topic.replace("{group}", validate_group(group)))
 
 
+def _params(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy, so a caller's later change to its table never reaches the policy."""
+    return dict(table)
+
+
 @attrs.frozen
 class GroupPolicy:
     """What a consumer group decides: its redelivery policy, and whether pop consumption is FIFO.
@@ -123,7 +128,7 @@ class GroupPolicy:
     # plugmq serve: push consumers of the group get this strategy's share of the cluster-wide,
     # RocketMQ-sorted queue list (None: RocketMQ 5's pop assignment, every broker to everyone).
     allocation: str | None = None
-    allocation_params: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    allocation_params: Mapping[str, Any] = attrs.field(factory=dict, converter=_params)
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,13 @@ from plugmq.core.names import dlq_topic
 __all__ = ["BrokerConformance", "BrokerUnderTest"]
 
 
+def _names(plugins: Iterable[str]) -> tuple[str, ...]:
+    return tuple(plugins)
+
+
 @attrs.frozen
 class BrokerUnderTest:
-    plugins: tuple[str, ...] = attrs.field(converter=tuple)
+    plugins: tuple[str, ...] = attrs.field(converter=_names)
     options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from plugmq.broker.broker import Broker
-from plugmq.core import DelayScheduler, TransactionService
+from plugmq.core import DelayScheduler, ReplicationService, TransactionService
 
-__all__ = ["delay_of", "transactions_of"]
+__all__ = ["delay_of", "replication_of", "transactions_of"]
 
 
 def transactions_of(broker: Broker) -> TransactionService:
@@ -18,3 +18,9 @@ def delay_of(broker: Broker) -> DelayScheduler:
     """The broker's delay scheduler (the test loaded a delay plugin)."""
     assert broker.delay is not None, f"{broker.name} has no delay plugin"
     return broker.delay
+
+
+def replication_of(broker: Broker) -> ReplicationService:
+    """The broker's replication (the test loaded a replication plugin)."""
+    assert broker.replication is not None, f"{broker.name} has no replication plugin"
+    return broker.replication
