@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,9 +20,10 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chaos" / "failo
 
 
 def test_each_broker_s_config_is_the_user_s_composition_wired_for_failover() -> None:
-    user = {"broker": {"name": "b", "plugins": ["store_lmdb", "filter_tag"]},
-            "plugins": {"store_lmdb": {"map_size_mb": 64}, "ha": {"min_in_sync_replicas": 1, "master": "x:1"}},
-            "server": {"listen": "0.0.0.0:8081", "long_polling_s": 5}}
+    user: dict[str, Any] = {
+        "broker": {"name": "b", "plugins": ["store_lmdb", "filter_tag"]},
+        "plugins": {"store_lmdb": {"map_size_mb": 64}, "ha": {"min_in_sync_replicas": 1, "master": "x:1"}},
+        "server": {"listen": "0.0.0.0:8081", "long_polling_s": 5}}
     config = compose_broker_config(user, broker_id=2, mode="async_master", zookeeper="127.0.0.1:9", cluster="c",
                                    session_timeout_s=3.0, advertise="127.0.0.1:7")
     assert config["broker"] == {"name": "b", "plugins": ["store_lmdb", "filter_tag", "ha", "cluster_zk"],
