@@ -357,6 +357,9 @@ class BrokerAdmin:
                    Prop.ORIGIN_MESSAGE_ID: message.properties.get(Prop.ORIGIN_MESSAGE_ID, message.msg_id)}
         if message.unique_id:
             lineage[Prop.UNIQ_KEY] = message.unique_id
+        trace_context = message.properties.get(Prop.TRACE_CONTEXT)
+        if trace_context:
+            lineage[Prop.TRACE_CONTEXT] = trace_context
         destination = original if target == "topic" else retry_topic(group)
         if target == "retry":
             self.broker.topics.ensure(destination, 1)
@@ -365,6 +368,7 @@ class BrokerAdmin:
         copy = Message(destination, message.body, tags=message.tags, keys=message.keys,
                        properties=message.user_properties)
         result = self.broker.put(copy, queue_id, allow_system_topic=target == "retry", extra_properties=lineage)
+        self.broker.report_redriven(group, message, result.msg_id, destination)
         return ResentMessage(message.queue_id, message.queue_offset, message.unique_id, original, destination,
                              queue_id, result.msg_id)
 

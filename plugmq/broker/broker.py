@@ -201,7 +201,7 @@ class Broker:
             self._close_services()
             raise
         log.info("broker started", broker=self.name, plugins=list(config.plugins), data_dir=str(self.data_dir))
-        hooks.broker_started(self.name)
+        hooks.broker_started(self.name, self)
 
     def _join_name_service(self, base: dict[str, Any]) -> ClusterService | None:
         """The cluster plugin's session when the config names a cluster; None for a single broker."""
@@ -651,9 +651,7 @@ class Broker:
             needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
         for topic, count in needed.items():
             self.topics.ensure(topic, count)
-        started = time.perf_counter()
-        results = self.store.append_batch(requests)
-        self.traffic.appended(time.perf_counter() - started)
+        results = self._append_batch(requests)
         if self.plugins.hooks.observers.message_stored:
             for result, request in zip(results, requests, strict=True):
                 self._emit_stored(result, request)
@@ -696,20 +694,72 @@ class Broker:
             if stored is not None:
                 self.plugins.hooks.message_stored(self.name, stored)
 
-    def _emit_delivered(self, group: str, messages: Sequence[StoredMessage]) -> None:
+    def _emit_delivered(self, group: str, messages: Sequence[StoredMessage], client_id: str = "") -> None:
         if group and messages:
             self.traffic.delivered(group, messages)
         if group and messages and self.plugins.hooks.observers.message_delivered:
             for message in messages:
-                self.plugins.hooks.message_delivered(self.name, group, message)
+                self.plugins.hooks.message_delivered(self.name, group, message, client_id)
 
-    def report_delivered(self, group: str, messages: list[StoredMessage]) -> None:
+    def report_delivered(self, group: str, messages: list[StoredMessage], client_id: str = "") -> None:
         """Pop consumption handed ``messages`` to ``group`` again (redeliveries)."""
-        self._emit_delivered(group, messages)
+        self._emit_delivered(group, messages, client_id)
 
     def report_retried(self, group: str, message: StoredMessage, reconsume_times: int) -> None:
         """A consumer of ``group`` gave up on ``message`` for now; it comes back later."""
         self.plugins.hooks.message_retried(self.name, group, message, reconsume_times)
+
+    def report_acked(self, group: str, messages: Sequence[StoredMessage], client_id: str = "") -> None:
+        """A consumer of ``group`` consumed ``messages`` successfully (a push listener's success)."""
+        if self.plugins.hooks.observers.message_acked:
+            for message in messages:
+                self.plugins.hooks.message_acked(self.name, group, message, client_id)
+
+    def report_pop_acked(self, group: str, commit_log_offset: int, size: int, client_id: str = "") -> None:
+        """A pop consumer acked the message at ``commit_log_offset`` (read back only for an observer)."""
+        if self.plugins.hooks.observers.message_acked:
+            message = self.store.read(commit_log_offset, size)
+            if message is not None:
+                self.plugins.hooks.message_acked(self.name, group, message, client_id)
+
+    def report_invisible_changed(self, group: str, commit_log_offset: int, size: int, client_id: str,
+                                 invisible_ms: int, gave_up: bool) -> None:
+        """A pop consumer changed a message's invisible time (read back only for an observer)."""
+        if self.plugins.hooks.observers.message_invisible_changed:
+            message = self.store.read(commit_log_offset, size)
+            if message is not None:
+                self.plugins.hooks.message_invisible_changed(self.name, group, message, client_id, invisible_ms,
+                                                             gave_up)
+
+    def report_redriven(self, group: str, message: StoredMessage, copy_msg_id: str, topic: str) -> None:
+        """An operator sent ``group``'s dead letter ``message`` back; its copy ``copy_msg_id`` is on ``topic``."""
+        self.plugins.hooks.message_redriven(self.name, group, message, copy_msg_id, topic)
+
+    def append_system_records(self, topic: str, records: Sequence[tuple[bytes, Sequence[str]]]) -> int:
+        """:class:`~plugmq.core.contracts.SystemTopicWriter`: an observer's records on system topic
+        ``topic``, queue 0, in one store batch, without events."""
+        self._check_open()
+        self.check_writable("store an observer's records")
+        if not is_system_topic(topic):
+            raise TopicError(f"topic {topic!r} is not a system topic; observers write only system topics")
+        if not records:
+            return 0
+        self.topics.ensure(topic, 1)
+        now = self.clock.now_ms()
+        requests = []
+        for body, keys in records:
+            props = {Prop.UNIQ_KEY: new_unique_id()}
+            if keys:
+                props[Prop.KEYS] = " ".join(keys)
+            requests.append(AppendRequest.trusted(topic, 0, body, props, born_timestamp_ms=now))
+        self._append_batch(requests)
+        return len(requests)
+
+    def _append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        started = time.perf_counter()
+        results = self.store.append_batch(requests)
+        self.traffic.appended(time.perf_counter() - started)
+        return results
 
     def cancel_delayed(self, msg_id: str) -> bool:
         """Cancel a not-yet-due delayed message by the msg_id its send returned."""
@@ -739,7 +789,7 @@ class Broker:
         return compiler.compile(expression)
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32,
-             subscription: Filter | None = None, *, consumer_group: str = "") -> PullResult:
+             subscription: Filter | None = None, *, consumer_group: str = "", client_id: str = "") -> PullResult:
         """Read up to ``max_nums`` matching messages from ``offset`` of ``queue``.
 
         The subscription's pre-check runs on consume-queue entries first, so entries it rejects
@@ -778,7 +828,7 @@ class Broker:
                 found.append(message)
                 if len(found) >= max_nums:
                     break
-        self._emit_delivered(consumer_group, found)
+        self._emit_delivered(consumer_group, found, client_id)
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), next_offset, low, high)
 
@@ -813,7 +863,7 @@ class Broker:
 
     def simple_consumer(self, group: str, subscriptions: Mapping[str, str | FilterExpression] | None = None, *,
                         consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET, consume_timestamp_ms: int | None = None,
-                        await_duration_s: float = 0.0) -> SimpleConsumer:
+                        await_duration_s: float = 0.0, client_id: str | None = None) -> SimpleConsumer:
         """A simple (pop) consumer of ``group``: ``receive``, ``ack``, ``change_invisible_duration``.
 
         ``subscriptions`` maps topics to filter expressions: a TAG expression string, or a
@@ -821,7 +871,8 @@ class Broker:
         """
         self._check_open()
         return SimpleConsumer(self, self.pop, group, subscriptions, consume_from=consume_from,
-                              consume_timestamp_ms=consume_timestamp_ms, await_duration_s=await_duration_s)
+                              consume_timestamp_ms=consume_timestamp_ms, await_duration_s=await_duration_s,
+                              client_id=client_id)
 
     def transaction_producer(self, group: str, local_transaction: LocalTransaction,
                              check_listener: TransactionChecker) -> TransactionProducer:
@@ -964,6 +1015,9 @@ class Broker:
         }
         if message.unique_id:
             lineage[Prop.UNIQ_KEY] = message.unique_id
+        trace_context = message.properties.get(Prop.TRACE_CONTEXT)
+        if trace_context:
+            lineage[Prop.TRACE_CONTEXT] = trace_context
         return lineage
 
     # ------------------------------------------------------------------------------ queries

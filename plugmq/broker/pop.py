@@ -117,7 +117,7 @@ class PopBackend(Protocol):
     def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]: ...
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
-             consumer_group: str = "") -> PullResult: ...
+             consumer_group: str = "", client_id: str = "") -> PullResult: ...
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None: ...
 
@@ -129,7 +129,12 @@ class PopBackend(Protocol):
     def dead_letter(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None
                     ) -> SendResult: ...
 
-    def report_delivered(self, group: str, messages: list[StoredMessage]) -> None: ...
+    def report_delivered(self, group: str, messages: list[StoredMessage], client_id: str = "") -> None: ...
+
+    def report_pop_acked(self, group: str, commit_log_offset: int, size: int, client_id: str = "") -> None: ...
+
+    def report_invisible_changed(self, group: str, commit_log_offset: int, size: int, client_id: str,
+                                 invisible_ms: int, gave_up: bool) -> None: ...
 
     def report_retried(self, group: str, message: StoredMessage, reconsume_times: int) -> None: ...
 
@@ -155,12 +160,14 @@ class PopService:
     # ------------------------------------------------------------------------------ receive
     def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
                 *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
-                consume_timestamp_ms: int | None = None, only_queue: int | None = None) -> list[ReceivedMessage]:
+                consume_timestamp_ms: int | None = None, only_queue: int | None = None,
+                client_id: str = "") -> list[ReceivedMessage]:
         """Up to ``max_messages`` of ``topic`` for ``group``: redeliveries first, then new ones.
 
         ``consume_from`` places a queue the group has never received from: its first message
         (FIRST_OFFSET), messages sent from now on (LAST_OFFSET) or from ``consume_timestamp_ms``.
         ``only_queue``: read that queue alone (a consumer allocated queues rather than brokers).
+        ``client_id``: the receiving client, for the delivered events (observers, message trace).
         """
         if max_messages < 1:
             raise ValidationError(f"max_messages must be >= 1, got {max_messages}")
@@ -183,7 +190,8 @@ class PopService:
                 queue = queues[(first + i) % len(queues)]
                 lane = self.state.lane(group, topic, queue.queue_id, functools.partial(start, queue))
                 self._expire(lane, now, policy)
-                out.extend(self._take(lane, queue, subscription, max_messages - len(out), invisible_ms, now, policy))
+                out.extend(self._take(lane, queue, subscription, max_messages - len(out), invisible_ms, now, policy,
+                                      client_id))
                 if len(out) >= max_messages:
                     break
         if out:
@@ -191,7 +199,7 @@ class PopService:
         return out
 
     def _take(self, lane: Lane, queue: MessageQueue, subscription: Filter | None, want: int, invisible_ms: int,
-              now: int, policy: GroupPolicy) -> list[ReceivedMessage]:
+              now: int, policy: GroupPolicy, client_id: str) -> list[ReceivedMessage]:
         until = now + invisible_ms
         rows: list[list[Any]] = []
         out: list[ReceivedMessage] = []
@@ -216,11 +224,11 @@ class PopService:
                 gone.append(entry.offset)
                 continue
             hand_out(stored, entry.attempt + 1, entry.message_group)
-            redelivered.append(stored)
+            redelivered.append(out[-1])
         next_offset = lane.next_offset
         blocked = policy.fifo and len(lane.inflight) > len(gone)
         if len(out) < want and not blocked:
-            next_offset = self._take_new(lane, queue, subscription, want - len(out), policy, hand_out)
+            next_offset = self._take_new(lane, queue, subscription, want - len(out), policy, hand_out, client_id)
         ops: list[list[Any]] = []
         if gone:
             ops.append(["A", lane.id, gone])
@@ -228,16 +236,19 @@ class PopService:
             ops.append(["P", lane.id, next_offset, rows])
         self.state.commit(ops)
         if redelivered:
-            self.backend.report_delivered(lane.group, redelivered)
+            self.backend.report_delivered(lane.group, redelivered, client_id)
         return out
 
     def _take_new(self, lane: Lane, queue: MessageQueue, subscription: Filter | None, want: int,
-                  policy: GroupPolicy, hand_out: Callable[[StoredMessage, int, str | None], None]) -> int:
-        result = self.backend.pull(queue, lane.next_offset, want, subscription, consumer_group=lane.group)
+                  policy: GroupPolicy, hand_out: Callable[[StoredMessage, int, str | None], None],
+                  client_id: str) -> int:
+        result = self.backend.pull(queue, lane.next_offset, want, subscription, consumer_group=lane.group,
+                                   client_id=client_id)
         if result.status is PullStatus.OFFSET_ILLEGAL:
             log.warning("group's position is outside the queue (retention or a store reset); moved", group=lane.group,
                         topic=lane.topic, queue=lane.queue_id, was=lane.next_offset, now=result.next_begin_offset)
-            result = self.backend.pull(queue, result.next_begin_offset, want, subscription, consumer_group=lane.group)
+            result = self.backend.pull(queue, result.next_begin_offset, want, subscription, consumer_group=lane.group,
+                                       client_id=client_id)
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 return result.next_begin_offset
         next_offset = result.next_begin_offset
@@ -354,15 +365,16 @@ class PopService:
                 "receipt handle")
         return lane, entry, handle
 
-    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
-        """The group is done with the message: it never comes back."""
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+        """The group is done with the message: it never comes back. ``client_id``: who acked."""
         with self.state.lock:
             lane, entry, _ = self._find(group, topic, receipt_handle)
             end = self.state.commit([["A", lane.id, [entry.offset]]])
         self.state.settle(end)  # a sync_master's slave holds the ack before the client hears of it
+        self.backend.report_pop_acked(group, entry.commit_log_offset, entry.size, client_id)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int,
-                                  *, gave_up: bool = False) -> str:
+                                  *, gave_up: bool = False, client_id: str = "") -> str:
         """Make the message invisible until now + ``invisible_ms``; returns its new receipt handle.
 
         ``gave_up``: the consumer failed on the message and wants it again later (a push
@@ -384,6 +396,7 @@ class PopService:
             seq = self.state.next_seq()
             self.state.commit([["C", lane.id, entry.offset, until, seq]])
             attempt = entry.attempt
+        self.backend.report_invisible_changed(group, entry.commit_log_offset, entry.size, client_id, wait, gave_up)
         if retried is not None:
             self.backend.report_retried(group, retried, attempt)
         self._arm(until)

@@ -287,7 +287,7 @@ class PushConsumer:
                 return 0
             subscription = self._subscriptions[queue.topic]
             result = self.broker.pull(queue, offset, self.pull_batch_size, subscription.filter,
-                                      consumer_group=self.group)
+                                      consumer_group=self.group, client_id=self.client_id)
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("offset illegal; corrected", group=self.group, queue=str(queue),
                             offset=offset, corrected=result.next_begin_offset)
@@ -329,7 +329,9 @@ class PushConsumer:
         for start in range(0, len(messages), self.batch_size):
             batch = messages[start:start + self.batch_size]
             status = self._call_listener(batch)
-            if status is not ConsumeStatus.CONSUME_SUCCESS:
+            if status is ConsumeStatus.CONSUME_SUCCESS:
+                self.broker.report_acked(self.group, batch, self.client_id)
+            else:
                 if status not in (ConsumeStatus.RECONSUME_LATER, None):
                     log.warning("listener returned an unknown status; reconsuming later",
                                 group=self.group, status=repr(status))
@@ -349,6 +351,7 @@ class PushConsumer:
             batch = messages[start:start + self.batch_size]
             status = self._call_listener(batch)
             if status is OrderlyStatus.SUCCESS:
+                self.broker.report_acked(self.group, batch, self.client_id)
                 done += len(batch)
                 for m in batch:
                     self._orderly_attempts.pop((queue, m.queue_offset), None)

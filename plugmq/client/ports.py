@@ -81,7 +81,7 @@ class TransactionSending(TopicRouting, Protocol):
 
 class Reading(TopicRouting, Protocol):
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
-             consumer_group: str = "") -> PullResult:
+             consumer_group: str = "", client_id: str = "") -> PullResult:
         ...
 
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
@@ -127,6 +127,10 @@ class GroupConsuming(Reading, Protocol):
 
     def heartbeat(self, group: str, client_id: str) -> bool:
         """Record a member's heartbeat; False if it was dropped and must join again."""
+        ...
+
+    def report_acked(self, group: str, messages: Sequence[StoredMessage], client_id: str = "") -> None:
+        """The listener consumed ``messages`` successfully (the acked event)."""
         ...
 
     def send_back(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 import attrs
 
 from plugmq.broker.pop import PopService, ReceivedMessage
+from plugmq.client.consumer import default_client_id
 from plugmq.client.ports import Subscribing
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, ReceiptHandleError, ValidationError
@@ -88,8 +89,9 @@ class SimpleConsumer:
     def __init__(self, broker: Subscribing, pop: PopService, group: str,
                  subscriptions: Mapping[str, str | FilterExpression] | None = None, *,
                  consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET, consume_timestamp_ms: int | None = None,
-                 await_duration_s: float = 0.0) -> None:
+                 await_duration_s: float = 0.0, client_id: str | None = None) -> None:
         self._broker = broker
+        self.client_id = client_id or default_client_id()
         self._pop = pop
         self.group = validate_group(group)
         if consume_from is ConsumeFrom.TIMESTAMP and consume_timestamp_ms is None:
@@ -159,7 +161,7 @@ class SimpleConsumer:
             topic, (_, compiled) = topics[(first + i) % len(topics)]
             out.extend(self._pop.receive(self.group, topic, compiled, max_messages - len(out),
                                          invisible_ms, consume_from=self.consume_from,
-                                         consume_timestamp_ms=self.consume_timestamp_ms))
+                                         consume_timestamp_ms=self.consume_timestamp_ms, client_id=self.client_id))
             if len(out) >= max_messages:
                 break
         return out
@@ -179,7 +181,7 @@ class SimpleConsumer:
         invisible time ran out and it was received again, or its invisible duration changed).
         """
         self._check(message)
-        self._pop.ack(self.group, message.topic, message.receipt_handle)
+        self._pop.ack(self.group, message.topic, message.receipt_handle, client_id=self.client_id)
 
     def change_invisible_duration(self, message: ReceivedMessage, invisible_duration_s: float) -> ReceivedMessage:
         """Keep ``message`` invisible for ``invisible_duration_s`` from now (longer work, or sooner back).
@@ -188,7 +190,8 @@ class SimpleConsumer:
         """
         self._check(message)
         millis = _seconds_to_ms("invisible_duration_s", invisible_duration_s, minimum_ms=0)
-        handle = self._pop.change_invisible_duration(self.group, message.topic, message.receipt_handle, millis)
+        handle = self._pop.change_invisible_duration(self.group, message.topic, message.receipt_handle, millis,
+                                                     client_id=self.client_id)
         return attrs.evolve(message, receipt_handle=handle, invisible_duration_ms=millis)
 
     def nack(self, message: ReceivedMessage) -> ReceivedMessage:
@@ -197,7 +200,7 @@ class SimpleConsumer:
         new receipt handle."""
         self._check(message)
         handle = self._pop.change_invisible_duration(self.group, message.topic, message.receipt_handle, 0,
-                                                     gave_up=True)
+                                                     gave_up=True, client_id=self.client_id)
         return attrs.evolve(message, receipt_handle=handle)
 
     def close(self) -> None:

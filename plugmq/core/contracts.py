@@ -73,6 +73,7 @@ __all__ = [
     "ReplicationStatus",
     "StateJournal",
     "StoreCapabilities",
+    "SystemTopicWriter",
     "TopicPermission",
     "TopicRegistration",
     "TransactionCapabilities",
@@ -168,6 +169,22 @@ class PluginContext:
         path = self.data_dir / plugin
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+@runtime_checkable
+class SystemTopicWriter(Protocol):
+    """What an observer plugin may write: its own records on a system topic of the broker.
+
+    Handed to ``plugmq_broker_started``. ``append_system_records`` stores each body as one message of
+    ``topic`` (queue 0, created when missing), with ``keys`` (white-space free) indexed so a
+    query by key finds it, in one store batch. No event hook fires for these records (an observer
+    writing what it observes would observe itself). Raises a PlugmqError when the broker cannot
+    write (a slave, a full disk, a closed broker): the caller decides whether to drop or retry.
+    """
+
+    def append_system_records(self, topic: str, records: Sequence[tuple[bytes, Sequence[str]]]) -> int:
+        """Store ``(body, keys)`` records on system topic ``topic``; returns how many were stored."""
+        ...
 
 
 # --------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         PluginDeclaration,
         ReplicationContext,
         ReplicationService,
+        SystemTopicWriter,
         TransactionContext,
         TransactionService,
     )
@@ -251,7 +252,7 @@ def plugmq_make_replication_service(context: ReplicationContext) -> ReplicationS
 
 
 @hookspec
-def plugmq_broker_started(broker_name: str) -> None:
+def plugmq_broker_started(broker_name: str, system_writer: SystemTopicWriter) -> None:
     """The broker finished assembly and started its services.
 
     Called by the broker once per broker, at the end of a successful assembly (``Broker(...)``,
@@ -260,6 +261,10 @@ def plugmq_broker_started(broker_name: str) -> None:
     Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
+    :param system_writer: appends an observer's own records to a system topic of this broker (the
+        trace plugin's ``RMQ_SYS_TRACE_TOPIC``) without firing events; usable until
+        ``plugmq_broker_stopping`` returns. Added in a later version: observers that do not write
+        leave it out of their signature.
     """
 
 
@@ -297,19 +302,61 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
 
 
 @hookspec
-def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage) -> None:
+def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage,
+                             client_id: str) -> None:
     """A message was handed to a consumer (pull result or push listener).
 
     Called by the broker once per message handed to a named consumer group, in the consuming
     thread, before the messages are handed over: every message ``Broker.pull`` returns with
     ``consumer_group=`` (push and pull consumers, a simple consumer's first delivery), and every
     redelivery of pop consumption (simple consumers, the gRPC server: a message whose invisible
-    time ran out, handed out again). A pull without a group (admin reads) calls nothing. A retry
-    copy consumed from the retry topic is delivered again. Not firstresult; return value ignored.
+    time ran out, handed out again; then ``message`` is a ``ReceivedMessage`` carrying its
+    delivery attempt). A pull without a group (admin reads) calls nothing. A retry copy consumed
+    from the retry topic is delivered again. Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
     :param consumer_group: the group the consumer belongs to.
     :param message: the delivered message.
+    :param client_id: the consumer's client id ("" when the caller did not say: a pull consumer,
+        a pop receive without one). Added in a later version: leave it out of an implementation
+        that does not need it.
+    """
+
+
+@hookspec
+def plugmq_message_acked(broker_name: str, consumer_group: str, message: StoredMessage, client_id: str) -> None:
+    """A consumer of the group is done with a message: it was consumed successfully.
+
+    Called by the broker once per message, after the ack took effect, in the acking thread: pop
+    consumption's ack (simple consumers, the gRPC server's AckMessage), and a push consumer whose
+    listener returned success (each message of the batch). A pull consumer commits offsets, not
+    messages, and calls nothing. The broker reads a pop message back for this call only when some
+    plugin implements it. Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group that consumed the message.
+    :param message: the message acknowledged.
+    :param client_id: the consumer's client id ("" when unknown).
+    """
+
+
+@hookspec
+def plugmq_message_invisible_changed(broker_name: str, consumer_group: str, message: StoredMessage,
+                                     client_id: str, invisible_ms: int, gave_up: bool) -> None:
+    """A pop consumer changed a message's invisible duration: a nack, or more time to process it.
+
+    Called by the broker once per change, after it took effect, in the calling thread: pop
+    consumption's ``change_invisible_duration`` (``SimpleConsumer.change_invisible_duration`` and
+    ``nack``, the gRPC server's ChangeInvisibleDuration). When the consumer gave up and attempts are
+    left, ``plugmq_message_retried`` follows. Read back only when some plugin implements it.
+    Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group of the consumer.
+    :param message: the message whose invisible time changed.
+    :param client_id: the consumer's client id ("" when unknown).
+    :param invisible_ms: how long the message now stays invisible (the back-off when it gave up).
+    :param gave_up: the consumer failed on the message (a nack) rather than asking for more time.
     """
 
 
@@ -351,4 +398,22 @@ def plugmq_message_dead_lettered(broker_name: str, consumer_group: str, message:
     :param broker_name: the broker's configured name.
     :param consumer_group: the group that gave up on the message.
     :param message: the message as it was last consumed.
+    """
+
+
+@hookspec
+def plugmq_message_redriven(broker_name: str, consumer_group: str, message: StoredMessage, copy_msg_id: str,
+                            topic: str) -> None:
+    """A dead letter of the group was sent back to be consumed again (a re-drive).
+
+    Called by the broker's admin operations (``resend-dlq``: ``plugmq admin``, the console) once per
+    dead letter, after the copy was stored on ``topic`` (its original topic, or the group's retry
+    topic), in the admin's thread. The copy's own ``plugmq_message_stored`` came first.
+    Not firstresult; return value ignored.
+
+    :param broker_name: the broker's configured name.
+    :param consumer_group: the group whose dead letter it was.
+    :param message: the dead letter, as stored on the dead-letter topic.
+    :param copy_msg_id: the offset message id of the copy sent back.
+    :param topic: where the copy went.
     """

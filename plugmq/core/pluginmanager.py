@@ -31,6 +31,7 @@ from plugmq.core.contracts import (
     PluginDeclaration,
     ReplicationContext,
     ReplicationService,
+    SystemTopicWriter,
     TransactionContext,
     TransactionService,
 )
@@ -84,6 +85,9 @@ _EVENT_HOOKS = {
     "message_delivered": "plugmq_message_delivered",
     "message_retried": "plugmq_message_retried",
     "message_dead_lettered": "plugmq_message_dead_lettered",
+    "message_acked": "plugmq_message_acked",
+    "message_invisible_changed": "plugmq_message_invisible_changed",
+    "message_redriven": "plugmq_message_redriven",
 }
 
 
@@ -101,6 +105,9 @@ class EventObservers:
     message_delivered: bool = False
     message_retried: bool = False
     message_dead_lettered: bool = False
+    message_acked: bool = False
+    message_invisible_changed: bool = False
+    message_redriven: bool = False
 
     @property
     def any(self) -> bool:
@@ -241,8 +248,8 @@ class Hooks:
         return dict(merged)
 
     # events -------------------------------------------------------------------------------
-    def broker_started(self, broker_name: str) -> None:
-        self._hook.plugmq_broker_started(broker_name=broker_name)
+    def broker_started(self, broker_name: str, system_writer: SystemTopicWriter) -> None:
+        self._hook.plugmq_broker_started(broker_name=broker_name, system_writer=system_writer)
 
     def broker_stopping(self, broker_name: str) -> None:
         self._hook.plugmq_broker_stopping(broker_name=broker_name)
@@ -250,8 +257,25 @@ class Hooks:
     def message_stored(self, broker_name: str, message: StoredMessage) -> None:
         self._hook.plugmq_message_stored(broker_name=broker_name, message=message)
 
-    def message_delivered(self, broker_name: str, consumer_group: str, message: StoredMessage) -> None:
-        self._hook.plugmq_message_delivered(broker_name=broker_name, consumer_group=consumer_group, message=message)
+    def message_delivered(self, broker_name: str, consumer_group: str, message: StoredMessage,
+                          client_id: str = "") -> None:
+        self._hook.plugmq_message_delivered(broker_name=broker_name, consumer_group=consumer_group, message=message,
+                                            client_id=client_id)
+
+    def message_acked(self, broker_name: str, consumer_group: str, message: StoredMessage, client_id: str) -> None:
+        self._hook.plugmq_message_acked(broker_name=broker_name, consumer_group=consumer_group, message=message,
+                                        client_id=client_id)
+
+    def message_invisible_changed(self, broker_name: str, consumer_group: str, message: StoredMessage,
+                                  client_id: str, invisible_ms: int, gave_up: bool) -> None:
+        self._hook.plugmq_message_invisible_changed(broker_name=broker_name, consumer_group=consumer_group,
+                                                    message=message, client_id=client_id,
+                                                    invisible_ms=invisible_ms, gave_up=gave_up)
+
+    def message_redriven(self, broker_name: str, consumer_group: str, message: StoredMessage, copy_msg_id: str,
+                         topic: str) -> None:
+        self._hook.plugmq_message_redriven(broker_name=broker_name, consumer_group=consumer_group, message=message,
+                                           copy_msg_id=copy_msg_id, topic=topic)
 
     def message_retried(self, broker_name: str, consumer_group: str, message: StoredMessage, reconsume_times: int) -> None:
         self._hook.plugmq_message_retried(

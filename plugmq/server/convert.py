@@ -108,6 +108,8 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
     except ValidationError as exc:
         raise RpcFailure(Code.BAD_REQUEST, str(exc)) from exc
     extra = {Prop.UNIQ_KEY: message_id}
+    if props.HasField("trace_context") and props.trace_context:
+        extra[Prop.TRACE_CONTEXT] = props.trace_context  # kept with the message, handed to its consumers
     if group is not None:
         extra[Prop.SHARDING_KEY] = group
     return Outgoing(message, extra, kind, group, message_id)
@@ -175,6 +177,9 @@ def to_proto(stored: StoredMessage, *, namespace: str = "", receipt_handle: str 
     group = stored.properties.get(Prop.SHARDING_KEY)
     if group:
         props.message_group = group
+    trace_context = stored.properties.get(Prop.TRACE_CONTEXT)
+    if trace_context:
+        props.trace_context = trace_context
     if receipt_handle is not None:
         props.receipt_handle = receipt_handle
     if attempt is not None:

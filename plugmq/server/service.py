@@ -354,11 +354,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             # A group that allocates reads only the queue of its assignment; others pop the broker.
             only_queue = (request.message_queue.id if request.message_queue.id >= 0
                           and self.assigner.allocating(group) else None)
+            client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
             while True:
                 generation = self.wakeup.generation
                 deliveries = await self._run(functools.partial(
                     self.pop.receive, group, topic, subscription, batch, invisible_ms,
-                    consume_from=self._consume_from, only_queue=only_queue))
+                    consume_from=self._consume_from, only_queue=only_queue, client_id=client_id))
                 left = deadline - loop.time()
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break
@@ -394,17 +395,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
-        results = await self.acks.run(self._ack_all, group, topic, request.entries)
+        results = await self.acks.run(self._ack_all, group, topic, request.entries,
+                                      _metadata(context).get(CLIENT_ID_HEADER, ""))
         if self.pop.backend.group_policy(group).fifo:
             self.wakeup.notify()  # the acked message's queue may be free again
         return service_pb2.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
 
-    def _ack_all(self, group: str, topic: str,
-                 entries: Iterable[service_pb2.AckMessageEntry]) -> list[service_pb2.AckMessageResultEntry]:
+    def _ack_all(self, group: str, topic: str, entries: Iterable[service_pb2.AckMessageEntry],
+                 client_id: str) -> list[service_pb2.AckMessageResultEntry]:
         results = []
         for entry in entries:
             try:
-                self.pop.ack(group, topic, entry.receipt_handle)
+                self.pop.ack(group, topic, entry.receipt_handle, client_id=client_id)
                 status = ok()
             except Exception as exc:  # noqa: BLE001 - answered as a protocol status
                 status = status_of(exc, action="ack")
@@ -423,10 +425,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
         # A push consumer changes the invisible duration only to nack a message it failed on: the
         # core then keeps it away for at least the group's back-off, whatever duration was asked.
-        session = self.sessions.get(_metadata(context).get(CLIENT_ID_HEADER, ""))
+        client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
+        session = self.sessions.get(client_id)
         gave_up = session is not None and session.client_type == ClientType.PUSH_CONSUMER
         handle = await self.acks.run(functools.partial(self.pop.change_invisible_duration, group, topic,
-                                                       request.receipt_handle, invisible_ms, gave_up=gave_up))
+                                                       request.receipt_handle, invisible_ms, gave_up=gave_up,
+                                                       client_id=client_id))
         self.wakeup.notify()
         return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
