@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or refresh .venv with plugmq, its extras and the example plugin; check the system programs
 # the tests start for real: Java 17 (Spark, ZooKeeper), Apache ZooKeeper (clusters), redis-server
-# (the benchmarks' peer). As root they are installed with apt; otherwise a clear warning names them.
+# (the benchmarks' peer), Chromium and chromedriver (the console's browser tests). As root they are installed
+# with apt; otherwise a clear warning names them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -11,7 +12,7 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,cluster,bench,chaos,test]" -e examples/plugmq-audit 2>&1 \
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,cluster,bench,chaos,console,trace,test]" -e examples/plugmq-audit 2>&1 \
     | grep -v -E "^WARNING: (Location|The index url)" || true
 .venv/bin/python -c "import plugmq, pyspark, kazoo" || { echo "plugmq did not install into .venv" >&2; exit 1; }
 # An editable install leaves plugmq's own modules uncompiled: compile them now (about half a second),
@@ -24,6 +25,8 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=("openjdk-17-jre-headless:Java 17 (Spark comparisons, ZooKeeper)")
 [ -f /usr/share/java/zookeeper.jar ] || missing+=("zookeeper:Apache ZooKeeper (cluster and replication tests)")
 command -v redis-server >/dev/null 2>&1 || missing+=("redis-server:Redis (benchmark baseline)")
+command -v chromium >/dev/null 2>&1 || missing+=("chromium:headless Chromium (the console's browser tests)")
+command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver:chromedriver (selenium drives Chromium in the console's browser tests)")
 if [ ${#missing[@]} -gt 0 ]; then
     packages=("${missing[@]%%:*}")
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

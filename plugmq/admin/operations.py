@@ -6,6 +6,7 @@ import re
 import zlib
 from collections.abc import Collection
 
+from plugmq.admin.insight import ClientDirectory
 from plugmq.admin.values import (
     OFFSET_MODE,
     POP_MODE,
@@ -57,8 +58,9 @@ def _topic_kind(topic: str) -> str:
 class BrokerAdmin:
     """The admin verbs over one open broker. Thread-safe as far as the broker is."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, clients: ClientDirectory | None = None) -> None:
         self.broker = broker
+        self.clients = clients  # the server's consumers (plugmq serve); None on a stopped data dir
 
     # -------------------------------------------------------------------------------- topics
     def topic_list(self) -> list[TopicSummary]:

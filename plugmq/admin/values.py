@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -231,4 +232,6 @@ def _plain(_instance: Any, _field: Any, value: Any) -> Any:
         return dict(value)
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, enum.Enum):
+        return value.value
     return value

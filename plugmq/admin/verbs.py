@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from plugmq.admin import insight
 from plugmq.admin.operations import BrokerAdmin
 from plugmq.admin.values import to_json
 from plugmq.core.errors import ValidationError
@@ -122,6 +123,24 @@ def _broker_status(admin: BrokerAdmin, args: _Args) -> Any:
     return admin.broker_status()
 
 
+def _trace(admin: BrokerAdmin, args: _Args) -> Any:
+    return insight.message_trace(admin.broker, _take(args, "trace", ["id"])["id"])
+
+
+def _group_inflight(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "group-inflight", ["group"], {"limit": 1000})
+    return insight.group_inflight(admin.broker, a["group"], a["limit"])
+
+
+def _group_clients(admin: BrokerAdmin, args: _Args) -> Any:
+    return insight.group_clients(admin.broker, admin.clients, _take(args, "group-clients", ["group"])["group"])
+
+
+def _dlq_browse(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "dlq-browse", ["group"], {"offset": None, "limit": 50})
+    return insight.dlq_browse(admin.broker, a["group"], _int_or_none("dlq-browse", "offset", a["offset"]), a["limit"])
+
+
 VERBS = {
     "topic-list": _topic_list,
     "topic-status": _topic_status,
@@ -131,6 +150,10 @@ VERBS = {
     "reset-offset": _reset_offset,
     "resend-dlq": _resend_dlq,
     "broker-status": _broker_status,
+    "trace": _trace,
+    "group-inflight": _group_inflight,
+    "group-clients": _group_clients,
+    "dlq-browse": _dlq_browse,
 }
 """Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
 arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped

@@ -416,6 +416,14 @@ class PopService:
             return sum(len(lane.inflight) for lane in self.state.by_id.values()
                        if group is None or lane.group == group)
 
+    def inflight(self, group: str, limit: int = 1000) -> list[tuple[str, int, Inflight]]:
+        """The group's messages in flight, ``(topic, queue id, entry)`` in that order, at most ``limit``."""
+        with self.state.lock:
+            found = [(lane.topic, lane.queue_id, entry) for lane in self.state.by_id.values() if lane.group == group
+                     for entry in lane.inflight.values()]
+        found.sort(key=lambda row: (row[0], row[1], row[2].offset))
+        return found[:limit]
+
     def groups(self) -> list[str]:
         """Groups with pop progress on any queue (sorted)."""
         with self.state.lock:

@@ -18,11 +18,7 @@ import attrs
 
 from plugmq.core.errors import ValidationError
 
-__all__ = ["TRACE_FORMAT", "TraceEvent", "TraceKind", "decode_trace_batch", "encode_trace_batch"]
-
-TRACE_FORMAT = "plugmq-trace-1"
-"""The ``TRACE_FORMAT`` property of a trace message; a reader skips batches of another format."""
-
+__all__ = ["TraceEvent", "TraceKind", "decode_trace_batch", "encode_trace_batch"]
 
 class TraceKind(enum.Enum):
     """The steps of a message's path, in the order a message usually takes them."""
@@ -86,11 +82,13 @@ def encode_trace_batch(events: Iterable[TraceEvent]) -> bytes:
     return "\n".join(lines).encode()
 
 
-def decode_trace_batch(body: bytes) -> list[TraceEvent]:
-    """The events of one trace message; ValidationError names the line that is not an event."""
+def decode_trace_batch(body: bytes, unique_id: str | None = None) -> list[TraceEvent]:
+    """The events of one trace message (only those about ``unique_id`` when given: the other lines are
+    skipped undecoded); ValidationError names the line that is not an event."""
     events = []
+    wanted = json.dumps(unique_id) if unique_id is not None else ""
     for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line:
+        if not line or wanted not in line:
             continue
         try:
             values = json.loads(line)

@@ -43,6 +43,7 @@ from plugmq.server.status import RpcFailure
 if TYPE_CHECKING:
     from plugmq.admin import BrokerAdmin
     from plugmq.admin.cluster import ClusterAdmin
+    from plugmq.admin.insight import ClientDirectory
     from plugmq.broker.broker import Broker
 
 __all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
@@ -91,8 +92,10 @@ def _code_of(exc: PlugmqError) -> grpc.StatusCode:
 class AdminService:
     """The admin verbs of one broker as a gRPC service (run on the server's thread pool)."""
 
-    def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor,
+                 clients: ClientDirectory | None = None) -> None:
         self._broker = broker
+        self._clients = clients
         self._admins: tuple[BrokerAdmin, ClusterAdmin | None] | None = None
         self._acl = acl
         self._auth = Authenticator(acl)
@@ -113,7 +116,7 @@ class AdminService:
 
             broker = self._broker
             cluster_name = broker.config.cluster_name
-            self._admins = (BrokerAdmin(broker),
+            self._admins = (BrokerAdmin(broker, self._clients),
                             ClusterAdmin(broker.cluster, cluster_name, clock=broker.clock)
                             if broker.cluster is not None and cluster_name is not None else None)
         return self._admins

@@ -87,7 +87,8 @@ class PlugmqServer:
                                         local=LocalRoutes(self.broker, options.advertise or self.address),
                                         max_batch_bytes=self.broker.config.max_message_size)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
-        server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor).handler(),))
+        server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor,
+                                                      clients=self.assigner.members).handler(),))
         if options.metrics_listen is not None:
             from plugmq.server.metrics import MetricsEndpoint  # prometheus_client: only when asked for
 

@@ -1,0 +1,135 @@
+"""The trace plugin: every step of 1,000 messages recorded in order, read back by the admin's trace verb.
+
+A real broker (store_mmap on a temp dir) on a ManualClock; messages go through a send, a nack and a
+retry, a second nack that exhausts their attempts, the dead-letter topic, a re-drive and an ack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from plugmq import Broker, ManualClock, Message
+from plugmq.core import TRACE_TOPIC, Prop, TopicError
+from plugmq.core.admin import BrokerAdmin, execute
+from plugmq.core.trace import TraceEvent, TraceKind, decode_trace_batch, encode_trace_batch
+from plugmq.plugins.trace import recorder
+
+TOPIC = "Orders"
+GROUP = "billing"
+COUNT = 1000
+GROUPS = {"max_delivery_attempts": 2, "backoff_s": [5]}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    clock = ManualClock()
+    opened = Broker.open(tmp_path / "data", plugins=["store_mmap", "filter_tag", "trace"], clock=clock, groups=GROUPS)
+    opened.create_topic(TOPIC, 4)
+    yield opened
+    opened.close()
+
+
+def _flush(broker: Broker) -> None:
+    found = recorder(broker.name)
+    assert found is not None
+    found.flush()
+    assert found.dropped == 0
+
+
+def test_every_step_of_a_thousand_messages_is_recorded_in_order(broker: Broker) -> None:
+    clock = broker.clock
+    assert isinstance(clock, ManualClock)
+    producer = broker.producer("shop")
+    sent = [producer.send(Message(TOPIC, f"order {i}".encode(), keys=(f"k{i}",))) for i in range(COUNT)]
+    ids = {result.unique_id for result in sent}
+    consumer = broker.simple_consumer(GROUP, {TOPIC: "*"}, client_id="worker-1")
+
+    def receive_all(expected: int) -> list:
+        got: list = []
+        while len(got) < expected:
+            batch = consumer.receive(32, invisible_duration_s=30)
+            assert batch, f"received {len(got)} of {expected}"
+            got += batch
+        return got
+
+    for message in receive_all(COUNT):  # attempt 1 fails: back in 5 s
+        consumer.nack(message)
+    clock.advance(6)
+    second = receive_all(COUNT)
+    assert {m.delivery_attempt for m in second} == {2}
+    for message in second:  # attempt 2 was the last: dead-lettered when its back-off ends
+        consumer.nack(message)
+    clock.advance(6)
+    admin = BrokerAdmin(broker)
+    resent = admin.resend_dlq(GROUP, limit=COUNT)
+    assert len(resent.resent) == COUNT
+    for message in receive_all(COUNT):
+        consumer.ack(message)
+    _flush(broker)
+
+    expected = [
+        (TraceKind.STORED, TOPIC), (TraceKind.DELIVERED, TOPIC), (TraceKind.NACKED, TOPIC),
+        (TraceKind.RETRIED, TOPIC), (TraceKind.DELIVERED, TOPIC), (TraceKind.NACKED, TOPIC),
+        (TraceKind.STORED, f"%DLQ%{GROUP}"), (TraceKind.DEAD_LETTERED, TOPIC), (TraceKind.STORED, TOPIC),
+        (TraceKind.REDRIVEN, f"%DLQ%{GROUP}"), (TraceKind.DELIVERED, TOPIC), (TraceKind.ACKED, TOPIC),
+    ]
+    for unique_id in ids:
+        trace = execute(admin, "trace", {"id": unique_id})
+        steps = [(TraceKind(e["kind"]), e["topic"]) for e in trace["events"]]
+        assert steps == expected, unique_id
+        events = trace["events"]
+        assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+        assert events[1]["client"] == "worker-1" and events[1]["group"] == GROUP
+        assert [e["attempt"] for e in events if e["kind"] == "delivered"] == [1, 2, 1]
+        assert events[9]["detail"]["to_topic"] == TOPIC
+        assert events[8]["msg_id"] == events[9]["detail"]["copy_msg_id"]
+
+
+def test_trace_by_offset_message_id_and_unknown_ids(broker: Broker) -> None:
+    result = broker.producer("shop").send(Message(TOPIC, b"one"))
+    _flush(broker)
+    admin = BrokerAdmin(broker)
+    by_offset_id = execute(admin, "trace", {"id": result.msg_id})
+    assert by_offset_id["unique_id"] == result.unique_id
+    assert [e["kind"] for e in by_offset_id["events"]] == ["stored"]
+    assert execute(admin, "trace", {"id": "no-such-message"})["events"] == []
+
+
+def test_trace_topic_is_the_brokers_own(broker: Broker) -> None:
+    with pytest.raises(TopicError, match="system topic"):
+        broker.put(Message(TRACE_TOPIC, b"forged"), 0)
+
+
+def test_a_broker_without_the_plugin_says_how_to_record(tmp_path: Path) -> None:
+    with Broker.open(tmp_path / "plain", plugins=["store_mmap"], clock=ManualClock()) as plain:
+        plain.create_topic(TOPIC, 1)
+        sent = plain.producer("p").send(Message(TOPIC, b"x"))
+        with pytest.raises(Exception, match="add 'trace' to broker.plugins"):
+            execute(BrokerAdmin(plain), "trace", {"id": sent.unique_id})
+
+
+def test_records_round_trip_and_bad_lines_are_named() -> None:
+    event = TraceEvent(7, 1000, "acked", "b", "U1", "M1", TOPIC, 0, 3, GROUP, "c", 1, {"invisible_ms": 5})
+    assert decode_trace_batch(encode_trace_batch([event, event])) == [event, event]
+    with pytest.raises(Exception, match="line 2"):
+        decode_trace_batch(encode_trace_batch([event]) + b"\n[1,2]")
+
+
+def test_trace_context_travels_with_dead_letter_and_redriven_copies(broker: Broker) -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    broker.put(Message(TOPIC, b"traced"), 0, extra_properties={Prop.TRACE_CONTEXT: traceparent})
+    consumer = broker.simple_consumer(GROUP, {TOPIC: "*"})
+    clock = broker.clock
+    assert isinstance(clock, ManualClock)
+    for _ in range(2):
+        (message,) = consumer.receive(1)
+        consumer.nack(message)
+        clock.advance(6)
+    admin = BrokerAdmin(broker)
+    admin.resend_dlq(GROUP)
+    (again,) = consumer.receive(1)
+    assert again.properties[Prop.TRACE_CONTEXT] == traceparent
+    assert Prop.TRACE_CONTEXT not in again.user_properties
