@@ -1,7 +1,7 @@
 """The admin verbs that look inside a group and a message: trace, in flight, clients, dead letters.
 
 ``trace`` reads the trace plugin's records (``RMQ_SYS_TRACE_TOPIC``, :mod:`plugmq.core.trace`) by a
-message's unique id; ``group-inflight`` lists a pop group's messages received and not acked;
+message's unique id, with the copies the store holds as the stored steps; ``group-inflight`` lists a pop group's messages received and not acked;
 ``group-clients`` the consumers of a group connected to this broker (the server's gRPC clients,
 through a :class:`ClientDirectory`, and in-process push consumers); ``dlq-browse`` a page of the
 group's dead-letter topic, each message marked when ``resend-dlq`` sent it back already.
@@ -18,9 +18,9 @@ from plugmq.admin.values import MessageView
 from plugmq.broker.broker import Broker
 from plugmq.core.errors import ValidationError
 from plugmq.core.message import MessageQueue, StoredMessage
-from plugmq.core.names import TRACE_TOPIC, validate_group
+from plugmq.core.names import TRACE_TOPIC, Prop, retry_topic, validate_group
 from plugmq.broker.offsets import DLQ_RESEND
-from plugmq.core.trace import TraceEvent, decode_trace_batch
+from plugmq.core.trace import TraceEvent, TraceKind, decode_trace_batch
 
 __all__ = ["ClientDirectory", "ClientView", "DeadLetter", "DeadLetterPage", "GroupClients", "InflightMessage",
            "MessageTrace", "dlq_browse", "group_clients", "group_inflight", "message_trace"]
@@ -107,18 +107,75 @@ def _unique_id_of(broker: Broker, message_id: str) -> str:
 
 
 def message_trace(broker: Broker, message_id: str) -> MessageTrace:
-    """The steps recorded for ``message_id`` (a client id, or an offset id resolved to it)."""
+    """The path of ``message_id`` (a client id, or an offset id resolved to it) on this broker.
+
+    The consume-side steps come from the trace topic; the *stored* steps from the store itself:
+    every copy with the unique id (the send, retry and dead-letter copies, re-driven copies) with
+    its store time. A dead-letter copy goes right before the dead-lettered step that made it, a
+    re-driven copy right before its re-driven step, other copies at their store time (before the
+    recorded steps of the same millisecond: a step about a copy follows its storing).
+    """
     unique_id = _unique_id_of(broker, message_id)
     if broker.topics.get(TRACE_TOPIC) is None:
         raise ValidationError(f"broker {broker.name!r} has no trace records ({TRACE_TOPIC} does not exist): add "
                               "'trace' to broker.plugins to record each message's path")
-    events: dict[tuple[str, int], TraceEvent] = {}
+    recorded: dict[tuple[str, int], TraceEvent] = {}
     for batch in broker.query_by_key(TRACE_TOPIC, unique_id, max_results=_TRACE_BATCHES):
         for event in decode_trace_batch(batch.body, unique_id):
-            if event.unique_id == unique_id:
-                events[(event.broker, event.seq)] = event
-    ordered = sorted(events.values(), key=lambda e: (e.at_ms, e.seq))
-    return MessageTrace(unique_id, broker.name, tuple(ordered))
+            recorded[(event.broker, event.seq)] = event
+    events = sorted(recorded.values(), key=lambda e: (e.at_ms, e.seq))
+    keyed: list[tuple[tuple[int, int, int], TraceEvent]] = [((e.at_ms, e.seq, 1), e) for e in events]
+    copies = _stored_copies(broker, unique_id, events)
+    anchors = _anchors(broker, events, copies)
+    for copy in copies:
+        anchor = anchors.get(copy.msg_id)
+        key = (anchor.at_ms, anchor.seq, 0) if anchor is not None else (copy.store_timestamp_ms, -1,
+                                                                        copy.commit_log_offset)
+        keyed.append((key, _stored_event(broker.name, unique_id, copy)))
+    keyed.sort(key=lambda item: item[0])
+    return MessageTrace(unique_id, broker.name, tuple(event for _, event in keyed))
+
+
+def _stored_copies(broker: Broker, unique_id: str, events: list[TraceEvent]) -> list[StoredMessage]:
+    """Every copy of the message in the topics its steps name (with the groups' retry and DLQ topics),
+    or, with no step recorded, in every topic."""
+    known = broker.topics.all()
+    if events:
+        topics = {e.topic for e in events}
+        for group in {e.group for e in events if e.group}:
+            policy = broker.group_policy(group).redelivery
+            topics |= {retry_topic(group), policy.dead_letter_topic_for(group)}
+        topics |= {e.detail.get("to_topic", "") for e in events}
+    else:
+        topics = {t for t in known if t != TRACE_TOPIC}
+    copies: dict[int, StoredMessage] = {}
+    for topic in sorted(t for t in topics if t in known):
+        for message in broker.query_by_key(topic, unique_id, max_results=_TRACE_BATCHES):
+            if message.unique_id == unique_id:
+                copies[message.commit_log_offset] = message
+    return [copies[offset] for offset in sorted(copies)]
+
+
+def _anchors(broker: Broker, events: list[TraceEvent], copies: list[StoredMessage]) -> dict[str, TraceEvent]:
+    """Copy msg id -> the recorded step that stored it: a re-drive names its copy; the k-th
+    dead-lettering of a group made the k-th copy on the group's dead-letter topic."""
+    anchors = {str(e.detail["copy_msg_id"]): e for e in events
+               if e.kind is TraceKind.REDRIVEN and "copy_msg_id" in e.detail}
+    for group in {e.group for e in events if e.kind is TraceKind.DEAD_LETTERED}:
+        dlq = broker.group_policy(group).redelivery.dead_letter_topic_for(group)
+        steps = [e for e in events if e.kind is TraceKind.DEAD_LETTERED and e.group == group]
+        for step, copy in zip(steps, [c for c in copies if c.topic == dlq], strict=False):
+            anchors[copy.msg_id] = step
+    return anchors
+
+
+def _stored_event(broker_name: str, unique_id: str, copy: StoredMessage) -> TraceEvent:
+    detail: dict[str, str | int] = {"born_host": copy.born_host, "born_ms": copy.born_timestamp_ms}
+    producer = copy.properties.get(Prop.PRODUCER_GROUP)
+    if producer:
+        detail["producer"] = producer
+    return TraceEvent(0, copy.store_timestamp_ms, TraceKind.STORED, broker_name, unique_id, copy.msg_id, copy.topic,
+                      copy.queue_id, copy.queue_offset, attempt=copy.reconsume_times + 1, detail=detail)
 
 
 def group_inflight(broker: Broker, group: str, limit: int = 1000) -> list[InflightMessage]:

@@ -737,14 +737,14 @@ class Broker:
 
     def append_system_records(self, topic: str, records: Sequence[tuple[bytes, Sequence[str]]]) -> int:
         """:class:`~plugmq.core.contracts.SystemTopicWriter`: an observer's records on system topic
-        ``topic``, queue 0, in one store batch, without events."""
-        self._check_open()
+        ``topic``, queue 0, in one store batch, without events. Open to observers until their
+        ``plugmq_broker_stopping`` returned (the store closes after it)."""
         self.check_writable("store an observer's records")
         if not is_system_topic(topic):
             raise TopicError(f"topic {topic!r} is not a system topic; observers write only system topics")
+        self.topics.ensure(topic, 1)  # also for no records: an observer makes its topic known when it starts
         if not records:
             return 0
-        self.topics.ensure(topic, 1)
         now = self.clock.now_ms()
         requests = []
         for body, keys in records:

@@ -6,7 +6,7 @@ import click
 
 from plugmq.cli import _LazyGroup
 
-_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc", "replication", "cluster", "failover")}
+_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc", "replication", "cluster", "failover", "trace")}
 
 
 @click.group("bench", cls=_LazyGroup, lazy=_BENCHMARKS)

@@ -1,9 +1,12 @@
-"""trace: every message's path — stored, delivered, acked, nacked, retried, dead-lettered, re-driven.
+"""trace: every message's path — delivered, acked, nacked, retried, dead-lettered, re-driven.
 
-An observer on the broker's event hooks. Each step becomes a :class:`~plugmq.core.trace.TraceEvent`
-(when, which broker, which group and client, which attempt), written in batches to the system topic
-``RMQ_SYS_TRACE_TOPIC`` with the message's unique id as key, so ``plugmq admin trace --id`` and the
-console find a message's whole path (its retry, dead-letter and re-driven copies keep the id).
+An observer on the broker's consume-side event hooks. Each step becomes a
+:class:`~plugmq.core.trace.TraceEvent` (when, which broker, which group and client, which attempt),
+written in batches to the system topic ``RMQ_SYS_TRACE_TOPIC`` with the message's unique id as key,
+so ``plugmq admin trace --id`` and the console find a message's whole path (its retry, dead-letter
+and re-driven copies keep the id). The *stored* steps are not recorded: the store holds every copy
+with its store time, born host and properties already, and the trace verb reads them from there.
+So the plugin implements no ``plugmq_message_stored`` and a send does no trace work at all.
 The trace topic lives in the commit log like any topic and goes with the store's retention
 (``file_reserved_time``); the plugin holds no retention floor, so traces never keep data alive.
 With OpenTelemetry configured by the application (``pip install 'plugmq[trace]'``), send, store
@@ -92,16 +95,11 @@ def _record(broker_name: str, kind: TraceKind, message: StoredMessage, group: st
     if found is None:
         return
     props = message.properties
-    found.add((found.next_seq(), found.clock.now_ms(), kind, props.get(Prop.UNIQ_KEY) or message.msg_id,
-               message.msg_id, message.topic, message.queue_id, message.queue_offset, group, client, attempt, detail,
-               props.get(Prop.TRACE_CONTEXT), message.born_timestamp_ms, message.store_timestamp_ms))
-
-
-@hookimpl
-def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
-    producer = message.properties.get(Prop.PRODUCER_GROUP)
-    detail = {"born_host": message.born_host, "producer": producer} if producer else {"born_host": message.born_host}
-    _record(broker_name, TraceKind.STORED, message, attempt=message.reconsume_times + 1, detail=detail)
+    # The offset message id is encoded by the writer thread, from (store host, commit-log offset).
+    found.add((found.next_seq(), found.clock.now_ms(), kind, props.get(Prop.UNIQ_KEY) or "",
+               (message.store_host, message.commit_log_offset), message.topic, message.queue_id,
+               message.queue_offset, group, client, attempt, detail, props.get(Prop.TRACE_CONTEXT),
+               message.born_timestamp_ms, message.store_timestamp_ms))
 
 
 @hookimpl

@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from plugmq.core import TRACE_TOPIC, Clock, PlugmqError, SystemTopicWriter, get_logger
-from plugmq.core.trace import TraceEvent, TraceKind, encode_trace_batch
+from plugmq.core import TRACE_TOPIC, Clock, PlugmqError, SystemTopicWriter, ValidationError, encode_msg_id, get_logger
+from plugmq.core.trace import TraceKind, encode_trace_rows
 
 __all__ = ["PendingEvent", "Recorder", "TraceOptions"]
 
@@ -44,8 +44,8 @@ class TraceOptions:
 
 # seq, at_ms, kind, unique_id, msg_id, topic, queue_id, queue_offset, group, client, attempt, detail, trace context,
 # born ms, store ms: what the hot path captures of an event (plain values, never the message and its body).
-PendingEvent = tuple[int, int, TraceKind, str, str, str, int, int, str, str, int, Mapping[str, Any], str | None,
-                     int, int]
+PendingEvent = tuple[int, int, TraceKind, str, tuple[str, int], str, int, int, str, str, int, Mapping[str, Any],
+                     str | None, int, int]
 
 SpanSink = Callable[[list[PendingEvent]], None]
 
@@ -68,6 +68,7 @@ class Recorder:
         self.written = 0
         self.dropped = 0
         self._failures = 0
+        self._prefixes: dict[str, str] = {}
 
     # ------------------------------------------------------------------------------ hot path
     def next_seq(self) -> int:
@@ -86,6 +87,10 @@ class Recorder:
     # ------------------------------------------------------------------------------ writer
     def start(self, writer: SystemTopicWriter) -> None:
         self._writer = writer
+        try:
+            writer.append_system_records(TRACE_TOPIC, [])  # the topic exists from now on: readers know we record
+        except PlugmqError as exc:  # a slave: its master's records arrive by replication
+            log.info("trace topic not created here", broker=self.broker_name, reason=str(exc))
         self._thread = threading.Thread(target=self._run, name=f"plugmq-trace-{self.broker_name}", daemon=True)
         self._thread.start()
 
@@ -121,9 +126,9 @@ class Recorder:
         size = self.options.batch_events
         records = []
         for start in range(0, len(taken), size):
-            events = [_event(self.broker_name, row) for row in taken[start:start + size]]
-            keys = list(dict.fromkeys(e.unique_id for e in events if e.unique_id))
-            records.append((encode_trace_batch(events), keys))
+            rows = [self._row(event) for event in taken[start:start + size]]
+            keys = list(dict.fromkeys(row[4] for row in rows))
+            records.append((encode_trace_rows(rows), keys))
         try:
             writer.append_system_records(TRACE_TOPIC, records)
         except PlugmqError as exc:
@@ -135,6 +140,17 @@ class Recorder:
             return 0
         self.written += len(taken)
         return len(taken)
+
+    def _row(self, event: PendingEvent) -> list[Any]:
+        """A queued event as the trace record's row (:func:`plugmq.core.trace.encode_trace_rows`)."""
+        seq, at_ms, kind, unique_id, (store_host, offset), topic, queue_id, queue_offset, group, client, attempt, \
+            detail = event[:12]
+        prefix = self._prefixes.get(store_host)
+        if prefix is None:
+            prefix = self._prefixes[store_host] = _msg_id_prefix(store_host)
+        msg_id = f"{prefix}{offset:016X}" if prefix else str(offset)
+        return [seq, at_ms, kind.value, self.broker_name, unique_id or msg_id, msg_id, topic, queue_id, queue_offset,
+                group, client, attempt, detail]
 
     def stop(self) -> None:
         """Write what is queued and stop the writer (the broker is stopping; its store is still open)."""
@@ -152,7 +168,8 @@ class Recorder:
                         dropped=self.dropped, written=self.written)
 
 
-def _event(broker: str, row: PendingEvent) -> TraceEvent:
-    seq, at_ms, kind, unique_id, msg_id, topic, queue_id, queue_offset, group, client, attempt, detail = row[:12]
-    return TraceEvent(seq, at_ms, kind, broker, unique_id, msg_id, topic, queue_id, queue_offset, group, client,
-                      attempt, detail)
+def _msg_id_prefix(store_host: str) -> str:
+    try:
+        return encode_msg_id(store_host, 0)[:16]  # IPv4 and port: the offset follows as 16 hex digits
+    except ValidationError:  # a store whose hosts are not IPv4:port: the offset alone still places it
+        return ""

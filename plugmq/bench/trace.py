@@ -1,0 +1,103 @@
+"""``plugmq bench trace``: the send rate with the trace plugin on, as a ratio to the same broker without it.
+
+Each round opens two brokers in fresh temp dirs (store_mmap, the given flush mode, 4 queues): one
+with plugins ``store_mmap, filter_tag`` (the baseline), one with ``trace`` added. On each, one
+producer thread sends ``--messages`` messages of ``--size`` bytes (one per ``producer.send``) while
+a simple consumer thread receives and acks them as they come, so the trace plugin records a
+delivered and an acked step per message and its writer thread runs beside the sends, as on a
+live broker. Runs alternate their order round by round; each figure is the best of ``--rounds``
+(a shared machine's noise only slows a round down). The recorder must have written every event by
+the time its broker closed (dropped events are reported: a fast recorder that drops is no win).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from plugmq.core.broker import Broker
+from plugmq.core.message import Message
+
+__all__ = ["command", "send_rate"]
+
+_BASE = ["store_mmap", "filter_tag"]
+
+
+def send_rate(traced: bool, messages: int, size: int, flush: str) -> tuple[float, float, int, int]:
+    """(sent/s, consumed/s, trace events written, trace events dropped) of one run."""
+    from plugmq.plugins.trace import recorder
+
+    plugins = [*_BASE, "trace"] if traced else _BASE
+    body = b"x" * size
+    with tempfile.TemporaryDirectory(prefix="plugmq-bench-trace-") as tmp:
+        broker = Broker.open(Path(tmp), plugins=plugins, options={"store_mmap": {"flush": flush}})
+        written = dropped = 0
+        consumed: list[float] = []
+        try:
+            broker.create_topic("Bench", 4)
+            producer = broker.producer("bench")
+            consumer = broker.simple_consumer("bench-consumer", {"Bench": "*"}, client_id="bench-1")
+            batch = [Message("Bench", body, keys=(f"k{i}",)) for i in range(messages)]
+
+            def consume() -> None:
+                acked = 0
+                deadline = time.monotonic() + 600
+                while acked < messages and time.monotonic() < deadline:
+                    for message in consumer.receive(32, invisible_duration_s=60, await_duration_s=0.2):
+                        consumer.ack(message)
+                        acked += 1
+                consumed.append(acked / (time.perf_counter() - started))
+
+            started = time.perf_counter()
+            thread = threading.Thread(target=consume, name="bench-trace-consumer")
+            thread.start()
+            for message in batch:
+                producer.send(message)
+            elapsed = time.perf_counter() - started
+            thread.join()
+            found = recorder(broker.name) if traced else None
+        finally:
+            broker.close()  # flushes the recorder's last batch
+        if found is not None:
+            written, dropped = found.written, found.dropped
+        return messages / elapsed, consumed[0] if consumed else 0.0, written, dropped
+
+
+@click.command("trace")
+@click.option("--messages", type=int, default=20_000, show_default=True, help="Messages per run.")
+@click.option("--size", type=int, default=1024, show_default=True, help="Body size in bytes.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Rounds; each figure is the best.")
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True,
+              help="store_mmap's flush mode.")
+def command(messages: int, size: int, rounds: int, flush: str) -> None:
+    """Send rate with the trace plugin on, as a ratio to off (same run, best of --rounds)."""
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    written = dropped = 0
+    for round_number in range(rounds):
+        order = (False, True) if round_number % 2 == 0 else (True, False)
+        for traced in order:
+            sent, consumed, w, d = send_rate(traced, messages, size, flush)
+            runs[traced].append((sent, consumed))
+            if traced:
+                written, dropped = w, d
+    best = {traced: (max(r[0] for r in rows), max(r[1] for r in rows)) for traced, rows in runs.items()}
+    load = os.getloadavg()
+    table = Table(title=f"trace plugin on vs off: {messages} x {size} B, store_mmap flush={flush}, 1 producer and 1 "
+                        f"simple consumer thread (receive 32, ack each), best of {rounds}", title_justify="left")
+    for column in ("run", "sent msg/s", "send ratio", "consumed msg/s", "consume ratio", "sent/s, all rounds"):
+        table.add_column(column, no_wrap=True)
+    for traced, label in ((False, "trace off (baseline)"), (True, "trace on")):
+        sent, consumed = best[traced]
+        table.add_row(label, f"{sent:,.0f}", f"{sent / best[False][0]:.2f}x", f"{consumed:,.0f}",
+                      f"{consumed / best[False][1]:.2f}x", " ".join(f"{r[0]:,.0f}" for r in runs[traced]))
+    console = Console(highlight=False, soft_wrap=True, width=160)  # a row never wraps, whatever the terminal
+    console.print(table)
+    console.print(f"trace events of the last traced run: {written:,} written, {dropped:,} dropped; "
+                  f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
