@@ -70,6 +70,7 @@ _COMMANDS = {
     "serve": "plugmq.cli.serve:command",
     "admin": "plugmq.cli.admin:command",
     "chaos": "plugmq.cli.chaos:command",
+    "console": "plugmq.cli.console:command",
 }
 
 

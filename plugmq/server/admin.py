@@ -200,13 +200,16 @@ class AdminClient:
     """Calls the admin verbs of a running ``plugmq serve`` at ``address`` (``host:port``)."""
 
     def __init__(self, address: str, *, access_key: str | None = None, secret_key: str | None = None,
-                 timeout_s: float = _TIMEOUT_S) -> None:
+                 timeout_s: float = _TIMEOUT_S, channel_credentials: grpc.ChannelCredentials | None = None) -> None:
+        """``channel_credentials``: TLS for the channel (``grpc.ssl_channel_credentials``: the CA that
+        signed the server's certificate, optionally a client certificate); plaintext without."""
         if (access_key is None) != (secret_key is None):
             raise ValidationError("give both an access key and a secret key, or neither")
         self.address = address
         self._credentials = (access_key, secret_key) if access_key is not None and secret_key is not None else None
         self._timeout = timeout_s
-        self._channel = grpc.insecure_channel(address)
+        self._channel = (grpc.secure_channel(address, channel_credentials) if channel_credentials is not None
+                         else grpc.insecure_channel(address))
 
     def call(self, verb: str, args: Mapping[str, Any]) -> Any:
         broker_verbs, cluster_verbs = _verbs()

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,15 @@ CLUSTER_PLUGINS = ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "all
 
 
 def write_broker_config(directory: Path, name: str, *, zookeeper: str, cluster: str, room: str = "",
-                        session_timeout_s: float = 2.0, extra: str = "") -> Path:
-    """A broker TOML for ``plugmq serve`` in ``cluster`` (data under ``directory/<name>``)."""
+                        session_timeout_s: float = 2.0, extra: str = "",
+                        plugins: Sequence[str] = tuple(CLUSTER_PLUGINS)) -> Path:
+    """A broker TOML for ``plugmq serve`` in ``cluster`` (data under ``directory/<name>``); ``extra``
+    follows the ``[server]`` table's first line."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{name}.toml"
     room_line = f'room = "{room}"\n' if room else ""
     config.write_text(
-        f'[broker]\nname = "{name}"\ndata_dir = "{name}"\n{room_line}plugins = {CLUSTER_PLUGINS!r}\n'
+        f'[broker]\nname = "{name}"\ndata_dir = "{name}"\n{room_line}plugins = {list(plugins)!r}\n'
         f'[cluster]\nname = "{cluster}"\n'
         f'[plugins.cluster_zk]\nhosts = "{zookeeper}"\nsession_timeout_s = {session_timeout_s}\n'
         f"[server]\nlong_polling_s = 1\n{extra}", encoding="utf-8")
