@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="needs the serve extra (prometheus_client)")
 
-from plugmq.core.broker import Broker  # noqa: E402
-from plugmq.server.metrics import BrokerCollector, EventCounter  # noqa: E402
+from plugmq.core.broker import Broker
+from plugmq.server.metrics import BrokerCollector, EventCounter
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "dashboards" / "plugmq.json"
 _METRIC = re.compile(r"\b(?:rocketmq|plugmq)_[A-Za-z0-9_]+\b")

@@ -8,8 +8,10 @@ retry, a second nack that exhausts their attempts, the dead-letter topic, a re-d
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,7 +88,7 @@ def test_every_step_of_a_thousand_messages_is_recorded_in_order(broker: Broker) 
         events = trace["events"]
         recorded = [e["seq"] for e in events if e["kind"] != "stored"]  # stored steps come from the store
         assert recorded == sorted(recorded)
-        assert [e["msg_id"] for e in events if e["kind"] == "stored"][0] == by_id[unique_id].msg_id
+        assert next(e["msg_id"] for e in events if e["kind"] == "stored") == by_id[unique_id].msg_id
         assert events[1]["client"] == "worker-1" and events[1]["group"] == GROUP
         assert [e["attempt"] for e in events if e["kind"] == "delivered"] == [1, 2, 1]
         assert events[9]["detail"]["to_topic"] == TOPIC
@@ -138,3 +140,41 @@ def test_trace_context_travels_with_dead_letter_and_redriven_copies(broker: Brok
     (again,) = consumer.receive(1)
     assert again.properties[Prop.TRACE_CONTEXT] == traceparent
     assert Prop.TRACE_CONTEXT not in again.user_properties
+
+
+def test_plugmq_admin_trace_inflight_and_dlq_browse_on_a_stopped_data_dir(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\nplugins = ["store_mmap", "filter_tag", "trace"]\n'
+                      f'[groups.{GROUP}]\nmax_delivery_attempts = 1\nbackoff_s = [1]\n', encoding="utf-8")
+    clock = ManualClock(start=time.time())  # the CLI reopens on the system clock: deadlines stay ahead
+    with Broker.from_config(config, clock=clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        sent = [broker.producer("shop").send(Message(TOPIC, f"order {i}".encode())) for i in range(3)]
+        consumer = broker.simple_consumer(GROUP, {TOPIC: "*"}, client_id="worker-9")
+        first, second, third = consumer.receive(3, invisible_duration_s=3600)
+        consumer.ack(first)
+        consumer.nack(second)  # its only attempt: dead-lettered once the back-off ends
+        clock.advance(2)
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        done = runner.invoke(main, ["admin", *args, "--config", str(config)], catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        return done.stdout
+
+    steps = json.loads(cli("trace", "--id", sent[0].unique_id, "--json"))["events"]
+    assert [e["kind"] for e in steps] == ["stored", "delivered", "acked"]
+    assert "worker-9" in cli("trace", "--id", sent[0].unique_id)
+    inflight = json.loads(cli("group-inflight", GROUP, "--json"))
+    assert [m["unique_id"] for m in inflight] == [third.unique_id]
+    page = json.loads(cli("dlq-browse", GROUP, "--json"))
+    assert [d["message"]["unique_id"] for d in page["messages"]] == [second.unique_id]
+    assert json.loads(cli("group-clients", GROUP, "--json"))["clients"] == []
+    assert "no trace of message nope" in runner.invoke(main, ["admin", "trace", "--id", "nope", "--config",
+                                                              str(config)]).output

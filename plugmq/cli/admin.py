@@ -377,6 +377,86 @@ def resend_dlq(target: _Target, as_json: bool, group: str, ids: Sequence[str], l
     _emit(target.run("resend-dlq", args), as_json, render)
 
 
+@command.command("trace")
+@click.option("--id", "message_id", required=True, help="A client message id (unique key), or an offset message id.")
+@_target_options
+def trace(target: _Target, as_json: bool, message_id: str) -> None:
+    """Every step of a message's path on this broker: stored, delivered, acked, retried, dead-lettered, re-driven.
+
+    Needs the trace plugin in broker.plugins; the stored steps come from the store's copies.
+    """
+    def render(result: dict[str, Any]) -> None:
+        table = _table("Time", "Step", "Topic", "QID", "Offset", "Group", "Client", "Attempt", "Details",
+                       title=f"message {result['unique_id']} on broker {result['broker']}")
+        for e in result["events"]:
+            details = " ".join(f"{k}={v}" for k, v in e["detail"].items())
+            table.add_row(_when(e["at_ms"]), e["kind"], e["topic"], str(e["queue_id"]), str(e["queue_offset"]),
+                          e["group"] or "-", e["client"] or "-", str(e["attempt"] or "-"), details)
+        _print_table(table)
+
+    result = target.run("trace", {"id": message_id})
+    if not result["events"]:
+        raise click.ClickException(f"no trace of message {message_id} on this broker (not stored here, or "
+                                   "stored before the trace plugin was enabled)")
+    _emit(result, as_json, render)
+
+
+@command.command("group-inflight")
+@click.argument("group")
+@click.option("--limit", type=int, default=1000, show_default=True, help="At most this many messages.")
+@_target_options
+def group_inflight(target: _Target, as_json: bool, group: str, limit: int) -> None:
+    """GROUP's messages received by a pop consumer and not acked yet."""
+    def render(rows: list[dict[str, Any]]) -> None:
+        table = _table("Topic", "QID", "Offset", "Attempt", "Invisible Until", "Unique Id")
+        for m in rows:
+            table.add_row(m["topic"], str(m["queue_id"]), str(m["queue_offset"]), str(m["attempt"]),
+                          _when(m["invisible_until_ms"]), m["unique_id"] or "-")
+        _print_table(table)
+
+    _emit(target.run("group-inflight", {"group": group, "limit": limit}), as_json, render)
+
+
+@command.command("group-clients")
+@click.argument("group")
+@_target_options
+def group_clients(target: _Target, as_json: bool, group: str) -> None:
+    """GROUP's consumers connected to this broker: RocketMQ 5 clients of plugmq serve, in-process push consumers."""
+    def render(result: dict[str, Any]) -> None:
+        table = _table("Client Id", "Kind", "Access Point", title=f"group {result['group']} on {result['broker']}")
+        for c in result["clients"]:
+            table.add_row(c["client_id"], c["kind"], c["access_point"] or "-")
+        _print_table(table)
+
+    _emit(target.run("group-clients", {"group": group}), as_json, render)
+
+
+@command.command("dlq-browse")
+@click.argument("group")
+@click.option("--offset", type=int, help="The first dead-letter queue offset (default: the oldest kept).")
+@click.option("--limit", type=int, default=50, show_default=True, help="At most this many messages.")
+@_target_options
+def dlq_browse(target: _Target, as_json: bool, group: str, offset: int | None, limit: int) -> None:
+    """A page of GROUP's dead letters (resend-dlq --id sends chosen ones back)."""
+    def render(page: dict[str, Any]) -> None:
+        table = _table("Offset", "Unique Id", "Original Topic", "Stored", "Reconsume", "Resent", "Body",
+                       title=f"{page['dead_letter_topic']} on {page['broker']}: offsets {page['start_offset']}.."
+                             f"{page['end_offset']}")
+        for d in page["messages"]:
+            m = d["message"]
+            table.add_row(str(m["queue_offset"]), m["unique_id"] or m["msg_id"], m["properties"].get("RETRY_TOPIC", "-"),
+                          _when(m["stored_ms"]), str(m["reconsume_times"]), "yes" if d["resent"] else "",
+                          _preview(m["body"], 40))
+        _print_table(table)
+        if page["next_offset"] < page["end_offset"]:
+            click.echo(f"more: --offset {page['next_offset']}")
+
+    args: dict[str, Any] = {"group": group, "limit": limit}
+    if offset is not None:
+        args["offset"] = offset
+    _emit(target.run("dlq-browse", args), as_json, render)
+
+
 @command.command("cluster-list")
 @_target_options
 def cluster_list(target: _Target, as_json: bool) -> None:
