@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="needs the serve extra (prometheus_client)")
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.server.metrics import BrokerCollector, EventCounter
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "dashboards" / "plugmq.json"

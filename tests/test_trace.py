@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from plugmq import Broker, ManualClock, Message
+from plugmq.admin import BrokerAdmin, execute
 from plugmq.core import TRACE_TOPIC, Prop, TopicError
-from plugmq.core.admin import BrokerAdmin, execute
 from plugmq.core.trace import TraceEvent, TraceKind, decode_trace_batch, encode_trace_batch
 from plugmq.plugins.trace import recorder
 

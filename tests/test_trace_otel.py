@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from rocketmq.grpc_protocol import Code, MessagingServiceStub, definition_pb2, service_pb2  # noqa: E402
 
-from plugmq.core.broker import Broker  # noqa: E402
+from plugmq.broker.broker import Broker  # noqa: E402
 from plugmq.plugins.trace import recorder  # noqa: E402
 from plugmq.server import ServerOptions, ServerThread  # noqa: E402
 from tests.test_grpc_protocol import signed  # noqa: E402

@@ -16,10 +16,10 @@ import attrs
 
 from plugmq.admin.values import MessageView
 from plugmq.broker.broker import Broker
+from plugmq.broker.offsets import DLQ_RESEND
 from plugmq.core.errors import ValidationError
 from plugmq.core.message import MessageQueue, StoredMessage
 from plugmq.core.names import TRACE_TOPIC, Prop, retry_topic, validate_group
-from plugmq.broker.offsets import DLQ_RESEND
 from plugmq.core.trace import TraceEvent, TraceKind, decode_trace_batch
 
 __all__ = ["ClientDirectory", "ClientView", "DeadLetter", "DeadLetterPage", "GroupClients", "InflightMessage",

@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core.broker import Broker
+from plugmq.broker.broker import Broker
 from plugmq.core.message import Message
 
 __all__ = ["command", "send_rate"]

@@ -20,11 +20,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from plugmq.admin.verbs import parse_time
 from plugmq.console import views
 from plugmq.console.brokers import Credentials, Fleet
 from plugmq.console.history import History
 from plugmq.console.sessions import SESSION_COOKIE, Session, Sessions, tokens_match
-from plugmq.core.admin.verbs import parse_time
 from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.errors import PlugmqError, ValidationError
 
