@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,12 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (th
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 from plugmq.server.admin import AdminClient  # noqa: E402
 from plugmq.testing import CLUSTER_PLUGINS, ServeProcess, ZooKeeperServer, write_broker_config  # noqa: E402
+from plugmq.testing.failover import wait_for as poll  # noqa: E402
 from tests.zk_fixtures import zookeeper  # noqa: F401, E402
 
 WAIT_S = 30.0
@@ -59,12 +62,7 @@ CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll until ``predicate`` holds (AssertionError after the bound)."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
+    poll(predicate, what, timeout_s)
 
 
 class Rig:
@@ -127,6 +125,35 @@ def send(rig: Rig, count: int) -> list[str]:
         producer.shutdown()
 
 
+class SteadyTraffic:
+    """A producer sending a message every ``pace_s`` until stopped (at most ``limit``), so the console's
+    samples see topics grow while the pages are open."""
+
+    def __init__(self, rig: Rig, pace_s: float = 0.1, limit: int = 3000) -> None:
+        self._producer = Producer(rig.client_config(), (TOPIC,))
+        self._stop = threading.Event()
+        self._pace, self._limit = pace_s, limit
+        self._thread = threading.Thread(target=self._run, name="console-test-traffic", daemon=True)
+        self.sent = 0
+
+    def __enter__(self) -> SteadyTraffic:
+        self._producer.startup()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while self.sent < self._limit and not self._stop.wait(self._pace):
+            message = Message()
+            message.topic, message.body, message.keys = TOPIC, f"steady {self.sent}".encode(), f"steady-{self.sent}"
+            self._producer.send(message)
+            self.sent += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_S)
+        self._producer.shutdown()
+
+
 def consumer(rig: Rig, group: str) -> SimpleConsumer:
     made = SimpleConsumer(rig.client_config(), group, {TOPIC: FilterExpression()}, await_duration=2)
     made.startup()
@@ -151,15 +178,21 @@ def rig(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) ->
             dead: list[Any] = []
             wait_for(lambda: dead.extend(fragile.receive(16, 1)) or len(dead) >= 8, "fragile receives 8")
             made.dead_ids = sorted({m.message_id for m in dead})  # type: ignore[attr-defined]
-        finally:
+        except BaseException:
             billing.shutdown()
+            raise
+        finally:
             fragile.shutdown()
         # fragile's only attempt times out unacked: every received message is dead-lettered.
         wait_for(lambda: sum(len(made.admin(b, "dlq-browse", group="fragile")["messages"])
                              for b in made.brokers if _has_dlq(made, b)) >= len(made.dead_ids),
                  "fragile's dead letters")
         made.start_console()
-        yield made
+        try:  # billing's consumer stays connected (a client on the group's page), with traffic going on
+            with SteadyTraffic(made):
+                yield made
+        finally:
+            billing.shutdown()
     finally:
         made.stop()
 
@@ -179,7 +212,9 @@ def browser() -> Iterator[Any]:
     for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     made = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    made.set_window_size(1280, 800)
+    # The viewport itself at 1280x800 (a headless window of that size leaves less to the page).
+    made.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                         {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
     try:
         yield made
     finally:
@@ -198,20 +233,28 @@ def text(browser: Any, css: str) -> str:
     return str(browser.find_element(By.CSS_SELECTOR, css).text)
 
 
+def submit(browser: Any, button_id: str) -> None:
+    """Click a form's button and wait until the answer replaced the page (a click returns before)."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.ID, button_id).click()
+    WebDriverWait(browser, WAIT_S).until(staleness_of(page))
+
+
 def sign_in(browser: Any, rig: Rig, secret: str) -> None:
     browser.get(f"{rig.url}/login")
     browser.find_element(By.ID, "access_key").send_keys(ADMIN)
     browser.find_element(By.ID, "secret_key").send_keys(secret)
-    browser.find_element(By.ID, "sign-in").click()
+    submit(browser, "sign-in")
 
 
 def test_a_wrong_password_is_refused_and_the_right_one_signs_in(rig: Rig, browser: Any) -> None:
     browser.get(rig.url)
     assert browser.current_url.endswith("/login")
-    shot(browser, "01-sign-in")
+    shot(browser, "01a-sign-in")
     sign_in(browser, rig, "not-the-secret")
     assert browser.current_url.endswith("/login")
     assert "Sign-in refused" in text(browser, "#login-error")
+    shot(browser, "01b-sign-in-refused")
     browser.get(f"{rig.url}/topics")
     assert browser.current_url.endswith("/login"), "a refused sign-in must not open a session"
     sign_in(browser, rig, ADMIN_SECRET)
@@ -228,6 +271,13 @@ def test_cluster_topics_and_groups_render(rig: Rig, browser: Any) -> None:
     browser.get(f"{rig.url}/topics")
     rows = text(browser, "#topics")
     assert rows.count(TOPIC) >= 2 and "%DLQ%fragile" in rows
+
+    def rated() -> bool:  # the console's sampler has two samples of the topic's offsets
+        browser.get(f"{rig.url}/topics")
+        return any(row.text.split()[1] == TOPIC and not row.text.endswith(" -")
+                   for row in browser.find_elements(By.CSS_SELECTOR, "#topics tr")[1:])
+
+    wait_for(rated, "a sampled rate of Orders")
     shot(browser, "03-topics")
     browser.get(f"{rig.url}/topics/{TOPIC}")
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.queues")) == 2
@@ -246,10 +296,11 @@ def test_group_page_shows_lag_history_inflight_and_clients_and_resets(rig: Rig, 
     wait_for(chart_drawn, "two lag samples")
     assert "pop" in text(browser, "#progress")
     inflight = text(browser, "#inflight")
-    assert "nothing in flight" not in inflight or inflight.count("nothing in flight") < 2
-    assert "Client id" in text(browser, "#clients")
+    assert inflight.count("nothing in flight") < 2, inflight  # billing left 6 of its 20 unacked
+    clients = text(browser, "#clients")
+    assert clients.count("grpc") >= 1, clients  # its consumer heartbeats the brokers of its route
     shot(browser, "06-group")
-    browser.find_element(By.ID, "reset").click()
+    submit(browser, "reset")
     assert "reset on" in text(browser, "#reset-done")
 
 
@@ -280,7 +331,7 @@ def test_dlq_browse_select_and_redrive_moves_messages_back(rig: Rig, browser: An
     picked = {box.get_attribute("value").partition("|")[2] for box in chosen}
     for box in chosen:
         box.click()
-    browser.find_element(By.ID, "redrive-selected").click()
+    submit(browser, "redrive-selected")
     assert "re-drove" in text(browser, "#redrive-done")
     shot(browser, "10-dlq-redriven")
     again = consumer(rig, "fragile")
@@ -291,3 +342,22 @@ def test_dlq_browse_select_and_redrive_moves_messages_back(rig: Rig, browser: An
     finally:
         again.shutdown()
     assert picked <= seen
+
+
+def test_the_session_cookie_is_http_only_and_a_form_without_its_csrf_token_is_refused(rig: Rig, browser: Any) -> None:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    browser.get(f"{rig.url}/groups")
+    cookie = browser.get_cookie("plugmq_console")
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    forged = urllib.request.Request(f"{rig.url}/groups/fragile/dlq/redrive", method="POST",
+                                    data=urllib.parse.urlencode({"all": "1"}).encode(),
+                                    headers={"Cookie": f"plugmq_console={cookie['value']}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(forged, timeout=WAIT_S)
+    assert refused.value.code == 403
+    for broker in rig.brokers:  # a bulk re-drive would have moved the resend cursor past every dead letter
+        if _has_dlq(rig, broker):
+            assert not any(d["resent"] for d in rig.admin(broker, "dlq-browse", group="fragile")["messages"])

@@ -46,16 +46,11 @@ def spans() -> InMemorySpanExporter:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Broker, Any]]:
-    broker = Broker.open(tmp_path / "data", plugins=["store_mmap", "filter_tag", "trace"], name="otel-broker")
-    broker.create_topic("Traced", 1)
-    thread = ServerThread(broker, ServerOptions(long_polling_s=1.0))
-    channel = grpc.insecure_channel(thread.start())
-    try:
-        yield broker, MessagingServiceStub(channel)
-    finally:
-        channel.close()
-        thread.stop()
-        broker.close()
+    with Broker.open(tmp_path / "data", plugins=["store_mmap", "filter_tag", "trace"], name="otel-broker") as broker:
+        broker.create_topic("Traced", 1)
+        with ServerThread(broker, ServerOptions(long_polling_s=1.0)) as thread, \
+                grpc.insecure_channel(thread.server.address or "") as channel:
+            yield broker, MessagingServiceStub(channel)
 
 
 def test_trace_context_is_kept_handed_back_and_parents_the_spans(served: tuple[Broker, Any],
