@@ -19,7 +19,7 @@ from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.groups import GroupMember, GroupRegistry
 from plugmq.broker.journal import JournalSet
 from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
-from plugmq.broker.pop import PopService
+from plugmq.broker.pop import PopService, ReceivedMessage
 from plugmq.broker.popstate import PopState, adopt_legacy_state
 from plugmq.broker.replication import TopicFollower, open_replication, read_only_error
 from plugmq.broker.retention import RetentionSchedule, consumer_group_floor, pop_consumer_floor
@@ -698,8 +698,10 @@ class Broker:
         if group and messages:
             self.traffic.delivered(group, messages)
         if group and messages and self.plugins.hooks.observers.message_delivered:
-            for message in messages:
-                self.plugins.hooks.message_delivered(self.name, group, message, client_id)
+            for message in messages:  # a pop redelivery knows its attempt; a pulled message is its first try
+                attempt = (message.delivery_attempt if type(message) is ReceivedMessage
+                           else message.reconsume_times + 1)
+                self.plugins.hooks.message_delivered(self.name, group, message, client_id, attempt)
 
     def report_delivered(self, group: str, messages: list[StoredMessage], client_id: str = "") -> None:
         """Pop consumption handed ``messages`` to ``group`` again (redeliveries)."""

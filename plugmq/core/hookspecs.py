@@ -303,15 +303,14 @@ def plugmq_message_stored(broker_name: str, message: StoredMessage) -> None:
 
 @hookspec
 def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage,
-                             client_id: str) -> None:
+                             client_id: str, attempt: int) -> None:
     """A message was handed to a consumer (pull result or push listener).
 
     Called by the broker once per message handed to a named consumer group, in the consuming
     thread, before the messages are handed over: every message ``Broker.pull`` returns with
     ``consumer_group=`` (push and pull consumers, a simple consumer's first delivery), and every
     redelivery of pop consumption (simple consumers, the gRPC server: a message whose invisible
-    time ran out, handed out again; then ``message`` is a ``ReceivedMessage`` carrying its
-    delivery attempt). A pull without a group (admin reads) calls nothing. A retry copy consumed
+    time ran out, handed out again). A pull without a group (admin reads) calls nothing. A retry copy consumed
     from the retry topic is delivered again. Not firstresult; return value ignored.
 
     :param broker_name: the broker's configured name.
@@ -320,6 +319,8 @@ def plugmq_message_delivered(broker_name: str, consumer_group: str, message: Sto
     :param client_id: the consumer's client id ("" when the caller did not say: a pull consumer,
         a pop receive without one). Added in a later version: leave it out of an implementation
         that does not need it.
+    :param attempt: which delivery of the message this is to the group (1 = the first; a pop
+        redelivery counts up; a retry copy is its reconsume times + 1). Added in a later version.
     """
 
 

@@ -258,9 +258,9 @@ class Hooks:
         self._hook.plugmq_message_stored(broker_name=broker_name, message=message)
 
     def message_delivered(self, broker_name: str, consumer_group: str, message: StoredMessage,
-                          client_id: str = "") -> None:
+                          client_id: str, attempt: int) -> None:
         self._hook.plugmq_message_delivered(broker_name=broker_name, consumer_group=consumer_group, message=message,
-                                            client_id=client_id)
+                                            client_id=client_id, attempt=attempt)
 
     def message_acked(self, broker_name: str, consumer_group: str, message: StoredMessage, client_id: str) -> None:
         self._hook.plugmq_message_acked(broker_name=broker_name, consumer_group=consumer_group, message=message,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from plugmq.core import (
     Family,
@@ -43,13 +43,6 @@ log = get_logger(__name__)
 _lock = threading.Lock()
 _recorders: dict[str, Recorder] = {}  # broker name -> its recorder, from configure to stopping
 _EMPTY: Mapping[str, Any] = {}
-
-
-@runtime_checkable
-class _Delivery(Protocol):
-    """A pop delivery (the core's ReceivedMessage) knows its attempt; a pulled message does not."""
-
-    delivery_attempt: int
 
 
 def recorder(broker_name: str) -> Recorder | None:
@@ -103,8 +96,8 @@ def _record(broker_name: str, kind: TraceKind, message: StoredMessage, group: st
 
 
 @hookimpl
-def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage, client_id: str) -> None:
-    attempt = message.delivery_attempt if isinstance(message, _Delivery) else message.reconsume_times + 1
+def plugmq_message_delivered(broker_name: str, consumer_group: str, message: StoredMessage, client_id: str,
+                             attempt: int) -> None:
     _record(broker_name, TraceKind.DELIVERED, message, consumer_group, client_id, attempt)
 
 
