@@ -34,7 +34,7 @@ from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 from plugmq.server.admin import AdminClient  # noqa: E402
 from plugmq.testing import CLUSTER_PLUGINS, ServeProcess, ZooKeeperServer, write_broker_config  # noqa: E402
-from plugmq.testing.failover import wait_for as poll  # noqa: E402
+from plugmq.testing.cluster import wait_for as poll  # noqa: E402
 from tests.zk_fixtures import zookeeper  # noqa: F401, E402
 
 WAIT_S = 30.0
