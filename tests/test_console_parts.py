@@ -6,6 +6,7 @@ ManualClock where the parts take one.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from plugmq.console.brokers import Credentials, Fleet, TlsFiles
 from plugmq.console.history import History
 from plugmq.console.sessions import Sessions, tokens_match
 from plugmq.console.views import lag_chart, merged_trace
-from plugmq.core.errors import ConfigError
+from plugmq.core.errors import ClientError, ConfigError
 from plugmq.server import ServerOptions, ServerThread
 
 
@@ -100,3 +101,18 @@ def test_a_trace_from_several_brokers_is_merged_in_time_order() -> None:
              BrokerCall(b, error="unreachable"),
              BrokerCall(b, {"events": [{"at_ms": 5, "kind": "delivered"}, {"at_ms": 7, "kind": "nacked"}]})]
     assert [e["kind"] for e in merged_trace(calls)] == ["stored", "delivered", "nacked", "acked"]
+
+
+def test_sign_in_asks_the_next_server_when_one_cannot_be_reached(fleet: tuple[Broker, Fleet]) -> None:
+    _, live = fleet
+    with socket.socket() as closed:  # a port nobody listens on: bound, never listening
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+        both, alone = Fleet([dead, *live.servers], timeout_s=5), Fleet([dead], timeout_s=5)
+        try:
+            both.check(Credentials("ops", "secret"))  # the live server has no ACL: any account passes
+            with pytest.raises(ClientError, match="cannot reach"):
+                alone.check(Credentials("ops", "secret"))
+        finally:
+            both.close()
+            alone.close()

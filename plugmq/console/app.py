@@ -127,7 +127,7 @@ class _Pages:
             return await self.login_form(request, "Give an access key and its secret key.", 400)
         credentials = Credentials(access_key, secret_key)
         try:
-            self.c.fleet.call(self.c.fleet.servers[0], "broker-status", {}, credentials)
+            self.c.fleet.check(credentials)
         except PlugmqError as exc:
             self.c.fleet.forget(credentials)
             return await self.login_form(request, f"Sign-in refused: {exc}", 401)

@@ -109,17 +109,30 @@ class Fleet:
     def call(self, endpoint: str, verb: str, args: Mapping[str, Any], credentials: Credentials | None) -> Any:
         return self.client(endpoint, credentials).call(verb, args)
 
+    def check(self, credentials: Credentials) -> None:
+        """Whether the servers take ``credentials`` for admin calls: a signed ``broker-status`` on the
+        first server that answers. A refusal (wrong secret, no admin right) raises at once; a server
+        that cannot be reached passes the question to the next."""
+        unreachable: list[str] = []
+        for server in self.servers:
+            try:
+                self.call(server, "broker-status", {}, credentials)
+                return
+            except ClientError as exc:
+                if "cannot reach" not in str(exc):
+                    raise
+                unreachable.append(str(exc))
+        raise ClientError("; ".join(unreachable))
+
     def cluster(self, credentials: Credentials | None) -> tuple[str | None, dict[str, Any] | None, list[Broker]]:
         """(cluster name, the cluster-list view, the brokers); a server alone is a one-broker fleet."""
         errors = []
         for server in self.servers:
             try:
                 view = self.call(server, "cluster-list", {}, credentials)
-            except ConfigError:
-                break  # not in a cluster: the servers are the brokers
             except ClientError as exc:
                 if "not in a cluster" in str(exc):
-                    break
+                    break  # the server said so (FAILED_PRECONDITION): the servers are the brokers
                 errors.append(str(exc))
                 continue
             brokers = [Broker(b["broker_name"], b["broker_id"], b["role"], b["endpoint"], b.get("room") or "",
