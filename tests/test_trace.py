@@ -178,3 +178,14 @@ def test_plugmq_admin_trace_inflight_and_dlq_browse_on_a_stopped_data_dir(tmp_pa
     assert json.loads(cli("group-clients", GROUP, "--json"))["clients"] == []
     assert "no trace of message nope" in runner.invoke(main, ["admin", "trace", "--id", "nope", "--config",
                                                               str(config)]).output
+
+
+def test_plugmq_bench_trace_runs_both_brokers_and_the_recorder_drops_nothing() -> None:
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    done = CliRunner().invoke(main, ["bench", "trace", "--messages", "300", "--rounds", "1"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert "trace off (baseline)" in done.output and "trace on" in done.output
+    assert "600 written, 0 dropped" in done.output  # a delivered and an acked step per message
