@@ -9,6 +9,7 @@ at 1280x800 in DIR (``docs/screenshots`` in the repository).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -34,8 +35,7 @@ from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 from plugmq.server.admin import AdminClient  # noqa: E402
 from plugmq.testing import CLUSTER_PLUGINS, ServeProcess, ZooKeeperServer, write_broker_config  # noqa: E402
-from plugmq.testing.cluster import wait_for as poll  # noqa: E402
-from tests.zk_fixtures import zookeeper  # noqa: F401, E402
+from plugmq.testing import wait_for as poll  # noqa: E402
 
 WAIT_S = 30.0
 TOPIC = "Orders"
@@ -61,16 +61,16 @@ CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,800")
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> None:
-    poll(predicate, what, timeout_s)
+def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    poll(predicate, timeout_s, what)
 
 
 class Rig:
     """The cluster, its traffic, and the console in front of it."""
 
-    def __init__(self, zookeeper: ZooKeeperServer, directory: Path) -> None:  # noqa: F811
+    def __init__(self, zookeeper: ZooKeeperServer, directory: Path) -> None:
         self.directory = directory
-        self.brokers = {}
+        self.brokers: dict[str, ServeProcess] = {}
         for name in ("broker-a", "broker-b"):
             config = write_broker_config(directory, name, zookeeper=zookeeper.hosts, cluster="console-c",
                                          extra=SERVER_EXTRA, plugins=[*CLUSTER_PLUGINS, "trace"])
@@ -78,6 +78,8 @@ class Rig:
         self.addresses = {name: process.await_address() for name, process in self.brokers.items()}
         self.console: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.ids: list[str] = []  # what the producer sent
+        self.dead_ids: list[str] = []  # what group fragile received and let time out (its only attempt)
 
     def admin(self, broker: str, verb: str, **args: Any) -> Any:
         with AdminClient(self.addresses[broker], access_key=ADMIN, secret_key=ADMIN_SECRET) as client:
@@ -161,23 +163,23 @@ def consumer(rig: Rig, group: str) -> SimpleConsumer:
 
 
 @pytest.fixture(scope="module")
-def rig(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:  # noqa: F811
+def rig(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     made = Rig(zookeeper, tmp_path_factory.mktemp("console"))
     try:
         for broker in made.brokers:  # each broker sees the other before a client asks for a route
-            wait_for(lambda b=broker: len(made.admin(b, "cluster-list")["brokers"]) == 2, f"{broker} sees both")
+            wait_for(functools.partial(_sees_both, made, broker), f"{broker} sees both")
         made.admin("broker-a", "cluster-update-topic", topic=TOPIC, queue_count=2, cluster="console-c")
-        made.ids = send(made, 24)  # type: ignore[attr-defined]
+        made.ids = send(made, 24)
         billing = consumer(made, "billing")
         fragile = consumer(made, "fragile")
         try:
             got: list[Any] = []
-            wait_for(lambda: got.extend(billing.receive(16, 60)) or len(got) >= 20, "billing receives 20")
+            wait_for(functools.partial(_receive_into, billing, got, 60, 20), "billing receives 20")
             for message in got[:14]:
                 billing.ack(message)  # the rest stay in flight for a minute
             dead: list[Any] = []
-            wait_for(lambda: dead.extend(fragile.receive(16, 1)) or len(dead) >= 8, "fragile receives 8")
-            made.dead_ids = sorted({m.message_id for m in dead})  # type: ignore[attr-defined]
+            wait_for(functools.partial(_receive_into, fragile, dead, 1, 8), "fragile receives 8")
+            made.dead_ids = sorted({m.message_id for m in dead})
         except BaseException:
             billing.shutdown()
             raise
@@ -195,6 +197,15 @@ def rig(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) ->
             billing.shutdown()
     finally:
         made.stop()
+
+
+def _sees_both(rig: Rig, broker: str) -> bool:
+    return len(rig.admin(broker, "cluster-list")["brokers"]) == 2
+
+
+def _receive_into(consumer: SimpleConsumer, into: list[Any], invisible_s: int, enough: int) -> bool:
+    into.extend(consumer.receive(16, invisible_s))
+    return len(into) >= enough
 
 
 def _has_dlq(rig: Rig, broker: str) -> bool:
@@ -310,10 +321,10 @@ def test_message_lookup_and_trace(rig: Rig, browser: Any) -> None:
     results = text(browser, "#results")
     assert "order 3: 2 widgets" in results
     shot(browser, "07-messages")
-    message_id = rig.ids[3]  # type: ignore[attr-defined]
+    message_id = rig.ids[3]
     browser.get(f"{rig.url}/messages?by=id&q={message_id}")
     assert message_id in text(browser, "#results")
-    traced = rig.dead_ids[0]  # type: ignore[attr-defined]
+    traced = rig.dead_ids[0]
     browser.get(f"{rig.url}/trace?id={traced}")
     steps = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#trace tr.step")]
     kinds = [next(k for k in ("stored", "delivered", "dead lettered") if k in row) for row in steps
@@ -325,7 +336,7 @@ def test_message_lookup_and_trace(rig: Rig, browser: Any) -> None:
 def test_dlq_browse_select_and_redrive_moves_messages_back(rig: Rig, browser: Any) -> None:
     browser.get(f"{rig.url}/groups/fragile/dlq")
     boxes = browser.find_elements(By.CSS_SELECTOR, "table.dlq input[type=checkbox]")
-    assert len(boxes) == len(rig.dead_ids)  # type: ignore[attr-defined]
+    assert len(boxes) == len(rig.dead_ids)
     shot(browser, "09-dlq")
     chosen = boxes[:3]
     picked = {box.get_attribute("value").partition("|")[2] for box in chosen}
@@ -337,8 +348,12 @@ def test_dlq_browse_select_and_redrive_moves_messages_back(rig: Rig, browser: An
     again = consumer(rig, "fragile")
     try:
         seen: set[str] = set()
-        wait_for(lambda: seen.update(m.message_id for m in again.receive(16, 30)) or picked <= seen,
-                 "the re-driven messages back in the group")
+
+        def back() -> bool:
+            seen.update(m.message_id for m in again.receive(16, 30))
+            return picked <= seen
+
+        wait_for(back, "the re-driven messages back in the group")
     finally:
         again.shutdown()
     assert picked <= seen

@@ -78,8 +78,11 @@ def test_trace_context_is_kept_handed_back_and_parents_the_spans(served: tuple[B
             if span.attributes and span.attributes.get("messaging.message.id") == "01TRACEDMESSAGE0001"}
     assert set(made) == {"send Traced", "store Traced", "deliver Traced"}
     for name in ("send Traced", "deliver Traced"):
-        assert made[name].context.trace_id == int(TRACE_ID, 16)
-        assert made[name].parent is not None and made[name].parent.span_id == int(PARENT_SPAN, 16)
-    assert made["store Traced"].parent.span_id == made["send Traced"].context.span_id
-    assert made["deliver Traced"].attributes["messaging.consumer.group.name"] == "tracers"
-    assert made["deliver Traced"].attributes["messaging.client.id"] == "consumer-7"
+        context, parent = made[name].context, made[name].parent
+        assert context is not None and context.trace_id == int(TRACE_ID, 16)
+        assert parent is not None and parent.span_id == int(PARENT_SPAN, 16)
+    store_parent, send_context = made["store Traced"].parent, made["send Traced"].context
+    assert store_parent is not None and send_context is not None and store_parent.span_id == send_context.span_id
+    delivered = dict(made["deliver Traced"].attributes or {})
+    assert delivered["messaging.consumer.group.name"] == "tracers"
+    assert delivered["messaging.client.id"] == "consumer-7"
