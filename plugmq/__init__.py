@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from plugmq.broker.api import allocate, compile_filter
     from plugmq.broker.broker import Broker
-    from plugmq.broker.pop import ReceivedMessage
     from plugmq.client.consumer import PullConsumer, PushConsumer
     from plugmq.client.producer import Producer, QueueSelector
     from plugmq.client.simple import FilterExpression, SimpleConsumer
     from plugmq.client.transactions import LocalTransaction, TransactionProducer, TransactionSendResult
+    from plugmq.client.values import ReceivedMessage
     from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
     from plugmq.core.clock import ManualClock, SystemClock
     from plugmq.core.contracts import TransactionDecision
@@ -125,7 +125,7 @@ _MODULES = {
     "plugmq.core.message": "Message MessageQueue PullResult PullStatus SendResult SendStatus StoredMessage",
     "plugmq.core.modes": "ConsumeFrom ConsumeStatus MessageModel OrderlyStatus",
     "plugmq.config.policy": "GroupPolicy RedeliveryPolicy",
-    "plugmq.broker.pop": "ReceivedMessage",
+    "plugmq.client.values": "ReceivedMessage",
     "plugmq.client.producer": "Producer QueueSelector",
     "plugmq.client.simple": "FilterExpression SimpleConsumer",
     "plugmq.client.transactions": "LocalTransaction TransactionProducer TransactionSendResult",

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.broker.broker import Broker
-from plugmq.broker.pop import PopService, ReceivedMessage
+from plugmq.broker.pop import PopService
+from plugmq.client.values import ReceivedMessage
 from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
 from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
 from plugmq.core.modes import ConsumeFrom

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection
-from typing import Protocol
 
 import attrs
 
+from plugmq.client.ports import GroupMember
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
@@ -22,23 +22,6 @@ from plugmq.core.rebalance_order import rocketmq_sorted
 __all__ = ["GroupMember", "GroupRegistry"]
 
 log = get_logger(__name__)
-
-
-class GroupMember(Protocol):
-    """What the registry needs of a clustering consumer."""
-
-    group: str
-    client_id: str
-
-    def topics_to_balance(self) -> list[str]: ...
-
-    def target_queues(self, topic: str, queues: list[MessageQueue], members: list[str]) -> list[MessageQueue]: ...
-
-    def release_queues(self, queues: set[MessageQueue]) -> None: ...
-
-    def take_queues(self, queues: set[MessageQueue]) -> None: ...
-
-    def owned_queues(self) -> set[MessageQueue]: ...
 
 
 @attrs.define

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import attrs
 
 from plugmq.broker.popstate import Inflight, Lane, PopState
+from plugmq.client.values import ReceivedMessage
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import Filter
@@ -43,36 +44,6 @@ from plugmq.core.names import Prop, validate_group
 __all__ = ["LaneProgress", "PopBackend", "PopService", "ReceiptHandle", "ReceivedMessage"]
 
 log = get_logger(__name__)
-
-_STORED_FIELDS = tuple(field.name for field in attrs.fields(StoredMessage))
-
-
-@attrs.frozen
-class ReceivedMessage(StoredMessage):
-    """A message as a pop consumer receives it: the stored message plus this delivery.
-
-    ``receipt_handle`` names this delivery (ack it, or change its invisible duration, with it);
-    ``delivery_attempt`` counts deliveries to the group (1 = first); ``invisible_duration_ms`` is
-    how long the message stays invisible to the group after this delivery started;
-    ``consumer_group`` is the group it was delivered to.
-    """
-
-    receipt_handle: str = attrs.field(kw_only=True)
-    delivery_attempt: int = attrs.field(kw_only=True)
-    invisible_duration_ms: int = attrs.field(kw_only=True)
-    consumer_group: str = attrs.field(kw_only=True)
-
-    @classmethod
-    def of(cls, message: StoredMessage, *, receipt_handle: str, delivery_attempt: int,
-           invisible_duration_ms: int, consumer_group: str) -> ReceivedMessage:
-        fields = {name: getattr(message, name) for name in _STORED_FIELDS}
-        return cls(**fields, receipt_handle=receipt_handle, delivery_attempt=delivery_attempt,
-                   invisible_duration_ms=invisible_duration_ms, consumer_group=consumer_group)
-
-    @property
-    def message_group(self) -> str | None:
-        """The FIFO message group the producer gave (``None`` for a normal message)."""
-        return self.properties.get(Prop.SHARDING_KEY)
 
 
 @attrs.frozen

@@ -1,19 +1,19 @@
 """What clients use of a broker: small Protocols, one per kind of client.
 
-Producers, consumers, the transaction producer and the gRPC server are written against these, not
-against :class:`plugmq.broker.broker.Broker`, so the data flows one way: the broker builds clients
-and hands itself over as the port they need; no client module imports the broker module. The
-Broker implements every port (mypy checks it where it builds each client).
+Producers, consumers and the transaction producer are written against these, not against
+:class:`plugmq.broker.broker.Broker`, so the data flows one way: the broker builds clients and
+hands itself over as the port they need; no client module imports the runtime (an import-linter
+contract keeps it so). The Broker implements every port (mypy checks it where it builds each
+client). What the server and admin use of a broker is in ``plugmq.broker.ports``.
 
 =====================  ==========================================================
 port                   used by
 =====================  ==========================================================
 ``Sending``            Producer
 ``TransactionSending`` TransactionProducer
-``Reading``            PullConsumer (with ``offsets``)
-``GroupConsuming``     PushConsumer
-``Subscribing``        SimpleConsumer (with the broker's PopService)
-``Serving``            the gRPC MessagingService
+``Reading``            PullConsumer (with ``QueueOffsets``)
+``GroupConsuming``     PushConsumer (a ``GroupMember`` of its group)
+``Subscribing``        SimpleConsumer (with ``PopConsuming``)
 =====================  ==========================================================
 """
 
@@ -22,31 +22,78 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from plugmq.broker.groups import GroupMember
-from plugmq.broker.offsets import OffsetStore
-from plugmq.broker.pop import PopService
+from plugmq.client.values import ReceivedMessage
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import (
-    AllocateStrategy,
-    DelayScheduler,
-    Filter,
-    FilterCompiler,
-    TransactionService,
-)
-from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, SendStatus, StoredMessage
+from plugmq.core.contracts import AllocateStrategy, Filter, TransactionService
+from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 
 __all__ = [
     "GroupConsuming",
+    "GroupMember",
+    "PopConsuming",
+    "QueueOffsets",
     "Reading",
     "Sending",
-    "Serving",
     "Stoppable",
     "Subscribing",
     "TopicRouting",
     "TransactionSending",
 ]
+
+
+class QueueOffsets(Protocol):
+    """One owner's committed offsets (a clustering group, or one member of a broadcasting group)."""
+
+    def read(self, queue: MessageQueue) -> int | None:
+        """The offset committed for ``queue`` (None: never)."""
+        ...
+
+    def update(self, queue: MessageQueue, offset: int, *, persist: bool = True) -> None:
+        """Record that everything before ``offset`` of ``queue`` was consumed (``persist``: commit now)."""
+        ...
+
+    def persist(self) -> None:
+        """Commit what changed since the last commit, as one record."""
+        ...
+
+
+class GroupMember(Protocol):
+    """What the broker's group registry needs of a clustering consumer."""
+
+    group: str
+    client_id: str
+
+    def topics_to_balance(self) -> list[str]: ...
+
+    def target_queues(self, topic: str, queues: list[MessageQueue], members: list[str]) -> list[MessageQueue]: ...
+
+    def release_queues(self, queues: set[MessageQueue]) -> None: ...
+
+    def take_queues(self, queues: set[MessageQueue]) -> None: ...
+
+    def owned_queues(self) -> set[MessageQueue]: ...
+
+
+class PopConsuming(Protocol):
+    """Pop consumption as a simple consumer uses it (the broker's PopService)."""
+
+    def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
+                *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
+                consume_timestamp_ms: int | None = None, only_queue: int | None = None,
+                client_id: str = "") -> list[ReceivedMessage]:
+        """Up to ``max_messages`` of ``topic`` for ``group``, each invisible for ``invisible_ms``
+        (``client_id``: the receiving client, for the delivered events)."""
+        ...
+
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+        ...
+
+    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int,
+                                  *, gave_up: bool = False, client_id: str = "") -> str:
+        """Move the message's invisible deadline; returns its new receipt handle."""
+        ...
 
 
 class TopicRouting(Protocol):
@@ -70,7 +117,11 @@ class Sending(TopicRouting, Protocol):
 
 class TransactionSending(TopicRouting, Protocol):
     name: str
-    transactions: TransactionService | None
+
+    @property
+    def transactions(self) -> TransactionService | None:
+        """The transaction plugin's service (None without one)."""
+        ...
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
@@ -87,7 +138,7 @@ class Reading(TopicRouting, Protocol):
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         ...
 
-    def offsets(self, group: str, member: str | None = None) -> OffsetStore:
+    def offsets(self, group: str, member: str | None = None) -> QueueOffsets:
         """The broker-kept offsets of a clustering group (of one member of a broadcasting group)."""
         ...
 
@@ -161,25 +212,4 @@ class Subscribing(TopicRouting, Protocol):
         ...
 
     def wait_for_messages(self, timeout: float) -> None:
-        ...
-
-
-class Serving(Sending, TransactionSending, Protocol):
-    clock: Clock
-    delay: DelayScheduler | None
-    filters: dict[str, FilterCompiler]
-    pop: PopService
-
-    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
-        ...
-
-    def cancel_delayed(self, msg_id: str) -> bool:
-        ...
-
-    def check_writable(self, action: str = ...) -> None:
-        """ReadOnlyBrokerError on a slave."""
-        ...
-
-    def await_replication(self, end_offset: int | None = None) -> SendStatus:
-        """A sync_master's wait for a slave (SEND_OK elsewhere)."""
         ...

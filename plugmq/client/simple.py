@@ -23,9 +23,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from plugmq.broker.pop import PopService, ReceivedMessage
 from plugmq.client.consumer import default_client_id
-from plugmq.client.ports import Subscribing
+from plugmq.client.ports import PopConsuming, Subscribing
+from plugmq.client.values import ReceivedMessage
 from plugmq.core.contracts import Filter
 from plugmq.core.errors import ClientError, ReceiptHandleError, ValidationError
 from plugmq.core.modes import ConsumeFrom
@@ -86,7 +86,7 @@ class SimpleConsumer:
     at once, the only sensible value on a ManualClock).
     """
 
-    def __init__(self, broker: Subscribing, pop: PopService, group: str,
+    def __init__(self, broker: Subscribing, pop: PopConsuming, group: str,
                  subscriptions: Mapping[str, str | FilterExpression] | None = None, *,
                  consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET, consume_timestamp_ms: int | None = None,
                  await_duration_s: float = 0.0, client_id: str | None = None) -> None:

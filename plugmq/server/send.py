@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from plugmq.client.ports import Serving
+from plugmq.broker.ports import Serving
 from plugmq.core.message import AppendStatus, SendResult, SendStatus
 from plugmq.core.names import is_system_topic
 from plugmq.server.auth import Authenticator

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from plugmq.broker.pop import ReceivedMessage
+from plugmq.broker.ports import Serving
 from plugmq.broker.routes import RoutedQueue
-from plugmq.client.ports import Serving
+from plugmq.client.values import ReceivedMessage
 from plugmq.core.contracts import ClusterView, Filter, TopicPermission, TransactionDecision
 from plugmq.core.errors import InvalidNameError, TopicError
 from plugmq.core.logs import get_logger
@@ -397,7 +397,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
         results = await self.acks.run(self._ack_all, group, topic, request.entries,
                                       _metadata(context).get(CLIENT_ID_HEADER, ""))
-        if self.pop.backend.group_policy(group).fifo:
+        if self.broker.group_policy(group).fifo:
             self.wakeup.notify()  # the acked message's queue may be free again
         return service_pb2.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
 
