@@ -405,6 +405,13 @@ class JournalSet:
             self._floor.hold(f"{service} state", journal.floor)
         return journal
 
+    def compact_with(self, service: str, compact: Callable[[], None]) -> None:
+        """``compact`` writes the snapshot of ``service``, whose journal is open (for a service
+        built over its journal: it can only name its ``compact`` once it exists)."""
+        if service not in self._journals:
+            raise ValueError(f"the journal of {service!r} is not open")
+        self._compactors[service] = compact
+
     def journals(self) -> dict[str, Journal]:
         return dict(self._journals)
 

@@ -1,4 +1,4 @@
-"""The broker's topic table (topic -> queue count), persisted atomically as JSON."""
+"""The broker's topic table (topic -> queue count), persisted atomically as JSON, and its queues."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from plugmq.core.errors import StoreError, ValidationError
+from plugmq.core.errors import StoreError, TopicError, ValidationError
+from plugmq.core.message import MessageQueue
 from plugmq.core.names import validate_topic
 
-__all__ = ["TopicTable", "write_json_atomically"]
+__all__ = ["TopicQueues", "TopicTable", "write_json_atomically"]
 
 
 def write_json_atomically(path: Path, data: object) -> None:
@@ -73,3 +74,48 @@ class TopicTable:
             for listener in list(self._listeners):
                 listener(topic, count)
         return count
+
+
+class TopicQueues:
+    """A broker's topics as :class:`MessageQueue` lists: created on demand when the config allows."""
+
+    def __init__(self, table: TopicTable, broker_name: str, *, default_queue_count: int,
+                 auto_create: bool) -> None:
+        self.table = table
+        self._broker_name = broker_name
+        self._default_queue_count = default_queue_count
+        self._auto_create = auto_create
+        self._cache: dict[str, tuple[MessageQueue, ...]] = {}
+
+    def create(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
+        """Create (or grow) a topic; returns its queues."""
+        count = self.table.ensure(topic, queue_count or self._default_queue_count)
+        return list(self._queues(topic, count))
+
+    def _queues(self, topic: str, count: int) -> tuple[MessageQueue, ...]:
+        cached = self._cache.get(topic)
+        if cached is None or len(cached) != count:
+            cached = tuple(MessageQueue(topic, self._broker_name, i) for i in range(count))
+            self._cache[topic] = cached
+        return cached
+
+    def _lookup(self, topic: str, create: bool | None) -> tuple[MessageQueue, ...]:
+        count = self.table.get(topic)
+        if count is not None:
+            return self._queues(topic, count)
+        validate_topic(topic)
+        if create if create is not None else self._auto_create:
+            return self._queues(topic, self.table.ensure(topic, self._default_queue_count))
+        raise TopicError(f"topic {topic!r} does not exist and auto_create_topic is off; "
+                         f"create it with broker.create_topic({topic!r}, queue_count)")
+
+    def queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
+        """The queues of ``topic``; auto-creates it when allowed, else TopicError naming it."""
+        return list(self._lookup(topic, create))
+
+    def queue(self, topic: str, queue_id: int) -> MessageQueue:
+        """Queue ``queue_id`` of ``topic`` (created as :meth:`queues` allows); ValidationError if out of range."""
+        queues = self._lookup(topic, None)
+        if not 0 <= queue_id < len(queues):
+            raise ValidationError(f"queue id {queue_id} is out of range for topic {topic!r} ({len(queues)} queues)")
+        return queues[queue_id]

@@ -38,25 +38,20 @@ STEPS = (
 )
 
 
-class _KillingStore:
-    """The broker's store with a crash at the append of one topic (before or after it)."""
+def _kill_at_append(store: Any, topic: str, after: bool, die: Any) -> None:
+    """Make the broker's store crash at the append of one topic (before or after it). The store
+    object is patched, not replaced: every part of the broker holds that same object."""
+    inner = store.append
 
-    def __init__(self, inner: Any, topic: str, after: bool, die: Any) -> None:
-        self._inner = inner
-        self._topic = topic
-        self._after = after
-        self._die = die
-
-    def append(self, request: Any) -> Any:
-        if request.topic == self._topic and not self._after:
-            self._die()
-        result = self._inner.append(request)
-        if request.topic == self._topic and self._after:
-            self._die()
+    def append(request: Any) -> Any:
+        if request.topic == topic and not after:
+            die()
+        result = inner(request)
+        if request.topic == topic and after:
+            die()
         return result
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    store.append = append
 
 
 def main(argv: list[str]) -> int:
@@ -85,9 +80,9 @@ def main(argv: list[str]) -> int:
     topic = spec["topic"]
     broker.create_topic(topic, 1)
     if step in ("commit_before_visible", "commit_after_visible", "check_commit_before_visible"):
-        broker.store = _KillingStore(broker.store, topic, step == "commit_after_visible", die)
+        _kill_at_append(broker.store, topic, step == "commit_after_visible", die)
     elif step == "discard_before_visible":
-        broker.store = _KillingStore(broker.store, TRANS_DISCARD_TOPIC, False, die)
+        _kill_at_append(broker.store, TRANS_DISCARD_TOPIC, False, die)
 
     def local(_message: Message, _arg: object) -> TransactionDecision:
         if step == "in_local":

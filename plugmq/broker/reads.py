@@ -1,0 +1,152 @@
+"""Reads: pulls (filtered on the consume queue first), reads by offset, id, key and time.
+
+A pull runs the subscription's pre-check on consume-queue entries, so an entry it rejects never
+costs a commit-log read; the exact check then runs on the message. Every way of consuming reads
+through here (pull consumers, push consumers, pop), which is where a reader's view of the log is
+decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from plugmq.broker.events import Events
+from plugmq.core.contracts import ConsumeQueueEntry, Filter, FilterCompiler, MessageStore
+from plugmq.core.errors import FilterSyntaxError, ValidationError
+from plugmq.core.logs import get_logger
+from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
+from plugmq.core.modes import ConsumeFrom
+from plugmq.core.names import validate_topic
+
+__all__ = ["Reads"]
+
+log = get_logger(__name__)
+
+_PULL_SCAN_FACTOR = 16  # entries scanned per wanted message before a filtered pull gives up
+_READ_AHEAD = 256  # consume-queue entries read at once
+
+
+@attrs.frozen
+class Reads:
+    """What consumers and operators read of the broker's store."""
+
+    _name: str
+    _store: MessageStore
+    _filters: dict[str, FilterCompiler]
+    _events: Events
+    _check_open: Callable[[], None]
+
+    def compile_subscription(self, expression_type: str, expression: str) -> Filter:
+        """Compile a subscription with this broker's filter plugins."""
+        compiler = self._filters.get(expression_type.upper())
+        if compiler is None:
+            raise FilterSyntaxError(
+                f"no filter plugin for expression type {expression_type!r} in broker {self._name!r}; "
+                f"available: {', '.join(sorted(self._filters)) or 'none (add filter_tag / filter_sql)'}",
+                expression=expression,
+            )
+        return compiler.compile(expression)
+
+    # ------------------------------------------------------------------------------ pull
+    def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32,
+             subscription: Filter | None = None, *, consumer_group: str = "", client_id: str = "") -> PullResult:
+        """Read up to ``max_nums`` matching messages from ``offset`` of ``queue`` (for ``consumer_group``'s
+        client ``client_id``: the delivered events name them; no group, no event)."""
+        self._check_open()
+        if max_nums < 1:
+            raise ValidationError(f"max_nums must be >= 1, got {max_nums}")
+        low, high = self.min_offset(queue), self.max_offset(queue)
+        if offset < low or offset > high:
+            nxt = low if offset < low else high
+            return PullResult(PullStatus.OFFSET_ILLEGAL, (), nxt, low, high)
+        if offset == high:
+            return PullResult(PullStatus.NO_NEW_MSG, (), offset, low, high)
+        found, next_offset = self._scan(queue, offset, high, max_nums, subscription)
+        self._events.delivered(consumer_group, found, client_id)
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, tuple(found), next_offset, low, high)
+
+    def _scan(self, queue: MessageQueue, offset: int, high: int, max_nums: int,
+              subscription: Filter | None) -> tuple[list[StoredMessage], int]:
+        """The matching messages from ``offset`` (at most ``max_nums``, within the scan budget)
+        and the offset the next pull starts at."""
+        found: list[StoredMessage] = []
+        budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
+        next_offset = offset
+        while len(found) < max_nums and budget > 0 and next_offset < high:
+            entries = self._store.read_queue(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
+            if not entries:
+                break
+            for entry in entries:
+                next_offset = entry.queue_offset + 1
+                budget -= 1
+                message, reread = self._match(queue, entry, subscription)
+                if reread:
+                    next_offset = entry.queue_offset  # rebuilt from the commit log: read it again
+                    break
+                if message is not None:
+                    found.append(message)
+                    if len(found) >= max_nums:
+                        break
+        return found, next_offset
+
+    def _match(self, queue: MessageQueue, entry: ConsumeQueueEntry,
+               subscription: Filter | None) -> tuple[StoredMessage | None, bool]:
+        """The entry's message if the subscription takes it; True as well when the entry was
+        repaired and must be read again."""
+        if subscription is not None and not subscription.precheck(entry):
+            return None, False
+        message = self._store.read(entry.commit_log_offset, entry.size)
+        if message is None or message.queue_offset != entry.queue_offset:
+            return None, self._repair_entry(queue, entry.queue_offset)
+        if subscription is not None and not subscription.matches(message.properties, message.tags):
+            return None, False
+        return message, False
+
+    def _repair_entry(self, queue: MessageQueue, offset: int) -> bool:
+        """A consume-queue entry led to no message: let the store rebuild damaged entries from
+        its log (``repair_queue``, optional for a store); True when the entry should be read again.
+        An entry that stays unreadable is skipped - the store logged and counted its loss."""
+        if offset < self._store.min_offset(queue.topic, queue.queue_id):
+            return False  # retention removed it meanwhile: nothing is damaged
+        repair = getattr(self._store, "repair_queue", None)
+        if repair is not None and repair(queue.topic, queue.queue_id, offset):
+            return True
+        log.warning("consume-queue entry unreadable; message skipped", topic=queue.topic, queue=queue.queue_id,
+                    queue_offset=offset)
+        return False
+
+    # ------------------------------------------------------------------------------ by offset, id, key, time
+    def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message stored at ``commit_log_offset`` (None if retention removed it)."""
+        return self._store.read(commit_log_offset, size)
+
+    def query_by_id(self, msg_id: str) -> StoredMessage | None:
+        return self._store.query_by_id(msg_id)
+
+    def query_by_key(self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0,
+                     end_ms: int | None = None) -> list[StoredMessage]:
+        validate_topic(topic)
+        return self._store.query_by_key(topic, key, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms)
+
+    def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None) -> int:
+        """Where a group with no position on ``queue`` starts: its first message, its end (only
+        messages sent from now on), or the first message stored at or after ``timestamp_ms``."""
+        if consume_from is ConsumeFrom.FIRST_OFFSET:
+            return self.min_offset(queue)
+        if consume_from is ConsumeFrom.TIMESTAMP:
+            if timestamp_ms is None:
+                raise ValidationError("consume_from=TIMESTAMP needs a timestamp (consume_timestamp_ms)")
+            return self.offset_for_timestamp(queue, timestamp_ms)
+        return self.max_offset(queue)
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        return self._store.offset_for_timestamp(queue.topic, queue.queue_id, timestamp_ms)
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        return self._store.min_offset(queue.topic, queue.queue_id)
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        return self._store.max_offset(queue.topic, queue.queue_id)

@@ -1,0 +1,190 @@
+"""The put path: a producer's Message becomes a store request, stored or handed to the delay plugin.
+
+One message (:meth:`Sender.put`) or a batch of one topic and queue (:meth:`Sender.put_batch`);
+``build_request`` fills in the system properties (also for the transaction plugin's halves). On a
+``sync_master`` the answer waits for a slave unless the caller waits itself, once for many sends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+
+from plugmq.broker.delayledger import DelayLedger
+from plugmq.broker.events import Arrivals, Events
+from plugmq.broker.roles import Roles
+from plugmq.broker.services import Services
+from plugmq.broker.topics import TopicQueues
+from plugmq.broker.traffic import Traffic
+from plugmq.core.clock import Clock
+from plugmq.core.contracts import MessageStore
+from plugmq.core.errors import MessageTooLargeError, TopicError, ValidationError
+from plugmq.core.hashing import tags_code
+from plugmq.core.message import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    check_body_size,
+    new_unique_id,
+)
+from plugmq.core.names import Prop, is_system_topic
+
+__all__ = ["Sender"]
+
+
+def _refuse_system_topic(topic: str) -> None:
+    if is_system_topic(topic):
+        raise TopicError(f"topic {topic!r} is a system topic; producers may not send to it")
+
+
+def _batch_bytes(messages: Sequence[Message], extra_properties: Sequence[Mapping[str, str] | None] | None,
+                 max_message_size: int) -> int:
+    """The body bytes of a batch, once it is checked: one topic, nothing delayed, within the limit."""
+    if not messages:
+        raise ValidationError("a batch needs at least one message")
+    if extra_properties is not None and len(extra_properties) != len(messages):
+        raise ValidationError(f"extra_properties has {len(extra_properties)} entries for {len(messages)} messages")
+    topic = messages[0].topic
+    total = 0
+    for i, message in enumerate(messages):
+        if message.topic != topic:
+            raise ValidationError(f"batch message {i} has topic {message.topic!r}; "
+                                  f"every message of a batch must have topic {topic!r}")
+        if message.is_delayed:
+            raise ValidationError(f"batch message {i} is delayed; delayed messages cannot be batched")
+        total += len(message.body)
+    if total > max_message_size:
+        raise MessageTooLargeError(f"batch bodies total {total} bytes; the limit is {max_message_size} "
+                                   "(send the batch in smaller parts)")
+    return total
+
+
+def _send_result(result: AppendResult, request: AppendRequest, queue: MessageQueue,
+                 replica: SendStatus = SendStatus.SEND_OK) -> SendResult:
+    status = SendStatus.SEND_OK if result.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
+    if replica is not SendStatus.SEND_OK:  # as RocketMQ's handleHA: the slave's verdict comes last
+        status = replica
+    return SendResult(status=status, msg_id=result.msg_id, unique_id=request.properties[Prop.UNIQ_KEY],
+                      queue=queue, queue_offset=result.queue_offset)
+
+
+@attrs.frozen(kw_only=True)
+class Sender:
+    """Stores what producers send: one message, or a batch of one topic on one queue."""
+
+    _max_message_size: int
+    _clock: Clock
+    _store: MessageStore
+    _topics: TopicQueues
+    _roles: Roles
+    _services: Services
+    _ledger: DelayLedger | None
+    _events: Events
+    _arrivals: Arrivals
+    _traffic: Traffic
+    _check_open: Callable[[], None]
+
+    def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
+                      extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
+                      born_host: str = "127.0.0.1:0") -> AppendRequest:
+        """Turn a producer's Message into the store's request (system properties filled in).
+
+        The Message was validated when it was built, so the request is assembled without running
+        the validators again (the store checks what it writes); tag codes come from a cache."""
+        check_body_size(message.body, self._max_message_size, topic=message.topic)
+        if queue_id < 0:
+            raise ValidationError(f"queue id must be >= 0, got {queue_id}")
+        props = dict(message.properties)
+        tags = message.tags
+        if tags is not None:
+            props[Prop.TAGS] = tags
+        if message.keys:
+            props[Prop.KEYS] = " ".join(message.keys)
+        if Prop.UNIQ_KEY not in props:
+            props[Prop.UNIQ_KEY] = new_unique_id()
+        if extra_properties:
+            props.update(extra_properties)
+        return AppendRequest.trusted(
+            message.topic, queue_id, message.body, props, tags_code=tags_code(tags),
+            born_timestamp_ms=self._clock.now_ms(), born_host=born_host, reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
+        )
+
+    def _replica(self, await_slave: bool, end_offset: int | None = None) -> SendStatus:
+        return self._roles.await_replication(end_offset) if await_slave else SendStatus.SEND_OK
+
+    def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
+            reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
+            await_slave: bool = True) -> SendResult:
+        """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin).
+
+        On a ``sync_master`` the answer waits for a slave, unless ``await_slave`` is False: then the
+        caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
+        """
+        self._check_open()
+        self._roles.check_writable("store messages")
+        if not allow_system_topic:
+            _refuse_system_topic(message.topic)
+        queue = self._topics.queue(message.topic, queue_id)
+        request = self.build_request(message, queue_id, reconsume_times=reconsume_times,
+                                     extra_properties=extra_properties)
+        if message.is_delayed:
+            result = self._schedule(message, request)
+            self._traffic.sent(message.topic, "delay", 1, len(message.body))
+            replica = self._replica(await_slave)
+        else:
+            started = time.perf_counter()
+            result = self._store.append(request)
+            kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
+            self._traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
+            replica = self._replica(await_slave, result.commit_log_offset + result.size)
+            self._events.stored(result, request)
+            self._arrivals.wake()
+        return _send_result(result, request, queue, replica)
+
+    def put_batch(self, messages: Sequence[Message], queue_id: int, *,
+                  extra_properties: Sequence[Mapping[str, str] | None] | None = None,
+                  await_slave: bool = True) -> list[SendResult]:
+        """Store several messages of one topic on one queue in one store batch.
+
+        ``extra_properties``: per message, system properties to add (as ``put``'s argument);
+        ``await_slave``: as for ``put``.
+        """
+        self._check_open()
+        self._roles.check_writable("store messages")
+        total = _batch_bytes(messages, extra_properties, self._max_message_size)
+        topic = messages[0].topic
+        _refuse_system_topic(topic)
+        queue = self._topics.queue(topic, queue_id)
+        extras = extra_properties or [None] * len(messages)
+        requests = [self.build_request(m, queue_id, extra_properties=x) for m, x in zip(messages, extras, strict=True)]
+        started = time.perf_counter()
+        results = self._store.append_batch(requests)
+        self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
+        replica = self._replica(await_slave, results[-1].commit_log_offset + results[-1].size)
+        self._events.stored_all(results, requests)
+        self._arrivals.wake()
+        return [_send_result(r, q, queue, replica) for r, q in zip(results, requests, strict=True)]
+
+    def _schedule(self, message: Message, request: AppendRequest) -> AppendResult:
+        """Hand a delayed message to the delay plugin (through the ledger, with replication)."""
+        delay = self._services.require_delay(message.topic)
+        level = message.delay_level
+        if level is not None:
+            levels = self._services.delay_levels_ms()
+            deliver_at = self._clock.now_ms() + levels[min(level, len(levels)) - 1]
+        else:
+            assert message.deliver_at_ms is not None
+            deliver_at = message.deliver_at_ms
+        extra = {Prop.DELAY_LEVEL: str(level)} if level is not None else {Prop.DELIVER_AT_MS: str(deliver_at)}
+        request = attrs.evolve(request, properties={**request.properties, **extra})
+        if self._ledger is not None:
+            return self._ledger.accept(
+                request, deliver_at, level, lambda: delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level))
+        return delay.schedule(request, deliver_at_ms=deliver_at, delay_level=level)
