@@ -15,8 +15,8 @@ from typing import Protocol
 import attrs
 
 from plugmq.admin.values import MessageView
-from plugmq.broker.broker import Broker
 from plugmq.broker.offsets import DLQ_RESEND
+from plugmq.broker.ports import Administered
 from plugmq.core.errors import ValidationError
 from plugmq.core.message import MessageQueue, StoredMessage
 from plugmq.core.names import TRACE_TOPIC, Prop, retry_topic, validate_group
@@ -95,7 +95,7 @@ class DeadLetterPage:
     messages: tuple[DeadLetter, ...]
 
 
-def _unique_id_of(broker: Broker, message_id: str) -> str:
+def _unique_id_of(broker: Administered, message_id: str) -> str:
     text = message_id.strip()
     if not text:
         raise ValidationError("message id is empty; give a client message id or an offset message id")
@@ -106,7 +106,7 @@ def _unique_id_of(broker: Broker, message_id: str) -> str:
     return text
 
 
-def message_trace(broker: Broker, message_id: str) -> MessageTrace:
+def message_trace(broker: Administered, message_id: str) -> MessageTrace:
     """The path of ``message_id`` (a client id, or an offset id resolved to it) on this broker.
 
     The consume-side steps come from the trace topic; the *stored* steps from the store itself:
@@ -136,7 +136,7 @@ def message_trace(broker: Broker, message_id: str) -> MessageTrace:
     return MessageTrace(unique_id, broker.name, tuple(event for _, event in keyed))
 
 
-def _stored_copies(broker: Broker, unique_id: str, events: list[TraceEvent]) -> list[StoredMessage]:
+def _stored_copies(broker: Administered, unique_id: str, events: list[TraceEvent]) -> list[StoredMessage]:
     """Every copy of the message in the topics its steps name (with the groups' retry and DLQ topics),
     or, with no step recorded, in every topic."""
     known = broker.topics.all()
@@ -156,7 +156,7 @@ def _stored_copies(broker: Broker, unique_id: str, events: list[TraceEvent]) -> 
     return [copies[offset] for offset in sorted(copies)]
 
 
-def _anchors(broker: Broker, events: list[TraceEvent], copies: list[StoredMessage]) -> dict[str, TraceEvent]:
+def _anchors(broker: Administered, events: list[TraceEvent], copies: list[StoredMessage]) -> dict[str, TraceEvent]:
     """Copy msg id -> the recorded step that stored it: a re-drive names its copy; the k-th
     dead-lettering of a group made the k-th copy on the group's dead-letter topic."""
     anchors = {str(e.detail["copy_msg_id"]): e for e in events
@@ -178,7 +178,7 @@ def _stored_event(broker_name: str, unique_id: str, copy: StoredMessage) -> Trac
                       copy.queue_id, copy.queue_offset, attempt=copy.reconsume_times + 1, detail=detail)
 
 
-def group_inflight(broker: Broker, group: str, limit: int = 1000) -> list[InflightMessage]:
+def group_inflight(broker: Administered, group: str, limit: int = 1000) -> list[InflightMessage]:
     """The pop group's messages received and not acked yet, oldest queue offsets first."""
     validate_group(group)
     out = []
@@ -189,7 +189,7 @@ def group_inflight(broker: Broker, group: str, limit: int = 1000) -> list[Inflig
     return out
 
 
-def group_clients(broker: Broker, directory: ClientDirectory | None, group: str) -> GroupClients:
+def group_clients(broker: Administered, directory: ClientDirectory | None, group: str) -> GroupClients:
     """The group's consumers connected to this broker now."""
     validate_group(group)
     clients = [ClientView(c, "grpc", directory.access_point_of(c)) for c in sorted(directory.members(group))
@@ -198,7 +198,7 @@ def group_clients(broker: Broker, directory: ClientDirectory | None, group: str)
     return GroupClients(group, broker.name, tuple(clients))
 
 
-def dlq_browse(broker: Broker, group: str, offset: int | None = None, limit: int = 50) -> DeadLetterPage:
+def dlq_browse(broker: Administered, group: str, offset: int | None = None, limit: int = 50) -> DeadLetterPage:
     """Up to ``limit`` dead letters of ``group`` from queue offset ``offset`` (default: the oldest kept)."""
     validate_group(group)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:

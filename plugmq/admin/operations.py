@@ -24,8 +24,8 @@ from plugmq.admin.values import (
     TopicSummary,
     TopicUpdate,
 )
-from plugmq.broker.broker import Broker
 from plugmq.broker.offsets import DLQ_RESEND, OffsetStore
+from plugmq.broker.ports import Administered
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import Message, MessageQueue, StoredMessage
@@ -58,7 +58,7 @@ def _topic_kind(topic: str) -> str:
 class BrokerAdmin:
     """The admin verbs over one open broker. Thread-safe as far as the broker is."""
 
-    def __init__(self, broker: Broker, clients: ClientDirectory | None = None) -> None:
+    def __init__(self, broker: Administered, clients: ClientDirectory | None = None) -> None:
         self.broker = broker
         self.clients = clients  # the server's consumers (plugmq serve); None on a stopped data dir
 

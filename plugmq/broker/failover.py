@@ -45,7 +45,7 @@ from plugmq.core.errors import PlugmqError
 from plugmq.core.logs import get_logger
 
 if TYPE_CHECKING:
-    from plugmq.broker.broker import Broker
+    from plugmq.broker.ports import Electable
 
 __all__ = ["Failover", "elected_master"]
 
@@ -66,7 +66,7 @@ def elected_master(view: ClusterView, broker_name: str, *, other_than: int | Non
 class Failover:
     """Drives one broker's role from its cluster's election and live view. Thread-safe."""
 
-    def __init__(self, broker: Broker, service: ClusterService, republish: Callable[[], None],
+    def __init__(self, broker: Electable, service: ClusterService, republish: Callable[[], None],
                  *, restand_s: float = RESTAND_S) -> None:
         replication = broker.replication
         if not isinstance(replication, FailoverReplication):
@@ -82,6 +82,7 @@ class Failover:
         self._following = ""
         self._closed = False
         self._restand: threading.Timer | None = None
+        self._unsubscribe: Callable[[], None] | None = None  # from the view, once started
         self._unclean_after_s = broker.config.failover_unclean_after_s
         self._masterless_since: float | None = None  # broker clock; None while a master is live
         self._log = log.bind(broker=broker.name, broker_id=broker.config.broker_id)
@@ -104,7 +105,7 @@ class Failover:
             timer, self._restand = self._restand, None
         if timer is not None:
             timer.cancel()
-        unsubscribe = getattr(self, "_unsubscribe", None)
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
         if unsubscribe is not None:
             unsubscribe()
         self.service.withdraw()

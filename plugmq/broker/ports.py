@@ -1,22 +1,67 @@
-"""What the server uses of a broker: Protocols the Broker implements.
+"""What the server and admin use of a broker: Protocols the Broker facade implements.
 
-Like clients (plugmq.client.ports), the gRPC MessagingService is written against these, not
-against :class:`plugmq.broker.broker.Broker`; mypy checks that the Broker implements each where
-one is handed over.
+Like clients (plugmq.client.ports), ``plugmq serve`` and the admin verbs are written against
+these, not against :class:`plugmq.broker.broker.Broker`; mypy checks that the Broker implements
+each where one is handed over. They live with the runtime, not in plugmq.admin, because the
+server must not load the admin verbs before its first admin call.
+
+=================  ==================================================================
+port               used by
+=================  ==================================================================
+``Administered``   the admin verbs (``plugmq.admin.BrokerAdmin``, ``plugmq.admin.insight``)
+``Serving``        the gRPC MessagingService and its send pipeline
+``Electable``      failover (``plugmq.broker.failover``)
+``Served``         ``plugmq serve`` as a whole: all of the above, the cluster session,
+                   routes, metrics and the admin endpoint
+=================  ==================================================================
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
+from plugmq.broker.groups import GroupRegistry
+from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
 from plugmq.broker.pop import PopService
+from plugmq.broker.topics import TopicTable
+from plugmq.broker.traffic import Traffic
 from plugmq.client.ports import Sending, TransactionSending
+from plugmq.config.broker import BrokerConfig
 from plugmq.config.policy import GroupPolicy
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import DelayScheduler, Filter, FilterCompiler, TransactionService
-from plugmq.core.message import SendStatus
+from plugmq.core.contracts import (
+    AllocateStrategyFactory,
+    BrokerRole,
+    ClusterService,
+    DelayScheduler,
+    Filter,
+    FilterCompiler,
+    MessageStore,
+    ReplicationService,
+    TransactionService,
+)
+from plugmq.core.message import MessageQueue, SendStatus, StoredMessage
 
-__all__ = ["Serving"]
+__all__ = ["Administered", "Electable", "Served", "Serving"]
+
+
+class _Identity(Protocol):
+    name: str
+    config: BrokerConfig
+    clock: Clock
+    replication: ReplicationService | None
+
+    @property
+    def role(self) -> BrokerRole:
+        """The role the broker plays now."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """The newest master epoch its log knows (0 without failover)."""
+        ...
 
 
 class _Services(Protocol):
@@ -29,6 +74,44 @@ class _Services(Protocol):
         ...
 
     def group_policy(self, group: str) -> GroupPolicy:
+        ...
+
+
+class Administered(_Identity, _Services, Sending, Protocol):
+    """What the admin verbs read and change of one broker."""
+
+    data_dir: Path
+    store: MessageStore
+    topics: TopicTable
+    consumer_offsets: ConsumerOffsets
+    groups: GroupRegistry
+    pop: PopService
+    traffic: Traffic
+
+    def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
+        ...
+
+    def offsets(self, group: str, member: str | None = None) -> OffsetStore:
+        ...
+
+    def query_by_id(self, msg_id: str) -> StoredMessage | None:
+        ...
+
+    def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        ...
+
+    def query_by_key(self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0,
+                     end_ms: int | None = None) -> list[StoredMessage]:
+        ...
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        ...
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        ...
+
+    def report_redriven(self, group: str, message: StoredMessage, copy_msg_id: str, topic: str) -> None:
+        """A dead letter was sent back (``resend-dlq``): the re-driven event."""
         ...
 
 
@@ -51,4 +134,32 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
 
     def await_replication(self, end_offset: int | None = None) -> SendStatus:
         """A sync_master's wait for a slave (SEND_OK elsewhere)."""
+        ...
+
+
+class Electable(_Identity, Protocol):
+    """What failover changes of a broker as its cluster's election moves the master."""
+
+    def promote(self, epoch: int) -> None:
+        ...
+
+    def demote(self, master: str | None) -> None:
+        ...
+
+    def follow(self, master: str) -> None:
+        ...
+
+
+class Served(Serving, Administered, Electable, Protocol):
+    """A broker as ``plugmq serve`` serves it."""
+
+    cluster: ClusterService | None
+    strategies: dict[str, AllocateStrategyFactory]
+    arrival_listeners: list[Callable[[], None]]
+
+    def add_observer(self, observer: object, name: str) -> None:
+        """Register an observer's event hooks (metrics) as ``name``."""
+        ...
+
+    def remove_observer(self, name: str) -> None:
         ...

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from plugmq.admin import BrokerAdmin
     from plugmq.admin.cluster import ClusterAdmin
     from plugmq.admin.insight import ClientDirectory
-    from plugmq.broker.broker import Broker
+    from plugmq.broker.ports import Served
 
 __all__ = ["SERVICE", "AdminClient", "AdminService", "method_name"]
 
@@ -92,7 +92,7 @@ def _code_of(exc: PlugmqError) -> grpc.StatusCode:
 class AdminService:
     """The admin verbs of one broker as a gRPC service (run on the server's thread pool)."""
 
-    def __init__(self, broker: Broker, acl: AclOptions, executor: ThreadPoolExecutor,
+    def __init__(self, broker: Served, acl: AclOptions, executor: ThreadPoolExecutor,
                  clients: ClientDirectory | None = None) -> None:
         self._broker = broker
         self._clients = clients

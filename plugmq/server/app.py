@@ -16,6 +16,7 @@ import attrs
 import grpc
 
 from plugmq.broker.broker import Broker
+from plugmq.broker.ports import Served
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.server.admin import AdminService
@@ -37,7 +38,7 @@ log = get_logger(__name__)
 class PlugmqServer:
     """MessagingService for one broker on one address. The caller owns (and closes) the broker."""
 
-    def __init__(self, broker: Broker, options: ServerOptions | None = None) -> None:
+    def __init__(self, broker: Served, options: ServerOptions | None = None) -> None:
         self.broker = broker
         self.options = options or ServerOptions()
         self.address: str | None = None
@@ -190,7 +191,7 @@ def _drain(loop: asyncio.AbstractEventLoop) -> None:
 class ServerThread:
     """A server on its own event loop in a background thread (tests, benchmarks, embedding)."""
 
-    def __init__(self, broker: Broker, options: ServerOptions | None = None, listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, broker: Served, options: ServerOptions | None = None, listen: str = "127.0.0.1:0") -> None:
         self.server = PlugmqServer(broker, options)
         self._listen = listen
         self._loop = asyncio.new_event_loop()

@@ -33,7 +33,7 @@ from plugmq.core.message import MessageQueue
 from plugmq.core.names import is_system_topic
 
 if TYPE_CHECKING:
-    from plugmq.broker.broker import Broker
+    from plugmq.broker.ports import Served
 
 __all__ = ["ClusterMember", "LocalRoutes", "advertised_endpoint"]
 
@@ -53,7 +53,7 @@ def advertised_endpoint(bound: str, advertise: str | None) -> str:
 class LocalRoutes:
     """A broker alone: its own queues, and itself as the whole view (for room-aware groups)."""
 
-    def __init__(self, broker: Broker, endpoint: str) -> None:
+    def __init__(self, broker: Served, endpoint: str) -> None:
         config = broker.config
         self.registration = BrokerRegistration(cluster="local", broker_name=broker.name, endpoint=endpoint,
                                                broker_id=config.broker_id, room=config.room,
@@ -69,7 +69,7 @@ class LocalRoutes:
 class ClusterMember:
     """Joins the cluster for a served broker and answers routes from the live view. Thread-safe."""
 
-    def __init__(self, broker: Broker, service: ClusterService, endpoint: str) -> None:
+    def __init__(self, broker: Served, service: ClusterService, endpoint: str) -> None:
         if broker.config.cluster_name is None:
             raise ConfigError("a cluster member needs [cluster] name in the broker config")
         self.broker = broker

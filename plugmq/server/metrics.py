@@ -56,7 +56,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from plugmq.admin import BrokerAdmin
-from plugmq.broker.broker import Broker
+from plugmq.broker.ports import Served
 from plugmq.core import BrokerRole, hookimpl
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
@@ -118,7 +118,7 @@ def _allocated_bytes(root: Path) -> int:
 class BrokerCollector:
     """A prometheus_client collector over one broker: everything is read at scrape time."""
 
-    def __init__(self, broker: Broker, events: EventCounter) -> None:
+    def __init__(self, broker: Served, events: EventCounter) -> None:
         self.broker = broker
         self.admin = BrokerAdmin(broker)
         self.events = events
@@ -267,7 +267,7 @@ def _edge(edge: float) -> str:
 class MetricsEndpoint:
     """The HTTP endpoint serving ``/metrics`` for one broker, on its own thread."""
 
-    def __init__(self, broker: Broker, listen: str) -> None:
+    def __init__(self, broker: Served, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         self.events = EventCounter()
         self.registry = CollectorRegistry(auto_describe=False)
@@ -280,13 +280,12 @@ class MetricsEndpoint:
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {listen!r} ({exc.strerror or exc}); pick another "
                               "server.metrics_listen host:port") from exc
-        broker.plugins.pm.register(self.events, name=self._observer_name)
+        broker.add_observer(self.events, self._observer_name)
         self.address = f"{host}:{self._server.server_port}"
         log.info("metrics served", address=self.address, url=f"http://{self.address}/metrics")
 
     def close(self) -> None:
-        if self._broker.plugins.pm.has_plugin(self._observer_name):
-            self._broker.plugins.pm.unregister(name=self._observer_name)
+        self._broker.remove_observer(self._observer_name)
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)

@@ -31,7 +31,7 @@ from plugmq.server.protocol import ClientType, Code, Settings, TelemetryCommand
 from plugmq.server.status import RpcFailure, ok
 
 if TYPE_CHECKING:
-    from plugmq.broker.broker import Broker
+    from plugmq.broker.ports import Served
 
 __all__ = ["Session", "Sessions", "txn_group"]
 
@@ -88,7 +88,7 @@ class Session:
 class Sessions:
     """Live Telemetry sessions by client id. Methods touching the broker run off the event loop."""
 
-    def __init__(self, broker: Broker, options: ServerOptions) -> None:
+    def __init__(self, broker: Served, options: ServerOptions) -> None:
         self._broker = broker
         self._options = options
         self._lock = threading.Lock()
