@@ -73,9 +73,7 @@ class WriteBack:
         self._topics.ensure(request.topic, request.queue_id + 1)
         started = time.perf_counter()
         result = self._store.append(request)
-        self._traffic.appended(time.perf_counter() - started)
-        self._events.stored(result, request)
-        self._arrivals.wake()
+        self._stored(started, [result], [request])
         return result
 
     def deliver_delayed(self, request: AppendRequest) -> AppendResult:
@@ -169,7 +167,11 @@ class WriteBack:
             self._topics.ensure(topic, count)
         started = time.perf_counter()
         results = self._store.append_batch(requests)
+        self._stored(started, results, requests)
+        return results
+
+    def _stored(self, started: float, results: Sequence[AppendResult], requests: Sequence[AppendRequest]) -> None:
+        """An append that began at ``started`` (perf counter) is done: its latency, events, wake-up."""
         self._traffic.appended(time.perf_counter() - started)
         self._events.stored_all(results, requests)
         self._arrivals.wake()
-        return results
