@@ -15,6 +15,7 @@ everything the broker reports with one ``except``. Messages say what was wrong a
      +-- StoreError                  the message store failed or refused a write
      |    +-- StoreFullError             disk use above the critical watermark; writes refused
      |    +-- CorruptRecordError         a stored record failed its magic / size / CRC check
+     |    +-- DescriptorLimitError       the process's open-file limit is reached (names it and the fix)
      +-- TopicError                  unknown topic, or a system topic used by a producer
      +-- FilterError
      |    +-- FilterSyntaxError          the expression does not compile (position + expectation)
@@ -40,6 +41,7 @@ __all__ = [
     "CorruptRecordError",
     "DelayError",
     "DelayUnsupportedError",
+    "DescriptorLimitError",
     "FilterError",
     "FilterEvaluationError",
     "FilterSyntaxError",
@@ -97,6 +99,14 @@ class StoreFullError(StoreError):
 
 class CorruptRecordError(StoreError):
     """A stored record failed its magic, size or CRC check."""
+
+
+class DescriptorLimitError(StoreError):
+    """A file could not be opened: the process's open-file limit (RLIMIT_NOFILE) is reached.
+
+    The message names the limit, how many descriptors are open and how to raise it; nothing
+    stored was lost, and the operation works again once descriptors are free.
+    """
 
 
 class TopicError(PlugmqError):

@@ -3,5 +3,6 @@
 ``kvstore`` (a MessageStore over any ordered key-value engine: store_lmdb, store_rocks),
 ``requestcodec`` (delay plugins' bulk decoder of stored append requests), ``writeback`` (a delay
 plugin's delivery of due messages), ``lateness`` (the lateness histogram of delay plugins' metrics),
-``diskspace`` (disk-full errors as every store reports them). The kit imports ``plugmq.core`` only.
+``diskspace`` (disk-full errors as every store reports them), ``fdlimit`` (the open-file budget and
+its errors). The kit imports ``plugmq.core`` only.
 """

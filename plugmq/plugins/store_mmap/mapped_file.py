@@ -7,14 +7,24 @@ before a write, never a SIGBUS during one - and a 1 GiB segment costs disk only 
 Readers ``acquire()`` a file before touching its mapping and ``release()`` it after; retention calls
 ``destroy()``, which unlinks the file at once but unmaps it only when the last reader has let go,
 so a read in progress never faults on a closed mapping.
+
+A mapped file holds no descriptor: a mapping outlives the descriptor it was made with, and the
+few calls that need one (posix_fallocate, SEEK_DATA) open the file for the call. Python's mmap
+keeps a duplicate of the descriptor for the mapping's life before 3.13 (``trackfd=False`` there),
+so the mapping is placed over an anonymous one of the same size (``MAP_FIXED``) instead: a broker
+with 10,000 queues needs no descriptor for them, where it needed two per consume-queue file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import mmap
 import os
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +32,7 @@ import numpy as np
 from plugmq.core import StoreError
 from plugmq.core.logs import get_logger
 from plugmq.kit.diskspace import disk_full_error, is_disk_full
+from plugmq.kit.fdlimit import descriptor_limit_error, is_out_of_descriptors, open_or_explain
 
 __all__ = ["MappedFile", "fsync_dir", "offset_name"]
 
@@ -31,7 +42,41 @@ _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)  # its calls release the GIL
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64)
+_libc.msync.restype = ctypes.c_int
+_libc.msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MS_SYNC = 4  # Linux
+
+
+def _address(mm: mmap.mmap) -> int:
+    view = ctypes.c_char.from_buffer(mm)
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view  # an exported buffer would keep the mapping from closing
+
+
+def _map(fd: int, size: int) -> tuple[mmap.mmap, int]:
+    """Map ``size`` bytes of ``fd`` shared read-write, keeping no descriptor; (mapping, address)."""
+    if sys.version_info >= (3, 13):
+        mm = mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg, unused-ignore]
+        return mm, _address(mm)
+    mm = mmap.mmap(-1, size)  # anonymous: an address range of the right size that holds no descriptor
+    address = _address(mm)
+    placed = _libc.mmap(address, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, fd, 0)  # MAP_FIXED
+    if placed != address:
+        code = ctypes.get_errno()
+        mm.close()
+        raise OSError(code, f"mmap of the file over its address range failed: {os.strerror(code)}")
+    return mm, address
+
+
 def _file_error(exc: OSError, path: Path, size: int) -> StoreError:
+    if is_out_of_descriptors(exc):
+        return descriptor_limit_error(f"creating or sizing {path}", exc)
     if is_disk_full(exc):
         return disk_full_error(path.parent, f"a new {size}-byte file {path.name}")
     return StoreError(f"cannot create or size {path} ({size} bytes): {exc.strerror or exc}")
@@ -44,7 +89,7 @@ def offset_name(offset: int) -> str:
 
 def fsync_dir(path: Path) -> None:
     """Make a created/renamed/deleted directory entry durable."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_or_explain(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -58,15 +103,15 @@ class MappedFile:
     :meth:`reserve` says otherwise). Every writer reserves the bytes it will write before writing
     them; reading a sparse part only sees zeros and costs nothing."""
 
-    __slots__ = ("_available", "_lock", "_refs", "allocated", "end", "fd", "mm", "path", "size", "start")
+    __slots__ = ("_address", "_available", "_lock", "_refs", "allocated", "end", "mm", "path", "size", "start")
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
+        """Map ``size`` bytes of the open ``fd``; the caller closes ``fd`` (the mapping does not need it)."""
         self.path = path
         self.start = start
         self.size = size
         self.end = start + size
-        self.fd = fd
-        self.mm = mmap.mmap(fd, size)
+        self.mm, self._address = _map(fd, size)
         self.allocated = 0
         self._refs = 1  # the owner's reference, dropped by destroy()/close()
         self._available = True
@@ -97,9 +142,6 @@ class MappedFile:
                     os.posix_fallocate(fd, 0, first)
             except OSError as exc:
                 raise _file_error(exc, path, size) from exc
-            os.replace(tmp, path)
-            if sync_dir:
-                fsync_dir(path.parent)
             made = cls(path, start, fd, size)
             made.allocated = first
         except BaseException:
@@ -109,6 +151,14 @@ class MappedFile:
             except FileNotFoundError:
                 pass
             raise
+        os.close(fd)
+        try:
+            os.replace(tmp, path)
+            if sync_dir:
+                fsync_dir(path.parent)
+        except BaseException:
+            made.close()
+            raise
         if warm:
             made.warm()
         return made
@@ -117,7 +167,7 @@ class MappedFile:
     def open(cls, path: Path, start: int, *, size: int | None = None) -> MappedFile:
         """Map an existing file; with ``size``, a shorter file (a truncated one) is first grown
         back to it (the new part reads as zeros; it is allocated when written)."""
-        fd = os.open(path, os.O_RDWR)
+        fd = open_or_explain(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
             if size is not None and actual < size:
@@ -126,9 +176,17 @@ class MappedFile:
             if actual <= 0:
                 raise StoreError(f"{path} is empty; a store file must have its full size (delete it to rebuild)")
             return cls(path, start, fd, actual)
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
+
+    @contextlib.contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The file opened for one call that needs a descriptor (the mapping keeps none)."""
+        fd = open_or_explain(self.path, os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def reserve(self, upto: int, chunk: int = 0) -> None:
         """Make sure bytes ``[0, upto)`` have blocks on disk before anyone writes them, reserving
@@ -138,7 +196,8 @@ class MappedFile:
             return
         target = min(self.size, max(upto, self.allocated + chunk))
         try:
-            os.posix_fallocate(self.fd, self.allocated, target - self.allocated)
+            with self._descriptor() as fd:
+                os.posix_fallocate(fd, self.allocated, target - self.allocated)
         except OSError as exc:
             if target > upto:  # the chunk may not fit where the write itself does
                 self.reserve(upto)
@@ -179,7 +238,6 @@ class MappedFile:
             self.mm.close()
         except BufferError:  # a stray export; the GC closes it with the last reference
             log.warning("mapped file still exported at unmap", path=str(self.path))
-        os.close(self.fd)
 
     def _drop_owner(self) -> bool:
         with self._lock:
@@ -204,9 +262,12 @@ class MappedFile:
     # -- I/O ----------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write dirty pages back. fdatasync on the descriptor covers pages dirtied through the
-        mapping (Linux keeps one page cache) and, unlike mmap.flush, releases the GIL meanwhile."""
-        os.fdatasync(self.fd)
+        """Write dirty pages back and wait for them: msync(MS_SYNC), which Linux carries out as an
+        fdatasync of the file's range. Called through ctypes, it releases the GIL meanwhile (mmap.flush
+        does not) and needs no descriptor, so a full descriptor table never stops a flush."""
+        if _libc.msync(self._address, self.size, _MS_SYNC) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"msync of {self.path} failed: {os.strerror(code)}")
 
     def data_ranges(self, begin: int, end: int) -> list[tuple[int, int]]:
         """The parts of [begin, end) that hold allocated data; holes of a sparse file are skipped,
@@ -214,19 +275,20 @@ class MappedFile:
         ranges = []
         pos = begin
         try:
-            while pos < end:
-                try:
-                    data = os.lseek(self.fd, pos, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:  # nothing but holes from here on
+            with self._descriptor() as fd:
+                while pos < end:
+                    try:
+                        data = os.lseek(fd, pos, os.SEEK_DATA)
+                    except OSError as exc:
+                        if exc.errno == errno.ENXIO:  # nothing but holes from here on
+                            break
+                        raise
+                    if data >= end:
                         break
-                    raise
-                if data >= end:
-                    break
-                hole = min(os.lseek(self.fd, data, os.SEEK_HOLE), end)
-                ranges.append((data, hole))
-                pos = hole
-        except OSError:  # a file system without SEEK_DATA: look at everything
+                    hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+                    ranges.append((data, hole))
+                    pos = hole
+        except (OSError, StoreError):  # no SEEK_DATA, the file gone (retention), no descriptor: look at everything
             return [(begin, end)]
         return ranges
 
