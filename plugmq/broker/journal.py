@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, MessageStore
-from plugmq.core.errors import CorruptRecordError, ReadOnlyBrokerError
+from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, MessageStore, QueuePreparing
+from plugmq.core.errors import CorruptRecordError, PlugmqError, ReadOnlyBrokerError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult, SendStatus, StoredMessage
 from plugmq.core.names import validate_topic
@@ -399,6 +399,12 @@ class JournalSet:
                           broker_name=self._broker_name, clock=self._clock,
                           snapshot_lag_bytes=self._snapshot_lag_bytes, snapshot_age_ms=self._snapshot_age_ms)
         self._journals[service] = journal
+        if isinstance(self._store, QueuePreparing) and journal.writable:
+            try:  # now, while descriptors are to be had (a full table later never stops a state record)
+                self._store.prepare_queue(journal.topic, _QUEUE)
+            except PlugmqError as exc:
+                log.warning("cannot prepare the state journal's file at start; its first record makes it",
+                            service=service, error=str(exc))
         if compact is not None:
             self._compactors[service] = compact
         if self._floor is not None:

@@ -11,19 +11,22 @@ from pathlib import Path
 from plugmq.core.errors import StoreError, TopicError, ValidationError
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import validate_topic
+from plugmq.kit.fdlimit import open_or_explain
 
 __all__ = ["TopicQueues", "TopicTable", "write_json_atomically"]
 
 
 def write_json_atomically(path: Path, data: object) -> None:
-    """Write-new-file, fsync, rename: a crash leaves either the old or the new content."""
+    """Write-new-file, fsync, rename: a crash leaves either the old or the new content.
+
+    No descriptor to be had (a full table) is a DescriptorLimitError naming the limit."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with os.fdopen(open_or_explain(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
         json.dump(data, fh, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = open_or_explain(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -66,9 +69,9 @@ class TopicTable:
         with self._lock:
             current = self._topics.get(topic, 0)
             grown = queue_count > current
-            if grown:
+            if grown:  # written first: a refused write leaves the table as it was
+                write_json_atomically(self._path, {**self._topics, topic: queue_count})
                 self._topics[topic] = queue_count
-                write_json_atomically(self._path, self._topics)
             count = self._topics[topic]
         if grown:
             for listener in list(self._listeners):

@@ -6,7 +6,8 @@ import click
 
 from plugmq.cli import _LazyGroup
 
-_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc", "replication", "cluster", "failover", "trace")}
+_BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc", "replication", "cluster", "failover", "trace",
+                                                             "queues")}
 
 
 @click.group("bench", cls=_LazyGroup, lazy=_BENCHMARKS)

@@ -64,6 +64,7 @@ __all__ = [
     "MessageStore",
     "PluginContext",
     "PluginDeclaration",
+    "QueuePreparing",
     "ReplicaStatus",
     "ReplicableStore",
     "Replicated",
@@ -384,6 +385,20 @@ class LogChunk:
 
 LogListener = Callable[[int], None]
 """Told the new end of the commit log after records became readable (on the appending thread)."""
+
+
+@runtime_checkable
+class QueuePreparing(Protocol):
+    """A store that makes a queue's files ahead of its writes (store_mmap).
+
+    The broker asks for each state journal's queue at start, while descriptors are to be had: a
+    full descriptor table later refuses new queues with a clear error, but never a journal
+    record (pop state, offsets, transactions) whose file was not made yet.
+    """
+
+    def prepare_queue(self, topic: str, queue_id: int) -> None:
+        """Make the file that ``queue_id`` of ``topic`` writes its next entry to (creating the queue)."""
+        ...
 
 
 @runtime_checkable

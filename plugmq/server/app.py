@@ -19,6 +19,7 @@ from plugmq.broker.broker import Broker
 from plugmq.broker.ports import Served
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
+from plugmq.kit.fdlimit import open_descriptors, raise_open_file_limit
 from plugmq.server.admin import AdminService
 from plugmq.server.assignment import Assigner, ConsumerMembers
 from plugmq.server.cluster import ClusterMember, LocalRoutes, advertised_endpoint
@@ -73,7 +74,7 @@ class PlugmqServer:
             port, error = 0, exc
         if not port:
             self._release()
-            raise ConfigError(f"cannot listen on {listen!r} ({error or 'address in use or not local'}); "
+            raise ConfigError(f"cannot listen on {listen!r} ({error or _why_not_listening()}); "
                               "pick another --listen host:port")
         self.address = f"{host}:{port}"
         if self.broker.cluster is not None:
@@ -134,6 +135,17 @@ class PlugmqServer:
         self.sessions.close_all()
 
 
+def _why_not_listening() -> str:
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    held = open_descriptors()
+    if held is not None and held >= soft - 2:
+        return (f"no descriptor left for the listening socket: {held} open of RLIMIT_NOFILE {soft}; raise the "
+                "limit (ulimit -n, LimitNOFILE=)")
+    return "address in use or not local"
+
+
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux /proc), None where that is not known."""
     try:
@@ -172,6 +184,7 @@ def run(config_path: str | Path, listen: str | None = None,
         ready: Callable[[str, Broker], None] = lambda _address, _broker: None) -> None:
     """``plugmq serve``: serve the broker of ``config_path`` until SIGINT or SIGTERM."""
     broker_config, options = load_serve_config(config_path)
+    raise_open_file_limit()
     if listen:
         options = attrs.evolve(options, listen=listen)
     asyncio.run(_serve(broker_config, options, ready))

@@ -57,16 +57,25 @@ def await_listening(process: subprocess.Popen[bytes], wait_s: float) -> str | No
 
 
 class ServeProcess:
-    """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller."""
+    """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller.
 
-    def __init__(self, config: Path, wait_s: float = 60.0) -> None:
+    ``fd_limit``: the child's RLIMIT_NOFILE (``ulimit -n``), set before it starts: one number for
+    the soft and hard limits, or (soft, hard); ``env``: extra environment variables.
+    """
+
+    def __init__(self, config: Path, wait_s: float = 60.0, *, fd_limit: int | tuple[int, int] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.config = config
         self.log_path = config.with_suffix(".log")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        soft, hard = fd_limit if isinstance(fd_limit, tuple) else (fd_limit, fd_limit)
+        limit = (f"import resource; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+                 if fd_limit is not None else "")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
+            [sys.executable, "-c", limit + _SERVE, "--log-level", "info", "serve", "--config", str(config),
              "--listen", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=config.parent)
+            stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=config.parent,
+            env={**os.environ, **(env or {})})
         self._wait_s = wait_s
         self.address: str | None = None
 

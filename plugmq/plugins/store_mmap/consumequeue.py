@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plugmq.core import ConsumeQueueEntry, InvalidNameError, validate_topic
+from plugmq.core import ConsumeQueueEntry, InvalidNameError, StoreError, validate_topic
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
@@ -136,11 +136,26 @@ class ConsumeQueue:
             upto = min(last, base + self.per_file - 1)
             f.reserve((upto - base + 1) * ENTRY_SIZE, _ALLOCATION_CHUNK)
             q = upto + 1
+        self._make_next_early(last)
         current = self._file_for(first)
         assert current is not None
         self._cur = current
         self._cur_base = self._base(current)
         self.room = current.allocated // ENTRY_SIZE
+
+    def _make_next_early(self, last: int) -> None:
+        """Once ``last`` is in the final eighth of its file, make the next file: a queue whose file
+        fills while the descriptor table is full (or the disk) keeps going on the one made
+        earlier, and a failure here costs nothing (the boundary tries again)."""
+        base = last // self.per_file * self.per_file
+        following = base + self.per_file
+        if last - base < self.per_file - self.per_file // 8 or self._file_for(following) is not None:
+            return
+        try:
+            self._create_until(following)
+        except StoreError as exc:
+            log.debug("next consume-queue file not made early", topic=self.topic, queue=self.queue_id,
+                      error=str(exc))
 
     def put(self, qoff: int, phys: int, size: int, tags: int) -> None:
         cur = self._cur

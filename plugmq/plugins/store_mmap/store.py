@@ -306,6 +306,12 @@ class MmapMessageStore(ReplicaLog):
             cq = self._cqs.queues.get((topic, queue_id)) or self._cqs.create(topic, queue_id)
             cq.prepare(cq.max_offset, count)
 
+    def prepare_queue(self, topic: str, queue_id: int) -> None:
+        """Make the file (and blocks) the queue's next entry goes to now (QueuePreparing)."""
+        with self._put_lock:
+            cq = self._cqs.queues.get((topic, queue_id)) or self._cqs.create(topic, queue_id)
+            cq.prepare(cq.max_offset)
+
     def _check_writable(self) -> None:
         if self._closed:
             raise StoreError(f"store {self.dir} is closed")
