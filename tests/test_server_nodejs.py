@@ -57,10 +57,11 @@ def node_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class NodeClient:
     """One ``node driver.js`` process: ``call`` sends a command and returns its answer."""
 
-    def __init__(self, node_modules: Path, log: Path) -> None:
+    def __init__(self, node_modules: Path, log: Path, env: dict[str, str] | None = None) -> None:
         self._log = open(log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(["node", str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self._log, text=True, env={**os.environ, "NODE_PATH": str(node_modules)})
+                                        stderr=self._log, text=True,
+                                        env={**os.environ, "NODE_PATH": str(node_modules), **(env or {})})
         self._ids = itertools.count()
         self._answers: dict[int, dict[str, Any]] = {}
         self._answered = threading.Condition()

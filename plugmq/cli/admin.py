@@ -33,12 +33,13 @@ class _Target:
     """Where the verb runs: a running server, or a stopped data dir."""
 
     def __init__(self, server: str | None, config: Path | None, access_key: str | None,
-                 secret_key: str | None) -> None:
+                 secret_key: str | None, tls: Mapping[str, str | None] | None = None) -> None:
         if (server is None) == (config is None):
             raise click.UsageError("give --server HOST:PORT (a running plugmq serve) or --config FILE (a stopped "
                                    "broker's config), exactly one of them")
         self.server, self.config = server, config
         self.access_key, self.secret_key = access_key, secret_key
+        self.tls = tls  # ClientTls.from_files arguments, None for a plain channel
 
     def run(self, verb: str, args: Mapping[str, Any]) -> Any:
         try:
@@ -77,8 +78,11 @@ class _Target:
         except ModuleNotFoundError as exc:
             raise click.ClickException(f"plugmq admin --server needs the 'serve' extra ({exc.name} is missing): "
                                        "pip install 'plugmq[serve]'") from exc
+        from plugmq.server.tls import ClientTls
+
         assert self.server is not None
-        with AdminClient(self.server, access_key=self.access_key, secret_key=self.secret_key) as client:
+        tls = ClientTls.from_files(**self.tls) if self.tls is not None else None
+        with AdminClient(self.server, access_key=self.access_key, secret_key=self.secret_key, tls=tls) as client:
             return client.call(verb, args)
 
     def _local(self, verb: str, args: Mapping[str, Any]) -> Any:
@@ -104,6 +108,16 @@ def _target_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="A stopped broker's config file (its data dir is opened here)."),
         click.option("--access-key", envvar="PLUGMQ_ACCESS_KEY", help="Access key when the server's ACL is on."),
         click.option("--secret-key", envvar="PLUGMQ_SECRET_KEY", help="Its secret key."),
+        click.option("--tls", "use_tls", is_flag=True, envvar="PLUGMQ_ADMIN_TLS",
+                     help="Reach a server with [server.tls] (the system's CAs unless --tls-ca)."),
+        click.option("--tls-ca", type=click.Path(dir_okay=False), envvar="PLUGMQ_ADMIN_TLS_CA",
+                     help="PEM CA that signed the server's certificate (implies --tls)."),
+        click.option("--tls-cert", type=click.Path(dir_okay=False), envvar="PLUGMQ_ADMIN_TLS_CERT",
+                     help="PEM client certificate, for a server that checks clients (mutual TLS)."),
+        click.option("--tls-key", type=click.Path(dir_okay=False), envvar="PLUGMQ_ADMIN_TLS_KEY",
+                     help="Its PEM private key."),
+        click.option("--tls-server-name", envvar="PLUGMQ_ADMIN_TLS_SERVER_NAME",
+                     help="Name to check the server's certificate against, when HOST is not in it."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."),
     ]
     for option in reversed(options):
@@ -111,8 +125,11 @@ def _target_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def wrapper(server: str | None, config: Path | None, access_key: str | None, secret_key: str | None,
-                as_json: bool, **kwargs: Any) -> None:
-        target = _Target(server, config, access_key, secret_key)
+                use_tls: bool, tls_ca: str | None, tls_cert: str | None, tls_key: str | None,
+                tls_server_name: str | None, as_json: bool, **kwargs: Any) -> None:
+        files = {"ca": tls_ca, "cert": tls_cert, "key": tls_key, "server_name": tls_server_name}
+        tls = files if use_tls or any(files.values()) else None
+        target = _Target(server, config, access_key, secret_key, tls)
         function(target=target, as_json=as_json, **kwargs)
 
     return wrapper

@@ -30,15 +30,16 @@ import grpc
 from plugmq.core.errors import (
     ClientError,
     ConfigError,
+    DescriptorLimitError,
     PlugmqError,
     StoreFullError,
     TopicError,
     ValidationError,
 )
 from plugmq.core.logs import get_logger
-from plugmq.server.auth import DATE_HEADER, Authenticator
-from plugmq.server.options import AclOptions
+from plugmq.server.auth import DATE_FORMAT, DATE_HEADER, Authenticator
 from plugmq.server.status import RpcFailure
+from plugmq.server.tls import ClientTls
 
 if TYPE_CHECKING:
     from plugmq.admin import BrokerAdmin
@@ -68,11 +69,39 @@ def _verbs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(VERBS), tuple(CLUSTER_VERBS)
 
 
+MAX_REQUEST_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value``'s lists and objects nest (walked without recursion)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level > MAX_JSON_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def _decode(data: bytes) -> Any:
+    """The request's JSON; ValidationError (INVALID_ARGUMENT) when it is not JSON, too big or too deep."""
+    if len(data) > MAX_REQUEST_BYTES:
+        raise ValidationError(f"the admin request is {len(data):,} bytes; the limit is {MAX_REQUEST_BYTES:,}")
     try:
-        return json.loads(data) if data else {}
+        value = json.loads(data) if data else {}
+    except RecursionError:
+        raise ValidationError(f"the admin request's JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:
         raise ValidationError(f"the admin request is not JSON ({exc})") from exc
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ValidationError(f"the admin request's JSON nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 def _encode(value: Any) -> bytes:
@@ -84,7 +113,7 @@ def _code_of(exc: PlugmqError) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(exc, TopicError) and "does not exist" in str(exc):
         return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, StoreFullError):
+    if isinstance(exc, (StoreFullError, DescriptorLimitError)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.FAILED_PRECONDITION
 
@@ -92,13 +121,12 @@ def _code_of(exc: PlugmqError) -> grpc.StatusCode:
 class AdminService:
     """The admin verbs of one broker as a gRPC service (run on the server's thread pool)."""
 
-    def __init__(self, broker: Served, acl: AclOptions, executor: ThreadPoolExecutor,
+    def __init__(self, broker: Served, auth: Authenticator, executor: ThreadPoolExecutor,
                  clients: ClientDirectory | None = None) -> None:
         self._broker = broker
         self._clients = clients
         self._admins: tuple[BrokerAdmin, ClusterAdmin | None] | None = None
-        self._acl = acl
-        self._auth = Authenticator(acl)
+        self._auth = auth
         self._executor = executor
 
     @property
@@ -187,9 +215,10 @@ class _AdminHandler(grpc.GenericRpcHandler):
         return self._methods.get(method)
 
 
-def signature_metadata(access_key: str, secret_key: str) -> list[tuple[str, str]]:
-    """The RocketMQ 5 client's request signature, which the server's access control checks."""
-    date = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+def signature_metadata(access_key: str, secret_key: str, date: str | None = None) -> list[tuple[str, str]]:
+    """The RocketMQ 5 client's request signature, which the server's access control checks
+    (signed now, or over the ``x-mq-date-time`` given)."""
+    date = date if date is not None else datetime.now(UTC).strftime(DATE_FORMAT)
     signature = hmac.new(secret_key.encode(), date.encode(), sha1).hexdigest()
     return [(DATE_HEADER, date),
             ("authorization", f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders={DATE_HEADER}, "
@@ -200,16 +229,20 @@ class AdminClient:
     """Calls the admin verbs of a running ``plugmq serve`` at ``address`` (``host:port``)."""
 
     def __init__(self, address: str, *, access_key: str | None = None, secret_key: str | None = None,
-                 timeout_s: float = _TIMEOUT_S, channel_credentials: grpc.ChannelCredentials | None = None) -> None:
-        """``channel_credentials``: TLS for the channel (``grpc.ssl_channel_credentials``: the CA that
-        signed the server's certificate, optionally a client certificate); plaintext without."""
+                 timeout_s: float = _TIMEOUT_S, channel_credentials: grpc.ChannelCredentials | None = None,
+                 tls: ClientTls | None = None) -> None:
+        """``tls``: reach a server with ``[server.tls]`` (its CA, a client certificate for mutual TLS);
+        ``channel_credentials``: the same as gRPC credentials made by the caller. Plaintext without."""
         if (access_key is None) != (secret_key is None):
             raise ValidationError("give both an access key and a secret key, or neither")
         self.address = address
         self._credentials = (access_key, secret_key) if access_key is not None and secret_key is not None else None
         self._timeout = timeout_s
-        self._channel = (grpc.secure_channel(address, channel_credentials) if channel_credentials is not None
-                         else grpc.insecure_channel(address))
+        if tls is not None and channel_credentials is not None:
+            raise ValidationError("give tls or channel_credentials, not both")
+        self._channel = (grpc.secure_channel(address, tls.channel_credentials(), options=tls.channel_options())
+                         if tls is not None else grpc.secure_channel(address, channel_credentials)
+                         if channel_credentials is not None else grpc.insecure_channel(address))
 
     def call(self, verb: str, args: Mapping[str, Any]) -> Any:
         broker_verbs, cluster_verbs = _verbs()
@@ -242,7 +275,8 @@ def _error_of(exc: grpc.RpcError, address: str) -> PlugmqError:
         return TopicError(details)
     if code is grpc.StatusCode.UNAVAILABLE:
         return ClientError(f"cannot reach plugmq serve at {address} ({details}); is it running, and is that its "
-                           "--listen address?")
+                           "--listen address? (a server with [server.tls] needs --tls-ca; one without, no TLS "
+                           "options)")
     if code is grpc.StatusCode.UNIMPLEMENTED:
         return ClientError(f"the server at {address} has no plugmq admin endpoint (an older plugmq, or not "
                            "plugmq serve)")

@@ -22,11 +22,14 @@ from plugmq.core.logs import get_logger
 from plugmq.kit.fdlimit import open_descriptors, raise_open_file_limit
 from plugmq.server.admin import AdminService
 from plugmq.server.assignment import Assigner, ConsumerMembers
+from plugmq.server.auth import Authenticator
 from plugmq.server.cluster import ClusterMember, LocalRoutes, advertised_endpoint
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import service_pb2_grpc
+from plugmq.server.receipts import ReceiptSealer
 from plugmq.server.service import MessagingService
 from plugmq.server.telemetry import Sessions
+from plugmq.server.tls import warn_when_exposed
 from plugmq.server.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ class PlugmqServer:
         # Checked before anything is opened: a bad allocation strategy or parameter is a config error.
         self.assigner = Assigner(self.broker.strategies, self.broker.config.groups,
                                  ConsumerMembers(self.broker.clock, self.broker.config.heartbeat_timeout_s))
+        receipts = ReceiptSealer.for_data_dir(self.broker.data_dir)
         self.wakeup = Wakeup(loop)
         self.pop = self.broker.pop
         # Stored messages (sends, retries, DLQ copies, delayed and committed write-backs, replicated
@@ -68,8 +72,10 @@ class PlugmqServer:
                                           ("grpc.max_send_message_length", -1)])
         host = listen.rpartition(":")[0]
         error: RuntimeError | None = None
+        self.auth = Authenticator(options.acl, self.broker.clock)
         try:
-            port = server.add_insecure_port(listen)
+            port = (server.add_secure_port(listen, options.tls.server_credentials()) if options.tls is not None
+                    else server.add_insecure_port(listen))
         except RuntimeError as exc:
             port, error = 0, exc
         if not port:
@@ -85,27 +91,45 @@ class PlugmqServer:
                 raise
             self.cluster = ClusterMember(self.broker, self.broker.cluster, endpoint)
         self.service = MessagingService(self.broker, options, self.sessions, self.wakeup, self.executor, self.address,
-                                        assigner=self.assigner, cluster=self.cluster,
+                                        assigner=self.assigner, cluster=self.cluster, receipts=receipts, auth=self.auth,
                                         local=LocalRoutes(self.broker, options.advertise or self.address),
                                         max_batch_bytes=self.broker.config.max_message_size)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
-        server.add_generic_rpc_handlers((AdminService(self.broker, options.acl, self.executor,
+        server.add_generic_rpc_handlers((AdminService(self.broker, self.auth, self.executor,
                                                       clients=self.assigner.members).handler(),))
         if options.metrics_listen is not None:
             from plugmq.server.metrics import MetricsEndpoint  # prometheus_client: only when asked for
 
             try:
-                self.metrics = MetricsEndpoint(self.broker, options.metrics_listen)
+                self.metrics = MetricsEndpoint(self.broker, options.metrics_listen,
+                                               options.tls if options.tls is not None and options.tls.metrics else None)
             except ConfigError:
                 self._release()
                 raise
         await server.start()
         self._server = server
+        self.assigner.members.start_pruning()
+        self._warn_when_exposed()
         if self.cluster is not None:
             await loop.run_in_executor(self.executor, self.cluster.join)
         log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
-                 acl=options.acl.enabled, in_flight=self.pop.inflight_count())
+                 acl=options.acl.enabled, tls=options.tls is not None, in_flight=self.pop.inflight_count())
         return self.address
+
+    def _warn_when_exposed(self) -> None:
+        options = self.options
+        tls = options.tls
+        assert self.address is not None
+        warn_when_exposed("gRPC port (messaging and admin)", self.address, tls=tls is not None,
+                          authenticated=options.acl.enabled)
+        if self.metrics is not None:
+            metrics_tls = tls is not None and tls.metrics
+            warn_when_exposed("metrics port", self.metrics.address, tls=metrics_tls,
+                              authenticated=metrics_tls and tls is not None and tls.mutual)
+
+    def reload_accounts(self) -> bool:
+        """Read the ACL accounts again (SIGHUP); False when the file is invalid (the old ones stay)."""
+        return self.auth.reload()
 
     async def stop(self, grace: float | None = None) -> None:
         """Finish in-flight calls (up to ``grace`` seconds), then release everything but the broker."""
@@ -122,6 +146,9 @@ class PlugmqServer:
         log.info("server stopped", address=self.address)
 
     def _release(self) -> None:
+        self.assigner.members.stop_pruning()
+        if getattr(self, "auth", None) is not None:
+            self.auth.close()
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
@@ -167,6 +194,7 @@ async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, server.reload_accounts))
     try:
         address = await server.start()
         log.info("start-up", imports_s=None if loaded_s is None else round(loaded_s, 3),

@@ -21,7 +21,7 @@ from typing import Any
 
 from plugmq.broker.routes import RoutedQueue
 from plugmq.config.policy import GroupPolicies, GroupPolicy
-from plugmq.core.clock import Clock
+from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import AllocateStrategy, AllocateStrategyFactory, BrokerRegistration, ClusterView
 from plugmq.core.errors import AllocationError, ConfigError
 from plugmq.core.logs import get_logger
@@ -37,7 +37,9 @@ class ConsumerMembers:
     """The consumers of each group that talk to this broker (RocketMQ's ConsumerManager).
 
     A consumer is a member from its first heartbeat (or assignment query) until it says goodbye
-    (NotifyClientTermination) or stays silent for ``expiry_s`` on ``clock``.
+    (NotifyClientTermination) or stays silent for ``expiry_s`` on ``clock``. What silent clients
+    leave behind (their ids, their groups, their access points) is pruned every ``expiry_s / 2``
+    by :meth:`start_pruning`, so heartbeats with ever new client ids cannot grow the server.
     """
 
     def __init__(self, clock: Clock, expiry_s: float) -> None:
@@ -45,7 +47,9 @@ class ConsumerMembers:
         self._expiry_ms = round(expiry_s * 1000)
         self._lock = threading.Lock()
         self._groups: dict[str, dict[str, int]] = {}
-        self._access_points: dict[str, str] = {}
+        self._access_points: dict[str, tuple[str, int]] = {}
+        self._timer: Timer | None = None
+        self._pruning = False
 
     def seen(self, group: str, client_id: str) -> None:
         if not client_id:
@@ -57,11 +61,56 @@ class ConsumerMembers:
         """The endpoint the client was configured with ("host:port", its first address)."""
         if client_id and address:
             with self._lock:
-                self._access_points[client_id] = address
+                self._access_points[client_id] = (address, self._clock.now_ms())
 
     def access_point_of(self, client_id: str) -> str | None:
         with self._lock:
-            return self._access_points.get(client_id)
+            found = self._access_points.get(client_id)
+        return found[0] if found is not None else None
+
+    def size(self) -> int:
+        """Client ids held, over every group and the access points."""
+        with self._lock:
+            return sum(len(members) for members in self._groups.values()) + len(self._access_points)
+
+    def prune(self) -> int:
+        """Forget every client silent for longer than the expiry; returns how many entries went."""
+        oldest = self._clock.now_ms() - self._expiry_ms
+        removed = 0
+        with self._lock:
+            for group in list(self._groups):
+                members = self._groups[group]
+                for client_id in [c for c, seen in members.items() if seen < oldest]:
+                    del members[client_id]
+                    removed += 1
+                if not members:
+                    del self._groups[group]
+            live = {c for members in self._groups.values() for c in members}
+            for client_id in [c for c, (_, seen) in self._access_points.items() if seen < oldest and c not in live]:
+                del self._access_points[client_id]
+                removed += 1
+        return removed
+
+    def start_pruning(self) -> None:
+        """Prune every half expiry on the clock until :meth:`stop_pruning`."""
+        self._pruning = True
+        self._timer = self._clock.call_later(self._expiry_ms / 2000, self._prune_and_rearm)
+
+    def _prune_and_rearm(self) -> None:
+        if not self._pruning:
+            return
+        try:
+            removed = self.prune()
+            if removed:
+                log.info("silent clients forgotten", removed=removed)
+        finally:
+            if self._pruning:
+                self._timer = self._clock.call_later(self._expiry_ms / 2000, self._prune_and_rearm)
+
+    def stop_pruning(self) -> None:
+        self._pruning = False
+        if self._timer is not None:
+            self._timer.cancel()
 
     def leave(self, client_id: str) -> None:
         with self._lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import zlib
 from collections.abc import Mapping
@@ -10,7 +9,7 @@ from collections.abc import Mapping
 import attrs
 
 from plugmq.core.errors import InvalidNameError, ValidationError
-from plugmq.core.message import Message, StoredMessage, SysFlag
+from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, Message, StoredMessage, SysFlag
 from plugmq.core.names import SYSTEM_PROPERTY_KEYS, Prop, validate_topic
 from plugmq.server.protocol import (
     Code,
@@ -45,17 +44,63 @@ class Outgoing:
     message_id: str
 
 
-def _body(proto: definition_pb2.Message) -> bytes:
+#: Limits of what one message may carry besides its body (as Apache RocketMQ's proxy checks them).
+MAX_USER_PROPERTIES = 128
+MAX_USER_PROPERTIES_BYTES = 16 * 1024
+MAX_MESSAGE_ID_CHARS = 128
+MAX_TAG_CHARS = 1024
+MAX_KEYS_BYTES = 8 * 1024
+
+
+def inflate(body: bytes, limit: int) -> bytes:
+    """A compressed body (gzip, or zlib as some clients send under GZIP), inflated to at most
+    ``limit`` bytes: a small body that would inflate past it is refused after ``limit + 1`` bytes,
+    not inflated whole first."""
+    out = bytearray()
+    rest = body
+    while rest:
+        inflater = zlib.decompressobj(wbits=47)  # 32 + 15: a gzip or a zlib header
+        try:
+            out += inflater.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise RpcFailure(Code.MESSAGE_CORRUPTED, f"body is marked GZIP but does not decompress: {exc}") from exc
+        if len(out) > limit or (inflater.unconsumed_tail and not inflater.eof):
+            raise RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, f"the GZIP body inflates to more than {limit:,} bytes, the "
+                                                          "broker's max_message_size; send smaller messages")
+        if not inflater.eof:
+            raise RpcFailure(Code.MESSAGE_CORRUPTED, "body is marked GZIP but its compressed stream is cut short")
+        rest = inflater.unused_data  # gzip allows several members one after another
+    return bytes(out)
+
+
+def _body(proto: definition_pb2.Message, limit: int) -> bytes:
     body = proto.body
     encoding = proto.system_properties.body_encoding
     if encoding == Encoding.GZIP:
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise RpcFailure(Code.MESSAGE_CORRUPTED, f"body is marked GZIP but does not decompress: {exc}") from exc
+        body = inflate(body, limit)
     if not body:
         raise RpcFailure(Code.MESSAGE_BODY_EMPTY, "message body is empty; RocketMQ messages need a body")
     return body
+
+
+def _check_sizes(props: definition_pb2.SystemProperties, user: Mapping[str, str]) -> None:
+    """Oversize ids, tags, keys and properties are the client's error, each with its own code."""
+    if len(props.message_id) > MAX_MESSAGE_ID_CHARS:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, f"message_id is {len(props.message_id)} characters; the limit is "
+                                                  f"{MAX_MESSAGE_ID_CHARS}")
+    if props.HasField("tag") and len(props.tag) > MAX_TAG_CHARS:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_TAG, f"tag is {len(props.tag)} characters; the limit is {MAX_TAG_CHARS}")
+    keys = sum(len(key.encode()) + 1 for key in props.keys)
+    if keys > MAX_KEYS_BYTES:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"keys take {keys:,} bytes; the limit is {MAX_KEYS_BYTES:,}")
+    if len(user) > MAX_USER_PROPERTIES:
+        raise RpcFailure(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"user_properties holds {len(user)} properties; the "
+                                                            f"limit is {MAX_USER_PROPERTIES}")
+    size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in user.items())
+    if size > MAX_USER_PROPERTIES_BYTES:
+        raise RpcFailure(Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                         f"user_properties take {size:,} bytes; the limit is {MAX_USER_PROPERTIES_BYTES:,} (move "
+                         "large values into the body)")
 
 
 _BAD_TEXT = frozenset("\x01\x02\n\r")
@@ -67,8 +112,10 @@ def _check_text(code: int, what: str, text: str) -> None:
         raise RpcFailure(code, f"{what} {text!r} is blank or holds control characters")
 
 
-def outgoing(proto: definition_pb2.Message) -> Outgoing:
+def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZE) -> Outgoing:
     """Check one sent message into an Outgoing; each problem is its own protocol code.
+
+    ``max_body``: the broker's max_message_size, which a GZIP body may not inflate beyond.
 
     The checks here are the ones with a protocol code of their own; the Message constructor
     checks the rest (topic name, property text) once.
@@ -86,6 +133,7 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
         if not key or any(c.isspace() for c in key):
             raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
     user = dict(proto.user_properties) if proto.user_properties else {}
+    _check_sizes(props, user)
     if user and not SYSTEM_PROPERTY_KEYS.isdisjoint(user):
         key = next(k for k in user if k in SYSTEM_PROPERTY_KEYS)
         raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
@@ -101,7 +149,7 @@ def outgoing(proto: definition_pb2.Message) -> Outgoing:
     if kind != MessageType.NORMAL or group is not None or deliver_at is not None:
         _check_kind(kind, group, deliver_at)
     try:
-        message = Message(proto.topic.name, _body(proto), tags=tag, keys=keys, properties=user,
+        message = Message(proto.topic.name, _body(proto, max_body), tags=tag, keys=keys, properties=user,
                           deliver_at_ms=deliver_at if kind == MessageType.DELAY else None)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc

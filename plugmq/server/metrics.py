@@ -61,6 +61,7 @@ from plugmq.core import BrokerRole, hookimpl
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
+from plugmq.server.tls import TlsOptions
 
 __all__ = ["BrokerCollector", "EventCounter", "MetricsEndpoint"]
 
@@ -267,8 +268,11 @@ def _edge(edge: float) -> str:
 class MetricsEndpoint:
     """The HTTP endpoint serving ``/metrics`` for one broker, on its own thread."""
 
-    def __init__(self, broker: Served, listen: str) -> None:
+    def __init__(self, broker: Served, listen: str, tls: TlsOptions | None = None) -> None:
+        """Serve on ``listen``; with ``tls``, HTTPS with its certificate (and client check when mutual)."""
         host, _, port = listen.rpartition(":")
+        if tls is not None and (tls.cert_path is None or tls.key_path is None):
+            raise ConfigError("HTTPS metrics need the certificate and key as files ([server.tls] cert and key)")
         self.events = EventCounter()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker, self.events))
@@ -276,13 +280,18 @@ class MetricsEndpoint:
         self._broker = broker
         self._observer_name = f"plugmq-metrics-{id(self)}"
         try:
-            self._server, self._thread = start_http_server(int(port), host, self.registry)
+            self._server, self._thread = start_http_server(
+                int(port), host, self.registry, certfile=str(tls.cert_path) if tls else None,
+                keyfile=str(tls.key_path) if tls else None,
+                client_cafile=str(tls.client_ca_path) if tls and tls.mutual else None,
+                client_auth_required=tls is not None and tls.mutual)
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {listen!r} ({exc.strerror or exc}); pick another "
                               "server.metrics_listen host:port") from exc
         broker.add_observer(self.events, self._observer_name)
         self.address = f"{host}:{self._server.server_port}"
-        log.info("metrics served", address=self.address, url=f"http://{self.address}/metrics")
+        scheme = "http" if tls is None else "https"
+        log.info("metrics served", address=self.address, url=f"{scheme}://{self.address}/metrics")
 
     def close(self) -> None:
         self._broker.remove_observer(self._observer_name)

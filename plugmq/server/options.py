@@ -12,13 +12,18 @@
     max_delivery_attempts = 5
     backoff_s = [1, 5, 30]
 
-    [server.acl]                    # off unless enabled
+    [server.acl]                    # off unless enabled (plugmq.server.acl)
     enabled = true
     [server.acl.accounts.app1]      # the access key
     secret = "s3cret"
     publish = ["orders"]            # topics this key may send to ("*" = all)
     subscribe = ["*"]               # topics this key may receive from
+    groups = ["orders-app1"]        # consumer groups this key may consume as
     admin = false                   # may use the admin endpoint (plugmq admin --server)
+
+    [server.tls]                    # TLS on the gRPC port (and metrics) (plugmq.server.tls)
+    cert = "server.pem"
+    key = "server.key"
 
 ``plugmq serve`` reads the table from the broker's TOML file and hands the rest to the broker.
 Older configs kept group policies and the pop-state settings here (``[server.default_group]``,
@@ -28,7 +33,6 @@ Older configs kept group policies and the pop-state settings here (``[server.def
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +42,8 @@ import attrs
 
 from plugmq.config.broker import check_moved_server_keys
 from plugmq.core.errors import ConfigError
+from plugmq.server.acl import Account, AclOptions, expect, parse_acl_table, unknown_key
+from plugmq.server.tls import TlsOptions, parse_tls_table
 
 __all__ = ["Account", "AclOptions", "ServerOptions", "load_serve_config", "parse_server_table"]
 
@@ -48,27 +54,6 @@ _BROKER_OWNED = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"server.{attribute.name} must be a positive number, got {value!r}")
-
-
-@attrs.frozen
-class Account:
-    """One access key: its secret and the topics it may publish to and subscribe to."""
-
-    access_key: str
-    secret: str
-    publish: frozenset[str] = frozenset()
-    subscribe: frozenset[str] = frozenset()
-    admin: bool = False
-
-    def may(self, action: str, topic: str) -> bool:
-        allowed = self.publish if action == "publish" else self.subscribe
-        return "*" in allowed or topic in allowed
-
-
-@attrs.frozen
-class AclOptions:
-    enabled: bool = False
-    accounts: Mapping[str, Account] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -97,6 +82,9 @@ class ServerOptions:
     shutdown_grace_s: float = attrs.field(default=5.0, validator=_positive)
     acl: AclOptions = attrs.field(factory=AclOptions)
     metrics_listen: str | None = attrs.field(default=None)
+    tls: TlsOptions | None = None
+    max_long_polls: int = attrs.field(default=10_000, validator=_positive)
+    filter_cache_bytes: int = attrs.field(default=64 << 20, validator=_positive)
 
     @metrics_listen.validator
     def _check_metrics(self, _attribute: object, value: str | None) -> None:
@@ -124,77 +112,34 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "executor_threads": (int, "an integer"),
     "shutdown_grace_s": ((int, float), "a number of seconds"),
     "metrics_listen": (str, "'host:port' of the Prometheus endpoint"),
+    "max_long_polls": (int, "an integer (receives waiting at once; more are answered TOO_MANY_REQUESTS)"),
+    "filter_cache_bytes": (int, "an integer (bytes of compiled subscriptions kept)"),
 }
-_TABLES = ("acl",)
-_ACCOUNT_KEYS = ("secret", "publish", "subscribe", "admin")
+_TABLES = ("acl", "tls")
 
 
-def _unknown(path: str, key: str, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"{path}.{key}: unknown key.{hint} Known keys: {', '.join(sorted(known))}")
+def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>",
+                       config_file: Path | None = None) -> ServerOptions:
+    """Validate a ``[server]`` table into ServerOptions; errors name the key path and the fix.
 
-
-def _expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)) or (
-            isinstance(kind, tuple) and bool not in kind and isinstance(value, bool)):
-        raise ConfigError(f"{path} must be {what}, got {value!r}")
-    return value
-
-
-def _topics(path: str, value: Any) -> frozenset[str]:
-    _expect(path, value, list, 'a list of topic names ("*" for every topic)')
-    for i, item in enumerate(value):
-        _expect(f"{path}[{i}]", item, str, "a topic name")
-    return frozenset(value)
-
-
-def _acl(path: str, table: Any) -> AclOptions:
-    _expect(path, table, Mapping, "a table")
-    enabled = False
-    accounts: dict[str, Account] = {}
-    for key, value in table.items():
-        if key == "enabled":
-            enabled = _expect(f"{path}.enabled", value, bool, "true or false")
-        elif key == "accounts":
-            _expect(f"{path}.accounts", value, Mapping, "a table of access keys")
-            for access_key, entry in value.items():
-                where = f"{path}.accounts.{access_key}"
-                _expect(where, entry, Mapping, "a table with secret, publish and subscribe")
-                for field in entry:
-                    if field not in _ACCOUNT_KEYS:
-                        raise _unknown(where, field, list(_ACCOUNT_KEYS))
-                secret = _expect(f"{where}.secret", entry.get("secret"), str, "the account's secret key (a string)")
-                if not secret:
-                    raise ConfigError(f"{where}.secret is empty; give the secret key clients sign with")
-                accounts[access_key] = Account(access_key, secret,
-                                               _topics(f"{where}.publish", entry.get("publish", [])),
-                                               _topics(f"{where}.subscribe", entry.get("subscribe", [])),
-                                               _expect(f"{where}.admin", entry.get("admin", False), bool,
-                                                       "true or false"))
-        else:
-            raise _unknown(path, key, ["enabled", "accounts"])
-    if enabled and not accounts:
-        raise ConfigError(f"{path}.enabled is true but no account is configured; add [{path}.accounts.<access-key>] "
-                          "with a secret, or set enabled = false")
-    return AclOptions(enabled, accounts)
-
-
-def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>") -> ServerOptions:
-    """Validate a ``[server]`` table into ServerOptions; errors name the key path and the fix."""
+    ``config_file``: the file the table came from; TLS files and the accounts file are relative
+    to its directory, and the accounts are reloaded from it."""
     path = f"{source}: server"
-    _expect(path, table, Mapping, "a table")
+    expect(path, table, Mapping, "a table")
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key in _SCALARS:
             kind, what = _SCALARS[key]
-            values[key] = _expect(f"{path}.{key}", value, kind, what)
+            values[key] = expect(f"{path}.{key}", value, kind, what)
         elif key not in _TABLES and key not in _BROKER_OWNED:
-            raise _unknown(path, key, [*_SCALARS, *_TABLES])
+            raise unknown_key(path, key, [*_SCALARS, *_TABLES])
     check_moved_server_keys(table, source=source)  # read by the broker; checked here so errors come first
-    acl = _acl(f"{path}.acl", table.get("acl", {}))
+    acl = parse_acl_table(f"{path}.acl", table.get("acl", {}), config_file=config_file)
+    tls = (parse_tls_table(table["tls"], where=f"{path}.tls",
+                           base=config_file.resolve().parent if config_file is not None else None)
+           if "tls" in table else None)
     try:
-        options = ServerOptions(**values, acl=acl)
+        options = ServerOptions(**values, acl=acl, tls=tls)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     if options.min_invisible_s > options.max_invisible_s:
@@ -217,7 +162,7 @@ def load_serve_config(path: str | Path) -> tuple[dict[str, Any], ServerOptions]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
     table = raw.pop("server", {})
-    server = parse_server_table(table, source=str(file))
+    server = parse_server_table(table, source=str(file), config_file=file)
     if isinstance(table, Mapping) and any(key in table for key in _BROKER_OWNED):
         raw["server"] = {key: table[key] for key in _BROKER_OWNED if key in table}  # the broker reads these
     broker = dict(raw.get("broker", {}))

@@ -148,7 +148,7 @@ class Sender:
                 _set_status(entry, replica)
 
     def _check(self, proto: definition_pb2.Message, account: Account | None) -> Outgoing:
-        out = outgoing(proto)
+        out = outgoing(proto, self._max_batch_bytes)
         topic = out.message.topic
         self._auth.require(account, "publish", topic)
         if is_system_topic(topic):

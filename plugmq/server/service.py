@@ -17,7 +17,7 @@ import grpc
 from plugmq.broker.ports import Serving
 from plugmq.broker.routes import RoutedQueue
 from plugmq.client.values import ReceivedMessage
-from plugmq.core.contracts import ClusterView, Filter, TopicPermission, TransactionDecision
+from plugmq.core.contracts import ClusterView, TopicPermission, TransactionDecision
 from plugmq.core.errors import InvalidNameError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
@@ -31,7 +31,6 @@ from plugmq.server.options import Account, ServerOptions
 from plugmq.server.protocol import (
     ClientType,
     Code,
-    FilterType,
     MessageType,
     Permission,
     Status,
@@ -41,8 +40,10 @@ from plugmq.server.protocol import (
     service_pb2,
     service_pb2_grpc,
 )
+from plugmq.server.receipts import ReceiptSealer
 from plugmq.server.send import Sender, SendWorker
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
+from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
 from plugmq.server.wakeup import Wakeup
 from plugmq.server.worker import LoopWorker
@@ -53,7 +54,6 @@ log = get_logger(__name__)
 
 T = TypeVar("T")
 _ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
-_FILTER_TYPES = {FilterType.TAG: "TAG", FilterType.SQL: "SQL92"}
 CLIENT_ID_HEADER = "x-mq-client-id"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
 _CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
@@ -99,7 +99,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: Serving, options: ServerOptions, sessions: Sessions,
                  wakeup: Wakeup, executor: ThreadPoolExecutor, listen: str, *,
                  max_batch_bytes: int = DEFAULT_MAX_BODY_SIZE, assigner: Assigner, local: LocalRoutes,
-                 cluster: ClusterMember | None = None) -> None:
+                 receipts: ReceiptSealer, cluster: ClusterMember | None = None,
+                 auth: Authenticator | None = None) -> None:
         self.broker = broker
         self.assigner = assigner
         self.local = local  # this broker alone (no cluster), also as a one-broker view
@@ -110,12 +111,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               else ConsumeFrom.FIRST_OFFSET)
         self.sessions = sessions
         self.wakeup = wakeup
-        self.auth = Authenticator(options.acl)
+        self.auth = auth if auth is not None else Authenticator(options.acl, broker.clock)
+        self.receipts = receipts
         self._executor = executor
         self._listen = listen
         self.acks = LoopWorker(asyncio.get_running_loop(), "plugmq-serve-ack")
         self.sends = SendWorker(Sender(broker, sessions, self.auth, max_batch_bytes), asyncio.get_running_loop())
-        self._filters: dict[tuple[str, str], Filter] = {}
+        self.subscriptions = Subscriptions(broker, broker.name, options.filter_cache_bytes)
+        self.long_polls = 0  # receives waiting for messages now (at most options.max_long_polls)
         self.stopping = asyncio.Event()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -123,6 +126,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _account(self, context: grpc.aio.ServicerContext) -> Account | None:
         return self.auth.account(_metadata(context))
+
+    def _consumer(self, context: grpc.aio.ServicerContext, group_resource: definition_pb2.Resource,
+                  topic_resource: definition_pb2.Resource) -> tuple[str, str]:
+        """(group, topic) of a consumer's call, once its account may read the topic as the group."""
+        account = self._account(context)
+        group = _group(group_resource)
+        topic = topic_name(topic_resource)
+        self.auth.require(account, "subscribe", topic)
+        self.auth.require_group(account, group)
+        return group, topic
 
     # ------------------------------------------------------------------------------ routes
     def _endpoints(self, asked: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
@@ -202,20 +215,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @_answering(service_pb2.HeartbeatResponse, "heartbeat")
     async def Heartbeat(self, request: service_pb2.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> service_pb2.HeartbeatResponse:
-        self._account(context)
+        account = self._account(context)
         if request.HasField("group"):
             group = _group(request.group)
             if request.client_type in _CONSUMER_TYPES:
+                self.auth.require_group(account, group)  # a stranger never joins (and reshapes) a group
                 self.assigner.members.seen(group, _metadata(context).get(CLIENT_ID_HEADER, ""))
         return service_pb2.HeartbeatResponse(status=ok())
 
     @_answering(service_pb2.QueryAssignmentResponse, "query assignment")
     async def QueryAssignment(self, request: service_pb2.QueryAssignmentRequest,
                               context: grpc.aio.ServicerContext) -> service_pb2.QueryAssignmentResponse:
-        account = self._account(context)
-        topic = topic_name(request.topic)
-        group = _group(request.group)
-        self.auth.require(account, "subscribe", topic)
+        group, topic = self._consumer(context, request.group, request.topic)
         if self.cluster is None:
             await self._run(self._readable_queues, topic)
         routed = await self._run(self._routed, topic)
@@ -289,34 +300,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return service_pb2.EndTransactionResponse(status=ok(note))
 
     # ------------------------------------------------------------------------------ receive
-    def _subscription(self, expression: definition_pb2.FilterExpression) -> Filter | None:
-        if expression.type == FilterType.FILTER_TYPE_UNSPECIFIED and not expression.expression:
-            return None
-        kind = _FILTER_TYPES.get(expression.type)
-        if kind is None:
-            raise RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION,
-                             f"filter type {expression.type} is unknown; use TAG or SQL92")
-        if kind not in self.broker.filters:
-            raise RpcFailure(Code.UNSUPPORTED, f"broker {self.broker.name!r} has no {kind} filter plugin; add "
-                                               f"{'filter_tag' if kind == 'TAG' else 'filter_sql'} to broker.plugins")
-        text = expression.expression or ("*" if kind == "TAG" else "")
-        key = (kind, text)
-        compiled = self._filters.get(key)
-        if compiled is None:
-            compiled = self.broker.compile_subscription(kind, text)
-            if len(self._filters) > 4096:
-                self._filters.clear()
-            self._filters[key] = compiled
-        return compiled
-
-    def _compiled(self, expression: definition_pb2.FilterExpression) -> tuple[bool, Filter | None]:
-        """(True, the subscription) when it needs no compiling off the loop: none, or compiled before."""
-        if expression.type == FilterType.FILTER_TYPE_UNSPECIFIED and not expression.expression:
-            return True, None
-        kind = _FILTER_TYPES.get(expression.type)
-        compiled = self._filters.get((kind, expression.expression or ("*" if kind == "TAG" else ""))) if kind else None
-        return compiled is not None, compiled
-
     def _invisible_ms(self, duration: Any, *, minimum: float) -> int:
         millis = duration.ToMilliseconds()
         low, high = minimum, self.options.max_invisible_s
@@ -329,16 +312,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: service_pb2.ReceiveMessageRequest,
                              context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
         loop = asyncio.get_running_loop()
+        waiting = False
         try:
-            account = self._account(context)
-            group = _group(request.group)
-            topic = topic_name(request.message_queue.topic)
-            self.auth.require(account, "subscribe", topic)
+            group, topic = self._consumer(context, request.group, request.message_queue.topic)
             if self.cluster is not None:
                 self.cluster.check_consumer_reads()
-            known, subscription = self._compiled(request.filter_expression)
+            known, subscription = self.subscriptions.cached(request.filter_expression)
             if not known:
-                subscription = await self._run(self._subscription, request.filter_expression)
+                subscription = await self._run(self.subscriptions.compile, request.filter_expression)
             if request.HasField("invisible_duration"):
                 invisible_ms = self._invisible_ms(request.invisible_duration, minimum=self.options.min_invisible_s)
             else:
@@ -363,10 +344,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 left = deadline - loop.time()
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break
+                if not waiting:
+                    self._begin_long_poll()
+                    waiting = True
                 await self.wakeup.wait(generation, left)
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             yield service_pb2.ReceiveMessageResponse(status=status_of(exc, action="receive"))
             return
+        finally:
+            if waiting:
+                self.long_polls -= 1
         if not deliveries:
             yield service_pb2.ReceiveMessageResponse(
                 status=Status(code=Code.MESSAGE_NOT_FOUND, message="no new message within the long-polling time"))
@@ -376,21 +363,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         first.delivery_timestamp.FromMilliseconds(self.broker.clock.now_ms())
         yield first
         for delivery in deliveries:
-            yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace))
+            yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace, group, topic))
         yield service_pb2.ReceiveMessageResponse(status=ok())
 
-    @staticmethod
-    def _delivered(received: ReceivedMessage, namespace: str) -> definition_pb2.Message:
-        return to_proto(received, namespace=namespace, receipt_handle=received.receipt_handle,
+    def _begin_long_poll(self) -> None:
+        """Count a receive that waits; past ``max_long_polls`` it is answered now, TOO_MANY_REQUESTS."""
+        if self.long_polls >= self.options.max_long_polls:
+            raise RpcFailure(Code.TOO_MANY_REQUESTS,
+                             f"resource exhausted: {self.long_polls} receives are waiting for messages already "
+                             f"(server.max_long_polls = {self.options.max_long_polls}); retry after a back-off")
+        self.long_polls += 1
+
+    def _delivered(self, received: ReceivedMessage, namespace: str, group: str, topic: str) -> definition_pb2.Message:
+        return to_proto(received, namespace=namespace,
+                        receipt_handle=self.receipts.seal(group, topic, received.receipt_handle),
                         attempt=received.delivery_attempt, invisible_ms=received.invisible_duration_ms)
 
     async def AckMessage(self, request: service_pb2.AckMessageRequest,
                          context: grpc.aio.ServicerContext) -> service_pb2.AckMessageResponse:
         try:
-            account = self._account(context)
-            group = _group(request.group)
-            topic = topic_name(request.topic)
-            self.auth.require(account, "subscribe", topic)
+            group, topic = self._consumer(context, request.group, request.topic)
             if not request.entries:
                 raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
@@ -406,7 +398,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         results = []
         for entry in entries:
             try:
-                self.pop.ack(group, topic, entry.receipt_handle, client_id=client_id)
+                self.pop.ack(group, topic, self.receipts.open(group, topic, entry.receipt_handle), client_id=client_id)
                 status = ok()
             except Exception as exc:  # noqa: BLE001 - answered as a protocol status
                 status = status_of(exc, action="ack")
@@ -418,31 +410,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request: service_pb2.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext
                                       ) -> service_pb2.ChangeInvisibleDurationResponse:
-        account = self._account(context)
-        group = _group(request.group)
-        topic = topic_name(request.topic)
-        self.auth.require(account, "subscribe", topic)
+        group, topic = self._consumer(context, request.group, request.topic)
+        handle = self.receipts.open(group, topic, request.receipt_handle)
         invisible_ms = self._invisible_ms(request.invisible_duration, minimum=0)
         # A push consumer changes the invisible duration only to nack a message it failed on: the
         # core then keeps it away for at least the group's back-off, whatever duration was asked.
         client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
         session = self.sessions.get(client_id)
         gave_up = session is not None and session.client_type == ClientType.PUSH_CONSUMER
-        handle = await self.acks.run(functools.partial(self.pop.change_invisible_duration, group, topic,
-                                                       request.receipt_handle, invisible_ms, gave_up=gave_up,
-                                                       client_id=client_id))
+        renewed = await self.acks.run(functools.partial(self.pop.change_invisible_duration, group, topic,
+                                                        handle, invisible_ms, gave_up=gave_up, client_id=client_id))
         self.wakeup.notify()
-        return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+        return service_pb2.ChangeInvisibleDurationResponse(status=ok(),
+                                                           receipt_handle=self.receipts.seal(group, topic, renewed))
 
     @_answering(service_pb2.ForwardMessageToDeadLetterQueueResponse, "forward to dead-letter queue")
     async def ForwardMessageToDeadLetterQueue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
                                               context: grpc.aio.ServicerContext
                                               ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
-        account = self._account(context)
-        group = _group(request.group)
-        topic = topic_name(request.topic)
-        self.auth.require(account, "subscribe", topic)
-        await self._run(self.pop.forward_to_dead_letter_queue, group, topic, request.receipt_handle)
+        group, topic = self._consumer(context, request.group, request.topic)
+        handle = self.receipts.open(group, topic, request.receipt_handle)
+        await self._run(self.pop.forward_to_dead_letter_queue, group, topic, handle)
         self.wakeup.notify()
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
@@ -451,7 +439,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.TelemetryCommand]:
         metadata = _metadata(context)
         try:
-            self.auth.account(metadata)
+            account = self.auth.account(metadata)
             client_id = metadata.get(CLIENT_ID_HEADER, "")
             if not client_id:
                 raise RpcFailure(Code.CLIENT_ID_REQUIRED, "the Telemetry stream needs the x-mq-client-id header")
@@ -459,7 +447,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             yield service_pb2.TelemetryCommand(status=failure_of(exc, action="telemetry").status)
             return
         session = self.sessions.open(client_id, asyncio.get_running_loop())
-        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, session))
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, session, account))
         stopping = asyncio.ensure_future(self.stopping.wait())
         getter: asyncio.Future[service_pb2.TelemetryCommand] | None = None
         try:
@@ -475,11 +463,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     task.cancel()
             self.sessions.close(session)
 
-    async def _read_telemetry(self, commands: AsyncIterator[service_pb2.TelemetryCommand], session: Session) -> None:
+    async def _read_telemetry(self, commands: AsyncIterator[service_pb2.TelemetryCommand], session: Session,
+                              account: Account | None) -> None:
         try:
             async for command in commands:
                 if command.WhichOneof("command") == "settings":
-                    self._saw_settings(session.client_id, command.settings)
+                    self._saw_settings(session.client_id, command.settings, account)
                 reply = await self._run(self.sessions.handle, session, command)
                 if reply is not None:
                     session.outbox.put_nowait(reply)
@@ -488,12 +477,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception:
             log.exception("telemetry stream failed", client=session.client_id)
 
-    def _saw_settings(self, client_id: str, settings: Any) -> None:
-        """A client's settings: where it was configured to connect (its room), and its group."""
+    def _saw_settings(self, client_id: str, settings: Any, account: Account | None) -> None:
+        """A client's settings: where it was configured to connect (its room), and its group (when
+        its account may consume as that group: a stranger never joins a group's allocation)."""
         members = self.assigner.members
         members.access_point(client_id, access_point_address(settings))
-        if settings.client_type in _CONSUMER_TYPES and settings.subscription.group.name:
-            members.seen(settings.subscription.group.name, client_id)
+        group = settings.subscription.group.name
+        if settings.client_type in _CONSUMER_TYPES and group and (account is None or account.may_consume(group)):
+            members.seen(group, client_id)
 
     @_answering(service_pb2.NotifyClientTerminationResponse, "notify termination")
     async def NotifyClientTermination(self, request: service_pb2.NotifyClientTerminationRequest,

@@ -40,6 +40,15 @@ function view(message) {
   };
 }
 
+// What every client takes: where, TLS (command.ssl; the CA comes from GRPC_DEFAULT_SSL_ROOTS_FILE_PATH),
+// and the ACL credentials (command.credentials = {accessKey, accessSecret}).
+function common(command) {
+  const options = { endpoints: command.endpoints, namespace: '', logger, requestTimeout: 5000,
+    sslEnabled: command.ssl === true };
+  if (command.credentials) options.sessionCredentials = command.credentials;
+  return options;
+}
+
 function subscriptions(command) {
   const filter = command.filter ? new FilterExpression(command.filter) : FilterExpression.SUB_ALL;
   return new Map().set(command.topic, filter);
@@ -47,8 +56,7 @@ function subscriptions(command) {
 
 const handlers = {
   async producer(command) {
-    producer = new Producer({ endpoints: command.endpoints, namespace: '', logger, requestTimeout: 5000,
-      topics: command.topics });
+    producer = new Producer({ ...common(command), topics: command.topics });
     await producer.startup();
     clients.push(producer);
     return {};
@@ -64,8 +72,8 @@ const handlers = {
     return { messageId: receipt.messageId };
   },
   async simple(command) {
-    simple = new SimpleConsumer({ endpoints: command.endpoints, namespace: '', logger, requestTimeout: 5000,
-      consumerGroup: command.group, subscriptions: subscriptions(command), awaitDuration: command.awaitMs });
+    simple = new SimpleConsumer({ ...common(command), consumerGroup: command.group,
+      subscriptions: subscriptions(command), awaitDuration: command.awaitMs });
     await simple.startup();
     clients.push(simple);
     return {};
@@ -84,7 +92,7 @@ const handlers = {
   },
   async push(command) {
     const push = new PushConsumer({
-      endpoints: command.endpoints, namespace: '', logger, requestTimeout: 5000, consumerGroup: command.group,
+      ...common(command), consumerGroup: command.group,
       subscriptions: subscriptions(command), longPollingTimeout: command.awaitMs,
       messageListener: {
         consume(message) {
