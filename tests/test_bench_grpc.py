@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -45,3 +47,18 @@ def test_bench_grpc_startup_only_times_each_situation_for_both_interpreters() ->
     for sample in samples.values():
         assert sample["serving_s"] > 0 and sample["cpu_s"] > 0
         assert {"imports_s", "broker_open_s"} <= set(sample["phases"])
+
+
+@pytest.mark.slow
+def test_bench_grpc_tls_measures_both_servers_each_round() -> None:
+    pytest.importorskip("trustme", reason="needs the bench extra (trustme)")
+    # A child process: the run puts its CA in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, which gRPC reads once.
+    done = subprocess.run([str(Path(sys.executable).with_name("plugmq")), "bench", "grpc", "--tls", "--messages", "64",
+                           "--rounds", "2", "--json"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    for scenario in ("official client send", "generated stub send"):
+        for kind in ("plain", "tls"):
+            rates = report["rates"][f"{scenario} {kind}"]
+            assert len(rates) == 2 and all(rate > 0 for rate in rates)
+        assert report["ratios"][scenario] > 0

@@ -8,6 +8,7 @@ import logging
 import os
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from plugmq.server.receipts import ReceiptSealer
 from plugmq.server.status import RpcFailure
 from plugmq.server.tls import beyond_loopback, warn_when_exposed
 from tests.security_helpers import make_certs
+from tests.spark_fixtures import spark  # noqa: F401 - the session fixture
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +151,38 @@ def test_silent_clients_are_pruned_on_the_clock() -> None:
     clock.advance(7)  # prunes ran at 5, 10 and 15 s (every expiry / 2); at 15 the 1,000 were 15 s silent
     assert members.size() == 1 and members.members("g0") == ["alive"]
     members.stop_pruning()
+
+
+def _listening(pid: int) -> set[str]:
+    """``host:port`` (hex, as /proc/net/tcp* writes it) of every socket process ``pid`` listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    listening = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                listening.add(fields[1])
+    return listening
+
+
+def _loopback(hex_address: str) -> bool:
+    host = hex_address.split(":")[0]
+    if len(host) == 8:
+        return host.endswith("7F")  # 127.x.x.x, little-endian
+    return host in ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+
+
+def test_spark_in_local_mode_listens_on_loopback_only_with_its_ui_off(spark: Any) -> None:  # noqa: F811
+    assert spark.conf.get("spark.ui.enabled") == "false"
+    assert spark.sparkContext.uiWebUrl is None
+    pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    listening = _listening(pid)
+    assert listening, "the Spark JVM listens on nothing (its driver RPC should be there)"
+    assert all(_loopback(address) for address in listening), f"Spark listens beyond loopback: {listening}"

@@ -120,8 +120,11 @@ class _Meter:
 class ServeChild:
     """``plugmq serve`` as a child process; knows when it answered first and how much CPU it used."""
 
-    def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0", python: str = sys.executable) -> None:
+    def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0", python: str = sys.executable,
+                 tls_ca: bytes | None = None) -> None:
+        """``tls_ca``: the server has [server.tls]; its probe trusts this CA."""
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self._tls_ca = tls_ca
         import grpc  # noqa: F401 - the probe's imports cost this process, not the server: before the clock
         from rocketmq.grpc_protocol import MessagingServiceStub  # noqa: F401
 
@@ -148,7 +151,8 @@ class ServeChild:
         import grpc
         from rocketmq.grpc_protocol import Code, MessagingServiceStub, service_pb2
 
-        with grpc.insecure_channel(self.address) as channel:
+        with (grpc.insecure_channel(self.address) if self._tls_ca is None else
+              grpc.secure_channel(self.address, grpc.ssl_channel_credentials(self._tls_ca))) as channel:
             stub = MessagingServiceStub(channel)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -292,10 +296,10 @@ def _client_config(address: str, timeout: int = 10) -> Any:
 
 
 @contextmanager
-def _producer(address: str, timeout: int = 10) -> Iterator[Any]:
+def _producer(address: str, timeout: int = 10, *, tls: bool = False) -> Iterator[Any]:
     from rocketmq import Producer
 
-    producer = Producer(_client_config(address, timeout), (TOPIC,))
+    producer = Producer(_client_config(address, timeout), (TOPIC,), tls_enable=tls)
     producer.startup()
     try:
         yield producer
@@ -330,13 +334,16 @@ def _client_send(producer: Any, messages: int, threads: int, body: bytes) -> flo
     return per_thread * threads / _run_threads(threads, work)
 
 
-def _stub_send(address: str, messages: int, threads: int, body: bytes, per_request: int = 1) -> float:
-    """SendMessage through the generated stub (no client library), ``per_request`` messages each."""
+def _stub_send(address: str, messages: int, threads: int, body: bytes, per_request: int = 1,
+               tls_ca: bytes | None = None) -> float:
+    """SendMessage through the generated stub (no client library), ``per_request`` messages each
+    (over TLS trusting ``tls_ca`` when given)."""
     import grpc
     from rocketmq.grpc_protocol import Code, MessageType, MessagingServiceStub, service_pb2
 
     requests = messages // threads // per_request
-    channels = [grpc.insecure_channel(address) for _ in range(threads)]
+    channels = [grpc.insecure_channel(address) if tls_ca is None else
+                grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca)) for _ in range(threads)]
 
     def work(index: int) -> None:
         stub = MessagingServiceStub(channels[index])
@@ -778,14 +785,22 @@ def _print(report: Report, console: Console) -> None:
 @click.option("--baseline-python", default=None, type=click.Path(exists=True, dir_okay=False),
               help="--startup-only: also start servers with this interpreter (e.g. another checkout's "
                    ".venv/bin/python), alternating, and print this/baseline ratios")
+@click.option("--tls", "tls_only", is_flag=True,
+              help="Measure only what TLS costs: the same sends to a plain and a [server.tls] server, alternating "
+                   "round by round (--rounds), and their ratio.")
 def command(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
             steady_consumers: int, use_redis: bool, as_json: bool, startup_only: bool, backlog_mb: int,
-            rounds: int, baseline_python: str | None) -> None:
+            rounds: int, baseline_python: str | None, tls_only: bool) -> None:
     """Official-client send and receive+ack rates through plugmq serve, vs Redis Streams and in-process."""
     try:
         import rocketmq  # noqa: F401
     except ModuleNotFoundError as exc:
         raise click.ClickException("plugmq bench grpc needs the 'serve' extra (rocketmq-python-client)") from exc
+    if tls_only:
+        from plugmq.bench.grpc_tls import run_tls
+
+        run_tls(messages, body_size, store, flush, rounds, as_json)
+        return
     if startup_only:
         from plugmq.bench.grpc_startup import run_startup
 

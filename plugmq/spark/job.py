@@ -34,9 +34,14 @@ def make_session(master: str = "local[*]", *, app_name: str = "plugmq-compare", 
 
     On a cluster the workers cannot use the driver's path: a PYSPARK_PYTHON already set (e.g. to
     the unpacked venv-pack archive, ``./environment/bin/python``) is kept there.
+
+    In local mode nothing of Spark's listens beyond loopback and its web UI (which has no
+    authentication) is off; ``conf`` may turn either back on.
     """
-    if master.startswith("local"):
+    local = master.startswith("local")
+    if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the block manager and RPC bind here
     else:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -51,6 +56,9 @@ def make_session(master: str = "local[*]", *, app_name: str = "plugmq-compare", 
                # The tables aggregated are small (gathered on the driver): Spark's default of 200
                # shuffle partitions costs minutes of task start-up on a small cluster.
                .config("spark.sql.shuffle.partitions", "4"))
+    if local:
+        builder = (builder.config("spark.ui.enabled", "false").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.driver.host", "127.0.0.1"))
     if local_dir:
         builder = builder.config("spark.local.dir", local_dir).config("spark.sql.warehouse.dir",
                                                                       str(Path(local_dir) / "warehouse"))

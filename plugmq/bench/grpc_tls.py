@@ -1,0 +1,120 @@
+"""``plugmq bench grpc --tls``: what TLS costs the served send rate.
+
+Two ``plugmq serve`` children on identical brokers, one plain and one with ``[server.tls]``
+(a certificate for 127.0.0.1 from a CA made for the run with trustme). Each round measures on
+both, in alternating order: the official client's ``Producer.send`` from 8 threads (its TLS
+channel trusts gRPC's default roots, so the run's CA goes in GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+before any channel is made) and the same load through the generated stub. The report gives each
+rate's median over the rounds and the TLS / plain ratio, with the load average; the goal is a
+ratio of at least 0.85.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+
+from plugmq.bench.grpc import _SEND_THREADS, ServeChild, _client_message, _client_send, _config, _producer, _stub_send
+
+__all__ = ["TlsReport", "measure_tls", "run_tls"]
+
+GOAL = 0.85
+
+
+@attrs.define
+class TlsReport:
+    settings: dict[str, Any]
+    rates: dict[str, list[float]] = attrs.field(factory=dict)  # "<scenario> plain|tls" -> one rate per round
+
+    def median(self, key: str) -> float:
+        return statistics.median(self.rates[key])
+
+    def ratio(self, scenario: str) -> float:
+        return self.median(f"{scenario} tls") / self.median(f"{scenario} plain")
+
+
+def _certificates(directory: Path) -> bytes:
+    try:
+        import trustme
+    except ModuleNotFoundError as exc:
+        raise click.ClickException("plugmq bench grpc --tls needs trustme (the bench extra)") from exc
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    issued.private_key_pem.write_to_path(str(directory / "server.key"))
+    issued.cert_chain_pems[0].write_to_path(str(directory / "server.pem"))
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    return ca.cert_pem.bytes()
+
+
+def measure_tls(messages: int, body_size: int, store: str, flush: str, rounds: int) -> TlsReport:
+    body = os.urandom(body_size)
+    report = TlsReport({"messages": messages, "body_size": body_size, "store": store, "flush": flush,
+                        "rounds": rounds, "threads": _SEND_THREADS, "cpus": os.cpu_count(),
+                        "load_before": [round(x, 2) for x in os.getloadavg()]})
+    with tempfile.TemporaryDirectory(prefix="plugmq-bench-tls-") as tmp:
+        root = Path(tmp)
+        for name in ("plain", "tls"):
+            (root / name).mkdir()
+        ca = _certificates(root / "tls")
+        os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(root / "tls" / "ca.pem")
+        plain_config = _config(root / "plain", store, flush)
+        tls_config = _config(root / "tls", store, flush)
+        with open(tls_config, "a", encoding="utf-8") as config:
+            config.write('[server.tls]\ncert = "server.pem"\nkey = "server.key"\n')
+        children = {"plain": ServeChild(plain_config, root / "plain" / "serve.log"),
+                    "tls": ServeChild(tls_config, root / "tls" / "serve.log", tls_ca=ca)}
+        try:
+            with _producer(children["plain"].address) as plain, _producer(children["tls"].address, tls=True) as secure:
+                producers = {"plain": plain, "tls": secure}
+                for producer in producers.values():
+                    producer.send(_client_message(body))  # warm-up: route, channel, handshake, topic creation
+                for round_ in range(rounds):
+                    order = ("plain", "tls") if round_ % 2 == 0 else ("tls", "plain")
+                    for kind in order:
+                        rate = _client_send(producers[kind], messages, _SEND_THREADS, body)
+                        report.rates.setdefault(f"official client send {kind}", []).append(rate)
+                        rate = _stub_send(children[kind].address, messages, _SEND_THREADS, body,
+                                          tls_ca=ca if kind == "tls" else None)
+                        report.rates.setdefault(f"generated stub send {kind}", []).append(rate)
+        finally:
+            for child in children.values():
+                child.stop()
+    report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return report
+
+
+def run_tls(messages: int, body_size: int, store: str, flush: str, rounds: int, as_json: bool) -> None:
+    """The ``--tls`` mode of ``plugmq bench grpc``."""
+    report = measure_tls(messages, body_size, store, flush, rounds)
+    scenarios = ("official client send", "generated stub send")
+    if as_json:
+        payload = attrs.asdict(report)
+        payload["ratios"] = {scenario: report.ratio(scenario) for scenario in scenarios}
+        click.echo(json.dumps(payload, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    s = report.settings
+    table = Table(title=f"TLS vs plain: {s['messages']:,} x {s['body_size']} B per round, {s['threads']} threads, "
+                        f"{s['rounds']} rounds alternating, {s['store']} flush={s['flush']}; load "
+                        f"{s['load_before']} -> {s['load_after']}")
+    for column in ("scenario", "plain msg/s (median)", "TLS msg/s (median)", "TLS / plain", "per round TLS / plain"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for scenario in scenarios:
+        per_round = [f"{t / p:.2f}" for p, t in zip(report.rates[f"{scenario} plain"], report.rates[f"{scenario} tls"],
+                                               strict=True)]
+        table.add_row(scenario, f"{report.median(f'{scenario} plain'):,.0f}", f"{report.median(f'{scenario} tls'):,.0f}",
+                      f"{report.ratio(scenario):.2f}", " ".join(per_round))
+    console = Console()
+    console.print(table)
+    worst = min(report.ratio(scenario) for scenario in scenarios)
+    console.print(f"goal: TLS costs at most {1 - GOAL:.0%} of the served send rate: "
+                  f"{'met' if worst >= GOAL else 'NOT met'} (worst ratio {worst:.2f})")
