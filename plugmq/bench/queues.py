@@ -131,8 +131,12 @@ def _serving(config: Path, fd_limit: int) -> Iterator[tuple[Any, Any]]:
         with grpc.insecure_channel(address) as channel:
             yield child, MessagingServiceStub(channel)
     finally:
-        if child.stop() not in (0, None):
-            raise click.ClickException(f"plugmq serve exited with {child.process.returncode}; see {child.log_path}")
+        stopping = time.perf_counter()
+        code = child.stop(timeout_s=600)
+        tail = "\n".join(child.log_path.read_text(errors="replace").splitlines()[-15:])
+        if code not in (0, None):
+            raise click.ClickException(f"plugmq serve exited with {code} after SIGTERM "
+                                       f"({time.perf_counter() - stopping:.0f} s); its log ends:\n{tail}")
 
 
 def run_queues(workdir: Path, topics: int, queues: int, fd_limit: int) -> QueuesRun:

@@ -44,6 +44,7 @@ import attrs
 from plugmq.broker.journal import Journal
 from plugmq.core.errors import ClientError, CorruptRecordError
 from plugmq.core.logs import get_logger
+from plugmq.kit.fdlimit import fsync_dir
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
 
@@ -84,14 +85,6 @@ class Lane:
     inflight: dict[int, Inflight] = attrs.field(factory=dict)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _state_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
@@ -114,11 +107,11 @@ def adopt_legacy_state(directory: Path, legacy: Path) -> bool:
     staging.mkdir(parents=True, exist_ok=True)
     for file in files:
         os.replace(file, staging / file.name)
-    _fsync_dir(staging)
+    fsync_dir(staging)
     if legacy.is_dir():
-        _fsync_dir(legacy)
+        fsync_dir(legacy)
     os.replace(staging, directory)
-    _fsync_dir(directory.parent)
+    fsync_dir(directory.parent)
     log.info("pop state moved to the broker's directory", source=str(legacy), directory=str(directory),
              files=len(files))
     return True

@@ -20,7 +20,7 @@ import attrs
 from plugmq.core.errors import DescriptorLimitError
 from plugmq.core.logs import get_logger
 
-__all__ = ["DescriptorBudget", "descriptor_limit_error", "is_out_of_descriptors", "open_descriptors",
+__all__ = ["DescriptorBudget", "descriptor_limit_error", "fsync_dir", "is_out_of_descriptors", "open_descriptors",
            "open_or_explain", "raise_open_file_limit"]
 
 log = get_logger(__name__)
@@ -67,6 +67,15 @@ def open_or_explain(path: str | os.PathLike[str], flags: int, mode: int = 0o644)
         if is_out_of_descriptors(exc):
             raise descriptor_limit_error(f"opening {path}", exc) from exc
         raise
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a created, renamed or deleted entry of directory ``path`` durable."""
+    fd = open_or_explain(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @attrs.frozen

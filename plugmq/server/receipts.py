@@ -20,6 +20,7 @@ from pathlib import Path
 
 from plugmq.core.errors import ReceiptHandleError, StoreError
 from plugmq.core.logs import get_logger
+from plugmq.kit.fdlimit import fsync_dir
 
 __all__ = ["ReceiptSealer"]
 
@@ -28,14 +29,6 @@ log = get_logger(__name__)
 _KEY_BYTES = 32
 _MAC_BYTES = 16
 _SEPARATOR = "~"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _load_or_make_key(path: Path) -> bytes:
@@ -60,7 +53,7 @@ def _load_or_make_key(path: Path) -> bytes:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     log.info("receipt-handle key made", path=str(path))
     return key
 

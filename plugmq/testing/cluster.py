@@ -91,14 +91,14 @@ class ServeProcess:
         if self.process.poll() is None:
             os.kill(self.process.pid, signum)
 
-    def stop(self, signum: int = signal.SIGTERM) -> int | None:
-        """Send ``signum`` and wait; SIGKILL after 30 s. Idempotent; a stopped child is continued
+    def stop(self, signum: int = signal.SIGTERM, timeout_s: float = 30.0) -> int | None:
+        """Send ``signum`` and wait; SIGKILL after ``timeout_s``. Idempotent; a stopped child is continued
         first (it cannot act on SIGTERM while stopped)."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGCONT)
             os.kill(self.process.pid, signum)
             try:
-                self.process.wait(timeout=30)
+                self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

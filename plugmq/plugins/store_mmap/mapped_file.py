@@ -32,7 +32,7 @@ import numpy as np
 from plugmq.core import StoreError
 from plugmq.core.logs import get_logger
 from plugmq.kit.diskspace import disk_full_error, is_disk_full
-from plugmq.kit.fdlimit import descriptor_limit_error, is_out_of_descriptors, open_or_explain
+from plugmq.kit.fdlimit import descriptor_limit_error, fsync_dir, is_out_of_descriptors, open_or_explain
 
 __all__ = ["MappedFile", "fsync_dir", "offset_name"]
 
@@ -85,15 +85,6 @@ def _file_error(exc: OSError, path: Path, size: int) -> StoreError:
 def offset_name(offset: int) -> str:
     """RocketMQ's file name: the start offset as 20 decimal digits."""
     return f"{offset:020d}"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a created/renamed/deleted directory entry durable."""
-    fd = open_or_explain(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class MappedFile:
