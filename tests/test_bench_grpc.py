@@ -61,4 +61,4 @@ def test_bench_grpc_tls_measures_both_servers_each_round() -> None:
         for kind in ("plain", "tls"):
             rates = report["rates"][f"{scenario} {kind}"]
             assert len(rates) == 2 and all(rate > 0 for rate in rates)
-        assert report["ratios"][scenario] > 0
+        assert report["ratios"][scenario] > 0 and report["capacity_ratios"][scenario] > 0
