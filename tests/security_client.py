@@ -43,4 +43,5 @@ def main(address: str, access_key: str, secret: str, topic: str, group: str, cou
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6], int(sys.argv[6]))
+    address, access_key, secret, topic, group, count = sys.argv[1:7]
+    main(address, access_key, secret, topic, group, int(count))

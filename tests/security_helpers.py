@@ -18,7 +18,7 @@ from rocketmq.grpc_protocol import ClientType, Code, MessageType, MessagingServi
 
 from plugmq.server.admin import signature_metadata
 
-ACCOUNTS = {
+ACCOUNTS: dict[str, dict[str, Any]] = {
     "victim": {"secret": "victim-secret", "publish": ["*"], "subscribe": ["*"], "groups": ["victim-g"]},
     "attacker": {"secret": "attacker-secret", "publish": ["*"], "subscribe": ["*"], "groups": ["attacker-g"]},
     "ops": {"secret": "ops-secret", "admin": True},

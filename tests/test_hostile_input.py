@@ -62,7 +62,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 
 
 def _send_raw(stub: MessagingServiceStub, topic: str, body: bytes, *, gzip_encoded: bool = False,
-              **props: str) -> service_pb2.SendMessageResponse:
+              props: dict[str, str] | None = None) -> service_pb2.SendMessageResponse:
     request = service_pb2.SendMessageRequest()
     message = request.messages.add(body=body)
     message.topic.name = topic
@@ -70,7 +70,7 @@ def _send_raw(stub: MessagingServiceStub, topic: str, body: bytes, *, gzip_encod
     message.system_properties.message_type = MessageType.NORMAL
     if gzip_encoded:
         message.system_properties.body_encoding = 2  # GZIP
-    message.user_properties.update(props)
+    message.user_properties.update(props or {})
     return stub.SendMessage(request, timeout=30)
 
 
@@ -94,7 +94,7 @@ def test_a_gzip_bomb_is_refused_before_it_inflates(target: Target) -> None:
 ])
 def test_oversize_properties_are_a_client_error_naming_the_field(target: Target, props: dict[str, str],
                                                                  field: str) -> None:
-    response = _send_raw(target.stub, "Props", b"body", **props)
+    response = _send_raw(target.stub, "Props", b"body", props=props)
     assert response.status.code == Code.MESSAGE_PROPERTIES_TOO_LARGE
     assert field in response.status.message
 

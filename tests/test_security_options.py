@@ -26,7 +26,6 @@ from plugmq.server.receipts import ReceiptSealer
 from plugmq.server.status import RpcFailure
 from plugmq.server.tls import beyond_loopback, warn_when_exposed
 from tests.security_helpers import make_certs
-from tests.spark_fixtures import spark  # noqa: F401 - the session fixture
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +178,7 @@ def _loopback(hex_address: str) -> bool:
     return host in ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
 
 
-def test_spark_in_local_mode_listens_on_loopback_only_with_its_ui_off(spark: Any) -> None:  # noqa: F811
+def test_spark_in_local_mode_listens_on_loopback_only_with_its_ui_off(spark: Any) -> None:
     assert spark.conf.get("spark.ui.enabled") == "false"
     assert spark.sparkContext.uiWebUrl is None
     pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
