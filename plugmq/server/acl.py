@@ -32,10 +32,13 @@ from typing import Any
 import attrs
 
 from plugmq.core.errors import ConfigError
+from plugmq.core.logs import get_logger
 
 __all__ = ["Account", "AclOptions", "expect", "load_accounts_file", "parse_acl_table", "reload_acl", "unknown_key"]
 
 DEFAULT_CLOCK_SKEW_S = 900.0
+log = get_logger(__name__)
+
 _ACCOUNT_KEYS = ("secret", "publish", "subscribe", "groups", "admin")
 _ACL_KEYS = ("enabled", "accounts", "accounts_file", "clock_skew_s", "reload_check_s")
 
@@ -113,6 +116,11 @@ def _accounts(path: str, value: Any) -> dict[str, Account]:
                                        _names(f"{where}.subscribe", entry.get("subscribe", []), "topic"),
                                        expect(f"{where}.admin", entry.get("admin", False), bool, "true or false"),
                                        _names(f"{where}.groups", entry.get("groups", []), "consumer group"))
+        if accounts[access_key].subscribe and not accounts[access_key].groups:
+            # Group permissions are new: an account written before them subscribes to topics but may
+            # consume as no group, so every receive it makes is refused. Say so once, at load.
+            log.warning("account may subscribe to topics but consume as no consumer group; its receives are "
+                        "refused until you add groups = [\"<group>\", ...] (or [\"*\"])", account=where)
     return accounts
 
 
