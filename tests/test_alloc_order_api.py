@@ -7,7 +7,8 @@ import pytest
 import plugmq
 import plugmq.plugins.alloc as alloc
 from plugmq.broker.allocation_api import allocate_with
-from plugmq.core import AllocationError, MessageQueue
+from plugmq.core import MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.core.rebalance_order import rocketmq_sorted
 
 STRATEGIES = alloc.plugmq_allocate_strategies()

@@ -6,7 +6,8 @@ import pytest
 from structlog.testing import capture_logs
 
 import plugmq.plugins.alloc as alloc
-from plugmq.core import AllocateStrategy, AllocationError, Family, MessageQueue
+from plugmq.core import AllocateStrategy, Family, MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.plugins.alloc.consistent_hash import md5_hash
 
 STRATEGIES = alloc.plugmq_allocate_strategies()

@@ -8,16 +8,8 @@ import pytest
 
 from plugmq.broker.routes import registered_topics, topic_route
 from plugmq.config.policy import GroupPolicies, GroupPolicy
-from plugmq.core import (
-    BrokerRegistration,
-    ClusterTopic,
-    ClusterView,
-    ConfigError,
-    ManualClock,
-    MessageQueue,
-    TopicPermission,
-    TopicRegistration,
-)
+from plugmq.core import BrokerRegistration, ClusterView, ConfigError, ManualClock, MessageQueue
+from plugmq.core.contracts.cluster import ClusterTopic, TopicPermission, TopicRegistration
 from plugmq.plugins.alloc.registry import STRATEGIES
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="the server modules need the serve extra")

@@ -39,7 +39,8 @@ from rocketmq.grpc_protocol import ClientType, Code, definition_pb2, service_pb2
 
 from plugmq.admin.cluster_session import open_cluster_service
 from plugmq.broker.allocation_api import allocate_with
-from plugmq.core import ClusterTopic, MessageQueue
+from plugmq.core import MessageQueue
+from plugmq.core.contracts.cluster import ClusterTopic
 from plugmq.core.rebalance_order import rocketmq_sorted
 from plugmq.plugins.alloc.registry import STRATEGIES
 from plugmq.testing import ServeProcess, ZooKeeperServer, query_route, wait_for, write_broker_config

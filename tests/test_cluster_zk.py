@@ -22,17 +22,9 @@ from kazoo.client import KazooClient
 
 from plugmq.admin.cluster_session import open_cluster_service
 from plugmq.broker.broker import Broker
-from plugmq.core import (
-    BrokerRegistration,
-    ClusterError,
-    ClusterTopic,
-    ClusterView,
-    ConfigError,
-    Mastership,
-    PluginError,
-    TopicPermission,
-    TopicRegistration,
-)
+from plugmq.core import BrokerRegistration, ClusterView, ConfigError
+from plugmq.core.contracts.cluster import ClusterTopic, Mastership, TopicPermission, TopicRegistration
+from plugmq.core.errors import ClusterError, PluginError
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.service import ZkClusterService
 from plugmq.testing import ZooKeeperServer, wait_for

@@ -5,19 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plugmq import InvalidNameError, Message, MessageQueue, MessageTooLargeError, ValidationError
-from plugmq.core import (
-    Prop,
-    check_body_size,
-    decode_msg_id,
-    encode_msg_id,
-    java_string_hash,
-    split_tags,
-    tags_code,
-    validate_group,
-    validate_topic,
-)
+from plugmq.core import Prop, encode_msg_id, tags_code, validate_topic
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS, parse_delay_levels
 from plugmq.core.errors import ConfigError
+from plugmq.core.hashing import java_string_hash, split_tags
+from plugmq.core.message import check_body_size, decode_msg_id
+from plugmq.core.names import validate_group
 
 
 @pytest.mark.parametrize("name", ["T", "a" * 127, "%RETRY%group", "a|b", "A-b_9"])

@@ -14,18 +14,18 @@ from hypothesis import strategies as st
 
 from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.core import (
-    DEFAULT_DELAY_LEVELS_MS,
-    SCHEDULE_TOPIC,
     AppendRequest,
     AppendResult,
     ConfigError,
-    DelayError,
     DelayUnsupportedError,
     ManualClock,
     MessageStore,
     Prop,
     tags_code,
 )
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
+from plugmq.core.errors import DelayError
+from plugmq.core.names import SCHEDULE_TOPIC
 from plugmq.plugins.delay_level import DelayLevelOptions, LevelDelayScheduler
 
 T0 = 1_700_000_000_000

@@ -43,7 +43,7 @@ def _was_delivered(store: MessageStore) -> Callable[[AppendRequest], bool]:
 
 
 def child(data_dir: Path) -> None:
-    from plugmq.core import SystemClock
+    from plugmq.core.clock import SystemClock
 
     out = sys.stdout.fileno()
     clock = SystemClock()

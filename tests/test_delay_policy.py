@@ -14,17 +14,8 @@ import attrs
 import pytest
 
 from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    AppendStatus,
-    ConfigError,
-    ManualClock,
-    Message,
-    MessageQueue,
-    Prop,
-    SystemClock,
-)
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, ConfigError, ManualClock, Message, MessageQueue, Prop
+from plugmq.core.clock import SystemClock
 from plugmq.core.pluginmanager import build_options
 from tests.fixtures.brokers import BrokerFactory
 

@@ -16,15 +16,14 @@ from plugmq.core import (
     AppendStatus,
     ConfigError,
     DelayContext,
-    DelayError,
     DelayUnsupportedError,
     Family,
     ManualClock,
-    PluginError,
     Prop,
     ValidationError,
     encode_msg_id,
 )
+from plugmq.core.errors import DelayError, PluginError
 from plugmq.plugins import delay_schedule
 from plugmq.plugins.delay_schedule import DelayScheduleOptions, ScheduleDelayScheduler
 
@@ -487,7 +486,7 @@ def test_concurrent_producers_on_the_system_clock(tmp_path: Path) -> None:
     import threading
     import time
 
-    from plugmq.core import SystemClock
+    from plugmq.core.clock import SystemClock
 
     clock = SystemClock()
     lock = threading.Lock()

@@ -44,7 +44,8 @@ def body_for(i: int) -> bytes:
 
 def child(store: str, directory: str) -> None:
     from plugmq.broker.broker import Broker
-    from plugmq.core import Message, StoreFullError
+    from plugmq.core import Message
+    from plugmq.core.errors import StoreFullError
 
     out = os.dup(1)
     os.dup2(2, 1)  # the broker's logs go to stderr; stdout carries only the steps

@@ -15,17 +15,8 @@ import pytest
 
 from plugmq.broker.broker import Broker
 from plugmq.client.transactions import TransactionProducer
-from plugmq.core import (
-    BrokerRole,
-    ConfigError,
-    ManualClock,
-    Message,
-    MessageQueue,
-    PluginError,
-    ReadOnlyBrokerError,
-    StoredMessage,
-    TransactionDecision,
-)
+from plugmq.core import BrokerRole, ConfigError, ManualClock, Message, MessageQueue, StoredMessage, TransactionDecision
+from plugmq.core.errors import PluginError, ReadOnlyBrokerError
 from plugmq.testing import WAIT_S, wait_for
 from tests.helpers.replication import end_of
 from tests.helpers.services import replication_of

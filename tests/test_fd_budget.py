@@ -28,7 +28,8 @@ LIMIT = 64
 
 def child(directory: str) -> None:
     from plugmq.broker.broker import Broker
-    from plugmq.core import DescriptorLimitError, Message
+    from plugmq.core import Message
+    from plugmq.core.errors import DescriptorLimitError
 
     resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
     out = os.dup(1)

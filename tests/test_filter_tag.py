@@ -11,13 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.bench.filter import multi_tag_false_positive_rate, tag_vocabulary
-from plugmq.core import (
-    ConsumeQueueEntry,
-    Filter,
-    FilterSyntaxError,
-    java_string_hash,
-    tags_code,
-)
+from plugmq.core import ConsumeQueueEntry, Filter, FilterSyntaxError, tags_code
+from plugmq.core.hashing import java_string_hash
 from plugmq.plugins.filter_tag import (
     COMPILER,
     CQ_ENTRY_DTYPE,

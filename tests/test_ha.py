@@ -16,17 +16,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from plugmq.broker.broker import Broker
-from plugmq.core import (
-    BrokerRole,
-    ConfigError,
-    Message,
-    MessageQueue,
-    PluginError,
-    ReadOnlyBrokerError,
-    ReplicableStore,
-    ReplicationError,
-    SendStatus,
-)
+from plugmq.core import BrokerRole, ConfigError, Message, MessageQueue, ReplicableStore, SendStatus
+from plugmq.core.errors import PluginError, ReadOnlyBrokerError, ReplicationError
 from plugmq.testing import WAIT_S, wait_for
 from tests.helpers.replication import end_of
 

@@ -11,7 +11,8 @@ import pytest
 
 from plugmq.broker.components import open_store
 from plugmq.broker.journal import SNAPSHOT_PART_BYTES, Journal
-from plugmq.core import AppendRequest, ManualClock, ReadOnlyBrokerError, ReplicableStore
+from plugmq.core import AppendRequest, ManualClock, ReplicableStore
+from plugmq.core.errors import ReadOnlyBrokerError
 
 STORES = ["store_mmap", "store_lmdb", "store_rocks"]
 

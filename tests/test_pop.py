@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from plugmq.broker.broker import Broker
 from plugmq.broker.pop import PopService
 from plugmq.client.values import ReceivedMessage
-from plugmq.core import ManualClock, Message, MessageQueue, Prop, dlq_topic
+from plugmq.core import ManualClock, Message, MessageQueue, Prop
 from plugmq.core.errors import CorruptRecordError, ReceiptHandleError
 from plugmq.core.modes import ConsumeFrom
+from plugmq.core.names import dlq_topic
 from tests.helpers.legacy_state import write_legacy_pop
 
 TOPIC = "Pop"

@@ -15,18 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plugmq.broker.broker import Broker
-from plugmq.core import (
-    AppendRequest,
-    InvalidNameError,
-    ManualClock,
-    Message,
-    Prop,
-    StoredMessage,
-    ValidationError,
-    java_string_hash,
-    new_unique_id,
-    tags_code,
-)
+from plugmq.core import AppendRequest, ManualClock, Message, Prop, StoredMessage, ValidationError, tags_code
+from plugmq.core.errors import InvalidNameError
+from plugmq.core.hashing import java_string_hash
+from plugmq.core.message import new_unique_id
 
 
 def test_unique_ids_are_unique_across_threads_and_keep_their_shape() -> None:

@@ -36,7 +36,8 @@ from rocketmq.grpc_protocol import Code, FilterType
 from rocketmq.v5.exception import BadRequestException, ClientException
 
 from plugmq.broker.broker import Broker
-from plugmq.core import ManualClock, dlq_topic
+from plugmq.core import ManualClock
+from plugmq.core.names import dlq_topic
 from plugmq.server import PlugmqServer, ServerOptions, ServerThread
 from plugmq.testing import wait_for
 

@@ -27,7 +27,8 @@ import pytest
 pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
 from plugmq.broker.broker import Broker
-from plugmq.core import ManualClock, dlq_topic
+from plugmq.core import ManualClock
+from plugmq.core.names import dlq_topic
 from plugmq.server import ServerOptions, ServerThread
 from plugmq.testing import wait_for
 

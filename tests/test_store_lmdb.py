@@ -10,15 +10,8 @@ import lmdb
 import pytest
 
 from plugmq.broker.components import open_store
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    ConfigError,
-    ManualClock,
-    Prop,
-    StoreError,
-    StoreFullError,
-)
+from plugmq.core import AppendRequest, AppendResult, ConfigError, ManualClock, Prop, StoreError
+from plugmq.core.errors import StoreFullError
 from plugmq.kit.kvstore import codec
 from plugmq.kit.kvstore.groupcommit import GroupCommit
 from plugmq.plugins.store_lmdb.store import LmdbStore

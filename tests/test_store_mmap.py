@@ -21,14 +21,14 @@ from plugmq.core import (
     Family,
     ManualClock,
     MessageStore,
-    MessageTooLargeError,
     PluginContext,
     Prop,
     StoreError,
     ValidationError,
     encode_msg_id,
-    java_string_hash,
 )
+from plugmq.core.errors import MessageTooLargeError
+from plugmq.core.hashing import java_string_hash
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.keyhash import index_key_hashes, java_hashes
 from plugmq.plugins.store_mmap.record import BLANK, BLANK_MAGIC, MESSAGE_MAGIC, decode

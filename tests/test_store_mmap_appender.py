@@ -20,16 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    InvalidNameError,
-    ManualClock,
-    MessageTooLargeError,
-    Prop,
-    StoreError,
-    ValidationError,
-)
+from plugmq.core import AppendRequest, AppendResult, ManualClock, Prop, StoreError, ValidationError
+from plugmq.core.errors import InvalidNameError, MessageTooLargeError
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap import appender as appender_module
 from plugmq.plugins.store_mmap.appender import compiled_kernel

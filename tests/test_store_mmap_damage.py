@@ -12,7 +12,8 @@ import pytest
 import structlog
 
 from plugmq.broker.broker import Broker
-from plugmq.core import ManualClock, Message, MessageQueue, PullStatus
+from plugmq.core import ManualClock, Message, MessageQueue
+from plugmq.core.message import PullStatus
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.record import HEADER_SIZE
 from tests.helpers.stores import stored_at

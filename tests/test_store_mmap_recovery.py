@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from plugmq.conformance.storage import Opener, StoreConformance, StoreUnderTest
-from plugmq.core import AppendRequest, Clock, ManualClock, Prop, SystemClock
+from plugmq.core import AppendRequest, Clock, ManualClock, Prop
+from plugmq.core.clock import SystemClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.record import HEADER_SIZE, MESSAGE_MAGIC, decode
 from tests.helpers.children import ROOT, child_command

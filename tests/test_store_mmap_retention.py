@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from plugmq.core import AppendRequest, ManualClock, Prop, StoreFullError
+from plugmq.core import AppendRequest, ManualClock, Prop
+from plugmq.core.errors import StoreFullError
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 
 HOST = "10.0.0.7:10911"

@@ -17,7 +17,9 @@ import pytest
 
 from plugmq import Broker, ManualClock, Message
 from plugmq.admin import BrokerAdmin, execute
-from plugmq.core import TRACE_TOPIC, Prop, TopicError
+from plugmq.core import Prop
+from plugmq.core.errors import TopicError
+from plugmq.core.names import TRACE_TOPIC
 from plugmq.core.trace import TraceEvent, TraceKind, decode_trace_batch, encode_trace_batch
 from plugmq.plugins.trace import recorder
 

@@ -13,19 +13,19 @@ from plugmq.broker.components import open_store
 from plugmq.broker.journal import Journal
 from plugmq.client.transactions import TransactionProducer
 from plugmq.core import (
-    TRANS_HALF_TOPIC,
-    ClientError,
     ConfigError,
     ManualClock,
     Message,
     MessageQueue,
     Prop,
     StoredMessage,
-    SysFlag,
     TransactionDecision,
     TransactionError,
     ValidationError,
 )
+from plugmq.core.errors import ClientError
+from plugmq.core.message import SysFlag
+from plugmq.core.names import TRANS_HALF_TOPIC
 from plugmq.plugins.txn.oplog import OpLog
 from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.services import transactions_of

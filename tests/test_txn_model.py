@@ -18,13 +18,8 @@ from hypothesis import strategies as st
 
 from plugmq.broker.broker import Broker
 from plugmq.client.transactions import TransactionProducer
-from plugmq.core import (
-    TRANS_DISCARD_TOPIC,
-    ManualClock,
-    Message,
-    MessageQueue,
-    TransactionDecision,
-)
+from plugmq.core import ManualClock, Message, MessageQueue, TransactionDecision
+from plugmq.core.names import TRANS_DISCARD_TOPIC
 from tests.helpers.services import transactions_of
 
 COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN

@@ -23,7 +23,8 @@ def main(argv: list[str]) -> int:
     out = os.dup(1)
     os.dup2(2, 1)  # anything the store logs goes to stderr; stdout carries the ready line
     from plugmq.broker.components import open_store
-    from plugmq.core import AppendRequest, Prop, new_unique_id, tags_code
+    from plugmq.core import AppendRequest, Prop, tags_code
+    from plugmq.core.message import new_unique_id
 
     store = open_store(plugin, data_dir, options={"flush": "async"})
     bodies = [os.urandom(body_bytes) for _ in range(16)]

@@ -58,18 +58,9 @@ from rich.table import Table
 
 from plugmq.bench.redis_peer import RedisServer, redis_missing
 from plugmq.broker.components import open_delay_scheduler, open_store
-from plugmq.core import (
-    DEFAULT_DELAY_LEVELS_MS,
-    AppendRequest,
-    AppendResult,
-    AppendStatus,
-    DelayScheduler,
-    ManualClock,
-    MessageStore,
-    Prop,
-    SystemClock,
-    Timer,
-)
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayScheduler, ManualClock, MessageStore, Prop
+from plugmq.core.clock import SystemClock, Timer
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.kit import requestcodec
 
 __all__ = ["command"]

@@ -21,7 +21,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.core import java_string_hash, tags_code
+from plugmq.core import tags_code
+from plugmq.core.hashing import java_string_hash
 from plugmq.plugins.filter_sql import COMPILER as SQL_COMPILER
 from plugmq.plugins.filter_sql.javanum import (
     java_double_compare,

@@ -51,7 +51,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from plugmq.bench.redis_peer import RedisServer, redis_missing
-from plugmq.core import AppendRequest, MessageStore, Prop, new_unique_id, tags_code
+from plugmq.core import AppendRequest, MessageStore, Prop, tags_code
+from plugmq.core.contracts import RecoveryReporting
+from plugmq.core.message import new_unique_id
 
 __all__ = ["command"]
 
@@ -438,13 +440,13 @@ def restart_after_kill(workdir: Path, log_bytes: int, body: int, batch: int, plu
         newest = max(heads, key=lambda e: e.commit_log_offset) if heads else None
         read_ok = newest is not None and store.read(newest.commit_log_offset, newest.size) is not None
         seconds = time.perf_counter() - start
-        report = getattr(store, "recovery", None)
+        report = store.recovery if isinstance(store, RecoveryReporting) else None
+        figures = (report.checked_from, report.end, report.redispatched, report.cut_bytes) if report else (-1,) * 4
     finally:
         store.close()
         shutil.rmtree(data, ignore_errors=True)
     return Restart("clean stop" if clean else "kill -9", log_bytes, messages, body, seconds, read_ok,
-                   getattr(report, "checked_from", -1), getattr(report, "end", -1),
-                   getattr(report, "redispatched", -1), getattr(report, "cut_bytes", -1))
+                   *figures)
 
 
 def _table(rows: Sequence[Row], raw: dict[tuple[str, int], float], batch: int) -> Table:

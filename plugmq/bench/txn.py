@@ -28,13 +28,8 @@ from rich.table import Table
 
 from plugmq.broker.broker import Broker
 from plugmq.client.transactions import TransactionProducer
-from plugmq.core import (
-    TRANS_HALF_TOPIC,
-    ManualClock,
-    Message,
-    StoredMessage,
-    TransactionDecision,
-)
+from plugmq.core import ManualClock, Message, StoredMessage, TransactionDecision
+from plugmq.core.names import TRANS_HALF_TOPIC
 
 __all__ = ["command", "measure_checks", "measure_sends"]
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, MessageStore, QueuePreparing
+from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, LogPositioned, MessageStore, QueuePreparing
 from plugmq.core.errors import CorruptRecordError, PlugmqError, ReadOnlyBrokerError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult, SendStatus, StoredMessage
@@ -334,8 +334,7 @@ class Journal:
             return None if self._held is None else self._held.floor
 
     def _log_end(self) -> int:
-        log_end = getattr(self.store, "log_end_offset", None)
-        return int(log_end()) if log_end is not None else self._end
+        return self.store.log_end_offset() if isinstance(self.store, LogPositioned) else self._end
 
     def snapshot_lag(self) -> int:
         """How far (bytes of commit log) the latest snapshot (or the first record, with none yet)

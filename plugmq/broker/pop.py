@@ -34,7 +34,7 @@ from plugmq.broker.popstate import Inflight, Lane, PopState
 from plugmq.client.values import ReceivedMessage
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock, Timer
-from plugmq.core.contracts import Filter
+from plugmq.core.contracts import ConsumerHandover, Filter
 from plugmq.core.errors import InvalidNameError, ReceiptHandleError, TopicError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
@@ -428,7 +428,7 @@ class PopService:
             listener()  # messages may be available again: long polls look now
         return previous
 
-    def adopt(self, lanes: Iterable[tuple[str, str, int, int]], shared_end: int) -> int:
+    def adopt(self, lanes: ConsumerHandover, shared_end: int) -> int:
         """Take the progress a slave's own readers made while no master was up (``(group, topic,
         queue id, done below)``, see ``PopState.handover``): a lane of this broker whose lowest
         offset not done is below ``done below`` moves its cursor there (its in-flight messages
@@ -443,7 +443,8 @@ class PopService:
         lanes moved."""
         moved = 0
         with self.state.lock:
-            for group, topic, queue_id, done in lanes:
+            for progress in lanes:
+                (group, topic, queue_id), done = progress.key, progress.done_below
                 try:
                     validate_group(group)
                     queues = {q.queue_id: q for q in self.backend.topic_queues(topic, create=False)}

@@ -42,6 +42,7 @@ from typing import Any
 import attrs
 
 from plugmq.broker.journal import Journal
+from plugmq.core.contracts import ConsumerHandover
 from plugmq.core.errors import ClientError, CorruptRecordError
 from plugmq.core.logs import get_logger
 from plugmq.kit.fdlimit import fsync_dir
@@ -278,22 +279,22 @@ class PopState(_Lanes):
             self._local.clear()
             self._load()
 
-    def handover(self) -> list[tuple[str, str, int, int]]:
+    def handover(self) -> ConsumerHandover:
         """On a slave: ``(group, topic, queue id, done below)`` of every lane its own readers
         changed since the last :meth:`handed_over` - offsets below ``done below`` are done for the
         group (the lowest in flight, else the cursor)."""
         with self.lock:
-            return [(group, topic, queue_id, min(lane.inflight, default=lane.next_offset))
-                    for group, topic, queue_id in sorted(self._local)
-                    if (lane := self.lanes.get((group, topic, queue_id))) is not None]
+            return ConsumerHandover([(group, topic, queue_id, min(lane.inflight, default=lane.next_offset))
+                                     for group, topic, queue_id in sorted(self._local)
+                                     if (lane := self.lanes.get((group, topic, queue_id))) is not None])
 
-    def handed_over(self, lanes: Iterable[tuple[str, str, int, int]]) -> None:
+    def handed_over(self, lanes: ConsumerHandover) -> None:
         """A master took ``lanes`` (from :meth:`handover`): forget them unless changed since."""
         with self.lock:
-            for group, topic, queue_id, done in lanes:
-                lane = self.lanes.get((group, topic, queue_id))
-                if lane is None or min(lane.inflight, default=lane.next_offset) == done:
-                    self._local.discard((group, topic, queue_id))
+            for progress in lanes:
+                lane = self.lanes.get(progress.key)
+                if lane is None or min(lane.inflight, default=lane.next_offset) == progress.done_below:
+                    self._local.discard(progress.key)
 
     def _import_legacy(self, directory: Path) -> None:
         files = _state_files(directory)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 import attrs
 
 from plugmq.broker.events import Events
-from plugmq.core.contracts import ConsumeQueueEntry, Filter, FilterCompiler, MessageStore
+from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing
 from plugmq.core.errors import FilterSyntaxError, ValidationError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
+from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import validate_topic
 
@@ -111,8 +111,7 @@ class Reads:
         An entry that stays unreadable is skipped - the store logged and counted its loss."""
         if offset < self._store.min_offset(queue.topic, queue.queue_id):
             return False  # retention removed it meanwhile: nothing is damaged
-        repair = getattr(self._store, "repair_queue", None)
-        if repair is not None and repair(queue.topic, queue.queue_id, offset):
+        if isinstance(self._store, QueueRepairing) and self._store.repair_queue(queue.topic, queue.queue_id, offset):
             return True
         log.warning("consume-queue entry unreadable; message skipped", topic=queue.topic, queue=queue.queue_id,
                     queue_offset=offset)

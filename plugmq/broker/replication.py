@@ -22,6 +22,7 @@ from plugmq.core.contracts import (
     Family,
     MessageStore,
     ReplicableStore,
+    ReplicationCapabilities,
     ReplicationContext,
     ReplicationService,
 )
@@ -50,11 +51,11 @@ def open_replication(loaded: LoadedPlugins, base: Mapping[str, Any], store: Mess
         raise PluginError(f"{where}: {need} needs a replication plugin in broker.plugins; "
                           f"add one of: {', '.join(installed) or 'ha'}")
     plugin = plugins[0]
-    if failover and not getattr(loaded.declarations[plugin].capabilities, "failover", False):
+    declared = loaded.declarations[plugin].capabilities
+    if failover and not (isinstance(declared, ReplicationCapabilities) and declared.failover):
         raise PluginError(f"{where}: broker.failover = true needs a replication plugin that switches roles "
                           f"(capabilities.failover); {plugin!r} does not; use ha")
-    capabilities = getattr(store, "capabilities", None)
-    if not getattr(capabilities, "replication", False) or not isinstance(store, ReplicableStore):
+    if not (store.capabilities.replication and isinstance(store, ReplicableStore)):
         storage = loaded.with_family(Family.STORAGE)
         raise PluginError(f"{where}: replication plugin {plugin!r} needs a store that ships its commit log, but "
                           f"{', '.join(storage)} does not declare the replication capability; use store_mmap, "

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from plugmq.core.clock import Clock, ManualClock, Timer
+from plugmq.core.contracts import CleansExpired
 from plugmq.core.logs import get_logger
 
 __all__ = [
@@ -37,10 +38,6 @@ log = get_logger(__name__)
 
 #: RocketMQ's cleanResourceInterval: how often (clock seconds) the broker runs retention.
 RETENTION_INTERVAL_S = 10.0
-
-
-class _Cleanable(Protocol):
-    def clean_expired(self, now_ms: int) -> int: ...
 
 
 class _QueueReader(Protocol):
@@ -128,7 +125,7 @@ class RetentionSchedule:
     def __init__(self, clock: Clock, *, interval_s: float = RETENTION_INTERVAL_S) -> None:
         self._clock = clock
         self._interval = interval_s
-        self._targets: list[tuple[str, _Cleanable]] = []
+        self._targets: list[tuple[str, CleansExpired]] = []
         self._lock = threading.Lock()  # one round at a time
         self._timer: Timer | None = None
         self._stop = threading.Event()
@@ -144,12 +141,11 @@ class RetentionSchedule:
         self._targets = [(n, t) for n, t in self._targets if n != name]
         if target is None:
             return
-        clean = getattr(target, "clean_expired", None)
-        if not callable(clean):
+        if not isinstance(target, CleansExpired):
             log.info("component has no clean_expired(now_ms); the broker cannot remove its old files",
                      component=name, type=type(target).__name__)
             return
-        self._targets = [*self._targets, (name, target)]  # type: ignore[list-item]
+        self._targets = [*self._targets, (name, target)]
         self.removed.setdefault(name, 0)
 
     def start(self) -> None:

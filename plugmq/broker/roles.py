@@ -25,6 +25,7 @@ from plugmq.core.contracts import (
     BrokerRole,
     ConsumerHandover,
     FailoverReplication,
+    LogPositioned,
     MessageStore,
     ReplicationService,
 )
@@ -79,7 +80,7 @@ class Roles:
             lost_race = self._failover and self.master_role is BrokerRole.SYNC_MASTER
             return SendStatus.SLAVE_NOT_AVAILABLE if lost_race and self.role is BrokerRole.SLAVE else SendStatus.SEND_OK
         if end_offset is None:
-            end_offset = getattr(self._store, "log_end_offset", lambda: 0)()
+            end_offset = self._store.log_end_offset() if isinstance(self._store, LogPositioned) else 0
         return self.replication.await_replicated(end_offset)
 
     @property
@@ -141,7 +142,7 @@ class FollowedState:
         if not self._roles.writable():
             # Between listening as master and taking writes (a promotion): the slave offers it again.
             raise read_only_error(self._name, "take a slave's consumer progress before it takes writes")
-        moved = self._pop.adopt(lanes, shared_end)
+        moved = self._pop.adopt(ConsumerHandover(lanes), shared_end)  # a plugin may hand (g, t, q, d) rows
         if moved:
             self._arrivals.wake()
         return moved

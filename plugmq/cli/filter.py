@@ -16,13 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from plugmq.core import (
-    ConsumeQueueEntry,
-    Filter,
-    FilterEvaluationError,
-    FilterSyntaxError,
-    tags_code,
-)
+from plugmq.core.contracts import BloomPrecheck, DescribedFilter, Filter, PropertyRequirements
+from plugmq.core.errors import FilterEvaluationError, FilterSyntaxError
+from plugmq.core.hashing import tags_code
+from plugmq.core.message import ConsumeQueueEntry
 
 __all__ = ["command", "render_syntax_error"]
 
@@ -89,25 +86,22 @@ def check(expression_type: str, expression: str, pairs: tuple[str, ...], props_f
 
 
 def _report(flt: Filter, properties: dict[str, str], tags: str | None) -> None:
-    describe = getattr(flt, "describe", None)
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     table.add_row("type", escape(flt.expression_type))
     table.add_row("expression", escape(flt.expression))
-    table.add_row("parsed", escape(describe() if callable(describe) else str(flt)))
-    required = getattr(flt, "required_properties", None)
-    if required is not None:
-        table.add_row("required for TRUE", escape(", ".join(sorted(required))) or "(none)")
+    table.add_row("parsed", escape(flt.describe() if isinstance(flt, DescribedFilter) else str(flt)))
+    if isinstance(flt, PropertyRequirements):
+        table.add_row("required for TRUE", escape(", ".join(sorted(flt.required_properties))) or "(none)")
     table.add_row("properties", escape(", ".join(f"{k}={v!r}" for k, v in properties.items())) or "(none)")
     table.add_row("tags", escape(tags) if tags is not None else "(none)")
     code = tags_code(tags)
     passed = flt.precheck(ConsumeQueueEntry(queue_offset=0, commit_log_offset=0, size=0, tags_code=code))
     verdict = "pass" if passed else "reject (the broker would skip this message)"
     table.add_row("broker pre-check", f"{verdict}  (tag code {code})")
-    bloom, bloom_check = getattr(flt, "property_bloom", None), getattr(flt, "precheck_bloom", None)
-    if callable(bloom) and callable(bloom_check):
-        ok = bloom_check(bloom(properties, tags))
+    if isinstance(flt, BloomPrecheck):
+        ok = flt.precheck_bloom(flt.property_bloom(properties, tags))
         table.add_row("property-bloom pre-check", "pass" if ok else "reject (a required property is missing)")
     try:
         result = flt.evaluate(properties, tags)

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from plugmq.core import AppendRequest, AppendResult, MessageStore, WasDelivered
+    from plugmq.core import AppendRequest, AppendResult, MessageStore
+    from plugmq.core.contracts.delay import WasDelivered
 
 TOPIC = "DelayKillTopic"
 QUEUES = 2
@@ -73,13 +74,8 @@ def main(argv: list[str]) -> int:
     start_ms, count, until_ms, step_ms = (int(x) for x in argv[4:8])
     self_kill_after = int(argv[8]) if len(argv) > 8 else 0
     from plugmq.broker.components import open_delay_scheduler, open_store
-    from plugmq.core import (
-        DEFAULT_DELAY_LEVELS_MS,
-        AppendRequest,
-        ManualClock,
-        Prop,
-        tags_code,
-    )
+    from plugmq.core import AppendRequest, ManualClock, Prop, tags_code
+    from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 
     out = sys.stdout.fileno()
     written = 0

@@ -23,7 +23,6 @@ import pytest
 from plugmq.broker.components import open_delay_scheduler, open_store, plugin_declaration
 from plugmq.conformance import _delay_child as child
 from plugmq.core import (
-    DEFAULT_DELAY_LEVELS_MS,
     AppendRequest,
     AppendResult,
     DelayCapabilities,
@@ -34,6 +33,7 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 
 __all__ = ["STORE_ENV", "DelayHarness", "Delivery", "Sent", "pick_store"]
 

@@ -60,12 +60,8 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)  # whatever the broker logs goes to stderr; stdout carries the step report only
     from plugmq.broker.broker import Broker
     from plugmq.conformance._txn_support import body_for, open_producer
-    from plugmq.core import (
-        TRANS_DISCARD_TOPIC,
-        ManualClock,
-        Message,
-        TransactionDecision,
-    )
+    from plugmq.core import ManualClock, Message, TransactionDecision
+    from plugmq.core.names import TRANS_DISCARD_TOPIC
 
     step = spec["step"]
     clock = ManualClock(spec["start"])

@@ -42,16 +42,12 @@ from plugmq.broker.components import open_store, plugin_declaration
 from plugmq.conformance import _storage_child as child
 from plugmq.conformance.storage_replication import ReplicationClauses
 from plugmq.core import (
-    DEFAULT_MAX_BODY_SIZE,
     AppendRequest,
     AppendResult,
     AppendStatus,
-    InvalidNameError,
     ManualClock,
     MessageStore,
-    MessageTooLargeError,
     Prop,
-    RetentionFloor,
     StoreCapabilities,
     StoredMessage,
     StoreError,
@@ -59,6 +55,9 @@ from plugmq.core import (
     encode_msg_id,
 )
 from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, Family
+from plugmq.core.errors import InvalidNameError, MessageTooLargeError
+from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
+from plugmq.core.retention import RetentionFloor
 
 __all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]
 

@@ -31,8 +31,6 @@ from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.conformance._txn_child import STEPS
 from plugmq.conformance._txn_support import body_for, open_producer
 from plugmq.core import (
-    TRANS_DISCARD_TOPIC,
-    TRANS_HALF_TOPIC,
     Clock,
     Family,
     ManualClock,
@@ -44,6 +42,7 @@ from plugmq.core import (
     TransactionDecision,
     TransactionError,
 )
+from plugmq.core.names import TRANS_DISCARD_TOPIC, TRANS_HALF_TOPIC
 
 __all__ = ["TransactionConformance"]
 

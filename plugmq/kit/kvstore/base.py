@@ -40,10 +40,10 @@ from plugmq.core import (
     StoreCapabilities,
     StoredMessage,
     StoreError,
-    decode_msg_id,
     encode_msg_id,
     validate_topic,
 )
+from plugmq.core.message import decode_msg_id
 from plugmq.kit.kvstore import codec
 from plugmq.kit.kvstore.groupcommit import GroupCommit
 from plugmq.kit.kvstore.replica import KeyValueReplicaLog

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from plugmq.core import AllocationError, MessageQueue
+from plugmq.core import MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.core.logs import get_logger
 
 log = get_logger(__name__)

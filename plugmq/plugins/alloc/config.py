@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugmq.core import AllocationCapabilities, AllocationError, MessageQueue
+from plugmq.core import AllocationCapabilities, MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.alloc._common import take_params
 

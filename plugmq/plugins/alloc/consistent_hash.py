@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugmq.core import AllocationCapabilities, AllocationError, MessageQueue
+from plugmq.core import AllocationCapabilities, MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.plugins.alloc._common import check_inputs, take_params
 
 HashFunction = Callable[[str], int]

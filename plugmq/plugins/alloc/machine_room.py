@@ -8,13 +8,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugmq.core import (
-    AllocateStrategy,
-    AllocateStrategyFactory,
-    AllocationCapabilities,
-    AllocationError,
-    MessageQueue,
-)
+from plugmq.core import AllocateStrategy, AllocateStrategyFactory, AllocationCapabilities, MessageQueue
+from plugmq.core.errors import AllocationError
 from plugmq.core.rebalance_order import java_string_key
 from plugmq.plugins.alloc._common import check_inputs, java_split, take_params
 

@@ -20,7 +20,8 @@ each win granting a higher epoch (a fencing token). Layout under ``<chroot>/<clu
 
 from __future__ import annotations
 
-from plugmq.core import ClusterContext, ClusterService, Family, PluginDeclaration, PluginError, hookimpl
+from plugmq.core import ClusterContext, ClusterService, Family, PluginDeclaration, hookimpl
+from plugmq.core.errors import PluginError
 from plugmq.plugins.cluster_zk.options import ZkOptions
 
 __all__ = ["ZkOptions", "plugmq_declare", "plugmq_make_cluster_service"]

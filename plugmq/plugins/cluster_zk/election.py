@@ -14,7 +14,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from plugmq.core import Mastership, MastershipListener
+from plugmq.core.contracts.cluster import Mastership, MastershipListener
 from plugmq.core.logs import get_logger
 
 if TYPE_CHECKING:

@@ -23,16 +23,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from plugmq.core import (
-    BrokerRegistration,
-    ClusterError,
-    ClusterListener,
-    ClusterTopic,
-    ClusterView,
-    MastershipListener,
-    TopicRegistration,
-    ValidationError,
-)
+from plugmq.core import BrokerRegistration, ClusterView, ValidationError
+from plugmq.core.contracts.cluster import ClusterListener, ClusterTopic, MastershipListener, TopicRegistration
+from plugmq.core.errors import ClusterError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.cluster_zk.election import Campaign
 from plugmq.plugins.cluster_zk.options import ZkOptions

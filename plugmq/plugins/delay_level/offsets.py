@@ -16,7 +16,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from plugmq.core import DelayError
+from plugmq.core.errors import DelayError
 
 __all__ = ["MAX_QUEUES", "OffsetTable"]
 

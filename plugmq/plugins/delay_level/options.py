@@ -6,12 +6,8 @@ from typing import Any
 
 import attrs
 
-from plugmq.core import (
-    DEFAULT_DELAY_LEVELS,
-    ConfigError,
-    parse_delay_levels,
-    validate_topic,
-)
+from plugmq.core import ConfigError, validate_topic
+from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from plugmq.core.plugin_options import apply_renamed_options
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 

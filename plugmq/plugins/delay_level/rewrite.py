@@ -9,7 +9,8 @@ message.
 
 from __future__ import annotations
 
-from plugmq.core import SCHEDULE_TOPIC, AppendRequest, Prop, StoredMessage, tags_code, validate_topic
+from plugmq.core import AppendRequest, Prop, StoredMessage, tags_code, validate_topic
+from plugmq.core.names import SCHEDULE_TOPIC
 
 __all__ = ["DELAY_PROPERTIES", "dead_letter_copy", "restore", "to_schedule"]
 

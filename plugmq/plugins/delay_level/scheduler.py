@@ -27,17 +27,17 @@ import threading
 from collections.abc import Callable, Mapping
 
 from plugmq.core import (
-    SCHEDULE_TOPIC,
     AppendRequest,
     AppendResult,
     ConsumeQueueEntry,
     DelayCapabilities,
     DelayContext,
-    DelayError,
     DelayUnsupportedError,
-    Timer,
 )
+from plugmq.core.clock import Timer
+from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
+from plugmq.core.names import SCHEDULE_TOPIC
 from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_level.lateness import Lateness
 from plugmq.plugins.delay_level.offsets import OffsetTable

@@ -39,16 +39,15 @@ from plugmq.core import (
     AppendStatus,
     DelayCapabilities,
     DelayContext,
-    DelayError,
     DelayUnsupportedError,
-    PluginError,
     Prop,
-    Timer,
     ValidationError,
-    decode_msg_id,
     encode_msg_id,
 )
+from plugmq.core.clock import Timer
+from plugmq.core.errors import DelayError, PluginError
 from plugmq.core.logs import get_logger
+from plugmq.core.message import decode_msg_id
 from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT

@@ -31,14 +31,8 @@ from typing import NamedTuple
 
 import attrs
 
-from plugmq.core import (
-    AppendRequest,
-    CorruptRecordError,
-    Prop,
-    ValidationError,
-    decode_msg_id,
-    encode_msg_id,
-)
+from plugmq.core import AppendRequest, CorruptRecordError, Prop, ValidationError, encode_msg_id
+from plugmq.core.message import decode_msg_id
 from plugmq.kit.requestcodec import RequestLayout, decode_requests
 
 __all__ = [

@@ -36,11 +36,11 @@ from plugmq.core import (
     CorruptRecordError,
     DelayCapabilities,
     DelayContext,
-    DelayError,
     DelayUnsupportedError,
     Prop,
-    Timer,
 )
+from plugmq.core.clock import Timer
+from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
 from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back

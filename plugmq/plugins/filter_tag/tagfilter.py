@@ -11,14 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from plugmq.core import (
-    ConsumeQueueEntry,
-    FilterCapabilities,
-    FilterSyntaxError,
-    Prop,
-    java_string_hash,
-    split_tags,
-)
+from plugmq.core import ConsumeQueueEntry, FilterCapabilities, FilterSyntaxError, Prop
+from plugmq.core.hashing import java_string_hash, split_tags
 
 if TYPE_CHECKING:
     import numpy as np

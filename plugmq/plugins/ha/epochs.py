@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from plugmq.core import ReplicationError
+from plugmq.core.errors import ReplicationError
 
 __all__ = ["EpochFile", "consistent_point"]
 

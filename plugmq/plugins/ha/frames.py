@@ -26,7 +26,7 @@ import struct
 import zlib
 from typing import Any
 
-from plugmq.core import ReplicationError
+from plugmq.core.errors import ReplicationError
 
 __all__ = ["PROTOCOL_VERSION", "FrameType", "Reader", "ack_frame", "data_frame", "frame", "json_frame", "parse_ack",
            "parse_data", "parse_json"]

@@ -20,15 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plugmq.core import (
-    ConsumerHandover,
-    PlugmqError,
-    ReplicableStore,
-    ReplicaStatus,
-    ReplicationError,
-    SendStatus,
-    StoreError,
-)
+from plugmq.core import PlugmqError, ReplicableStore, SendStatus, StoreError, ValidationError
+from plugmq.core.contracts.replication import ConsumerHandover, ReplicaStatus
+from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
@@ -284,10 +278,10 @@ class MasterSide:
         if not rows or self._adopt is None:
             return False
         try:
-            lanes = [(str(g), str(t), int(q), int(d)) for g, t, q, d in rows
-                     if isinstance(g, str) and isinstance(t, str) and isinstance(q, int) and isinstance(d, int)]
-        except (TypeError, ValueError):
-            log.warning("replication slave handed over unreadable consumer progress; ignored", slave=slave.address)
+            lanes = ConsumerHandover.from_rows(rows)
+        except (ValidationError, TypeError) as exc:
+            log.warning("replication slave handed over unreadable consumer progress; ignored", slave=slave.address,
+                        reason=str(exc))
             return True  # offering it again would not make it readable
         try:
             moved = self._adopt(lanes, shared_end)

@@ -11,10 +11,10 @@ from plugmq.core import (
     ReplicableStore,
     ReplicationCapabilities,
     ReplicationContext,
-    ReplicationError,
     ReplicationStatus,
     SendStatus,
 )
+from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.master import MasterSide

@@ -14,15 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from plugmq.core import (
-    ConsumerHandover,
-    LogChunk,
-    PlugmqError,
-    ReplicableStore,
-    Replicated,
-    ReplicationError,
-    StoreError,
-)
+from plugmq.core import LogChunk, PlugmqError, ReplicableStore, StoreError
+from plugmq.core.contracts.replication import ConsumerHandover, Replicated
+from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile
@@ -128,9 +122,9 @@ class SlaveSide:
             "epochs": [list(e) for e in self.epochs.entries()]}
         # What this slave's own readers acknowledged while no master was up: the master adopts it
         # (an older master ignores the key and delivers those messages again).
-        handover = self._handover() if self._handover is not None else []
+        handover = self._handover() if self._handover is not None else ConsumerHandover()
         if handover:
-            hello["consumer_progress"] = [list(lane) for lane in handover]
+            hello["consumer_progress"] = handover.as_rows()
         sock.sendall(frames.json_frame(FrameType.HELLO, hello))
         reader = frames.Reader(sock, self.address)
         kind, payload = reader.read()

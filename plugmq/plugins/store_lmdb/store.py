@@ -21,14 +21,8 @@ from pathlib import Path
 
 import lmdb
 
-from plugmq.core import (
-    ConsumeQueueEntry,
-    CorruptRecordError,
-    PluginContext,
-    StoreCapabilities,
-    StoreError,
-    StoreFullError,
-)
+from plugmq.core import ConsumeQueueEntry, CorruptRecordError, PluginContext, StoreCapabilities, StoreError
+from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.kit.diskspace import disk_full_error, free_bytes, is_disk_full
 from plugmq.kit.kvstore import codec

@@ -58,16 +58,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    AppendStatus,
-    Prop,
-    StoreError,
-    ValidationError,
-    check_body_size,
-)
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, Prop, StoreError, ValidationError
 from plugmq.core.logs import get_logger
+from plugmq.core.message import check_body_size
 from plugmq.plugins.store_mmap.indexfile import key_entries
 from plugmq.plugins.store_mmap.record import (
     _HOSTS,

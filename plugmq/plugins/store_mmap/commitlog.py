@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from plugmq.core import StoreError, StoreFullError
+from plugmq.core import StoreError
+from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
 from plugmq.plugins.store_mmap.record import (

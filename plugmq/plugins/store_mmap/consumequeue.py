@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plugmq.core import ConsumeQueueEntry, InvalidNameError, StoreError, validate_topic
+from plugmq.core import ConsumeQueueEntry, StoreError, validate_topic
+from plugmq.core.errors import InvalidNameError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 

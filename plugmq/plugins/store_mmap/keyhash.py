@@ -1,4 +1,4 @@
-"""Java ``String.hashCode`` for many strings at once (numpy), equal to plugmq.core.java_string_hash.
+"""Java ``String.hashCode`` for many strings at once (numpy), equal to plugmq.core.hashing.java_string_hash.
 
 The index hashes every key of every message; a per-character Python loop costs ~10 us per key,
 this costs well under 1 us per key on batches of a few hundred.

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from plugmq.core import StoreFullError
+from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.appender import IndexEntries
 from plugmq.plugins.store_mmap.checkpoint import CheckpointData

@@ -17,7 +17,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
-from plugmq.core import StoreFullError
+from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile
 from plugmq.plugins.store_mmap.options import MmapStoreOptions, parse_delete_when

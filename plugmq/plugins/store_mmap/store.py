@@ -32,24 +32,23 @@ import attrs
 import numpy as np
 
 from plugmq.core import (
-    DEFAULT_MAX_BODY_SIZE,
     AppendRequest,
     AppendResult,
     AppendStatus,
     Clock,
     ConsumeQueueEntry,
-    RetentionFloor,
     StoreCapabilities,
     StoredMessage,
     StoreError,
-    StoreFullError,
-    SystemClock,
     ValidationError,
-    decode_msg_id,
     encode_msg_id,
     validate_topic,
 )
+from plugmq.core.clock import SystemClock
+from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
+from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, decode_msg_id
+from plugmq.core.retention import RetentionFloor
 from plugmq.kit.diskspace import is_disk_full
 from plugmq.plugins.store_mmap.appender import (
     NEED_ALLOCATE,

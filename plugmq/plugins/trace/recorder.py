@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from plugmq.core import TRACE_TOPIC, Clock, PlugmqError, SystemTopicWriter, ValidationError, encode_msg_id, get_logger
+from plugmq.core import Clock, PlugmqError, SystemTopicWriter, ValidationError, encode_msg_id, get_logger
+from plugmq.core.names import TRACE_TOPIC
 from plugmq.core.trace import TraceKind, encode_trace_rows
 
 __all__ = ["PendingEvent", "Recorder", "TraceOptions"]

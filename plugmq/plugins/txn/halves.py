@@ -10,16 +10,9 @@ from __future__ import annotations
 
 import attrs
 
-from plugmq.core import (
-    TRANS_DISCARD_TOPIC,
-    TRANS_HALF_TOPIC,
-    AppendRequest,
-    Prop,
-    StoredMessage,
-    SysFlag,
-    TransactionError,
-    is_system_topic,
-)
+from plugmq.core import AppendRequest, Prop, StoredMessage, TransactionError
+from plugmq.core.message import SysFlag
+from plugmq.core.names import TRANS_DISCARD_TOPIC, TRANS_HALF_TOPIC, is_system_topic
 
 __all__ = [
     "checker_view",

@@ -25,24 +25,22 @@ from collections.abc import Mapping
 from itertools import chain
 
 from plugmq.core import (
-    TRANS_DISCARD_TOPIC,
-    TRANS_HALF_TOPIC,
     AppendRequest,
     AppendResult,
-    PluginError,
     Prop,
     StoredMessage,
-    Timer,
     TransactionCapabilities,
-    TransactionChecker,
     TransactionContext,
     TransactionDecision,
     TransactionError,
     ValidationError,
-    decode_msg_id,
-    validate_group,
 )
+from plugmq.core.clock import Timer
+from plugmq.core.contracts.transaction import TransactionChecker
+from plugmq.core.errors import PluginError
 from plugmq.core.logs import get_logger
+from plugmq.core.message import decode_msg_id
+from plugmq.core.names import TRANS_DISCARD_TOPIC, TRANS_HALF_TOPIC, validate_group
 from plugmq.plugins.txn import oplog
 from plugmq.plugins.txn.halves import (
     HALF_QUEUE,

@@ -1,0 +1,166 @@
+"""Component contracts: what each plugin family hands the broker, one module per family.
+
+The hook specs (``plugmq.core.hookspecs``) say *when* a plugin is asked; these Protocols say
+*what* the returned components must do. The modules follow the hookspec banners:
+``declaration`` (the declaration and the contexts every factory gets), ``storage``, ``journal``
+(a service's state in the commit log), ``delay``, ``filter``, ``allocation``, ``transaction``,
+``cluster``, ``replication`` and ``events`` (what observers get). This package exports every name
+of them.
+
+Capabilities are frozen attrs values a plugin declares so the broker and the conformance suite
+can tell a missing feature from a broken one. Optional features of a component are small
+``runtime_checkable`` Protocols in its family's module, checked with ``isinstance``
+(``isinstance(store, QueueRepairing)``), never by probing attributes. Each family's conformance
+suite (``plugmq.conformance``) checks exactly the rules written here.
+
+Data members of a Protocol (``capabilities``, ``name``, ``expression_type``, ...) are declared as
+read-only properties: an implementation may provide them as a class attribute, an instance
+attribute, an attrs field or a property, and type-checks as the Protocol either way. The core
+only reads them.
+"""
+
+from __future__ import annotations
+
+from plugmq.core.contracts.allocation import (
+    AllocateStrategy,
+    AllocateStrategyFactory,
+    AllocationCapabilities,
+)
+from plugmq.core.contracts.cluster import (
+    BrokerRegistration,
+    BrokerRole,
+    ClusterContext,
+    ClusterListener,
+    ClusterService,
+    ClusterTopic,
+    ClusterView,
+    Mastership,
+    MastershipListener,
+    TopicPermission,
+    TopicRegistration,
+)
+from plugmq.core.contracts.declaration import (
+    SYSTEM_RECORD_HEADROOM,
+    CleansExpired,
+    Family,
+    PluginContext,
+    PluginDeclaration,
+)
+from plugmq.core.contracts.delay import (
+    DelayCapabilities,
+    DelayContext,
+    DelayScheduler,
+    Deliver,
+    DeliverBatch,
+    WasDelivered,
+)
+from plugmq.core.contracts.events import SystemTopicWriter
+from plugmq.core.contracts.filter import (
+    BatchPrecheck,
+    BloomPrecheck,
+    DescribedFilter,
+    Filter,
+    FilterCapabilities,
+    FilterCompiler,
+    FilterExample,
+    FilterSample,
+    PropertyRequirements,
+)
+from plugmq.core.contracts.journal import (
+    JournalReplay,
+    StateJournal,
+)
+from plugmq.core.contracts.replication import (
+    ConsumerHandover,
+    FailoverReplication,
+    LaneProgress,
+    ReplicaStatus,
+    Replicated,
+    ReplicationCapabilities,
+    ReplicationContext,
+    ReplicationService,
+    ReplicationStatus,
+)
+from plugmq.core.contracts.storage import (
+    LogChunk,
+    LogListener,
+    LogPositioned,
+    MessageStore,
+    QueuePreparing,
+    QueueRepairing,
+    RecoveryFigures,
+    RecoveryReporting,
+    ReplicableStore,
+    StoreCapabilities,
+)
+from plugmq.core.contracts.transaction import (
+    TransactionCapabilities,
+    TransactionChecker,
+    TransactionContext,
+    TransactionDecision,
+    TransactionService,
+)
+
+__all__ = [
+    "SYSTEM_RECORD_HEADROOM",
+    "AllocateStrategy",
+    "AllocateStrategyFactory",
+    "AllocationCapabilities",
+    "BatchPrecheck",
+    "BloomPrecheck",
+    "BrokerRegistration",
+    "BrokerRole",
+    "CleansExpired",
+    "ClusterContext",
+    "ClusterListener",
+    "ClusterService",
+    "ClusterTopic",
+    "ClusterView",
+    "ConsumerHandover",
+    "DelayCapabilities",
+    "DelayContext",
+    "DelayScheduler",
+    "Deliver",
+    "DeliverBatch",
+    "DescribedFilter",
+    "FailoverReplication",
+    "Family",
+    "Filter",
+    "FilterCapabilities",
+    "FilterCompiler",
+    "FilterExample",
+    "FilterSample",
+    "JournalReplay",
+    "LaneProgress",
+    "LogChunk",
+    "LogListener",
+    "LogPositioned",
+    "Mastership",
+    "MastershipListener",
+    "MessageStore",
+    "PluginContext",
+    "PluginDeclaration",
+    "PropertyRequirements",
+    "QueuePreparing",
+    "QueueRepairing",
+    "RecoveryFigures",
+    "RecoveryReporting",
+    "ReplicaStatus",
+    "ReplicableStore",
+    "Replicated",
+    "ReplicationCapabilities",
+    "ReplicationContext",
+    "ReplicationService",
+    "ReplicationStatus",
+    "StateJournal",
+    "StoreCapabilities",
+    "SystemTopicWriter",
+    "TopicPermission",
+    "TopicRegistration",
+    "TransactionCapabilities",
+    "TransactionChecker",
+    "TransactionContext",
+    "TransactionDecision",
+    "TransactionService",
+    "WasDelivered",
+]
