@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from plugmq.conformance.filters import FilterConformance
-from plugmq.core import FilterCompiler
+from plugmq.core import ConsumeQueueEntry, Filter, FilterCapabilities, FilterCompiler, FilterExample, FilterSample
 from plugmq.plugins import filter_sql, filter_tag
 
 
@@ -30,11 +34,25 @@ class _RejectingTagCompiler:
     expression_type = "TAG"
     capabilities = filter_tag.COMPILER.capabilities
 
-    def compile(self, expression: str):
-        flt = filter_tag.COMPILER.compile(expression)
-        flt.precheck = lambda entry: False  # type: ignore[method-assign]
-        flt.precheck_many = None  # type: ignore[assignment]
-        return flt
+    def compile(self, expression: str) -> Filter:
+        return _RejectingFilter(filter_tag.COMPILER.compile(expression))
+
+
+class _RejectingFilter:
+    """The tag filter with a pre-check that rejects everything (and no batch pre-check)."""
+
+    def __init__(self, inner: Filter) -> None:
+        self.inner = inner
+        self.expression_type, self.expression = inner.expression_type, inner.expression
+
+    def precheck(self, entry: ConsumeQueueEntry) -> bool:
+        return False
+
+    def evaluate(self, properties: Mapping[str, str], tags: str | None = None) -> bool | None:
+        return self.inner.evaluate(properties, tags)
+
+    def matches(self, properties: Mapping[str, str], tags: str | None = None) -> bool:
+        return self.inner.matches(properties, tags)
 
 
 class _CrashingSqlCompiler:
@@ -66,10 +84,28 @@ def test_fuzz_clause_fails_for_a_compiler_raising_other_errors() -> None:
         suite.test_fuzzed_token_soup_raises_only_filter_syntax_errors(_CrashingSqlCompiler())
 
 
-def test_unknown_expression_type_skips_with_a_reason() -> None:
+def test_an_unknown_expression_type_without_examples_fails_saying_what_to_declare() -> None:
     class Other:
         expression_type = "XPATH"
+        capabilities = FilterCapabilities(expression_type="XPATH")
 
     fixture = FilterConformance.expression_strategy.__wrapped__  # type: ignore[attr-defined]
-    with pytest.raises(pytest.skip.Exception, match="override the expression_strategy fixture"):
+    with pytest.raises(pytest.fail.Exception, match="declare FilterCapabilities"):
         fixture(FilterConformance(), Other())
+
+
+def test_an_unknown_expression_type_draws_its_declared_examples() -> None:
+    class Other:
+        expression_type = "XPATH"
+        capabilities = FilterCapabilities(expression_type="XPATH", examples=(
+            FilterExample("/a", matching=[FilterSample({"a": "1"})], not_matching=[FilterSample()]),))
+
+    fixture = FilterConformance.expression_strategy.__wrapped__  # type: ignore[attr-defined]
+    drawn: list[str] = []
+
+    @given(data=st.data())
+    def draw(data: st.DataObject) -> None:
+        drawn.append(data.draw(fixture(FilterConformance(), Other())))
+
+    draw()
+    assert set(drawn) == {"/a"}

@@ -15,10 +15,15 @@ Subclass :class:`FilterConformance` and provide one fixture, ``filter_compiler``
   fuzzed expression that compiles evaluates without any other exception. Inputs are bounded in
   size, so a clause that never finishes is a hang in the plugin.
 
+* every example the compiler declares (``FilterCapabilities.examples``) compiles, matches the
+  messages it says it matches and no message it says it does not, and its pre-check passes the
+  matching ones; in a broker, a pull with the compiled subscription returns exactly those.
+
 Valid expressions and messages come from the fixtures ``expression_strategy`` and
-``message_strategy`` (hypothesis strategies). Defaults exist for the types ``TAG`` and ``SQL92``;
-for another type override ``expression_strategy`` in the subclass, or the clauses that need
-valid expressions are skipped with the reason.
+``message_strategy`` (hypothesis strategies): the declared examples' expressions, and messages
+recombined from their samples, plus generated ones for the types ``TAG`` and ``SQL92``. A type
+with neither examples nor a subclass overriding ``expression_strategy`` fails the clauses that
+need valid input, saying what to declare: a semantic clause is never skipped for want of input.
 """
 
 from __future__ import annotations
@@ -37,14 +42,20 @@ from plugmq.core import (
     Filter,
     FilterCompiler,
     FilterEvaluationError,
+    FilterExample,
+    FilterSample,
     FilterSyntaxError,
+    Prop,
     tags_code,
 )
+from plugmq.core.contracts import BatchPrecheck, BloomPrecheck
 
 __all__ = [
     "FilterConformance",
     "default_expression_strategy",
     "default_message_strategy",
+    "example_expressions",
+    "example_messages",
     "fuzz_token_soup",
     "sql92_expressions",
     "tag_expressions",
@@ -162,6 +173,44 @@ def default_message_strategy() -> SearchStrategy[Message]:
     return _messages()
 
 
+def example_expressions(examples: tuple[FilterExample, ...]) -> SearchStrategy[str] | None:
+    """The declared examples' expressions (None when there are none)."""
+    return st.sampled_from([e.expression for e in examples]) if examples else None
+
+
+def _as_message(sample: FilterSample) -> Message:
+    return dict(sample.properties), sample.tags
+
+
+@st.composite
+def _recombined(draw: st.DrawFn, samples: tuple[FilterSample, ...]) -> Message:
+    """A message built from the samples' pieces: their property names with their values (or
+    awkward ones), and their tags."""
+    names = sorted({name for s in samples for name in s.properties}) or list(PROPERTY_NAMES)
+    values = sorted({value for s in samples for value in s.properties.values()} | set(PROPERTY_VALUES))
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    properties = {name: draw(st.one_of(st.sampled_from(values), st.text(max_size=6))) for name in chosen}
+    tags = draw(st.sampled_from([None, *sorted({s.tags for s in samples if s.tags is not None})]))
+    return properties, tags
+
+
+def example_messages(examples: tuple[FilterExample, ...]) -> SearchStrategy[Message] | None:
+    """The declared samples as they are, and messages recombined from their pieces."""
+    samples = tuple(sample for example in examples for sample in example.samples)
+    if not samples:
+        return None
+    return st.one_of(st.sampled_from([_as_message(s) for s in samples]), _recombined(samples))
+
+
+def _declared_examples(compiler: FilterCompiler) -> tuple[FilterExample, ...]:
+    return tuple(compiler.capabilities.examples)
+
+
+NO_EXAMPLES = ("{type!r} has no generated expressions in the suite and its compiler declares no examples: "
+               "declare FilterCapabilities(examples=(FilterExample(expression, matching=[...], "
+               "not_matching=[...]), ...)) so the semantic clauses have valid input")
+
+
 _SOUP_TOKENS = (
     "a", "b", "TAGS", "A", "$x", "_", "5", "0", "012", "3000000000", "99999999999999999999", "2.5", "0.0", "1e-400",
     "1e309", ".5", "5.", "'x'", "''", "'unterminated", "TRUE", "FALSE", "NULL", "NOT", "AND", "OR", "BETWEEN", "IN",
@@ -195,8 +244,11 @@ _PATHOLOGICAL = (
 # ------------------------------------------------------------------------------------ the clauses
 
 
-def _entry(tags: str | None) -> ConsumeQueueEntry:
-    return ConsumeQueueEntry(queue_offset=0, commit_log_offset=0, size=100, tags_code=tags_code(tags))
+def _entry(properties: Mapping[str, str], tags: str | None) -> ConsumeQueueEntry:
+    """The consume-queue entry of a message: its tags code, from its tags or (as a stored message
+    carries them) its ``TAGS`` property."""
+    code = tags_code(tags if tags is not None else properties.get(Prop.TAGS))
+    return ConsumeQueueEntry(queue_offset=0, commit_log_offset=0, size=100, tags_code=code)
 
 
 def _evaluate_cleanly(flt: Filter, properties: Mapping[str, str], tags: str | None) -> Any:
@@ -229,21 +281,48 @@ class FilterConformance:
 
     @pytest.fixture
     def expression_strategy(self, filter_compiler: FilterCompiler) -> SearchStrategy[str]:
-        strategy = default_expression_strategy(filter_compiler.expression_type)
-        if strategy is None:
-            pytest.skip(f"no strategy of valid {filter_compiler.expression_type!r} expressions: override the "
-                        "expression_strategy fixture to run the clauses that need valid expressions")
-        return strategy
+        found = [default_expression_strategy(filter_compiler.expression_type),
+                 example_expressions(_declared_examples(filter_compiler))]
+        strategies = [strategy for strategy in found if strategy is not None]
+        if not strategies:
+            pytest.fail(NO_EXAMPLES.format(type=filter_compiler.expression_type), pytrace=False)
+        return st.one_of(*strategies)
 
     @pytest.fixture
-    def message_strategy(self) -> SearchStrategy[Message]:
-        return default_message_strategy()
+    def message_strategy(self, filter_compiler: FilterCompiler) -> SearchStrategy[Message]:
+        from_examples = example_messages(_declared_examples(filter_compiler))
+        default = default_message_strategy()
+        return default if from_examples is None else st.one_of(default, from_examples)
 
     # --------------------------------------------------------------------------- valid input
 
     def test_capabilities_name_the_expression_type(self, filter_compiler: FilterCompiler) -> None:
-        assert isinstance(filter_compiler, FilterCompiler)
-        assert filter_compiler.capabilities.expression_type == filter_compiler.expression_type
+        """A compiler is a FilterCompiler whose capabilities name its own expression type."""
+        assert isinstance(filter_compiler, FilterCompiler), (
+            f"{type(filter_compiler).__name__} lacks FilterCompiler members (expression_type, capabilities, compile)")
+        declared = filter_compiler.capabilities.expression_type
+        assert declared == filter_compiler.expression_type, (
+            f"capabilities.expression_type is {declared!r}, the compiler's expression_type "
+            f"{filter_compiler.expression_type!r}")
+
+    def test_declared_examples_match_as_declared(self, filter_compiler: FilterCompiler) -> None:
+        """Each declared example compiles, matches its matching messages (its pre-check passes
+        them) and none of its not-matching ones."""
+        examples = _declared_examples(filter_compiler)
+        if not examples:
+            pytest.fail(NO_EXAMPLES.format(type=filter_compiler.expression_type), pytrace=False)
+        for example in examples:
+            flt = filter_compiler.compile(example.expression)
+            for sample in example.matching:
+                result = _evaluate_cleanly(flt, sample.properties, sample.tags)
+                assert result is True, (
+                    f"example {example.expression!r} must match {sample}, but evaluate answered {result!r}")
+                assert flt.precheck(_entry(sample.properties, sample.tags)), (
+                    f"example {example.expression!r}: precheck rejected {sample}, which it matches")
+            for sample in example.not_matching:
+                result = _evaluate_cleanly(flt, sample.properties, sample.tags)
+                assert result is not True, (
+                    f"example {example.expression!r} must not match {sample}, but evaluate answered True")
 
     @given(data=st.data())
     @_settings
@@ -267,20 +346,17 @@ class FilterConformance:
     ) -> None:
         flt = filter_compiler.compile(data.draw(expression_strategy, label="expression"))
         messages = data.draw(st.lists(message_strategy, min_size=1, max_size=8), label="messages")
-        precheck_many = getattr(flt, "precheck_many", None)
-        precheck_bloom = getattr(flt, "precheck_bloom", None)
-        property_bloom = getattr(flt, "property_bloom", None)
-        entries = [_entry(tags) for _, tags in messages]
+        entries = [_entry(properties, tags) for properties, tags in messages]
         scalar = [flt.precheck(entry) for entry in entries]
-        if precheck_many is not None:
-            mask = precheck_many(np.array([e.tags_code for e in entries], dtype=np.int64))
+        if isinstance(flt, BatchPrecheck):
+            mask = flt.precheck_many(np.array([e.tags_code for e in entries], dtype=np.int64))
             assert [bool(m) for m in mask] == scalar, "precheck_many must agree with precheck entry by entry"
         for (properties, tags), passed in zip(messages, scalar):
             if not flt.matches(properties, tags):
                 continue
             assert passed, f"precheck rejected a message the exact check accepts: {properties!r} tags={tags!r}"
-            if precheck_bloom is not None and property_bloom is not None:
-                assert precheck_bloom(property_bloom(properties, tags)), (
+            if isinstance(flt, BloomPrecheck):
+                assert flt.precheck_bloom(flt.property_bloom(properties, tags)), (
                     f"precheck_bloom rejected a message the exact check accepts: {properties!r} tags={tags!r}")
 
     @given(data=st.data())
@@ -303,7 +379,7 @@ class FilterConformance:
         if flt is not None:
             for properties, tags in messages:
                 _evaluate_cleanly(flt, properties, tags)
-                flt.precheck(_entry(tags))
+                flt.precheck(_entry(properties, tags))
 
     @given(expression=st.text(max_size=120), messages=st.lists(default_message_strategy(), max_size=3))
     @_settings

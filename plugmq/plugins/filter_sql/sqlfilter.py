@@ -8,6 +8,8 @@ from plugmq.core import (
     ConsumeQueueEntry,
     FilterCapabilities,
     FilterEvaluationError,
+    FilterExample,
+    FilterSample,
     FilterSyntaxError,
     Prop,
 )
@@ -119,7 +121,14 @@ class SqlFilterCompiler:
     """Compiles SQL92 selectors with RocketMQ's exact semantics (see ``spec/sql92.md``)."""
 
     expression_type = EXPRESSION_TYPE
-    capabilities = FilterCapabilities(expression_type=EXPRESSION_TYPE, broker_precheck=False)
+    capabilities = FilterCapabilities(expression_type=EXPRESSION_TYPE, broker_precheck=False, examples=(
+        # a missing property makes a comparison unknown; a value that is no number fails it: no match
+        FilterExample("a > 5 AND b = 'x'", matching=[{"a": "7", "b": "x"}, {"a": "60", "b": "x"}],
+                      not_matching=[{"a": "3", "b": "x"}, {"b": "x"}, {"a": "abc", "b": "x"}, {"a": "7", "b": "y"}]),
+        FilterExample("a IS NULL OR a IN ('x', 'y')", matching=[{}, {"a": "y"}], not_matching=[{"a": "z"}]),
+        FilterExample("a BETWEEN 1 AND 3", matching=[{"a": "1"}, {"a": "3"}], not_matching=[{"a": "4"}, {}]),
+        FilterExample("TAGS = 'TagA'", matching=[FilterSample(tags="TagA")], not_matching=[FilterSample(tags="TagB")]),
+    ))
 
     def compile(self, expression: str) -> SqlFilter:
         if not isinstance(expression, str):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from plugmq.core import ConsumeQueueEntry, FilterCapabilities, FilterSyntaxError, Prop
+from plugmq.core import ConsumeQueueEntry, FilterCapabilities, FilterExample, FilterSample, FilterSyntaxError, Prop
 from plugmq.core.hashing import java_string_hash, split_tags
 
 if TYPE_CHECKING:
@@ -96,7 +96,14 @@ class TagFilterCompiler:
     """Compiles tag subscriptions as RocketMQ's ``FilterAPI.buildSubscriptionData`` reads them."""
 
     expression_type = EXPRESSION_TYPE
-    capabilities = FilterCapabilities(expression_type=EXPRESSION_TYPE, broker_precheck=True)
+    capabilities = FilterCapabilities(expression_type=EXPRESSION_TYPE, broker_precheck=True, examples=(
+        FilterExample("TagA || TagB", matching=[FilterSample(tags="TagA"), FilterSample(tags="TagB"),
+                                                FilterSample({Prop.TAGS: "TagB"})],
+                      not_matching=[FilterSample(tags="TagC"), FilterSample()]),
+        # "Aa" and "BB" share a Java hash: the pre-check passes BB, the exact check rejects it
+        FilterExample("Aa", matching=[FilterSample(tags="Aa")], not_matching=[FilterSample(tags="BB")]),
+        FilterExample("*", matching=[FilterSample(), FilterSample(tags="x")]),
+    ))
 
     def compile(self, expression: str) -> TagFilter:
         if not isinstance(expression, str):
