@@ -12,13 +12,13 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,cluster,bench,chaos,console,trace,test]" -e examples/plugmq-audit 2>&1 \
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[spark,serve,cluster,bench,chaos,console,trace,test]" -e examples/plugmq-audit -e examples/plugmq-rendezvous -e examples/plugmq-glob 2>&1 \
     | grep -v -E "^WARNING: (Location|The index url)" || true
 .venv/bin/python -c "import plugmq, pyspark, kazoo" || { echo "plugmq did not install into .venv" >&2; exit 1; }
 # An editable install leaves plugmq's own modules uncompiled: compile them now (about half a second),
 # so the first `plugmq serve` does not spend that CPU before it answers (nor every start where
 # PYTHONDONTWRITEBYTECODE is set).
-.venv/bin/python -m compileall -q -j 0 plugmq examples/plugmq-audit/src >/dev/null
+.venv/bin/python -m compileall -q -j 0 plugmq examples/plugmq-audit/src examples/plugmq-rendezvous/src examples/plugmq-glob/src >/dev/null
 
 # Debian packages: command to look for -> package that provides it -> what needs it.
 missing=()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from plugmq.broker.broker import Broker
 
 __all__ = ["command"]
 
@@ -25,10 +29,8 @@ def command(config_path: str, listen: str | None) -> None:
         raise click.ClickException(f"plugmq serve needs the 'serve' extra ({exc.name} is missing): "
                                    "pip install 'plugmq[serve]'") from exc
 
-    def ready(address: str, broker: object) -> None:
-        name = getattr(broker, "name", "?")
-        data_dir = getattr(broker, "data_dir", "?")
-        click.echo(f"plugmq serve: listening on {address} (broker {name}, data {data_dir})")
+    def ready(address: str, broker: Broker) -> None:
+        click.echo(f"plugmq serve: listening on {address} (broker {broker.name}, data {broker.data_dir})")
         sys.stdout.flush()
 
     run(config_path, listen, ready)  # a PlugmqError becomes one error line in plugmq.cli

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from plugmq.conformance.budget import examples
 from plugmq.core import AllocateStrategy, AllocationCapabilities, MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 
@@ -36,7 +37,7 @@ _consumer_ids = st.builds(
 )
 
 _settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     # Failures are shrunk to a minimal input; the "explain" phase is left out: it re-runs a
     # failing clause thousands of times for little extra insight on inputs this small.
@@ -75,6 +76,8 @@ class AllocationConformance:
     def test_every_queue_assigned_exactly_once(
         self, allocation_strategy_factory: StrategyFixture, inputs: tuple[list[MessageQueue], list[str]]
     ) -> None:
+        """The consumers' answers, each computed with its own id over the same lists, are disjoint and
+        cover every queue."""
         name, factory, capabilities = allocation_strategy_factory
         if capabilities.may_leave_queues_unassigned:
             pytest.skip(f"{name} declares may_leave_queues_unassigned: its union need not cover every queue")
@@ -114,6 +117,8 @@ class AllocationConformance:
     def test_deterministic_and_leaves_input_alone(
         self, allocation_strategy_factory: StrategyFixture, inputs: tuple[list[MessageQueue], list[str]]
     ) -> None:
+        """The same instance and a fresh one answer the same for the same input, and the input lists are
+        left unchanged."""
         name, factory, _ = allocation_strategy_factory
         queues, ids = inputs
         strategy = factory()
@@ -131,6 +136,8 @@ class AllocationConformance:
     def test_more_consumers_than_queues(
         self, allocation_strategy_factory: StrategyFixture, inputs: tuple[list[MessageQueue], list[str]]
     ) -> None:
+        """With more consumers than queues the answers are lists of queues, every queue is assigned once
+        and the extra consumers stay idle."""
         name, factory, capabilities = allocation_strategy_factory
         queues, ids = inputs
         assignment = global_assignment(factory(), queues, ids)
@@ -148,6 +155,7 @@ class AllocationConformance:
     def test_consumer_not_in_list_gets_nothing(
         self, allocation_strategy_factory: StrategyFixture, inputs: tuple[list[MessageQueue], list[str]]
     ) -> None:
+        """A consumer id that is not in the consumer list gets no queue."""
         name, factory, _ = allocation_strategy_factory
         queues, ids = inputs
         outsider = "outsider-192.168.255.255@0"

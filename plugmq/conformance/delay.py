@@ -75,6 +75,8 @@ class DelayConformance:
     # -- declaration ----------------------------------------------------------------------------
 
     def test_declares_consistent_capabilities(self, delay_plugin: str, harness: DelayHarness) -> None:
+        """The scheduler's capabilities equal the declared ones and are consistent: resolution >= 1, levels
+        only for a level strategy, the longest level as maximum."""
         declaration = plugin_declaration(delay_plugin)
         assert Family.DELAY in declaration.families
         caps = declaration.capabilities
@@ -92,6 +94,8 @@ class DelayConformance:
     # -- timing ---------------------------------------------------------------------------------
 
     def test_never_early_and_late_by_at_most_one_tick(self, harness: DelayHarness) -> None:
+        """No message is written back before its deliver time, nor later than one resolution after it,
+        after every step of the clock."""
         h = harness
         h.open()
         rng = random.Random(11)
@@ -120,6 +124,7 @@ class DelayConformance:
         assert h.scheduler.metrics()["delivered"] >= len(h.sent)
 
     def test_a_burst_due_at_once_goes_out_within_one_tick_in_order(self, harness: DelayHarness) -> None:
+        """A burst due at one moment is written back completely within one tick, in sending order."""
         h = harness
         h.open()
         h.advance_to(h.clock.now_ms() + 3)  # off any whole second
@@ -141,6 +146,8 @@ class DelayConformance:
         assert h.stored_uids() == collections.Counter(list(h.sent))
 
     def test_order_within_a_level_or_tick(self, harness: DelayHarness) -> None:
+        """Messages with equal deliver times keep their sending order; an earlier tick is written back
+        first."""
         h = harness
         h.open()
         if h.caps.arbitrary_delay:
@@ -166,6 +173,7 @@ class DelayConformance:
     # -- restarts -------------------------------------------------------------------------------
 
     def test_clean_restart_loses_and_repeats_nothing(self, harness: DelayHarness) -> None:
+        """A clean close and reopen keeps every pending message and writes back nothing twice."""
         h = harness
         scheduler = h.open()
         rng = random.Random(5)
@@ -189,6 +197,8 @@ class DelayConformance:
         assert h.stored_uids() == collections.Counter(list(h.sent)), "a restart with nothing pending delivered again"
 
     def test_overdue_at_start_oldest_first_and_in_metrics(self, harness: DelayHarness) -> None:
+        """What came due while the broker was down goes out right after start, oldest first, within one
+        resolution, and shows in metrics."""
         h = harness
         h.open()
         rng = random.Random(3)
@@ -211,6 +221,7 @@ class DelayConformance:
         assert scheduler.pending() == 0
 
     def test_restart_after_kill_mid_dispatch(self, harness: DelayHarness, tmp_path: Path) -> None:
+        """After a SIGKILL while dispatching, every accepted message is written back exactly once."""
         h = harness
         levels = plugin_declaration(h.plugin).capabilities.levels_ms
         start = h.clock.now_ms()
@@ -244,6 +255,8 @@ class DelayConformance:
         _check_after_kill(h, run.due)
 
     def test_restart_after_kill_mid_schedule(self, harness: DelayHarness, tmp_path: Path) -> None:
+        """After a SIGKILL while scheduling, every accepted message is written back exactly once and
+        nothing never accepted is."""
         h = harness
         start = h.clock.now_ms()
         run = _run_child(h, tmp_path, start=start, count=100_000, until=start, kill_after=("S", 400))
@@ -261,6 +274,8 @@ class DelayConformance:
     # -- cancel ---------------------------------------------------------------------------------
 
     def test_cancel_honoured(self, harness: DelayHarness) -> None:
+        """A cancelled message that was not yet due is never written back, also across a restart; cancel
+        answers False once it was delivered."""
         h = harness
         scheduler = h.open()
         if not h.caps.cancel:
@@ -285,6 +300,8 @@ class DelayConformance:
         assert scheduler.pending() == 0
 
     def test_cancel_of_unknown_and_malformed_ids(self, harness: DelayHarness) -> None:
+        """cancel answers False for an id of another broker or of no message, and raises ValidationError
+        for something that is not a message id."""
         h = harness
         scheduler = h.open()
         if not h.caps.cancel:
@@ -301,6 +318,8 @@ class DelayConformance:
         assert [d.uid for d in h.deliveries] == ["kept"], "an answered cancel must not touch other messages"
 
     def test_cancel_refused_where_not_declared(self, harness: DelayHarness) -> None:
+        """Without the cancel capability, cancel raises DelayUnsupportedError and the message stays
+        scheduled."""
         h = harness
         scheduler = h.open()
         if h.caps.cancel:
@@ -314,6 +333,8 @@ class DelayConformance:
     # -- refusals -------------------------------------------------------------------------------
 
     def test_delay_above_max_clamped_or_refused_as_declared(self, harness: DelayHarness) -> None:
+        """A delay above max_delay_ms is clamped when the strategy clamps, else refused with
+        DelayUnsupportedError leaving nothing behind."""
         h = harness
         scheduler = h.open()
         caps = h.caps
@@ -345,6 +366,7 @@ class DelayConformance:
         assert 0 <= late[0] <= caps.resolution_ms
 
     def test_arbitrary_delay_refused_by_level_strategy(self, harness: DelayHarness) -> None:
+        """A strategy without arbitrary_delay refuses every non-level request, even one equal to a level."""
         h = harness
         scheduler = h.open()
         if h.caps.arbitrary_delay:

@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from plugmq.conformance.budget import examples
 from plugmq.core import (
     ConsumeQueueEntry,
     Filter,
@@ -64,7 +65,7 @@ __all__ = [
 Message = tuple[dict[str, str], "str | None"]
 
 _settings = settings(
-    max_examples=80,
+    max_examples=examples(80),
     deadline=None,
     # too_slow: generation time depends on how loaded the machine is, not on the plugin
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors, HealthCheck.too_slow],
@@ -329,6 +330,7 @@ class FilterConformance:
     def test_valid_expressions_compile_to_a_filter(
         self, filter_compiler: FilterCompiler, expression_strategy: SearchStrategy[str], data: st.DataObject
     ) -> None:
+        """A valid expression compiles to a Filter of the compiler's type holding the expression unchanged."""
         expression = data.draw(expression_strategy, label="expression")
         flt = filter_compiler.compile(expression)
         assert isinstance(flt, Filter)
@@ -344,6 +346,8 @@ class FilterConformance:
         message_strategy: SearchStrategy[Message],
         data: st.DataObject,
     ) -> None:
+        """No pre-check (precheck, precheck_many, precheck_bloom) rejects a message the exact check
+        accepts; precheck_many agrees with precheck."""
         flt = filter_compiler.compile(data.draw(expression_strategy, label="expression"))
         messages = data.draw(st.lists(message_strategy, min_size=1, max_size=8), label="messages")
         entries = [_entry(properties, tags) for properties, tags in messages]
@@ -368,6 +372,8 @@ class FilterConformance:
         message_strategy: SearchStrategy[Message],
         data: st.DataObject,
     ) -> None:
+        """evaluate returns exactly True, False or None or raises FilterEvaluationError, and matches is
+        True exactly when evaluate is."""
         flt = filter_compiler.compile(data.draw(expression_strategy, label="expression"))
         properties, tags = data.draw(message_strategy, label="message")
         _evaluate_cleanly(flt, properties, tags)
@@ -386,6 +392,8 @@ class FilterConformance:
     def test_fuzzed_text_raises_only_filter_syntax_errors(
         self, filter_compiler: FilterCompiler, expression: str, messages: list[Message]
     ) -> None:
+        """Random text compiles or raises FilterSyntaxError (position inside the expression), and what
+        compiles evaluates cleanly."""
         self._fuzz(filter_compiler, expression, messages)
 
     @given(raw=st.binary(max_size=160), messages=st.lists(default_message_strategy(), max_size=3))
@@ -393,6 +401,8 @@ class FilterConformance:
     def test_fuzzed_bytes_raise_only_filter_syntax_errors(
         self, filter_compiler: FilterCompiler, raw: bytes, messages: list[Message]
     ) -> None:
+        """Random bytes, decoded with replacement, compile or raise FilterSyntaxError only, and what
+        compiles evaluates cleanly."""
         self._fuzz(filter_compiler, raw.decode("utf-8", errors="replace"), messages)
 
     @given(expression=fuzz_token_soup(), messages=st.lists(default_message_strategy(), max_size=3))
@@ -400,10 +410,14 @@ class FilterConformance:
     def test_fuzzed_token_soup_raises_only_filter_syntax_errors(
         self, filter_compiler: FilterCompiler, expression: str, messages: list[Message]
     ) -> None:
+        """Near-valid token soup compiles or raises FilterSyntaxError only, and what compiles evaluates
+        cleanly."""
         self._fuzz(filter_compiler, expression, messages)
 
     @pytest.mark.parametrize("expression", _PATHOLOGICAL, ids=lambda e: repr(e[:12]))
     def test_pathological_nesting_is_refused_or_compiled_cleanly(
         self, filter_compiler: FilterCompiler, expression: str
     ) -> None:
+        """Input nested or repeated thousands deep is refused with FilterSyntaxError or compiled, in
+        bounded time, never a RecursionError."""
         self._fuzz(filter_compiler, expression, [({"a": "x"}, "TagA"), ({}, None)])

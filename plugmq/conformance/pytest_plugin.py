@@ -7,13 +7,21 @@
 - ``@pytest.mark.plugmq_damages_files(what)`` marks a clause that damages the plugin's files on
   purpose (only under pytest's temporary directories); the runner lists those clauses before
   they run and their outcomes at the end.
+- A failed clause is reported in a few lines (:mod:`plugmq.conformance.report`): the clause, the
+  rule it checks (its docstring), the plugin's answer (the assertion's message, or what the
+  plugin raised and where), and Hypothesis' falsifying example; ``--plugmq-tracebacks`` shows
+  pytest's full report instead.
 
 Outside a conformance run (no ``--plugmq-plugin``) the hooks change nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
+
+from plugmq.conformance.report import is_clause, render_failure
 
 NOT_APPLICABLE = "plugmq_not_applicable"
 DAMAGES_FILES = "plugmq_damages_files"
@@ -28,9 +36,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="installed plugmq plugin (entry-point name) to run the conformance suite against; repeatable",
     )
+    group.addoption(
+        "--plugmq-examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N Hypothesis examples per property clause (a quick first pass; default: each clause's own)",
+    )
+    group.addoption(
+        "--plugmq-tracebacks",
+        action="store_true",
+        default=False,
+        help="report failed conformance clauses with pytest's full tracebacks instead of a compact summary",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    limit = config.getoption("--plugmq-examples")
+    if limit is not None:
+        if limit < 1:
+            raise pytest.UsageError(f"--plugmq-examples takes a number >= 1, got {limit}")
+        from plugmq.conformance.budget import cap_examples
+
+        cap_examples(limit)
     config.addinivalue_line(
         "markers", f"{DAMAGES_FILES}(what): the clause damages the plugin's files on purpose (what it does to them)")
     config.addinivalue_line(
@@ -81,10 +109,31 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     count, families = config.stash.get(_LEFT_OUT, (0, []))
     if count:
         lines.append(f"  left out: {count} clauses of families not declared ({', '.join(families)})")
+    lines += _broker_lines(config, items, names)
+    limit = config.getoption("--plugmq-examples")
+    if limit is not None:
+        lines.append(f"  at most {limit} Hypothesis examples per property clause (--plugmq-examples): a quick pass")
     damaging = config.stash.get(_DAMAGING, {})
     if damaging:
         lines.append("  clauses that damage the plugin's files on purpose (in pytest's temporary directories):")
         lines += [f"    {nodeid}: {what}" for nodeid, what in damaging.items()]
+    return lines
+
+
+def _broker_lines(config: pytest.Config, items: list[pytest.Item], names: list[str]) -> list[str]:
+    """Which broker each named plugin's broker clauses run in, and their consumers' strategy."""
+    if not any(isinstance(item, pytest.Function) and "broker_plugins" in item.fixturenames for item in items):
+        return []
+    from plugmq.conformance import plan
+    from plugmq.core.contracts import Family
+
+    lines = []
+    for name in names:
+        if Family.CLUSTER in plan.declaration(name).families:
+            continue
+        under_test = plan.compose_broker(name, names)
+        strategy = under_test.strategy or "none offered"
+        lines.append(f"  broker clauses of {name}: plugins {', '.join(under_test.plugins)}; consumers on {strategy}")
     return lines
 
 
@@ -95,9 +144,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     outcomes: dict[str, str] = {}
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, []):
-            nodeid = getattr(report, "nodeid", None)
+            nodeid = report.nodeid if isinstance(report, pytest.TestReport) else None
             if nodeid in damaging and outcomes.get(nodeid) in (None, "passed"):
                 outcomes[nodeid] = outcome
     terminalreporter.section("plugmq: clauses that damaged the plugin's files on purpose")
     for nodeid, what in damaging.items():
         terminalreporter.write_line(f"{outcomes.get(nodeid, 'not run').upper():8} {nodeid}: {what}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if (report.failed and call.excinfo is not None and plugins_under_test(item.config)
+            and not item.config.getoption("--plugmq-tracebacks") and is_clause(item)):
+        report.longrepr = render_failure(item, call.excinfo, report.when)
+    return report

@@ -131,7 +131,11 @@ def _capabilities(plugin: str) -> StoreCapabilities:
 
 
 def require(sut: StoreUnderTest, capability: str) -> None:
-    if not getattr(_capabilities(sut.plugin), capability):
+    """Skip, saying so, unless the store declares ``capability`` (a StoreCapabilities field)."""
+    declared = attrs.asdict(_capabilities(sut.plugin))
+    if capability not in declared:
+        raise ValueError(f"{capability!r} is not a StoreCapabilities field: {', '.join(declared)}")
+    if not declared[capability]:
         pytest.skip(f"{sut.plugin} does not declare {capability}")
 
 
@@ -214,6 +218,8 @@ class StoreConformance(ReplicationClauses):
     # -- declaration --------------------------------------------------------------------------
 
     def test_declares_storage_and_satisfies_protocol(self, store_plugin: StoreUnderTest, opener: Opener) -> None:
+        """The plugin declares the storage family with StoreCapabilities, and its store is a MessageStore
+        with those capabilities."""
         caps = _capabilities(store_plugin.plugin)
         store = opener()
         assert isinstance(store, MessageStore), f"{store_plugin.plugin}'s store lacks MessageStore methods"
@@ -222,6 +228,8 @@ class StoreConformance(ReplicationClauses):
     # -- round trips --------------------------------------------------------------------------
 
     def test_single_append_round_trip(self, opener: Opener, clock: ManualClock) -> None:
+        """One append reads back exactly as requested, plus its offsets, size, store time, store host and
+        message id."""
         store = opener()
         req = request(keys="order-1 order-2", uniq="UNIQ0001", tags="TagA", tags_code=-123456789,
                       born_timestamp_ms=1_600_000_000_123, born_host="192.168.0.7:5555", reconsume_times=3,
@@ -235,6 +243,7 @@ class StoreConformance(ReplicationClauses):
         assert_stored(store.read(res.commit_log_offset, res.size), req, res)
 
     def test_batch_append_round_trip(self, opener: Opener) -> None:
+        """A batch reads back exactly, in request order, with consecutive queue offsets per queue."""
         store = opener()
         reqs = [request(queue_id=i % 3, body=f"batch-{i}".encode(), keys=f"b{i}") for i in range(10)]
         results = store.append_batch(reqs)
@@ -249,6 +258,7 @@ class StoreConformance(ReplicationClauses):
         assert store.append_batch([]) == []
 
     def test_empty_and_max_size_bodies(self, opener: Opener) -> None:
+        """Bodies from empty to the maximum size are stored and read back unchanged."""
         store = opener()
         for body in (b"", os.urandom(DEFAULT_MAX_BODY_SIZE), b"after"):
             req = request(body=body)
@@ -261,6 +271,7 @@ class StoreConformance(ReplicationClauses):
     # -- offsets ------------------------------------------------------------------------------
 
     def test_queue_offsets_dense_and_monotonic(self, opener: Opener) -> None:
+        """Queue offsets are dense and 0-based per queue; commit-log offsets grow with every append."""
         store = opener()
         rng = random.Random(7)
         expected: dict[tuple[str, int], int] = {}
@@ -278,6 +289,7 @@ class StoreConformance(ReplicationClauses):
             assert [e.queue_offset for e in store.read_queue(topic, queue_id, 0, 1000)] == list(range(count))
 
     def test_min_max_offsets_and_queues(self, opener: Opener) -> None:
+        """min_offset, max_offset and queues() describe what was written; unknown queues read as empty."""
         store = opener()
         assert (store.min_offset(TOPIC, 0), store.max_offset(TOPIC, 0)) == (0, 0)
         assert store.max_offset("NeverWritten", 5) == 0
@@ -289,6 +301,8 @@ class StoreConformance(ReplicationClauses):
         assert dict(store.queues()) == {TOPIC: 3, "OtherTopic": 1}
 
     def test_read_queue_paging(self, opener: Opener) -> None:
+        """read_queue pages through a queue in order; past the end, with max_entries 0 or for an unknown
+        queue it is empty."""
         store = opener()
         reqs = [request(body=f"p{i}".encode(), tags_code=i * 11) for i in range(25)]
         results = [store.append(r) for r in reqs]
@@ -312,6 +326,8 @@ class StoreConformance(ReplicationClauses):
     # -- queries ------------------------------------------------------------------------------
 
     def test_query_by_id_and_unknown_ids(self, opener: Opener) -> None:
+        """query_by_id finds a message by its id in one read, and answers None for unknown ids and ids past
+        the end."""
         store = opener()
         pairs = [(r, store.append(r)) for r in (request(body=f"id{i}".encode()) for i in range(5))]
         for req, res in pairs:
@@ -322,6 +338,8 @@ class StoreConformance(ReplicationClauses):
         assert store.read(1 << 60) is None
 
     def test_query_by_key_and_time_range(self, opener: Opener, clock: ManualClock) -> None:
+        """query_by_key finds messages by key and unique id within an inclusive store-time range, at most
+        max_results."""
         require(opener.sut, "query_by_key")
         store = opener()
         stamps = []
@@ -348,6 +366,8 @@ class StoreConformance(ReplicationClauses):
         assert store.query_by_key("NoSuchTopic", "shared") == []
 
     def test_offset_for_timestamp(self, opener: Opener, clock: ManualClock) -> None:
+        """offset_for_timestamp gives the first queue offset stored at or after a time, the max offset when
+        none is."""
         require(opener.sut, "query_by_time")
         store = opener()
         start = clock.now_ms()
@@ -365,6 +385,8 @@ class StoreConformance(ReplicationClauses):
     # -- durability ---------------------------------------------------------------------------
 
     def test_close_and_reopen_keep_everything(self, opener: Opener, clock: ManualClock) -> None:
+        """close keeps everything: offsets, keys and ids are the same after reopening and appends continue
+        after them."""
         store = opener()
         written = []
         for i in range(20):
@@ -391,6 +413,8 @@ class StoreConformance(ReplicationClauses):
         assert_stored(store.read(res.commit_log_offset), req, res)
 
     def test_restart_after_kill_mid_write(self, opener: Opener, tmp_path: Path) -> None:
+        """After a SIGKILL mid-write, every append that returned reads back as acknowledged and the store
+        takes appends again."""
         require(opener.sut, "crash_recovery")
         sut = opener.sut
         options_file = tmp_path / "options.pickle"
@@ -445,6 +469,7 @@ class StoreConformance(ReplicationClauses):
     # -- refusals -----------------------------------------------------------------------------
 
     def test_oversize_record_refused_and_store_usable(self, opener: Opener) -> None:
+        """A body above the limit is refused, writes nothing (a batch neither) and the store stays usable."""
         store = opener()
         first = store.append(request(body=b"before"))
         # One byte over the default context's store_body_limit: the client limit plus the headroom
@@ -465,6 +490,8 @@ class StoreConformance(ReplicationClauses):
         assert store.max_offset(TOPIC, 1) == 0
 
     def test_badly_named_topic_rejected(self, opener: Opener, tmp_path: Path) -> None:
+        """A topic name that breaks the name rule is refused before any file is touched; a batch holding
+        one writes nothing."""
         store = opener()
         with pytest.raises(InvalidNameError):
             AppendRequest(topic="bad topic/..", queue_id=0, body=b"x")
@@ -517,6 +544,8 @@ class StoreConformance(ReplicationClauses):
         assert offset == 600
 
     def test_concurrent_writers_lose_and_interleave_nothing(self, opener: Opener) -> None:
+        """Many writers lose and double no offset, one writer's appends keep their order and a batch stays
+        together in each queue."""
         require(opener.sut, "concurrent_writers")
         store = opener()
         threads, rounds = 4, 25
@@ -567,6 +596,8 @@ class StoreConformance(ReplicationClauses):
     # -- retention ----------------------------------------------------------------------------
 
     def test_retention_keeps_fresh_and_stays_consistent(self, opener: Opener, clock: ManualClock) -> None:
+        """Retention removes only expired records; each queue stays readable from min to max offset and
+        appends continue, also after a reopen."""
         require(opener.sut, "retention")
         store = opener()
         written = {}
@@ -618,6 +649,8 @@ class StoreConformance(ReplicationClauses):
     # -- model-based --------------------------------------------------------------------------
 
     def test_stateful_against_reference_model(self, store_plugin: StoreUnderTest, tmp_path: Path) -> None:
+        """Random appends, batches, reads, queries, clock steps and reopens answer as plain Python lists
+        do."""
         machine = _state_machine(store_plugin, tmp_path)
         run_state_machine_as_test(machine, settings=settings(
             max_examples=8, stateful_step_count=20, deadline=None,

@@ -107,6 +107,8 @@ class ReplicationClauses:
         pair.close()
 
     def test_replicated_log_is_identical(self, pair: _Pair, clock: ManualClock) -> None:
+        """Shipping the log chunk by chunk gives the slave the same messages at the same offsets, ids and
+        times, with every query answering alike."""
         master, slave = pair.master(), pair.slave()
         assert isinstance(master, ReplicableStore), "a store declaring replication must be a ReplicableStore"
         assert master.log_format == slave.log_format and master.log_format
@@ -121,6 +123,7 @@ class ReplicationClauses:
         assert_same_store(master, slave, results)
 
     def test_replicated_log_survives_reopen(self, pair: _Pair, clock: ManualClock) -> None:
+        """A slave built from shipped chunks answers the same after it is closed and reopened."""
         master, slave = pair.master(), pair.slave()
         results = fill(master, clock, 30)
         ship(master, slave)
@@ -132,6 +135,8 @@ class ReplicationClauses:
         assert_same_store(master, slave, results)
 
     def test_torn_or_misplaced_chunk_refused_whole(self, pair: _Pair, clock: ManualClock) -> None:
+        """A chunk that is torn, damaged, misplaced or of another format is refused whole; the slave is
+        unchanged and usable."""
         master, slave = pair.master(), pair.slave()
         results = fill(master, clock, 12)
         whole = master.read_log(0, 1 << 20)
@@ -152,6 +157,8 @@ class ReplicationClauses:
         assert_same_store(master, slave, results)
 
     def test_truncate_then_resume(self, pair: _Pair, clock: ManualClock) -> None:
+        """truncate_log cuts every record at or after an offset with its queue and index entries; appends
+        continue there."""
         master, slave = pair.master(), pair.slave()
         results = fill(master, clock, 30)
         ship(master, slave)
@@ -182,6 +189,8 @@ class ReplicationClauses:
         assert (again.commit_log_offset, again.queue_offset) == (cut.commit_log_offset, message.queue_offset)
 
     def test_empty_store_adopts_the_master_start(self, pair: _Pair, clock: ManualClock) -> None:
+        """An empty store takes a first chunk that starts anywhere, its queues starting at the offsets the
+        records carry."""
         master, slave = pair.master(), pair.slave()
         results = fill(master, clock, 30)
         start = results[12].commit_log_offset  # as if retention had removed everything before it
@@ -210,6 +219,7 @@ class ReplicationClauses:
         assert slave.read(results[-1].commit_log_offset) == master.read(results[-1].commit_log_offset)
 
     def test_log_listener_hears_every_append(self, pair: _Pair, clock: ManualClock) -> None:
+        """The log listener hears the new end offset of every append, local or replicated."""
         master, slave = pair.master(), pair.slave()
         heard: list[int] = []
         master.set_log_listener(heard.append)

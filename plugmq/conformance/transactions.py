@@ -158,6 +158,8 @@ class TransactionConformance:
 
     # ---------------------------------------------------------------------------- visibility
     def test_invisible_until_commit(self, open_broker: Callable[..., Broker]) -> None:
+        """A half message is invisible until committed, then appears once on its real topic and queue as it
+        was sent."""
         broker = open_broker()
         seen_inside: list[int] = []
         consumed: list[StoredMessage] = []
@@ -187,6 +189,7 @@ class TransactionConformance:
         assert self.discarded(broker) == []
 
     def test_unknown_stays_invisible_and_is_never_on_the_real_topic_early(self, open_broker, clock) -> None:
+        """An UNKNOWN transaction stays invisible and never reaches its real topic early."""
         broker = open_broker()
         caps = self.caps(broker)
         open_producer(broker, self.GROUP, _decide(UNKNOWN), Checks(clock)).send_in_transaction(
@@ -195,6 +198,7 @@ class TransactionConformance:
         assert self.visible(broker) == [] and broker.transactions.pending() == 1
 
     def test_rollback_never_visible_never_checked(self, open_broker, clock) -> None:
+        """A rolled-back message is never visible and never checked back."""
         broker = open_broker()
         checks = Checks(clock, COMMIT)
         result = open_producer(broker, self.GROUP, _decide(ROLLBACK), checks).send_in_transaction(
@@ -205,6 +209,8 @@ class TransactionConformance:
         assert broker.transactions.pending() == 0
 
     def test_exception_or_no_answer_in_local_transaction_counts_as_unknown(self, open_broker, clock) -> None:
+        """A local transaction that raises or answers nothing counts as UNKNOWN and is checked after the
+        timeout."""
         broker = open_broker()
         caps = self.caps(broker)
         checks = Checks(clock, COMMIT)
@@ -225,6 +231,8 @@ class TransactionConformance:
         assert len(checks.calls) == 2 and all(t >= sent_at + caps.transaction_timeout_ms / 1000 for t in checks.times)
 
     def test_check_listener_sees_the_real_topic_and_the_transaction_id(self, open_broker, clock) -> None:
+        """The check listener gets the half message with its real topic, keys and properties and the
+        transaction id as msg_id."""
         broker = open_broker()
         checks = Checks(clock, COMMIT)
         result = open_producer(broker, self.GROUP, _decide(UNKNOWN), checks).send_in_transaction(
@@ -239,6 +247,8 @@ class TransactionConformance:
 
     # ---------------------------------------------------------------------------- check-back
     def test_check_schedule_timeout_interval_max_then_discard(self, open_broker, clock) -> None:
+        """Checks come at the timeout, then once per interval, at most check_max times, then the message
+        moves to the discard topic."""
         broker = open_broker()
         caps = self.caps(broker)
         checks = Checks(clock, UNKNOWN)
@@ -266,6 +276,7 @@ class TransactionConformance:
         assert len(checks.times) == caps.check_max and len(self.discarded(broker)) == 1
 
     def test_check_answer_settles(self, open_broker, clock) -> None:
+        """A check answered COMMIT or ROLLBACK settles the transaction."""
         broker = open_broker()
         caps = self.caps(broker)
         answers = iter([UNKNOWN, UNKNOWN, COMMIT])
@@ -281,6 +292,7 @@ class TransactionConformance:
         assert self.discarded(broker, b"dropped") == []
 
     def test_check_immunity_delays_first_check_without_burning_counts(self, open_broker, clock) -> None:
+        """The check-immunity property delays the first check without counting checks."""
         broker = open_broker()
         caps = self.caps(broker)
         if not caps.check_immunity:
@@ -299,6 +311,8 @@ class TransactionConformance:
         assert len(self.discarded(broker, b"immune")) == 1
 
     def test_group_without_live_checker_waits_uncounted(self, open_broker, clock) -> None:
+        """Checks of a group without a live listener wait uncounted and come due within one interval of a
+        listener registering."""
         broker = open_broker()
         caps = self.caps(broker)
         gone = Checks(clock, UNKNOWN)
@@ -318,6 +332,7 @@ class TransactionConformance:
 
     # ---------------------------------------------------------------------------- decisions
     def test_decision_twice_has_no_second_effect(self, open_broker, clock) -> None:
+        """A second COMMIT or ROLLBACK of a settled transaction changes nothing and returns False."""
         broker = open_broker()
         service = broker.transactions
         checks = Checks(clock, COMMIT)
@@ -338,6 +353,7 @@ class TransactionConformance:
         assert checks.calls == [] and service.pending() == 0
 
     def test_concurrent_commits_apply_once(self, open_broker, clock) -> None:
+        """Commits of one transaction from many threads apply once: exactly one returns True."""
         broker = open_broker()
         service = broker.transactions
         producer = open_producer(broker, self.GROUP, _decide(UNKNOWN), Checks(clock))
@@ -359,6 +375,7 @@ class TransactionConformance:
         assert sorted(m.body for m in self.visible(broker)) == sorted(f"race-{i}".encode() for i in range(5))
 
     def test_unknown_transaction_id_is_an_error(self, open_broker) -> None:
+        """end with an id that names no half message raises TransactionError."""
         broker = open_broker()
         sent = broker.put(Message(self.TOPIC, b"plain"), 0)
         with pytest.raises(TransactionError):
@@ -367,6 +384,8 @@ class TransactionConformance:
             broker.transactions.end("not-an-id", COMMIT)
 
     def test_delayed_transactional_message_refused(self, open_broker, clock) -> None:
+        """Without delayed_transactions a delayed half message is refused with TransactionError and nothing
+        is stored."""
         broker = open_broker()
         if self.caps(broker).delayed_transactions:
             pytest.skip("the transaction plugin declares delayed_transactions; refusal does not apply")
@@ -380,6 +399,7 @@ class TransactionConformance:
 
     # ---------------------------------------------------------------------------- restarts
     def test_clean_restart_keeps_open_and_settled_transactions(self, open_broker, clock) -> None:
+        """A clean restart keeps open transactions (checked again) and settled ones (never checked again)."""
         broker = open_broker()
         caps = self.caps(broker)
         first = Checks(clock, UNKNOWN)
@@ -402,6 +422,8 @@ class TransactionConformance:
     @pytest.mark.parametrize("step", STEPS)
     def test_restart_after_kill(self, step: str, txn_plugins: tuple[str, ...], data_dir: Path,
                                 open_broker: Callable[..., Broker]) -> None:
+        """After a SIGKILL at any step of a transaction's life the message ends visible once, discarded
+        once or gone, as decided, with checks still counted."""
         start = ManualClock()
         report = self.run_child(step, txn_plugins, data_dir, start)
         clock = ManualClock(report["now"])
