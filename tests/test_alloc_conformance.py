@@ -103,6 +103,12 @@ class _Broken:
             return list(all_queues) if current_id == all_consumer_ids[0] else []
         if self.how == "feeds_outsiders":
             return list(all_queues) if current_id not in all_consumer_ids[1:] else []
+        if self.how == "remembers_first_members":
+            # Caches the member list of its first call: right until the group changes.
+            self.first_members = getattr(self, "first_members", None) or list(all_consumer_ids)
+            members = [cid for cid in self.first_members if cid in all_consumer_ids] or list(all_consumer_ids)
+            mine = members.index(current_id) if current_id in members else None
+            return [q for i, q in enumerate(all_queues) if mine is not None and i % len(members) == mine]
         raise AssertionError(self.how)
 
 
@@ -115,6 +121,7 @@ class _Broken:
         ("changes_over_time", "test_deterministic_and_leaves_input_alone"),
         ("sorts_input", "test_deterministic_and_leaves_input_alone"),
         ("feeds_outsiders", "test_consumer_not_in_list_gets_nothing"),
+        ("remembers_first_members", "test_long_lived_instances_follow_membership_changes"),
     ],
 )
 def test_clause_fails_for_a_broken_strategy(how: str, clause: str) -> None:

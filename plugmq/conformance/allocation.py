@@ -17,6 +17,14 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from plugmq.conformance.budget import examples
 from plugmq.core import AllocateStrategy, AllocationCapabilities, MessageQueue
@@ -163,3 +171,64 @@ class AllocationConformance:
         assert factory().allocate("g", outsider, queues, ids) == [], (
             f"{name} gave queues to a consumer that is not in the consumer list"
         )
+
+    def test_long_lived_instances_follow_membership_changes(self, allocation_strategy_factory: StrategyFixture) -> None:
+        """Consumers that keep one strategy instance while members join and leave and queues come and
+        go answer as fresh instances do, and (unless it may leave queues unassigned) together still
+        assign every queue exactly once."""
+        name, factory, capabilities = allocation_strategy_factory
+        run_state_machine_as_test(_membership_machine(name, factory, capabilities), settings=settings(
+            max_examples=examples(25), stateful_step_count=12, deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]))
+
+
+def _membership_machine(name: str, factory: Callable[[], AllocateStrategy],
+                        capabilities: AllocationCapabilities) -> type[RuleBasedStateMachine]:
+    """The reference model: the sets of queues and members. Each member keeps its strategy instance."""
+
+    class Membership(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queues: set[MessageQueue] = set()
+            self.members: dict[str, AllocateStrategy] = {}
+
+        @initialize(queues=st.lists(_queues, min_size=1, max_size=16, unique=True),
+                     ids=st.lists(_consumer_ids, min_size=1, max_size=5, unique=True))
+        def start(self, queues: list[MessageQueue], ids: list[str]) -> None:
+            self.queues = set(queues)
+            self.members = {cid: factory() for cid in ids}
+
+        @rule(cid=_consumer_ids)
+        def join(self, cid: str) -> None:
+            self.members.setdefault(cid, factory())
+
+        @precondition(lambda self: len(self.members) > 1)
+        @rule(data=st.data())
+        def leave(self, data: st.DataObject) -> None:
+            del self.members[data.draw(st.sampled_from(sorted(self.members)), label="leaving")]
+
+        @rule(queue=_queues)
+        def add_queue(self, queue: MessageQueue) -> None:
+            self.queues.add(queue)
+
+        @precondition(lambda self: len(self.queues) > 1)
+        @rule(data=st.data())
+        def remove_queue(self, data: st.DataObject) -> None:
+            self.queues.discard(data.draw(st.sampled_from(sorted(self.queues)), label="removed queue"))
+
+        @invariant()
+        def answers_match_fresh_instances_and_cover_the_queues(self) -> None:
+            if not self.members:
+                return
+            queues, ids = rocketmq_sorted(list(self.queues), list(self.members))
+            kept = {cid: self.members[cid].allocate("g", cid, list(queues), list(ids)) for cid in ids}
+            fresh = global_assignment(factory(), queues, ids, group="g")
+            assert kept == fresh, f"{name}: an instance kept across membership changes answered {kept}, a fresh one {fresh}"
+            if capabilities.may_leave_queues_unassigned:
+                return  # as in every_queue_assigned_exactly_once: such a strategy owes no coverage here
+            counts = Counter(q for share in kept.values() for q in share)
+            twice = [q for q, n in counts.items() if n > 1]
+            assert not twice, f"{name}: queues given to more than one consumer: {twice}"
+            assert set(counts) == set(queues), f"{name}: queues missing or foreign: {set(queues) ^ set(counts)}"
+
+    return Membership

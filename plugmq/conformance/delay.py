@@ -223,10 +223,8 @@ class DelayConformance:
     def test_restart_after_kill_mid_dispatch(self, harness: DelayHarness, tmp_path: Path) -> None:
         """After a SIGKILL while dispatching, every accepted message is written back exactly once."""
         h = harness
-        levels = plugin_declaration(h.plugin).capabilities.levels_ms
-        start = h.clock.now_ms()
         count = 2000
-        until = start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
+        start, until = _child_window(h, count)
         first = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=("D", 300))
         assert first.accepted == set(range(count))
         left = count - len(first.delivered)
@@ -243,10 +241,8 @@ class DelayConformance:
     def test_kill_right_after_a_write_back(self, harness: DelayHarness, tmp_path: Path) -> None:
         """The worst moment: the write-back returned, the strategy has not recorded it yet."""
         h = harness
-        levels = plugin_declaration(h.plugin).capabilities.levels_ms
-        start = h.clock.now_ms()
         count = 400
-        until = start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
+        start, until = _child_window(h, count)
         run = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=None, self_kill_after=137)
         assert len(run.delivered) == 137
         h.clock.set(run.clock_ms / 1000)
@@ -434,6 +430,13 @@ class _ChildRun:
         self.delivered: list[str] = []
         self.clock_ms = 0
         self.done = False
+
+
+def _child_window(h: DelayHarness, count: int) -> tuple[int, int]:
+    """Now, and a clock time by which the child's ``count`` planned messages are all due (plus 5 s)."""
+    levels = plugin_declaration(h.plugin).capabilities.levels_ms
+    start = h.clock.now_ms()
+    return start, start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
 
 
 def _run_child(h: DelayHarness, tmp_path: Path, *, start: int, count: int, until: int,

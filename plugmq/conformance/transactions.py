@@ -25,11 +25,15 @@ from typing import Any, ClassVar
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 from plugmq.broker.broker import Broker
 from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.conformance._txn_child import STEPS
+from plugmq.conformance._txn_model import model_machine
 from plugmq.conformance._txn_support import body_for, open_producer
+from plugmq.conformance.budget import examples
 from plugmq.core import (
     Clock,
     Family,
@@ -456,3 +460,25 @@ class TransactionConformance:
         self.advance(clock, self.horizon_s(caps), 10.0)
         assert again.calls == [], "a settled transaction was checked again after a restart"
         assert (len(self.visible(broker, body)), len(self.discarded(broker, body))) == (len(visible), len(dropped))
+
+    def test_random_sends_decisions_and_restarts_match_a_reference_model(
+            self, txn_plugins: tuple[str, ...], tmp_path: Path, clock: ManualClock) -> None:
+        """Random sends (committed, rolled back or unknown, with check answers and immunity), ends,
+        clock steps and restarts: visible, discarded and pending messages and the checks made agree
+        with the declared schedule."""
+        def open_at(data_dir: Path) -> Broker:
+            broker = Broker.open(data_dir, plugins=list(txn_plugins), options=self.options_for(txn_plugins),
+                                 clock=clock)
+            if broker.transactions is None:
+                broker.close()
+                pytest.skip(f"plugins {txn_plugins} hold no {Family.TRANSACTION.value} plugin")
+            broker.create_topic(self.TOPIC, 2)
+            return broker
+
+        probe = open_at(tmp_path / "probe")  # the schedule the service keeps with these options
+        caps = self.caps(probe)
+        probe.close()
+        machine = model_machine(open_at, tmp_path / "model", clock, caps, self.TOPIC, self.GROUP, self.advance)
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples(12), stateful_step_count=15, deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]))

@@ -67,13 +67,8 @@ class AllocateStrategy(Protocol):
         """What the union of the consumers' answers covers (the suite reads the capabilities the
         plugin declares for this strategy name)."""
 
-    def allocate(
-        self,
-        consumer_group: str,
-        current_id: str,
-        all_queues: Sequence[MessageQueue],
-        all_consumer_ids: Sequence[str],
-    ) -> list[MessageQueue]:
+    def allocate(self, consumer_group: str, current_id: str, all_queues: Sequence[MessageQueue],
+                 all_consumer_ids: Sequence[str]) -> list[MessageQueue]:
         """The current consumer's queues. Inputs arrive sorted by the caller; never sort here."""
 
 

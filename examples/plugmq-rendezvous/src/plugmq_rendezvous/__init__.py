@@ -54,13 +54,8 @@ class Rendezvous:
         salt = consumer_group if self._per_group else self._salt
         return max(consumer_ids, key=lambda cid: (_score(salt, queue, cid), cid))
 
-    def allocate(
-        self,
-        consumer_group: str,
-        current_id: str,
-        all_queues: Sequence[MessageQueue],
-        all_consumer_ids: Sequence[str],
-    ) -> list[MessageQueue]:
+    def allocate(self, consumer_group: str, current_id: str, all_queues: Sequence[MessageQueue],
+                 all_consumer_ids: Sequence[str]) -> list[MessageQueue]:
         if current_id not in all_consumer_ids:
             return []
         return [queue for queue in all_queues if self.owner(consumer_group, queue, all_consumer_ids) == current_id]
