@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from plugmq.conformance._store_support import Opener, require
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -99,7 +100,6 @@ class ReplicationClauses:
 
     @pytest.fixture
     def pair(self, store_plugin: object, tmp_path: Path, clock: ManualClock) -> Iterator[_Pair]:
-        from plugmq.conformance.storage import require
 
         require(store_plugin, "replication")  # type: ignore[arg-type]
         pair = _Pair(store_plugin, tmp_path, clock)
@@ -244,7 +244,6 @@ class _Pair:
     """A master and a slave store of the plugin under test, closed at teardown."""
 
     def __init__(self, sut: object, root: Path, clock: ManualClock) -> None:
-        from plugmq.conformance.storage import Opener
 
         self._master = Opener(sut, root / "master", clock)  # type: ignore[arg-type]
         self._slave = Opener(sut, root / "slave", clock, store_host=SLAVE_HOST)  # type: ignore[arg-type]

@@ -151,7 +151,9 @@ def plugmq_filter_compilers() -> Mapping[str, FilterCompiler]:
     Two plugins offering the same expression type is an error naming both.
 
     :return: expression type -> :class:`~plugmq.core.contracts.FilterCompiler`. Not firstresult:
-        the core merges the mappings of all plugins.
+        the core merges the mappings of all plugins. Each compiler's ``capabilities.examples``
+        (valid expressions with messages they must and must not match) are what the conformance
+        suite runs its semantic clauses on.
     """
 
 
@@ -170,6 +172,9 @@ def plugmq_allocate_strategies() -> Mapping[str, AllocateStrategyFactory]:
 
     :return: name -> factory; the factory takes the strategy's keyword parameters and returns an
         :class:`~plugmq.core.contracts.AllocateStrategy`. Not firstresult: mappings are merged.
+        The plugin's declaration maps each name to its
+        :class:`~plugmq.core.contracts.AllocationCapabilities` (``example_params`` build a working
+        strategy for the conformance suite, whose broker clauses run on one of these strategies).
     """
 
 
@@ -240,8 +245,9 @@ def plugmq_make_replication_service(context: ReplicationContext) -> ReplicationS
     service: only the replication stream writes its store.
 
     :param context: as for storage, plus ``store`` (a ReplicableStore), the broker's ``role``
-        and ``broker_id`` (``[broker] role`` / ``broker_id``), and ``replicated`` (a slave calls
-        it with the new end offset after each chunk it appended).
+        and ``broker_id`` (``[broker] role`` / ``broker_id``), ``replicated`` (a slave calls
+        it with the new end offset after each chunk it appended) and the hand-over of a slave's
+        readers' progress (:class:`~plugmq.core.contracts.ConsumerHandover`).
     :return: a :class:`~plugmq.core.contracts.ReplicationService`. firstresult.
     """
 

@@ -175,8 +175,23 @@ class SysFlag(enum.IntFlag):
     TRANSACTION_ROLLBACK = 0xC
 
 
+class _TagsAndKeys:
+    """``tags`` and ``keys``, read from the properties of a request or a stored message."""
+
+    __slots__ = ()
+    properties: Mapping[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.properties.get(Prop.KEYS, "").split())
+
+
 @attrs.frozen
-class AppendRequest:
+class AppendRequest(_TagsAndKeys):
     """What the broker hands the store: a message placed on one queue, with all its properties.
 
     ``properties`` holds user and system properties (TAGS, KEYS, UNIQ_KEY, REAL_TOPIC, ...).
@@ -194,14 +209,6 @@ class AppendRequest:
     reconsume_times: int = 0
     sys_flag: int = 0
     prepared_transaction_offset: int = 0
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(Prop.TAGS)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self.properties.get(Prop.KEYS, "").split())
 
     @classmethod
     def trusted(cls, topic: str, queue_id: int, body: bytes, properties: dict[str, str], *, tags_code: int = 0,
@@ -250,7 +257,7 @@ class AppendResult:
 
 
 @attrs.frozen
-class StoredMessage:
+class StoredMessage(_TagsAndKeys):
     """A message as stored (RocketMQ's MessageExt): the request plus where and when it landed."""
 
     topic: str
@@ -311,14 +318,6 @@ class StoredMessage:
     @property
     def unique_id(self) -> str | None:
         return self.properties.get(Prop.UNIQ_KEY)
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(Prop.TAGS)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self.properties.get(Prop.KEYS, "").split())
 
     @property
     def user_properties(self) -> dict[str, str]:
