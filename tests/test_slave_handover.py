@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message
+from plugmq.core.contracts import ConsumerHandover
 from plugmq.testing import WAIT_S, wait_for
 from tests.helpers.replication import end_of
 
@@ -88,13 +89,14 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
         if message is not kept:
             slave.pop.ack("g", TOPIC, message.receipt_handle)
     assert kept.queue_offset == 4
-    assert slave.pop.state.handover() == [("g", TOPIC, 0, 4), ("g", TOPIC, 1, 5), ("g", TOPIC, 2, 5), ("g", TOPIC, 3, 5)]
+    assert slave.pop.state.handover() == ConsumerHandover([("g", TOPIC, 0, 4), ("g", TOPIC, 1, 5), ("g", TOPIC, 2, 5),
+                                                          ("g", TOPIC, 3, 5)])
 
     with capture_logs() as logs:
         master = pair.master()
         wait_for(lambda: connected(slave), WAIT_S, "the slave to follow the returning master")
     assert any(e["event"].startswith("consumer progress handed over by a slave") and e["moved"] == 4 for e in logs)
-    assert slave.pop.state.handover() == [], "handed over once"
+    assert not slave.pop.state.handover(), "handed over once"
     again = master.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
     assert [m.msg_id for m in again] == [kept.msg_id], "only what the slave's readers left in flight comes again"
     untouched = master.pop.receive("other", TOPIC, None, 32, INVISIBLE_MS)
@@ -111,16 +113,16 @@ def test_a_handover_never_moves_the_master_back_nor_past_the_log_both_share(pair
     taken = master.pop.receive("g", TOPIC, None, 6, INVISIBLE_MS, only_queue=0)
     for message in taken:
         master.pop.ack("g", TOPIC, message.receipt_handle)
-    assert master.pop.adopt([("g", TOPIC, 0, 3)], end) == 0, "the master is past what the slave saw"
-    assert master.pop.adopt([("g", TOPIC, 0, 6), ("g", "NoSuchTopic", 0, 4), ("g", TOPIC, 9, 4),
-                             ("bad group!", TOPIC, 0, 4)], end) == 0
-    assert master.pop.adopt([("late", TOPIC, 0, 6)], end) == 1, "a group the master never saw starts where the slave got"
+    assert master.pop.adopt(ConsumerHandover([("g", TOPIC, 0, 3)]), end) == 0, "the master is past what the slave saw"
+    assert master.pop.adopt(ConsumerHandover([("g", TOPIC, 0, 6), ("g", "NoSuchTopic", 0, 4), ("g", TOPIC, 9, 4),
+                             ("bad group!", TOPIC, 0, 4)]), end) == 0
+    assert master.pop.adopt(ConsumerHandover([("late", TOPIC, 0, 6)]), end) == 1, "a group the master never saw starts where the slave got"
     assert [m.queue_offset for m in master.pop.receive("late", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)] == [6, 7]
     # A slave that was ahead of this master (cut back to where both agree, after message 4): its
     # readers' acks beyond that point were of messages this master does not have at those offsets.
     fifth = master.query_by_id(stored[4].msg_id)
     assert fifth is not None and fifth.queue_offset == 4
     shared = fifth.commit_log_offset + fifth.size
-    assert master.pop.adopt([("ahead", TOPIC, 0, 8)], shared) == 1
+    assert master.pop.adopt(ConsumerHandover([("ahead", TOPIC, 0, 8)]), shared) == 1
     assert [m.queue_offset for m in master.pop.receive("ahead", TOPIC, None, 8, INVISIBLE_MS, only_queue=0)] == [5, 6, 7]
-    assert master.pop.adopt([("g", TOPIC, 0, 8)], shared) == 0, "clamped below the master's own position: no move"
+    assert master.pop.adopt(ConsumerHandover([("g", TOPIC, 0, 8)]), shared) == 0, "clamped below the master's own position: no move"

@@ -8,10 +8,6 @@ lives here too: it starts ``_storage_child``, SIGKILLs it and checks what surviv
 from __future__ import annotations
 
 import functools
-import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +19,7 @@ import pytest
 
 from plugmq.broker.components import open_store, plugin_declaration
 from plugmq.conformance import _storage_child as child
+from plugmq.conformance._children import run_until_killed
 from plugmq.core import (
     AppendRequest,
     AppendResult,
@@ -196,29 +193,9 @@ class Opener:
 def run_and_kill(sut: StoreUnderTest, data_dir: Path, options_file: Path, *, first: int,
                   acks: int) -> dict[int, tuple[int, int, int]]:
     """Start the writer, SIGKILL it after ``acks`` acknowledgements; return index -> (qid, qoff, clo)."""
-    log_path = options_file.with_name(f"writer-{first}.log")
-    with open(log_path, "wb") as log_file:  # a file, not a pipe: a chatty child must never block
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "plugmq.conformance._storage_child", sut.plugin, str(data_dir),
-             str(options_file), str(first)],
-            stdout=subprocess.PIPE, stderr=log_file,
-        )
-    assert proc.stdout is not None
-    received = b""
-    try:
-        while received.count(b"\n") < acks:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                proc.wait()
-                stderr = log_path.read_text(errors="replace")
-                raise AssertionError(f"the writer process exited early (code {proc.returncode}):\n{stderr[-3000:]}")
-            received += chunk
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        rest, _ = proc.communicate()
-    received += rest
-    assert proc.returncode == -signal.SIGKILL
+    received = run_until_killed(
+        "plugmq.conformance._storage_child", [sut.plugin, str(data_dir), str(options_file), str(first)],
+        options_file.with_name(f"writer-{first}.log"), lambda out: out.count(b"\n") >= acks)
     acked = {}
     for line in received.split(b"\n")[:-1]:  # a last line without newline was cut by the kill
         index, qoff, clo, qid = map(int, line.split())

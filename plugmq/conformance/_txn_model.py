@@ -21,13 +21,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from plugmq.broker.broker import Broker
 from plugmq.client.transactions import TransactionProducer
-from plugmq.conformance._txn_support import open_producer
+from plugmq.conformance._txn_support import COMMIT, ROLLBACK, UNKNOWN, open_producer
 from plugmq.core import ManualClock, Message, MessageQueue, StoredMessage, TransactionCapabilities, TransactionDecision
 from plugmq.core.names import TRANS_DISCARD_TOPIC
 
 __all__ = ["TransactionModel", "Txn", "model_machine"]
-
-COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
 
 
 @attrs.define

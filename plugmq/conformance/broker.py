@@ -148,11 +148,11 @@ class BrokerConformance:
             for message in result.messages:
                 bodies[message.properties["i"]] = message
         assert len(bodies) == 20, f"pulled {len(bodies)} of 20 messages sent"
-        for i, result in enumerate(sent):
+        for i, sent_result in enumerate(sent):
             message = bodies[str(i)]
             assert message.body == f"body-{i}".encode() * (i % 3), f"message {i} body {message.body!r}"
             assert message.tags == f"t{i % 2}" and message.keys == (f"key-{i}",), (message.tags, message.keys)
-            assert broker.query_by_id(result.msg_id) == message, f"query_by_id({result.msg_id}) differs"
+            assert broker.query_by_id(sent_result.msg_id) == message, f"query_by_id({sent_result.msg_id}) differs"
             found = [m.body for m in broker.query_by_key(self.TOPIC, f"key-{i}")]
             assert found == [message.body], f"query_by_key(key-{i}) found {found}"
         end = broker.max_offset(queues[0])

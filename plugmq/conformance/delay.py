@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-import os
 import random
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +36,7 @@ import pytest
 from plugmq.broker.components import plugin_declaration
 from plugmq.conformance import _delay_child as child
 from plugmq.conformance._delay_harness import STORE_CANDIDATES, DelayHarness
+from plugmq.conformance._delay_kill import check_after_kill, child_window, run_child
 from plugmq.core import (
     DelayCapabilities,
     DelayUnsupportedError,
@@ -224,16 +221,16 @@ class DelayConformance:
         """After a SIGKILL while dispatching, every accepted message is written back exactly once."""
         h = harness
         count = 2000
-        start, until = _child_window(h, count)
-        first = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=("D", 300))
+        start, until = child_window(h, count)
+        first = run_child(h, tmp_path, start=start, count=count, until=until, kill_after=("D", 300))
         assert first.accepted == set(range(count))
         left = count - len(first.delivered)
-        second = _run_child(h, tmp_path, start=first.clock_ms, count=0, until=until, kill_after=("D", max(1, left // 4)))
+        second = run_child(h, tmp_path, start=first.clock_ms, count=0, until=until, kill_after=("D", max(1, left // 4)))
         assert len(second.delivered) > 0, "the resumed child delivered nothing before the kill"
         h.clock.set(second.clock_ms / 1000)
         h.open()
         h.advance_to(until + h.caps.resolution_ms)
-        _check_after_kill(h, first.due)
+        check_after_kill(h, first.due)
         for delivery in h.deliveries:
             index = int(delivery.uid.split("-")[1])
             assert delivery.at_ms >= first.due[index], f"{delivery.uid} delivered early after the restart"
@@ -242,20 +239,20 @@ class DelayConformance:
         """The worst moment: the write-back returned, the strategy has not recorded it yet."""
         h = harness
         count = 400
-        start, until = _child_window(h, count)
-        run = _run_child(h, tmp_path, start=start, count=count, until=until, kill_after=None, self_kill_after=137)
+        start, until = child_window(h, count)
+        run = run_child(h, tmp_path, start=start, count=count, until=until, kill_after=None, self_kill_after=137)
         assert len(run.delivered) == 137
         h.clock.set(run.clock_ms / 1000)
         h.open()
         h.advance_to(until + h.caps.resolution_ms)
-        _check_after_kill(h, run.due)
+        check_after_kill(h, run.due)
 
     def test_restart_after_kill_mid_schedule(self, harness: DelayHarness, tmp_path: Path) -> None:
         """After a SIGKILL while scheduling, every accepted message is written back exactly once and
         nothing never accepted is."""
         h = harness
         start = h.clock.now_ms()
-        run = _run_child(h, tmp_path, start=start, count=100_000, until=start, kill_after=("S", 400))
+        run = run_child(h, tmp_path, start=start, count=100_000, until=start, kill_after=("S", 400))
         h.clock.set(run.clock_ms / 1000)
         h.open()
         accepted = max(run.accepted)
@@ -421,79 +418,3 @@ class DelayConformance:
         h.check_timing()
         h.check_order()
         assert h.stored_uids() == counts
-
-
-class _ChildRun:
-    def __init__(self) -> None:
-        self.accepted: set[int] = set()
-        self.due: dict[int, int] = {}
-        self.delivered: list[str] = []
-        self.clock_ms = 0
-        self.done = False
-
-
-def _child_window(h: DelayHarness, count: int) -> tuple[int, int]:
-    """Now, and a clock time by which the child's ``count`` planned messages are all due (plus 5 s)."""
-    levels = plugin_declaration(h.plugin).capabilities.levels_ms
-    start = h.clock.now_ms()
-    return start, start + max(child.plan(i, levels)[1] for i in range(count)) + 5 * SECOND
-
-
-def _run_child(h: DelayHarness, tmp_path: Path, *, start: int, count: int, until: int,
-               kill_after: tuple[str, int] | None, self_kill_after: int = 0) -> _ChildRun:
-    """Run the child until it printed ``kill_after[1]`` lines of kind ``kill_after[0]``, SIGKILL it
-    (or, with ``self_kill_after``, until it SIGKILLs itself after that many write-backs)."""
-    kind, threshold = kill_after or ("-", 1 << 62)
-    log_path = tmp_path / f"child-{start}-{count}.log"
-    with open(log_path, "wb") as log_file:  # a file, not a pipe: a chatty child must never block
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "plugmq.conformance._delay_child", h.plugin, h.store_plugin, str(h.data_dir),
-             str(start), str(count), str(until), "250", str(self_kill_after)],
-            stdout=subprocess.PIPE, stderr=log_file,
-        )
-    assert proc.stdout is not None
-    received = b""
-    seen = 0
-    try:
-        while seen < threshold:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk and kill_after is None:
-                proc.wait()  # it killed itself (checked below)
-                break
-            if not chunk:
-                proc.wait()
-                raise AssertionError(f"the child exited before the kill (code {proc.returncode}); "
-                                     f"the clause cannot kill it mid-work:\n{log_path.read_text(errors='replace')[-3000:]}")
-            received += chunk
-            seen = sum(1 for line in received.split(b"\n")[:-1] if line.startswith(kind.encode() + b" "))
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        rest, _ = proc.communicate()
-    received += rest
-    assert proc.returncode == -signal.SIGKILL, f"the child was not killed (code {proc.returncode})"
-    run = _ChildRun()
-    run.clock_ms = start
-    for line in received.decode().split("\n")[:-1]:  # a last line without newline was cut by the kill
-        tag, *rest_fields = line.split()
-        if tag == "S":
-            run.accepted.add(int(rest_fields[0]))
-            run.due[int(rest_fields[0])] = int(rest_fields[1])
-        elif tag == "T":
-            run.clock_ms = max(run.clock_ms, int(rest_fields[0]))
-        elif tag == "D":
-            run.delivered.append(rest_fields[0])
-        elif tag == "DONE":
-            run.done = True
-    assert not run.done, "the child finished before the kill; nothing was in flight"
-    return run
-
-
-def _check_after_kill(h: DelayHarness, due: dict[int, int]) -> None:
-    counts = h.stored_uids(child.TOPIC)
-    lost = [i for i in due if counts[child.uid_of(i)] == 0]
-    doubled = [i for i in due if counts[child.uid_of(i)] > 1]
-    assert not lost, f"{len(lost)} accepted messages lost across kill -9, e.g. {lost[:5]}"
-    assert not doubled, f"{len(doubled)} messages delivered twice across kill -9, e.g. {doubled[:5]}"
-    assert sum(counts.values()) == len(due), "the real topic holds messages that were never scheduled"
-

@@ -20,10 +20,24 @@ import inspect
 import os
 import textwrap
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 __all__ = ["is_clause", "render_failure"]
+
+
+class _Entry(Protocol):
+    """What the report reads of a traceback entry (pytest's TracebackEntry)."""
+
+    @property
+    def path(self) -> object: ...
+
+    @property
+    def lineno(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
 
 _SUITE = Path(__file__).resolve().parent
 _FOOTER = "(pytest's full report: add --plugmq-tracebacks)"
@@ -64,11 +78,11 @@ def _shown(path: object) -> str:
     return os.path.relpath(resolved) if resolved.is_relative_to(Path.cwd()) else str(resolved)
 
 
-def _where(entry: pytest.TracebackEntry) -> str:
+def _where(entry: _Entry) -> str:
     return f"{_shown(entry.path)}:{entry.lineno + 1} in {entry.name}"
 
 
-def _in_suite(entry: pytest.TracebackEntry) -> bool:
+def _in_suite(entry: _Entry) -> bool:
     return Path(str(entry.path)).resolve().is_relative_to(_SUITE)
 
 

@@ -14,151 +14,25 @@ Everything runs on a ManualClock; the restart clauses SIGKILL a real child proce
 from __future__ import annotations
 
 import itertools
-import json
-import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import structlog
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from plugmq.broker.broker import Broker
 from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
-from plugmq.conformance._txn_child import STEPS
-from plugmq.conformance._txn_model import model_machine
-from plugmq.conformance._txn_support import body_for, open_producer
-from plugmq.conformance.budget import examples
-from plugmq.core import (
-    Clock,
-    Family,
-    ManualClock,
-    Message,
-    MessageQueue,
-    Prop,
-    StoredMessage,
-    TransactionCapabilities,
-    TransactionDecision,
-    TransactionError,
-)
-from plugmq.core.names import TRANS_DISCARD_TOPIC, TRANS_HALF_TOPIC
+from plugmq.conformance._txn_support import COMMIT, ROLLBACK, UNKNOWN, Checks, by_arg, decide, open_producer
+from plugmq.conformance.transactions_restart import RestartClauses
+from plugmq.core import Message, MessageQueue, Prop, StoredMessage, TransactionDecision, TransactionError
+from plugmq.core.names import TRANS_HALF_TOPIC
 
 __all__ = ["TransactionConformance"]
 
-COMMIT, ROLLBACK, UNKNOWN = TransactionDecision.COMMIT, TransactionDecision.ROLLBACK, TransactionDecision.UNKNOWN
 
-
-class Checks:
-    """A check listener that records (virtual time, message) per call and answers ``answer``."""
-
-    def __init__(self, clock: Clock, answer: TransactionDecision | Callable[[StoredMessage], Any] = UNKNOWN):
-        self.clock = clock
-        self.answer = answer
-        self.calls: list[tuple[float, StoredMessage]] = []
-
-    def __call__(self, message: StoredMessage) -> Any:
-        self.calls.append((self.clock.now(), message))
-        return self.answer(message) if callable(self.answer) else self.answer
-
-    @property
-    def times(self) -> list[float]:
-        return [t for t, _ in self.calls]
-
-
-def _decide(decision: TransactionDecision) -> Callable[[Message, Any], TransactionDecision]:
-    return lambda _message, _arg: decision
-
-
-def _by_arg(_message: Message, arg: Any) -> Any:
-    """A local transaction whose outcome is the ``arg`` of ``send_in_transaction``."""
-    return arg
-
-
-class TransactionConformance:
+class TransactionConformance(RestartClauses):
     """The transaction contract. Needs fixture ``txn_plugins`` -> tuple of plugin names."""
-
-    TOPIC = "TxnConformance"
-    GROUP = "txn-conformance-pg"
-    PLUGIN_OPTIONS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-
-    def options_for(self, plugins: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-        return {name: dict(table) for name, table in self.PLUGIN_OPTIONS.items() if name in plugins}
-
-    # ---------------------------------------------------------------------------- fixtures
-    @pytest.fixture
-    def clock(self) -> ManualClock:
-        return ManualClock()
-
-    @pytest.fixture
-    def data_dir(self, tmp_path: Path) -> Path:
-        return tmp_path / "broker"
-
-    @pytest.fixture
-    def open_broker(self, txn_plugins: tuple[str, ...], data_dir: Path,
-                    clock: ManualClock) -> Iterator[Callable[..., Broker]]:
-        opened: list[Broker] = []
-
-        def open_(at: ManualClock | None = None) -> Broker:
-            broker = Broker.open(data_dir, plugins=list(txn_plugins), options=self.options_for(txn_plugins),
-                                 clock=at or clock)
-            opened.append(broker)
-            if broker.transactions is None:
-                pytest.skip(f"plugins {txn_plugins} hold no {Family.TRANSACTION.value} plugin")
-            broker.create_topic(self.TOPIC, 2)
-            return broker
-
-        yield open_
-        for broker in opened:
-            broker.close()
-
-    # ---------------------------------------------------------------------------- helpers
-    @staticmethod
-    def caps(broker: Broker) -> TransactionCapabilities:
-        assert broker.transactions is not None
-        return broker.transactions.capabilities
-
-    def visible(self, broker: Broker, body: bytes | None = None) -> list[StoredMessage]:
-        found: list[StoredMessage] = []
-        for queue in broker.topic_queues(self.TOPIC):
-            found += broker.pull(queue, broker.min_offset(queue), 1024).messages
-        return [m for m in found if body is None or m.body == body]
-
-    @staticmethod
-    def discarded(broker: Broker, body: bytes | None = None) -> list[StoredMessage]:
-        queue = MessageQueue(TRANS_DISCARD_TOPIC, broker.name, 0)
-        messages = broker.pull(queue, broker.min_offset(queue), 1024).messages
-        return [m for m in messages if body is None or m.body == body]
-
-    @staticmethod
-    def horizon_s(caps: TransactionCapabilities) -> float:
-        """Long enough for every check and the discard of a message sent now."""
-        ms = caps.transaction_timeout_ms + (caps.check_max + 2) * caps.check_interval_ms
-        return (ms + 2 * caps.schedule_resolution_ms) / 1000
-
-    @staticmethod
-    def advance(clock: ManualClock, seconds: float, step_s: float = 1.0) -> None:
-        """Advance in steps, so a plugin checking by periodic scans gets its passes too."""
-        steps = max(1, int(seconds / step_s))
-        for _ in range(steps):
-            clock.advance(seconds / steps)
-
-    def run_child(self, step: str, txn_plugins: tuple[str, ...], data_dir: Path, clock: ManualClock) -> dict[str, Any]:
-        spec = {"step": step, "data_dir": str(data_dir), "plugins": list(txn_plugins), "start": clock.now(),
-                "options": self.options_for(txn_plugins), "topic": self.TOPIC, "group": self.GROUP}
-        proc = subprocess.run([sys.executable, "-m", "plugmq.conformance._txn_child", json.dumps(spec)],
-                              capture_output=True, timeout=120, check=False)
-        lines = proc.stdout.decode().splitlines()
-        report = json.loads(lines[-1]) if lines else {}
-        assert report.get("step") == step and proc.returncode == -signal.SIGKILL, (
-            f"child did not reach step {step!r} (exit {proc.returncode}, report {report}); stderr tail:\n"
-            + proc.stderr.decode()[-3000:]
-        )
-        return report
 
     # ---------------------------------------------------------------------------- visibility
     def test_invisible_until_commit(self, open_broker: Callable[..., Broker]) -> None:
@@ -196,7 +70,7 @@ class TransactionConformance:
         """An UNKNOWN transaction stays invisible and never reaches its real topic early."""
         broker = open_broker()
         caps = self.caps(broker)
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), Checks(clock)).send_in_transaction(
+        open_producer(broker, self.GROUP, decide(UNKNOWN), Checks(clock)).send_in_transaction(
             Message(self.TOPIC, b"open"))
         self.advance(clock, caps.transaction_timeout_ms / 1000 * 0.9)
         assert self.visible(broker) == [] and broker.transactions.pending() == 1
@@ -205,7 +79,7 @@ class TransactionConformance:
         """A rolled-back message is never visible and never checked back."""
         broker = open_broker()
         checks = Checks(clock, COMMIT)
-        result = open_producer(broker, self.GROUP, _decide(ROLLBACK), checks).send_in_transaction(
+        result = open_producer(broker, self.GROUP, decide(ROLLBACK), checks).send_in_transaction(
             Message(self.TOPIC, b"rolled back"))
         assert result.local_decision is ROLLBACK and result.applied
         self.advance(clock, self.horizon_s(self.caps(broker)), 5.0)
@@ -226,7 +100,7 @@ class TransactionConformance:
         result = open_producer(broker, self.GROUP, failing, checks).send_in_transaction(Message(self.TOPIC, b"raised"))
         assert result.local_decision is UNKNOWN and not result.applied
         assert result.local_error is not None and "database unreachable" in result.local_error
-        silent = open_producer(broker, self.GROUP, _by_arg, checks).send_in_transaction(
+        silent = open_producer(broker, self.GROUP, by_arg, checks).send_in_transaction(
             Message(self.TOPIC, b"silent"), None)  # a local transaction that answers nothing
         assert silent.local_decision is UNKNOWN and not silent.applied
         assert self.visible(broker) == []
@@ -239,7 +113,7 @@ class TransactionConformance:
         transaction id as msg_id."""
         broker = open_broker()
         checks = Checks(clock, COMMIT)
-        result = open_producer(broker, self.GROUP, _decide(UNKNOWN), checks).send_in_transaction(
+        result = open_producer(broker, self.GROUP, decide(UNKNOWN), checks).send_in_transaction(
             Message(self.TOPIC, b"who", keys="biz-7", properties={"p": "1"}))
         self.advance(clock, self.horizon_s(self.caps(broker)), 5.0)
         assert len(checks.calls) == 1
@@ -257,7 +131,7 @@ class TransactionConformance:
         caps = self.caps(broker)
         checks = Checks(clock, UNKNOWN)
         sent_at = clock.now()
-        result = open_producer(broker, self.GROUP, _decide(UNKNOWN), checks).send_in_transaction(
+        result = open_producer(broker, self.GROUP, decide(UNKNOWN), checks).send_in_transaction(
             Message(self.TOPIC, b"never decided"))
         res = caps.schedule_resolution_ms / 1000 + 1e-3
         with structlog.testing.capture_logs() as logs:
@@ -286,8 +160,8 @@ class TransactionConformance:
         answers = iter([UNKNOWN, UNKNOWN, COMMIT])
         checks = Checks(clock, lambda _m: next(answers))
         rolled = Checks(clock, ROLLBACK)
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), checks).send_in_transaction(Message(self.TOPIC, b"late"))
-        open_producer(broker, "txn-conformance-other", _decide(UNKNOWN), rolled).send_in_transaction(
+        open_producer(broker, self.GROUP, decide(UNKNOWN), checks).send_in_transaction(Message(self.TOPIC, b"late"))
+        open_producer(broker, "txn-conformance-other", decide(UNKNOWN), rolled).send_in_transaction(
             Message(self.TOPIC, b"dropped"))
         self.advance(clock, self.horizon_s(caps), 1.0)
         if caps.check_max >= 3:
@@ -304,7 +178,7 @@ class TransactionConformance:
         immunity_s = (caps.transaction_timeout_ms + 3 * caps.check_interval_ms) // 1000 + 1
         checks = Checks(clock, UNKNOWN)
         sent_at = clock.now()
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), checks).send_in_transaction(
+        open_producer(broker, self.GROUP, decide(UNKNOWN), checks).send_in_transaction(
             Message(self.TOPIC, b"immune"), check_immunity_s=immunity_s)
         self.advance(clock, immunity_s - 1, 1.0)
         assert checks.calls == [], "checked during the message's check-immunity time"
@@ -320,14 +194,14 @@ class TransactionConformance:
         broker = open_broker()
         caps = self.caps(broker)
         gone = Checks(clock, UNKNOWN)
-        producer = open_producer(broker, self.GROUP, _decide(UNKNOWN), gone)
+        producer = open_producer(broker, self.GROUP, decide(UNKNOWN), gone)
         producer.send_in_transaction(Message(self.TOPIC, b"orphan"))
         producer.close()
         self.advance(clock, 2 * self.horizon_s(caps), 10.0)
         assert gone.calls == [] and self.discarded(broker) == [] and broker.transactions.pending() == 1
         back = Checks(clock, UNKNOWN)
         registered_at = clock.now()
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), back)
+        open_producer(broker, self.GROUP, decide(UNKNOWN), back)
         self.advance(clock, self.horizon_s(caps), 1.0)
         assert len(back.calls) == caps.check_max, "checks that waited for a live producer must not be counted"
         if back.calls:
@@ -340,7 +214,7 @@ class TransactionConformance:
         broker = open_broker()
         service = broker.transactions
         checks = Checks(clock, COMMIT)
-        producer = open_producer(broker, self.GROUP, _by_arg, checks)
+        producer = open_producer(broker, self.GROUP, by_arg, checks)
         committed = producer.send_in_transaction(Message(self.TOPIC, b"once"), COMMIT)
         assert service.end(committed.transaction_id, COMMIT) is False
         assert service.end(committed.transaction_id, ROLLBACK) is False
@@ -360,7 +234,7 @@ class TransactionConformance:
         """Commits of one transaction from many threads apply once: exactly one returns True."""
         broker = open_broker()
         service = broker.transactions
-        producer = open_producer(broker, self.GROUP, _decide(UNKNOWN), Checks(clock))
+        producer = open_producer(broker, self.GROUP, decide(UNKNOWN), Checks(clock))
         ids = [producer.send_in_transaction(Message(self.TOPIC, f"race-{i}".encode())).transaction_id for i in range(5)]
         outcomes: list[bool] = []
         lock = threading.Lock()
@@ -393,7 +267,7 @@ class TransactionConformance:
         broker = open_broker()
         if self.caps(broker).delayed_transactions:
             pytest.skip("the transaction plugin declares delayed_transactions; refusal does not apply")
-        producer = open_producer(broker, self.GROUP, _decide(COMMIT), Checks(clock))
+        producer = open_producer(broker, self.GROUP, decide(COMMIT), Checks(clock))
         with pytest.raises(TransactionError, match="delay"):
             producer.send_in_transaction(Message(self.TOPIC, b"later", delay_level=3))
         with pytest.raises(TransactionError, match="delay"):
@@ -401,84 +275,3 @@ class TransactionConformance:
         assert broker.transactions.pending() == 0
         assert broker.max_offset(MessageQueue(TRANS_HALF_TOPIC, broker.name, 0)) == 0
 
-    # ---------------------------------------------------------------------------- restarts
-    def test_clean_restart_keeps_open_and_settled_transactions(self, open_broker, clock) -> None:
-        """A clean restart keeps open transactions (checked again) and settled ones (never checked again)."""
-        broker = open_broker()
-        caps = self.caps(broker)
-        first = Checks(clock, UNKNOWN)
-        producer = open_producer(broker, self.GROUP, _by_arg, first)
-        producer.send_in_transaction(Message(self.TOPIC, b"committed"), COMMIT)
-        producer.send_in_transaction(Message(self.TOPIC, b"rolled back"), ROLLBACK)
-        producer.send_in_transaction(Message(self.TOPIC, b"open"), UNKNOWN)
-        self.advance(clock, (caps.transaction_timeout_ms + caps.schedule_resolution_ms) / 1000 + 1)
-        made = len(first.calls)
-        broker.close()
-        broker = open_broker()
-        assert broker.transactions.pending() == 1
-        second = Checks(clock, lambda m: COMMIT if m.body == b"open" else ROLLBACK)
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), second)
-        self.advance(clock, self.horizon_s(caps), 5.0)
-        assert [m.body for _, m in second.calls] == [b"open"]
-        assert sorted(m.body for m in self.visible(broker)) == [b"committed", b"open"]
-        assert made + len(second.calls) <= max(caps.check_max, 1)
-
-    @pytest.mark.parametrize("step", STEPS)
-    def test_restart_after_kill(self, step: str, txn_plugins: tuple[str, ...], data_dir: Path,
-                                open_broker: Callable[..., Broker]) -> None:
-        """After a SIGKILL at any step of a transaction's life the message ends visible once, discarded
-        once or gone, as decided, with checks still counted."""
-        start = ManualClock()
-        report = self.run_child(step, txn_plugins, data_dir, start)
-        clock = ManualClock(report["now"])
-        broker = open_broker(clock)
-        caps = self.caps(broker)
-        body = body_for(step)
-        checks = Checks(clock, COMMIT if step == "in_local" else UNKNOWN)
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), checks)
-        self.advance(clock, self.horizon_s(caps), 5.0)
-        visible, dropped = self.visible(broker, body), self.discarded(broker, body)
-        if step in ("commit_before_visible", "commit_after_visible", "check_commit_before_visible"):
-            assert (len(visible), len(dropped), len(checks.calls)) == (1, 0, 0), \
-                "a recorded commit must become visible exactly once after the crash, without a new check"
-        elif step == "rolled_back":
-            assert (len(visible), len(dropped), len(checks.calls)) == (0, 0, 0)
-        elif step == "in_local":
-            assert (len(visible), len(dropped), len(checks.calls)) == (1, 0, 1)
-        elif step == "in_check":
-            assert (len(visible), len(dropped)) == (0, 1)
-            if caps.persistent_check_count:
-                assert report["checks"] + len(checks.calls) == caps.check_max, \
-                    "the check made before the crash must still count after the restart"
-        elif step == "discard_before_visible":
-            assert (len(visible), len(dropped), len(checks.calls)) == (0, 1, 0)
-        assert broker.transactions is not None and broker.transactions.pending() == 0
-        broker.close()
-        again = Checks(clock, COMMIT)
-        broker = open_broker(clock)
-        open_producer(broker, self.GROUP, _decide(UNKNOWN), again)
-        self.advance(clock, self.horizon_s(caps), 10.0)
-        assert again.calls == [], "a settled transaction was checked again after a restart"
-        assert (len(self.visible(broker, body)), len(self.discarded(broker, body))) == (len(visible), len(dropped))
-
-    def test_random_sends_decisions_and_restarts_match_a_reference_model(
-            self, txn_plugins: tuple[str, ...], tmp_path: Path, clock: ManualClock) -> None:
-        """Random sends (committed, rolled back or unknown, with check answers and immunity), ends,
-        clock steps and restarts: visible, discarded and pending messages and the checks made agree
-        with the declared schedule."""
-        def open_at(data_dir: Path) -> Broker:
-            broker = Broker.open(data_dir, plugins=list(txn_plugins), options=self.options_for(txn_plugins),
-                                 clock=clock)
-            if broker.transactions is None:
-                broker.close()
-                pytest.skip(f"plugins {txn_plugins} hold no {Family.TRANSACTION.value} plugin")
-            broker.create_topic(self.TOPIC, 2)
-            return broker
-
-        probe = open_at(tmp_path / "probe")  # the schedule the service keeps with these options
-        caps = self.caps(probe)
-        probe.close()
-        machine = model_machine(open_at, tmp_path / "model", clock, caps, self.TOPIC, self.GROUP, self.advance)
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=examples(12), stateful_step_count=15, deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]))
