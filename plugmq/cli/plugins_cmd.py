@@ -17,13 +17,20 @@ from plugmq.core.errors import PlugmqError
 from plugmq.core.pluginmanager import installed_plugins
 
 
+def _field_text(value: object) -> str:
+    """A capability field; a tuple of values (a filter's examples) shows as how many there are."""
+    if isinstance(value, tuple) and value and all(attrs.has(type(item)) for item in value):
+        return f"{len(value)} declared"
+    return str(value)
+
+
 def _capabilities_text(value: object) -> str:
     if value is None:
         return "-"
     if attrs.has(type(value)):
         shown = {k: v for k, v in attrs.asdict(cast(attrs.AttrsInstance, value), recurse=False).items()
                  if v not in (None, {}, ())}
-        return ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
+        return ", ".join(f"{k}={_field_text(v)}" for k, v in shown.items()) or "-"
     if isinstance(value, Mapping):  # keyed capabilities, e.g. one value per allocation strategy
         return "\n".join(f"{k}: {_capabilities_text(v)}" for k, v in value.items())
     return str(value)

@@ -17,24 +17,8 @@ from typing import Any
 import attrs
 import pluggy
 
-from plugmq.core import hookspecs
-from plugmq.core.contracts import (
-    AllocateStrategyFactory,
-    ClusterContext,
-    ClusterService,
-    DelayContext,
-    DelayScheduler,
-    Family,
-    FilterCompiler,
-    MessageStore,
-    PluginContext,
-    PluginDeclaration,
-    ReplicationContext,
-    ReplicationService,
-    SystemTopicWriter,
-    TransactionContext,
-    TransactionService,
-)
+from plugmq.core import contracts, hookspecs
+from plugmq.core.contracts import Family, PluginDeclaration
 from plugmq.core.errors import ConfigError, PluginCardinalityError, PluginError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
@@ -204,29 +188,29 @@ class Hooks:
             found[plugin_name] = declaration
         return found
 
-    def configure(self, context: PluginContext) -> None:
+    def configure(self, context: contracts.PluginContext) -> None:
         self._hook.plugmq_configure(context=context)
 
     # factories ----------------------------------------------------------------------------
-    def make_store(self, context: PluginContext) -> MessageStore | None:
+    def make_store(self, context: contracts.PluginContext) -> contracts.MessageStore | None:
         return self._hook.plugmq_make_store(context=context)
 
-    def make_delay_scheduler(self, context: DelayContext) -> DelayScheduler | None:
+    def make_delay_scheduler(self, context: contracts.DelayContext) -> contracts.DelayScheduler | None:
         return self._hook.plugmq_make_delay_scheduler(context=context)
 
-    def make_transaction_service(self, context: TransactionContext) -> TransactionService | None:
+    def make_transaction_service(self, context: contracts.TransactionContext) -> contracts.TransactionService | None:
         return self._hook.plugmq_make_transaction_service(context=context)
 
-    def make_cluster_service(self, context: ClusterContext) -> ClusterService | None:
+    def make_cluster_service(self, context: contracts.ClusterContext) -> contracts.ClusterService | None:
         return self._hook.plugmq_make_cluster_service(context=context)
 
-    def make_replication_service(self, context: ReplicationContext) -> ReplicationService | None:
+    def make_replication_service(self, context: contracts.ReplicationContext) -> contracts.ReplicationService | None:
         return self._hook.plugmq_make_replication_service(context=context)
 
-    def filter_compilers(self) -> dict[str, FilterCompiler]:
+    def filter_compilers(self) -> dict[str, contracts.FilterCompiler]:
         return self._merge_keyed("plugmq_filter_compilers", "filter expression type")
 
-    def allocate_strategies(self) -> dict[str, AllocateStrategyFactory]:
+    def allocate_strategies(self) -> dict[str, contracts.AllocateStrategyFactory]:
         return self._merge_keyed("plugmq_allocate_strategies", "allocation strategy")
 
     def _merge_keyed(self, hook_name: str, what: str) -> dict[str, Any]:
@@ -248,7 +232,7 @@ class Hooks:
         return dict(merged)
 
     # events -------------------------------------------------------------------------------
-    def broker_started(self, broker_name: str, system_writer: SystemTopicWriter) -> None:
+    def broker_started(self, broker_name: str, system_writer: contracts.SystemTopicWriter) -> None:
         self._hook.plugmq_broker_started(broker_name=broker_name, system_writer=system_writer)
 
     def broker_stopping(self, broker_name: str) -> None:
@@ -448,12 +432,12 @@ def _installed_of_family(family: Family) -> list[str]:
     return [p.name for p in installed_plugins() if p.declaration and family in p.declaration.families]
 
 
-def installed_allocate_strategies() -> dict[str, AllocateStrategyFactory]:
+def installed_allocate_strategies() -> dict[str, contracts.AllocateStrategyFactory]:
     """Strategy name -> factory over every installed plugin."""
     return _installed_loaded().hooks.allocate_strategies()
 
 
-def installed_filter_compilers() -> dict[str, FilterCompiler]:
+def installed_filter_compilers() -> dict[str, contracts.FilterCompiler]:
     """Expression type -> compiler over every installed plugin."""
     return _installed_loaded().hooks.filter_compilers()
 
