@@ -44,7 +44,7 @@ def test_the_rendezvous_allocation_plugin_passes_every_clause(tmp_path: Path) ->
     assert set(outcomes.values()) == {"passed"}, out
     allocation = [t for t in outcomes if t.startswith("TestAllocationContract::")]
     assert {t.rsplit("[", 1)[1] for t in allocation} == {"rendezvous:RENDEZVOUS]", "rendezvous:RENDEZVOUS_PER_GROUP]"}
-    assert len(allocation) == 10  # five clauses per strategy
+    assert len(allocation) == 12  # six clauses per strategy
     assert clauses_of(outcomes, "TestBrokerContract") == {"passed": 9}
     assert "broker clauses of rendezvous: plugins rendezvous, " in out and "consumers on RENDEZVOUS" in out
 

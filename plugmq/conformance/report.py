@@ -95,8 +95,17 @@ def _locations(excinfo: pytest.ExceptionInfo[BaseException]) -> list[tuple[str, 
     innermost = entries[-1] if entries else None
     if (innermost is not None and not _in_suite(innermost)
             and not any(part in str(innermost.path) for part in _NOT_THE_PLUGIN)):
-        rows.append(("raised", _where(innermost) + "  (in the plugin)"))
+        rows.append(("raised", f"{_where(innermost)}  ({_whose(innermost)})"))
     return rows
+
+
+def _whose(entry: _Entry) -> str:
+    """Whose code a frame is: a plugin's (installed, or built into plugmq.plugins) or plugmq's."""
+    path = Path(str(entry.path)).resolve()
+    package = _SUITE.parent
+    if path.is_relative_to(package) and not path.is_relative_to(package / "plugins"):
+        return "in plugmq, called with what the plugin gave"
+    return "in the plugin"
 
 
 def _failure_rows(error: BaseException) -> list[tuple[str, str]]:
