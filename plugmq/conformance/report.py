@@ -4,11 +4,11 @@ A plugin author running ``plugmq conformance --plugin NAME`` needs to know which
 broke and what it answered, not the suite's internals: pytest's report of a Hypothesis clause
 runs to hundreds of lines of tracebacks. :func:`render_failure` writes instead::
 
-    clause  TestFilterContract::test_declared_examples_match_as_declared[xpath:XPATH]
-    rule    Each declared example compiles, matches its matching messages ...
-    answer  example '/a' must match FilterSample(...), but evaluate answered False
-    at      plugmq/conformance/filters.py:316 (the clause's check)
-    example Falsifying example: ... (Hypothesis' smallest failing input, when there is one)
+    clause   TestFilterContract::test_declared_examples_match_as_declared[xpath:XPATH]
+    rule     Each declared example compiles, matches its matching messages ...
+    answer   example '/a' must match FilterSample(...), but evaluate answered False
+    at       plugmq/conformance/filters.py:316 (the clause's check)
+    example  Failing test case: ... (Hypothesis' smallest failing input, when there is one)
 
 and, when the plugin raised something else than the clause's own assertion, what it raised and
 where in the plugin's code. ``--plugmq-tracebacks`` restores pytest's full report.
@@ -119,10 +119,12 @@ def _failure_rows(error: BaseException) -> list[tuple[str, str]]:
     return rows
 
 
+_LABEL_WIDTH = len("example")  # the longest label: every block lines up the same
+
+
 def _format(rows: list[tuple[str, str]]) -> list[str]:
-    width = max(len(label) for label, _ in rows)
-    pad = " " * (width + 2)
-    return [f"{label.ljust(width)}  {textwrap.indent(text, pad).lstrip()}" for label, text in rows]
+    pad = " " * (_LABEL_WIDTH + 2)
+    return [f"{label.ljust(_LABEL_WIDTH)}  {textwrap.indent(text, pad).lstrip()}" for label, text in rows]
 
 
 def render_failure(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException], when: str) -> str:
