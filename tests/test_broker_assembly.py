@@ -74,7 +74,7 @@ class CallsBackWhileBuilt:
         context.truncated(end)
         context.replicated(end)
         self.handover = context.handover()
-        context.adopt([], end)
+        context.adopt(ConsumerHandover(), end)
         self.service = _QuietReplication(context)
         return self.service
 
@@ -110,7 +110,7 @@ def test_replication_callbacks_from_the_factory_reach_built_state(tmp_path: Path
                      clock=clock) as broker:
         assert plugin.service is not None and plugin.service.started
         assert broker.role is BrokerRole.ASYNC_MASTER and broker.replication is plugin.service
-        assert plugin.handover == [], "a master's own readers have nothing to hand over"
+        assert plugin.handover == ConsumerHandover(), "a master's own readers have nothing to hand over"
         consumer = broker.simple_consumer("G", {"T": "*"})
         assert [m.body for m in consumer.receive(4, invisible_duration_s=60)] == [b"second"], (
             "the pop state rebuilt by the truncation callback still holds 'first' in flight")
