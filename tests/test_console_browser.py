@@ -48,11 +48,13 @@ enabled = true
 secret = "{ADMIN_SECRET}"
 publish = ["*"]
 subscribe = ["*"]
+groups = ["*"]
 admin = true
 [server.acl.accounts.{APP}]
 secret = "{APP_SECRET}"
 publish = ["*"]
 subscribe = ["*"]
+groups = ["billing", "fragile"]
 [groups.fragile]
 max_delivery_attempts = 1
 """
