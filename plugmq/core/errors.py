@@ -66,7 +66,15 @@ class PlugmqError(Exception):
 
 
 class ConfigError(PlugmqError):
-    """A broker configuration is invalid; the message names the key path and the fix."""
+    """A broker configuration is invalid; the message names the key path and the fix.
+
+    One error may report several problems of one file (``problems``, one line each; the message
+    is those lines).
+    """
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
 class PluginError(PlugmqError):
