@@ -13,7 +13,7 @@ from pathlib import Path
 
 from plugmq.core.errors import ConfigError
 
-__all__ = ["check_data_dir", "check_data_dir_value", "prepare_data_dir"]
+__all__ = ["check_data_dir", "check_data_dir_value", "data_dir_value_problem", "prepare_data_dir"]
 
 _KEY = "broker.data_dir"
 
@@ -22,21 +22,24 @@ def _label(where: str) -> str:
     return f"{where}: {_KEY}" if where else _KEY
 
 
+def data_dir_value_problem(text: str) -> str | None:
+    """What makes ``text`` unable to ever name a directory (empty, blank, a NUL), worded to follow
+    the key: ``broker.data_dir <problem>``; None when it could."""
+    if not text.strip():
+        return f'is empty ({text!r}); set it to the directory the broker keeps its files in, e.g. data_dir = "./data"'
+    if "\0" in text:
+        return f"= {text!r} contains a NUL character, which no file system allows in a path; remove it"
+    return None
+
+
 def check_data_dir_value(value: str | os.PathLike[str], where: str = "") -> Path:
     """Refuse values that can never name a directory (empty, blank, with a NUL)."""
     text = os.fspath(value)
     if isinstance(text, bytes):
         raise ConfigError(f"{_label(where)} must be a text path, got bytes {text!r}")
-    if not text.strip():
-        raise ConfigError(
-            f"{_label(where)} is empty ({text!r}); set it to the directory the broker keeps its files in, "
-            'e.g. data_dir = "./data"'
-        )
-    if "\0" in text:
-        raise ConfigError(
-            f"{_label(where)} = {text!r} contains a NUL character, which no file system allows in a path; "
-            "remove it"
-        )
+    problem = data_dir_value_problem(text)
+    if problem is not None:
+        raise ConfigError(f"{_label(where)} {problem}")
     return Path(text)
 
 

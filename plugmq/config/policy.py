@@ -21,23 +21,25 @@ holds the broker's defaults and the groups configured in ``[groups]``::
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
 
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.core.errors import ConfigError, InvalidNameError, ValidationError
 from plugmq.core.names import validate_group, validate_topic
+from plugmq.core.schema import Expect, Mismatch, at_least, dotted, non_empty, setting, structure, table_keys
 
 __all__ = [
     "DEFAULT_BACKOFF_S",
     "GROUP_POLICY_KEYS",
     "GroupPolicies",
     "GroupPolicy",
+    "GroupTable",
     "RedeliveryPolicy",
     "parse_groups_table",
+    "split_groups_table",
 ]
 
 #: RocketMQ's retry back-off: delay levels 3..18 (10 s, 30 s, 1 min, 2 min, ... 1 h, 2 h).
@@ -143,86 +145,98 @@ class GroupPolicies:
 
 
 # ------------------------------------------------------------------------------ the [groups] table
+_SECONDS = Annotated[float, Expect("a number of seconds > 0", lambda v: v > 0)]
+_STRATEGY_WORDS = 'an allocation strategy name such as "AVG" or "MACHINE_ROOM_NEARBY"'
+
+
+def _strategy_name(_inst: object, _attr: object, value: str | None) -> None:
+    if value == "":
+        raise Mismatch(_STRATEGY_WORDS, value)
+
+
+def _dead_letter_topic(_inst: object, _attr: object, value: str | None) -> None:
+    if value is not None:
+        _check_dead_letter_topic(None, None, value)
+
+
+@attrs.frozen
+class GroupTable:
+    """The keys of ``[groups]`` (every group's defaults) and of each ``[groups.<group>]`` table.
+
+    A key left out keeps the default (the broker's, or for a group, ``[groups]``'s).
+    """
+
+    max_delivery_attempts: int | None = setting(
+        None, doc="deliveries before the dead-letter queue (1 = no redelivery; 17 = RocketMQ's 16 reconsumes)",
+        validator=attrs.validators.optional(at_least(1, " (1 = no redelivery)")))
+    backoff_s: tuple[_SECONDS, ...] | None = setting(
+        None, doc="seconds before attempt 2, 3, ... after a failure; the last one repeats (default: delay levels 3-18)",
+        expected="a list of seconds, e.g. [1, 5, 30]",
+        validator=attrs.validators.optional(non_empty("give at least one back-off in seconds, e.g. [10]")))
+    dead_letter_topic: str | None = setting(
+        None, doc="the dead-letter topic; {group} stands for the group's name (default %DLQ%{group})",
+        validator=_dead_letter_topic)
+    fifo: bool | None = setting(
+        None, doc="FIFO pop consumption: nothing new from a queue while a message of it is in flight (default false)")
+    allocation: str | None = setting(
+        None, doc="plugmq serve: push consumers get this strategy's share of the cluster's queues "
+                  "(default: RocketMQ 5's pop assignment)", expected=_STRATEGY_WORDS, validator=_strategy_name)
+    allocation_params: Mapping[str, Any] | None = setting(
+        None, doc="the allocation strategy's parameters", expected='a table of the strategy\'s parameters, e.g. '
+                                                                  '{ rooms = ["east"] }')
+
+    def over(self, base: GroupPolicy) -> GroupPolicy:
+        """``base`` with the keys this table sets."""
+        redelivery: dict[str, Any] = {name: value for name, value in (("max_attempts", self.max_delivery_attempts),
+                                                      ("backoff_s", self.backoff_s),
+                                                      ("dead_letter_topic", self.dead_letter_topic))
+                      if value is not None}
+        return GroupPolicy(
+            attrs.evolve(base.redelivery, **redelivery), base.fifo if self.fifo is None else self.fifo,
+            base.allocation if self.allocation is None else self.allocation,
+            base.allocation_params if self.allocation_params is None else self.allocation_params)
+
+
 #: The keys of a group table; ``[groups]`` takes them as every group's defaults.
-GROUP_POLICY_KEYS = ("max_delivery_attempts", "backoff_s", "dead_letter_topic", "fifo", "allocation",
-                     "allocation_params")
+GROUP_POLICY_KEYS = tuple(table_keys(GroupTable))
 # Setting keys whose values are tables, so a [groups] table cannot take them for a group's name.
 _TABLE_KEYS = ("allocation_params",)
 
 
-def _expected(path: str, value: Any, what: str) -> ConfigError:
-    return ConfigError(f"{path} must be {what}, got {value!r}")
+def split_groups_table(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``[groups]`` as (every group's defaults, the groups' own tables by name)."""
+    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in _TABLE_KEYS}
+    return defaults, {k: v for k, v in table.items() if k not in defaults}
 
 
-def _apply_key(path: str, key: str, value: Any, values: dict[str, Any]) -> None:
-    where = f"{path}.{key}"
-    if key == "max_delivery_attempts":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _expected(where, value, "a whole number >= 1")
-        if value < 1:
-            raise ConfigError(f"{where} must be >= 1 (1 = no redelivery), got {value}")
-        values["max_attempts"] = value
-    elif key == "backoff_s":
-        if not isinstance(value, list):
-            raise _expected(where, value, "a list of seconds, e.g. [1, 5, 30]")
-        try:
-            values["backoff_s"] = _to_backoff(value)
-        except ValidationError as exc:
-            raise ConfigError(f"{path}.{exc}") from None
-    elif key == "dead_letter_topic":
-        try:
-            _check_dead_letter_topic(None, None, value)
-        except ValidationError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        values["dead_letter_topic"] = value
-    elif key == "fifo":
-        if not isinstance(value, bool):
-            raise _expected(where, value, "true or false")
-        values["fifo"] = value
-    elif key == "allocation":
-        if not isinstance(value, str) or not value:
-            raise _expected(where, value, 'an allocation strategy name such as "AVG" or "MACHINE_ROOM_NEARBY"')
-        values["allocation"] = value
-    elif key == "allocation_params":
-        if not isinstance(value, Mapping):
-            raise _expected(where, value, "a table of the strategy's parameters, e.g. { rooms = [\"east\"] }")
-        values["allocation_params"] = dict(value)
-    else:
-        close = difflib.get_close_matches(key, GROUP_POLICY_KEYS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}: unknown key.{hint} Known keys: {', '.join(GROUP_POLICY_KEYS)}")
-
-
-def _policy(path: str, table: Mapping[str, Any], base: GroupPolicy) -> GroupPolicy:
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        _apply_key(path, key, value, values)
-    fifo = values.pop("fifo", base.fifo)
-    allocation = values.pop("allocation", base.allocation)
-    allocation_params = values.pop("allocation_params", base.allocation_params)
-    return GroupPolicy(attrs.evolve(base.redelivery, **values), fifo, allocation, allocation_params)
-
-
-def parse_groups_table(table: Any, *, path: str = "groups",
+def parse_groups_table(table: Any, *, source: str = "", path: tuple[str, ...] = ("groups",),
                        base: GroupPolicies | None = None) -> GroupPolicies:
     """Validate a ``[groups]`` table: scalar keys are every group's defaults, sub-tables are groups.
 
     A sub-table may also be a :class:`GroupPolicy` (Python callers). ``base`` supplies defaults and
-    groups configured elsewhere (the table's own entries win). Errors name the key path and the fix.
+    groups configured elsewhere (the table's own entries win). A ConfigError lists every problem,
+    each naming its key path and the fix.
     """
     if not isinstance(table, Mapping):
-        raise _expected(path, table, "a table")
+        raise ConfigError(f"{dotted(path, source)} must be a table, got {table!r}")
     base = base or GroupPolicies()
-    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in _TABLE_KEYS}
-    default = _policy(path, defaults, base.default)
+    problems: list[str] = []
+    defaults_table, group_tables = split_groups_table(table)
+    default = base.default
+    try:
+        default = structure(defaults_table, GroupTable, source, path).over(base.default)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
     groups = dict(base.groups)
-    for name, entry in table.items():
-        if name in defaults:
-            continue
-        where = f"{path}.{name}"
+    for name, entry in group_tables.items():
         try:
             validate_group(name)
+            groups[name] = entry if isinstance(entry, GroupPolicy) else \
+                structure(entry, GroupTable, source, (*path, name)).over(default)
         except InvalidNameError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        groups[name] = entry if isinstance(entry, GroupPolicy) else _policy(where, entry, default)
+            problems.append(f"{dotted((*path, name), source)}: {exc}")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(*problems)
     return GroupPolicies(default, groups)
