@@ -60,7 +60,6 @@ from plugmq.core.schema import (
     internal,
     one_of,
     setting,
-    structure,
 )
 
 __all__ = ["DEFAULT_PLUGINS", "BrokerConfig", "ClusterTable", "ConfigFile", "OldBrokerKeys", "OldServerKeys",
@@ -221,22 +220,15 @@ def _config(raw: Mapping[str, Any], name: str, base_dir: Path | None) -> BrokerC
     tables = found.structure(raw, ConfigFile)
     found.raise_any()
     assert tables is not None
-    broker_table = {k: v for k, v in tables.broker.items() if k not in _OLD_BROKER_KEYS}
-    broker = found.structure(broker_table, BrokerConfig, ("broker",))
+    broker = found.structure({k: v for k, v in tables.broker.items() if k not in _OLD_BROKER_KEYS}, BrokerConfig,
+                             ("broker",))
     old_broker = found.structure({k: v for k, v in tables.broker.items() if k in _OLD_BROKER_KEYS},
                                  OldBrokerKeys, ("broker",))
     old_server = found.structure({k: v for k, v in tables.server.items() if k in _MOVED_SERVER_KEYS},
                                  OldServerKeys, ("server",))
     cluster = found.structure(tables.cluster, ClusterTable, ("cluster",)) if tables.cluster is not None else None
-    for key in ("pop_fsync", "pop_compact_bytes"):
-        if key in broker_table and key in tables.server:
-            found.add(f"{key} is set in both [broker] and [server]; pop state belongs to the broker now: keep "
-                      f"broker.{key} and remove server.{key}")
     groups = _group_policies(tables.groups, old_broker, old_server, found)
-    plugins = broker.plugins if broker is not None else listed_plugins(tables.broker)
-    for plugin in [p for p in tables.plugins if plugins is not None and p not in plugins]:
-        found.add(f"[plugins.{plugin}] configures a plugin that broker.plugins does not list "
-                  f"({', '.join(plugins or ())}); add it to the list or remove the table")
+    _check_across_tables(tables, broker, found)
     found.raise_any()
     assert broker is not None and old_server is not None
     moved = {key: getattr(old_server, key) for key in ("pop_fsync", "pop_compact_bytes")
@@ -246,12 +238,25 @@ def _config(raw: Mapping[str, Any], name: str, base_dir: Path | None) -> BrokerC
                         cluster_name=cluster.name if cluster is not None else None, source=name)
 
 
+def _check_across_tables(tables: ConfigFile, broker: BrokerConfig | None, found: Problems) -> None:
+    """Pop settings written twice (in [broker] and their older place in [server]); plugin tables of
+    plugins the broker does not list."""
+    for key in ("pop_fsync", "pop_compact_bytes"):
+        if key in tables.broker and key in tables.server:
+            found.add(f"{key} is set in both [broker] and [server]; pop state belongs to the broker now: keep "
+                      f"broker.{key} and remove server.{key}")
+    plugins = broker.plugins if broker is not None else listed_plugins(tables.broker)
+    for plugin in [p for p in tables.plugins if plugins is not None and p not in plugins]:
+        found.add(f"[plugins.{plugin}] configures a plugin that broker.plugins does not list "
+                  f"({', '.join(plugins or ())}); add it to the list or remove the table")
+
+
 def listed_plugins(broker: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The plugins a ``[broker]`` table lists (the default set when it lists none); None when its
-    ``plugins`` is no list of names."""
+    """The plugin names a ``[broker]`` table lists (the default set when it lists none; entries that
+    are no names are left out); None when its ``plugins`` is no list."""
     plugins = broker.get("plugins", DEFAULT_PLUGINS)
-    if isinstance(plugins, (list, tuple)) and all(isinstance(name, str) for name in plugins):
-        return tuple(plugins)
+    if isinstance(plugins, (list, tuple)):
+        return tuple(name for name in plugins if isinstance(name, str))
     return None
 
 
