@@ -53,6 +53,33 @@ def test_check_config_lists_each_error_on_its_own_prefixed_line(tmp_path: Path) 
     assert "plugin 'audit', option log_every = '5': expected an integer, got a string" in lines[1]
 
 
+def test_check_config_reports_every_problem_of_every_table(tmp_path: Path) -> None:
+    path = config(tmp_path, '[broker]\nnmae = "b"\ndata_dir = ""\nplugins = ["store_lmdb", "audit", 3]\n'
+                  'default_queue_count = 0\nmax_reconsume_times = -1\n[cluster]\n[groups]\nmax_delivery_atempts = 3\n'
+                  '[groups.orders]\nbackoff_s = [1, -2]\n[plugins.store_lmdb]\nflush = "fast"\n'
+                  '[plugins.audit]\nlog_every = "5"\n[server]\npop_fsync = "no"\n')
+    result = CliRunner().invoke(main, ["check-config", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert all(line.startswith(ERROR_PREFIX + str(path) + ": ") for line in lines), result.output
+    found = "\n".join(lines)
+    for expected in ("broker.nmae: unknown key. Did you mean 'name'?", "broker.data_dir is empty",
+                     "broker.plugins[2] must be a plugin name (string), got 3",
+                     "broker.default_queue_count must be >= 1, got 0", "broker.max_reconsume_times must be >= 0",
+                     "[cluster] has no name", "groups.max_delivery_atempts: unknown key",
+                     "groups.orders.backoff_s[1] must be a number of seconds > 0, got -2",
+                     "server.pop_fsync must be true or false, got 'no'",
+                     "plugin 'store_lmdb', option flush = 'fast' is refused",
+                     "plugin 'audit', option log_every = '5': expected an integer, got a string"):
+        assert expected in found, f"{expected!r} not in:\n{found}"
+    assert len(lines) == 11, found  # one line per problem, none twice
+
+
+def test_check_config_reference_and_usage() -> None:
+    assert "### [broker]: BrokerConfig" in CliRunner().invoke(main, ["check-config", "--reference"]).output
+    assert "give the CONFIG_FILE to check" in fails_with_one_line(["check-config"], exit_code=2)
+
+
 def test_usage_errors(tmp_path: Path) -> None:
     assert "No such command 'nonsense'" in fails_with_one_line(["nonsense"], exit_code=2)
     message = fails_with_one_line(["query", "id", "--config", str(tmp_path / "missing.toml"), "X"], exit_code=2)

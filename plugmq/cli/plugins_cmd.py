@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plugmq.cli import ERROR_PREFIX
-from plugmq.core.errors import PlugmqError
+from plugmq.core.errors import ConfigError
 from plugmq.core.pluginmanager import installed_plugins
 
 
@@ -64,40 +64,38 @@ def plugins(as_json: bool) -> None:
 
 
 @click.command("check-config")
-@click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
-def check_config(config_file: Path) -> None:
-    """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written)."""
-    from plugmq.config.broker import load_config
-    from plugmq.config.datadir import check_data_dir
-    from plugmq.core.pluginmanager import build_options, load_plugins
+@click.argument("config_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--reference", is_flag=True,
+              help="Print every key of every table (types, defaults, meaning) instead of checking a file.")
+@click.option("--builtin-only", is_flag=True,
+              help="With --reference: only plugmq's own plugins (how docs/configuration.md is made).")
+def check_config(config_file: Path | None, reference: bool, builtin_only: bool) -> None:
+    """Validate CONFIG_FILE and print the broker it assembles (nothing is opened or written).
 
-    errors: list[str] = []
-    config = load_config(config_file)  # a bad file is one error line (plugmq.cli reports it)
-    declarations = {}
-    try:
-        loaded = load_plugins(config.plugins, config_path=f"{config.source}: broker.plugins")
-        declarations = loaded.declarations
-    except PlugmqError as exc:
-        errors.append(str(exc))
-    for name, declaration in declarations.items():
-        try:
-            build_options(declaration, config.plugin_options.get(name), config_path=f"{config.source}: plugins.{name}")
-        except PlugmqError as exc:
-            errors.append(str(exc))
-    try:
-        check_data_dir(config.data_dir, config.source)  # usable, or creatable (nothing is created)
-    except PlugmqError as exc:
-        errors.append(str(exc))
-    server_checked = _check_server_table(config_file, errors)
-    if errors:
+    Every problem of the file is reported, one line each, not only the first.
+    """
+    if reference:
+        from plugmq.cli.reference import reference_text
+
+        click.echo(reference_text(builtin_only=builtin_only), nl=False)
+        return
+    if config_file is None:
+        raise click.UsageError("give the CONFIG_FILE to check (or --reference for every key)")
+    from plugmq.config.check import check_config_file
+
+    check = check_config_file(config_file)  # an unreadable file is one error line (plugmq.cli reports it)
+    errors = list(check.problems)
+    server_checked = _check_server_table(config_file, check.tables.get("server"), errors)
+    if errors or check.config is None:
         for error in errors:
             click.echo(ERROR_PREFIX + error, err=True)
         raise SystemExit(1)
+    config = check.config
     table = Table(title=f"broker {config.name!r} from {config.source}")
     table.add_column("plugin")
     table.add_column("families")
     table.add_column("options", overflow="fold")
-    for name, declaration in declarations.items():
+    for name, declaration in check.declarations.items():
         table.add_row(name, ", ".join(sorted(f.value for f in declaration.families)),
                       json.dumps(config.plugin_options.get(name, {})) or "{}")
     console = Console()
@@ -109,12 +107,9 @@ def check_config(config_file: Path) -> None:
     console.print("[green]config OK[/green]")
 
 
-def _check_server_table(config_file: Path, errors: list[str]) -> str | None:
+def _check_server_table(config_file: Path, table: Any, errors: list[str]) -> str | None:
     """Validate ``[server]`` as ``plugmq serve`` would; returns a line for the summary, or None
     when the file has no [server] table."""
-    import tomllib
-
-    table = tomllib.loads(config_file.read_text(encoding="utf-8")).get("server")
     if table is None:
         return None
     try:
@@ -124,7 +119,7 @@ def _check_server_table(config_file: Path, errors: list[str]) -> str | None:
                 "pip install 'plugmq[serve]'[/yellow]")
     try:
         options = parse_server_table(table, source=str(config_file))
-    except PlugmqError as exc:
-        errors.append(str(exc))
+    except ConfigError as exc:
+        errors.extend(line for line in exc.problems if line not in errors)
         return None
     return f"[server] listen={options.listen} (checked as plugmq serve reads it)"
