@@ -199,13 +199,15 @@ class GroupTable:
 
 #: The keys of a group table; ``[groups]`` takes them as every group's defaults.
 GROUP_POLICY_KEYS = tuple(table_keys(GroupTable))
-# Setting keys whose values are tables, so a [groups] table cannot take them for a group's name.
-_TABLE_KEYS = ("allocation_params",)
 
 
 def split_groups_table(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``[groups]`` as (every group's defaults, the groups' own tables by name)."""
-    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in _TABLE_KEYS}
+    """``[groups]`` as (every group's defaults, the groups' own tables by name).
+
+    A key of a group table is a default even when its value is a table (``allocation_params``, or
+    a mistake the defaults' schema reports); any other table is a group's.
+    """
+    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in GROUP_POLICY_KEYS}
     return defaults, {k: v for k, v in table.items() if k not in defaults}
 
 
