@@ -69,6 +69,20 @@ def test_bad_tables_name_the_key_and_the_fix(table: dict[str, Any], message: str
     assert message in str(caught.value) and str(caught.value).startswith("b.toml: server")
 
 
+def test_every_problem_of_a_server_table_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_server_table({"listn": "x", "long_polling_s": -1, "max_batch": "8", "pop_fsync": "yes",
+                            "acl": {"clock_skew_s": 0, "accounts": {"ak": {"secret": "", "publish": "all"}}},
+                            "tls": {"cert": 5}}, source="b.toml")
+    lines = caught.value.problems
+    assert len(lines) == 8 and all(line.startswith("b.toml: server.") for line in lines), lines
+    for expected in ("server.listn: unknown key. Did you mean 'listen'?", "server.long_polling_s must be a positive",
+                     "server.max_batch must be an integer, got '8'", "server.pop_fsync must be true or false",
+                     "server.acl.clock_skew_s must be > 0", "server.acl.accounts.ak.secret is empty",
+                     "server.acl.accounts.ak.publish must be a list of topic names", "server.tls.cert must be a file"):
+        assert any(expected in line for line in lines), (expected, lines)
+
+
 def test_load_serve_config_splits_the_file_and_anchors_data_dir(tmp_path: Path) -> None:
     path = tmp_path / "broker.toml"
     path.write_text('[broker]\ndata_dir = "d"\nplugins = ["store_mmap"]\n[server]\nlisten = "0.0.0.0:9"\n'

@@ -118,7 +118,7 @@ def _check_server_table(config_file: Path, table: Any, errors: list[str]) -> str
         return (f"[yellow][server] not checked: plugmq serve needs the 'serve' extra ({exc.name} is missing): "
                 "pip install 'plugmq[serve]'[/yellow]")
     try:
-        options = parse_server_table(table, source=str(config_file))
+        options = parse_server_table(table, source=str(config_file), config_file=config_file)
     except ConfigError as exc:
         errors.extend(line for line in exc.problems if line not in errors)
         return None

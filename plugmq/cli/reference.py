@@ -23,10 +23,10 @@ A key left out keeps its default; `(unset)` means the key is optional and has no
 
 def _server_tables() -> tuple[tuple[str, type], ...]:
     try:
-        from plugmq.server.options import ServerOptions
+        from plugmq.server.options import SERVER_TABLES
     except ModuleNotFoundError:  # the serve extra is not installed: plugmq serve is not there
         return ()
-    return (("server", ServerOptions),)
+    return SERVER_TABLES
 
 
 def _plugin_tables(builtin_only: bool) -> tuple[tuple[str, type], ...]:

@@ -194,12 +194,12 @@ _OLD_BROKER_KEYS = tuple(attrs.fields_dict(OldBrokerKeys))
 _MOVED_SERVER_KEYS = tuple(attrs.fields_dict(OldServerKeys))
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A TOML file's tables; ConfigError when it is missing or not TOML."""
+def read_toml(path: str | os.PathLike[str], what: str = "config file") -> dict[str, Any]:
+    """A TOML file's tables; ConfigError when it is missing or not TOML (``what`` names the file's role)."""
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path} does not exist") from exc
+        raise ConfigError(f"{what} {path} does not exist") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 

@@ -23,36 +23,39 @@ The accounts are reloaded without a restart when the file holding them changes (
 
 from __future__ import annotations
 
-import difflib
-import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
 
+from plugmq.config.broker import read_toml
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
+from plugmq.core.schema import Expect, Problems, above, dotted, internal, non_empty, setting, structure
 
-__all__ = ["Account", "AclOptions", "expect", "load_accounts_file", "parse_acl_table", "reload_acl", "unknown_key"]
+__all__ = ["Account", "AccountsFile", "AclOptions", "load_accounts_file", "parse_acl_table", "reload_acl"]
 
 DEFAULT_CLOCK_SKEW_S = 900.0
 log = get_logger(__name__)
-
-_ACCOUNT_KEYS = ("secret", "publish", "subscribe", "groups", "admin")
-_ACL_KEYS = ("enabled", "accounts", "accounts_file", "clock_skew_s", "reload_check_s")
+_NAME = Annotated[str, Expect("a name")]
 
 
-@attrs.frozen
+def _names(what: str, doc: str) -> Any:
+    return setting(frozenset(), doc=doc, expected=f'a list of {what} names ("*" for all)')
+
+
+@attrs.frozen(kw_only=True)
 class Account:
     """One access key: its secret, the topics it may publish to and subscribe to, the groups it may consume as."""
 
-    access_key: str
-    secret: str = attrs.field(repr=False)
-    publish: frozenset[str] = frozenset()
-    subscribe: frozenset[str] = frozenset()
-    admin: bool = False
-    groups: frozenset[str] = frozenset()
+    access_key: str = internal("", doc="the access key (the table's name)")
+    secret: str = attrs.field(repr=False, validator=non_empty("give the secret key clients sign with"),
+                              metadata={"doc": "the secret key clients sign with"})
+    publish: frozenset[_NAME] = _names("topic", "topics this key may send to")
+    subscribe: frozenset[_NAME] = _names("topic", "topics this key may receive from")
+    admin: bool = setting(False, doc="may use the admin endpoint (plugmq admin --server)")
+    groups: frozenset[_NAME] = _names("consumer group", "consumer groups this key may consume as (none by default)")
 
     def may(self, action: str, topic: str) -> bool:
         allowed = self.publish if action == "publish" else self.subscribe
@@ -69,108 +72,78 @@ class AclOptions:
     ``source``: the TOML file holding the accounts (the config file, or ``accounts_file``), read
     again on reload; None for accounts given as a mapping (tests, embedding)."""
 
-    enabled: bool = False
-    accounts: Mapping[str, Account] = attrs.field(factory=dict)
-    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S
-    source: Path | None = None
-    accounts_in_file: bool = False
-    reload_check_s: float = 5.0
+    enabled: bool = setting(False, doc="check every request's signature against the accounts")
+    accounts: Mapping[str, Account] = setting(factory=dict, doc="[server.acl.accounts.<access-key>] tables",
+                                              expected="a table of access keys")
+    clock_skew_s: float = setting(DEFAULT_CLOCK_SKEW_S, doc="a signature's x-mq-date-time may be this far from the "
+                                  "server's clock", expected="a number of seconds", validator=above(0))
+    source: Path | None = internal(None, doc="the file the accounts are reloaded from")
+    accounts_in_file: bool = internal(False, doc="the accounts are in accounts_file")
+    reload_check_s: float = setting(5.0, doc="how often the file holding the accounts is checked for changes",
+                                    expected="a number of seconds", validator=above(0))
+    accounts_file: str | None = setting(None, doc="the accounts in a file of their own ([accounts.<key>] tables), "
+                                        "relative to the config file")
 
 
-def unknown_key(path: str, key: str, known: Iterable[str]) -> ConfigError:
-    """The error for an unknown ``key`` under ``path``, with the closest known one."""
-    known = list(known)
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"{path}.{key}: unknown key.{hint} Known keys: {', '.join(sorted(known))}")
+@attrs.frozen
+class AccountsFile:
+    """An accounts file: ``[accounts.<access-key>]`` tables."""
+
+    accounts: Mapping[str, Account] = setting(factory=dict, doc="the accounts", expected="a table of access keys")
 
 
-def expect(path: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    """``value`` if it is a ``kind`` (a bool is no number), else a ConfigError naming ``path`` and ``what``."""
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)) or (
-            isinstance(kind, tuple) and bool not in kind and isinstance(value, bool)):
-        raise ConfigError(f"{path} must be {what}, got {value!r}")
-    return value
-
-
-def _names(path: str, value: Any, what: str) -> frozenset[str]:
-    expect(path, value, list, f'a list of {what} names ("*" for all)')
-    for i, item in enumerate(value):
-        expect(f"{path}[{i}]", item, str, f"a {what} name")
-    return frozenset(value)
-
-
-def _accounts(path: str, value: Any) -> dict[str, Account]:
-    expect(path, value, Mapping, "a table of access keys")
-    accounts: dict[str, Account] = {}
-    for access_key, entry in value.items():
-        where = f"{path}.{access_key}"
-        expect(where, entry, Mapping, "a table with secret, publish, subscribe and groups")
-        for field in entry:
-            if field not in _ACCOUNT_KEYS:
-                raise unknown_key(where, field, _ACCOUNT_KEYS)
-        secret = expect(f"{where}.secret", entry.get("secret"), str, "the account's secret key (a string)")
-        if not secret:
-            raise ConfigError(f"{where}.secret is empty; give the secret key clients sign with")
-        accounts[access_key] = Account(access_key, secret, _names(f"{where}.publish", entry.get("publish", []), "topic"),
-                                       _names(f"{where}.subscribe", entry.get("subscribe", []), "topic"),
-                                       expect(f"{where}.admin", entry.get("admin", False), bool, "true or false"),
-                                       _names(f"{where}.groups", entry.get("groups", []), "consumer group"))
-        if accounts[access_key].subscribe and not accounts[access_key].groups:
+def _named(accounts: Mapping[str, Account], where: str) -> dict[str, Account]:
+    """The accounts under their access keys (``where``: the table they were read from, for the log)."""
+    for key, account in accounts.items():
+        if account.subscribe and not account.groups:
             # Group permissions are new: an account written before them subscribes to topics but may
             # consume as no group, so every receive it makes is refused. Say so once, at load.
             log.warning("account may subscribe to topics but consume as no consumer group; its receives are "
-                        "refused until you add groups = [\"<group>\", ...] (or [\"*\"])", account=where)
-    return accounts
-
-
-def _read_toml(file: Path, what: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {file} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {file}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+                        "refused until you add groups = [\"<group>\", ...] (or [\"*\"])", account=f"{where}.{key}")
+    return {key: attrs.evolve(account, access_key=key) for key, account in accounts.items()}
 
 
 def load_accounts_file(file: Path) -> dict[str, Account]:
     """The ``[accounts.<key>]`` tables of an accounts file."""
-    raw = _read_toml(file, "accounts file")
-    for key in raw:
-        if key != "accounts":
-            raise unknown_key(str(file), key, ("accounts",))
-    return _accounts(f"{file}: accounts", raw.get("accounts", {}))
+    try:
+        raw = read_toml(file, "accounts file")
+    except OSError as exc:
+        raise ConfigError(f"cannot read accounts file {file}: {exc.strerror or exc}") from None
+    return _named(structure(raw, AccountsFile, str(file)).accounts, f"{file}: accounts")
 
 
-def parse_acl_table(path: str, table: Any, *, config_file: Path | None = None) -> AclOptions:
-    """Validate ``[server.acl]``; ``accounts_file`` is relative to ``config_file``'s directory."""
-    expect(path, table, Mapping, "a table")
-    for key in table:
-        if key not in _ACL_KEYS:
-            raise unknown_key(path, key, _ACL_KEYS)
-    enabled = expect(f"{path}.enabled", table.get("enabled", False), bool, "true or false")
-    skew = expect(f"{path}.clock_skew_s", table.get("clock_skew_s", DEFAULT_CLOCK_SKEW_S), (int, float),
-                   "a number of seconds")
-    check = expect(f"{path}.reload_check_s", table.get("reload_check_s", 5.0), (int, float), "a number of seconds")
-    if skew <= 0 or check <= 0:
-        raise ConfigError(f"{path}: clock_skew_s and reload_check_s must be positive, got {skew!r} and {check!r}")
-    accounts = _accounts(f"{path}.accounts", table.get("accounts", {}))
-    source = config_file
-    in_file = "accounts_file" in table
-    if in_file:
-        name = expect(f"{path}.accounts_file", table["accounts_file"], str, "a file path")
-        source = Path(name).expanduser()
-        if not source.is_absolute() and config_file is not None:
-            source = config_file.resolve().parent / source
+def parse_acl_table(table: Any, *, source: str = "", config_file: Path | None = None) -> AclOptions:
+    """Validate ``[server.acl]`` (``<source>: server.acl...`` in errors); ``accounts_file`` is
+    relative to ``config_file``'s directory. A ConfigError lists every problem."""
+    found = Problems(source)
+    acl = found.structure(table, AclOptions, ("server", "acl"))
+    found.raise_any()
+    assert acl is not None
+    return finish_acl(acl, source=source, config_file=config_file)
+
+
+def finish_acl(acl: AclOptions, *, source: str = "", config_file: Path | None = None) -> AclOptions:
+    """A structured ``[server.acl]`` completed: the accounts named by their keys, read from
+    ``accounts_file`` (relative to ``config_file``'s directory) when it names one."""
+    found = Problems(source)
+    accounts, origin = _named(acl.accounts, dotted(("server", "acl", "accounts"), source)), config_file
+    if acl.accounts_file is not None:
+        origin = Path(acl.accounts_file).expanduser()
+        if not origin.is_absolute() and config_file is not None:
+            origin = config_file.resolve().parent / origin
         if accounts:
-            raise ConfigError(f"{path}: give the accounts in [server.acl.accounts] or in accounts_file, not both")
-        accounts = load_accounts_file(source)
-    if enabled and not accounts:
-        raise ConfigError(f"{path}.enabled is true but no account is configured; add [{path}.accounts.<access-key>] "
-                          "with a secret (or an accounts_file), or set enabled = false")
-    return AclOptions(enabled, accounts, float(skew), source, in_file, float(check))
+            found.add_at(("server", "acl"), "give the accounts in [server.acl.accounts] or in accounts_file, not both",
+                         colon=True)
+        else:
+            try:
+                accounts = load_accounts_file(origin)
+            except ConfigError as exc:
+                found.extend(exc)
+    if acl.enabled and not accounts and not found.lines:
+        found.add_at(("server", "acl", "enabled"), "is true but no account is configured; add "
+                     "[server.acl.accounts.<access-key>] with a secret (or an accounts_file), or set enabled = false")
+    found.raise_any()
+    return attrs.evolve(acl, accounts=accounts, source=origin, accounts_in_file=acl.accounts_file is not None)
 
 
 def reload_acl(acl: AclOptions) -> AclOptions:
@@ -179,10 +152,10 @@ def reload_acl(acl: AclOptions) -> AclOptions:
         return acl
     if acl.accounts_in_file:
         return attrs.evolve(acl, accounts=load_accounts_file(acl.source))
-    raw = _read_toml(acl.source, "config file")
+    raw = read_toml(acl.source)
     server = raw.get("server", {})
     table = server.get("acl", {}) if isinstance(server, Mapping) else {}
-    fresh = parse_acl_table(f"{acl.source}: server.acl", table, config_file=acl.source)
+    fresh = parse_acl_table(table, source=str(acl.source), config_file=acl.source)
     if fresh.enabled != acl.enabled:
         raise ConfigError(f"{acl.source}: server.acl.enabled changed to {fresh.enabled}; turning access control on "
                           "or off needs a restart (the accounts were not reloaded)")

@@ -33,119 +33,120 @@ Older configs kept group policies and the pop-state settings here (``[server.def
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from plugmq.config.broker import check_moved_server_keys
+from plugmq.config.broker import check_moved_server_keys, read_toml
 from plugmq.core.errors import ConfigError
-from plugmq.server.acl import Account, AclOptions, expect, parse_acl_table, unknown_key
-from plugmq.server.tls import TlsOptions, parse_tls_table
+from plugmq.core.schema import Problems, Refusal, internal, setting
+from plugmq.server.acl import Account, AclOptions, finish_acl
+from plugmq.server.tls import TlsOptions, TlsTable, parse_tls_table
 
-__all__ = ["Account", "AclOptions", "ServerOptions", "load_serve_config", "parse_server_table"]
+__all__ = ["SERVER_TABLES", "Account", "AclOptions", "ServerOptions", "load_serve_config", "parse_server_table"]
 
 # Keys of [server] that belong to the broker now (read by plugmq.config.broker.load_config).
 _BROKER_OWNED = ("groups", "default_group", "pop_fsync", "pop_compact_bytes")
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"server.{attribute.name} must be a positive number, got {value!r}")
+def _positive(_inst: object, _attribute: object, value: float) -> None:
+    if value <= 0:
+        raise Refusal(f"must be a positive number, got {value!r}")
+
+
+def _seconds(default: float, doc: str) -> Any:
+    return setting(default, doc=doc, expected="a number of seconds", validator=_positive)
+
+
+def _count(default: int, doc: str) -> Any:
+    return setting(default, doc=doc, validator=_positive)
+
+
+def _host_port(_inst: object, _attribute: object, value: str | None) -> None:
+    if value is None:
+        return
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise Refusal(f"must be 'host:port' (port 0 picks a free one), got {value!r}")
+
+
+def _first_or_last(_inst: object, _attribute: object, value: str) -> None:
+    if value not in ("first", "last"):
+        raise Refusal(f"must be 'first' or 'last', got {value!r}")
 
 
 @attrs.frozen
 class ServerOptions:
-    """How ``plugmq serve`` serves: every key of ``[server]`` is a field.
+    """How ``plugmq serve`` serves: every key of ``[server]`` is a field (``[server.tls]`` is read
+    from its files into ``tls``). Group policies and the pop state are the broker's (``[groups]``,
+    ``broker.pop_fsync``, ``broker.pop_compact_bytes``)."""
 
-    ``advertise``: the endpoint routes point clients to (default: the address they connected to).
-    ``long_polling_s``: a receive waits this long at most for messages (also capped by the call's
-    deadline). ``min_invisible_s`` / ``max_invisible_s``: accepted invisible durations;
-    ``default_invisible_s``: used when a receive names none (push consumers' auto-renew mode).
-    ``new_group_from``: where a group's first receive starts on a queue ("first" keeps every
-    stored message, "last" only new ones). ``metrics_listen``: ``host:port`` of the Prometheus
-    endpoint (``/metrics``; port 0 picks a free one, logged as "metrics served"); None: no metrics. Group policies and the pop state are the broker's
-    (``[groups]``, ``broker.pop_fsync``, ``broker.pop_compact_bytes``).
-    """
+    listen: str = setting("127.0.0.1:8081", doc="host:port of the gRPC port", expected="'host:port'")
+    advertise: str | None = setting(None, doc="the endpoint routes point clients to (default: the address they "
+                                    "connected to)", expected="'host:port'")
+    long_polling_s: float = _seconds(20.0, "a receive waits this long at most for messages (also capped by the "
+                                     "call's deadline)")
+    min_invisible_s: float = _seconds(1.0, "the shortest invisible duration accepted")
+    max_invisible_s: float = _seconds(43_200.0, "the longest invisible duration accepted")
+    default_invisible_s: float = _seconds(60.0, "used when a receive names none (push consumers' auto-renew mode)")
+    max_batch: int = _count(32, "messages a receive returns at most")
+    new_group_from: str = setting("first", doc="where a group's first receive starts on a queue: \"first\" keeps "
+                                  "every stored message, \"last\" only new ones", expected="'first' or 'last'",
+                                  validator=_first_or_last)
+    executor_threads: int = _count(8, "threads serving requests")
+    shutdown_grace_s: float = _seconds(5.0, "calls in flight get this long to finish at shutdown")
+    acl: AclOptions = setting(factory=AclOptions, doc="access control ([server.acl], off unless enabled)")
+    metrics_listen: str | None = setting(None, doc="host:port of the Prometheus endpoint (/metrics; port 0 picks a "
+                                         "free one, logged as \"metrics served\"); absent: no metrics",
+                                         expected="'host:port' of the Prometheus endpoint", validator=_host_port)
+    tls: TlsOptions | None = internal(None, doc="TLS on the gRPC port and metrics ([server.tls], read from its files)")
+    max_long_polls: int = _count(10_000, "receives waiting at once; more are answered TOO_MANY_REQUESTS")
+    filter_cache_bytes: int = _count(64 << 20, "bytes of compiled subscriptions kept")
 
-    listen: str = "127.0.0.1:8081"
-    advertise: str | None = None
-    long_polling_s: float = attrs.field(default=20.0, validator=_positive)
-    min_invisible_s: float = attrs.field(default=1.0, validator=_positive)
-    max_invisible_s: float = attrs.field(default=43_200.0, validator=_positive)
-    default_invisible_s: float = attrs.field(default=60.0, validator=_positive)
-    max_batch: int = attrs.field(default=32, validator=_positive)
-    new_group_from: str = attrs.field(default="first")
-    executor_threads: int = attrs.field(default=8, validator=_positive)
-    shutdown_grace_s: float = attrs.field(default=5.0, validator=_positive)
-    acl: AclOptions = attrs.field(factory=AclOptions)
-    metrics_listen: str | None = attrs.field(default=None)
-    tls: TlsOptions | None = None
-    max_long_polls: int = attrs.field(default=10_000, validator=_positive)
-    filter_cache_bytes: int = attrs.field(default=64 << 20, validator=_positive)
-
-    @metrics_listen.validator
-    def _check_metrics(self, _attribute: object, value: str | None) -> None:
-        if value is None:
-            return
-        host, _, port = value.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"server.metrics_listen must be 'host:port' (port 0 picks a free one), got {value!r}")
-
-    @new_group_from.validator
-    def _check_from(self, _attribute: object, value: str) -> None:
-        if value not in ("first", "last"):
-            raise ConfigError(f"server.new_group_from must be 'first' or 'last', got {value!r}")
+    def __attrs_post_init__(self) -> None:
+        if self.min_invisible_s > self.max_invisible_s:
+            raise Refusal(f"({self.min_invisible_s}) is above max_invisible_s ({self.max_invisible_s})",
+                          key="min_invisible_s")
 
 
-_SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "listen": (str, "'host:port'"),
-    "advertise": (str, "'host:port'"),
-    "long_polling_s": ((int, float), "a number of seconds"),
-    "min_invisible_s": ((int, float), "a number of seconds"),
-    "max_invisible_s": ((int, float), "a number of seconds"),
-    "default_invisible_s": ((int, float), "a number of seconds"),
-    "max_batch": (int, "an integer"),
-    "new_group_from": (str, "'first' or 'last'"),
-    "executor_threads": (int, "an integer"),
-    "shutdown_grace_s": ((int, float), "a number of seconds"),
-    "metrics_listen": (str, "'host:port' of the Prometheus endpoint"),
-    "max_long_polls": (int, "an integer (receives waiting at once; more are answered TOO_MANY_REQUESTS)"),
-    "filter_cache_bytes": (int, "an integer (bytes of compiled subscriptions kept)"),
-}
-_TABLES = ("acl", "tls")
+#: The tables ``plugmq serve`` reads, as the configuration reference lists them.
+SERVER_TABLES: tuple[tuple[str, type], ...] = (("server", ServerOptions), ("server.tls", TlsTable))
 
 
 def parse_server_table(table: Mapping[str, Any], *, source: str = "<mapping>",
                        config_file: Path | None = None) -> ServerOptions:
-    """Validate a ``[server]`` table into ServerOptions; errors name the key path and the fix.
+    """Validate a ``[server]`` table into ServerOptions; a ConfigError lists every problem, each
+    naming its key path and the fix.
 
     ``config_file``: the file the table came from; TLS files and the accounts file are relative
     to its directory, and the accounts are reloaded from it."""
-    path = f"{source}: server"
-    expect(path, table, Mapping, "a table")
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        if key in _SCALARS:
-            kind, what = _SCALARS[key]
-            values[key] = expect(f"{path}.{key}", value, kind, what)
-        elif key not in _TABLES and key not in _BROKER_OWNED:
-            raise unknown_key(path, key, [*_SCALARS, *_TABLES])
-    check_moved_server_keys(table, source=source)  # read by the broker; checked here so errors come first
-    acl = parse_acl_table(f"{path}.acl", table.get("acl", {}), config_file=config_file)
-    tls = (parse_tls_table(table["tls"], where=f"{path}.tls",
-                           base=config_file.resolve().parent if config_file is not None else None)
-           if "tls" in table else None)
+    found = Problems(source)
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: [server] must be a table, got {table!r}")
     try:
-        options = ServerOptions(**values, acl=acl, tls=tls)
+        check_moved_server_keys(table, source=source)  # read by the broker; checked here so errors come first
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
-    if options.min_invisible_s > options.max_invisible_s:
-        raise ConfigError(f"{path}: min_invisible_s ({options.min_invisible_s}) is above max_invisible_s "
-                          f"({options.max_invisible_s})")
-    return options
+        found.extend(exc)
+    served = {k: v for k, v in table.items() if k not in _BROKER_OWNED and k != "tls"}
+    options = found.structure(served, ServerOptions, ("server",))
+    tls = None
+    if "tls" in table:
+        try:
+            tls = parse_tls_table(table["tls"], source=source,
+                                  base=config_file.resolve().parent if config_file is not None else None)
+        except ConfigError as exc:
+            found.extend(exc)
+    acl = None
+    if options is not None:
+        try:
+            acl = finish_acl(options.acl, source=source, config_file=config_file)
+        except ConfigError as exc:
+            found.extend(exc)
+    found.raise_any()
+    assert options is not None and acl is not None
+    return attrs.evolve(options, acl=acl, tls=tls)
 
 
 def load_serve_config(path: str | Path) -> tuple[dict[str, Any], ServerOptions]:
@@ -155,12 +156,7 @@ def load_serve_config(path: str | Path) -> tuple[dict[str, Any], ServerOptions]:
     does for files.
     """
     file = Path(path)
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {file} does not exist") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    raw = read_toml(file)
     table = raw.pop("server", {})
     server = parse_server_table(table, source=str(file), config_file=file)
     if isinstance(table, Mapping) and any(key in table for key in _BROKER_OWNED):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +26,14 @@ import attrs
 
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
+from plugmq.core.schema import dotted, non_empty, setting, structure
 
 if TYPE_CHECKING:
     import grpc
 
-__all__ = ["ClientTls", "TlsOptions", "beyond_loopback", "parse_tls_table", "warn_when_exposed"]
+__all__ = ["ClientTls", "TlsOptions", "TlsTable", "beyond_loopback", "parse_tls_table", "warn_when_exposed"]
 
 log = get_logger(__name__)
-
-_KEYS = ("cert", "key", "client_ca", "metrics")
-
 
 def _read(path: Path, what: str, where: str) -> bytes:
     try:
@@ -112,31 +109,37 @@ class TlsOptions:
                                            require_client_auth=self.client_ca is not None)
 
 
-def parse_tls_table(table: Any, *, where: str, base: Path | None) -> TlsOptions:
-    """``[server.tls]`` into TlsOptions: files read relative to ``base`` (the config file's directory)."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table with cert and key")
-    for key in table:
-        if key not in _KEYS:
-            raise ConfigError(f"{where}.{key}: unknown key. Known keys: {', '.join(_KEYS)}")
+def _file(doc: str) -> Any:
+    return setting(None, doc=doc, expected="a file path (a string)",
+                   validator=attrs.validators.optional(non_empty("name a PEM file")))
 
-    def path_of(key: str) -> Path | None:
-        value = table.get(key)
+
+@attrs.frozen
+class TlsTable:
+    """``[server.tls]``: PEM files (relative to the config file), read and checked when the config is loaded."""
+
+    cert: str | None = _file("PEM certificate chain, leaf first")
+    key: str | None = _file("its PEM private key (unencrypted)")
+    client_ca: str | None = _file("clients must present a certificate this CA signed (mutual TLS)")
+    metrics: bool = setting(True, doc="the metrics port serves HTTPS with the same files")
+
+
+def parse_tls_table(table: Any, *, source: str = "", base: Path | None) -> TlsOptions:
+    """``[server.tls]`` into TlsOptions: files read relative to ``base`` (the config file's directory)."""
+    checked = structure(table, TlsTable, source, ("server", "tls"))
+    where = dotted(("server", "tls"), source)
+
+    def path_of(value: str | None) -> Path | None:
         if value is None:
             return None
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where}.{key} must be a file path (a string), got {value!r}")
         path = Path(value).expanduser()
         return path if path.is_absolute() or base is None else base / path
 
-    cert_path, key_path, ca_path = path_of("cert"), path_of("key"), path_of("client_ca")
+    cert_path, key_path, ca_path = path_of(checked.cert), path_of(checked.key), path_of(checked.client_ca)
     if cert_path is None or key_path is None:
         missing = " and ".join(k for k, v in (("cert", cert_path), ("key", key_path)) if v is None)
         raise ConfigError(f"{where}: {missing} missing; TLS needs the server's certificate chain (cert) and its "
                           "private key (key), PEM files")
-    metrics = table.get("metrics", True)
-    if not isinstance(metrics, bool):
-        raise ConfigError(f"{where}.metrics must be true or false, got {metrics!r}")
     cert = _read(cert_path, "certificate", f"{where}.cert")
     key = _read(key_path, "private key", f"{where}.key")
     _check_pair(cert, key, cert_path, key_path, where)
@@ -144,7 +147,7 @@ def parse_tls_table(table: Any, *, where: str, base: Path | None) -> TlsOptions:
     if ca_path is not None:
         client_ca = _read(ca_path, "client CA", f"{where}.client_ca")
         _certificates(client_ca, ca_path, f"{where}.client_ca")
-    return TlsOptions(cert, key, client_ca, metrics, cert_path, key_path, ca_path)
+    return TlsOptions(cert, key, client_ca, checked.metrics, cert_path, key_path, ca_path)
 
 
 @attrs.frozen
