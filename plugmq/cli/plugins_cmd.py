@@ -15,6 +15,7 @@ from rich.table import Table
 from plugmq.cli import ERROR_PREFIX
 from plugmq.core.errors import ConfigError
 from plugmq.core.pluginmanager import installed_plugins
+from plugmq.kit.native import KernelStatus, kernel_statuses
 
 
 def _field_text(value: object) -> str:
@@ -51,6 +52,9 @@ def plugins(as_json: bool) -> None:
             "capabilities": _capabilities_text(decl.capabilities) if decl else "-",
             "error": plugin.error,
         })
+    kernels = kernel_statuses()  # the plugins are imported now, and with them their kernels
+    for row in rows:
+        row["kernels"] = [_kernel_row(status) for status in kernels if row["name"] in status.kernel.users]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -60,7 +64,27 @@ def plugins(as_json: bool) -> None:
     for row in rows:
         caps = row["capabilities"] if not row["error"] else f"[red]not loadable: {row['error']}[/red]"
         table.add_row(row["name"], ", ".join(row["families"]) or "?", row["version"], row["distribution"], caps)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if kernels:
+        console.print(_kernel_table(kernels))
+
+
+def _kernel_row(status: KernelStatus) -> dict[str, Any]:
+    return {"module": status.kernel.module, "in_use": status.in_use, "reason": status.reason,
+            "fallback": status.kernel.fallback, "cost": status.kernel.cost}
+
+
+def _kernel_table(statuses: list[KernelStatus]) -> Table:
+    table = Table(title="compiled kernels (C, each with a Python twin that runs when it is not in use)")
+    for column in ("kernel", "used by", "in use", "without it"):
+        table.add_column(column, overflow="fold")
+    for status in statuses:
+        kernel = status.kernel
+        without = f"{kernel.fallback}; {kernel.cost}"
+        table.add_row(kernel.module, ", ".join(kernel.users), "yes" if status.in_use else f"[red]no: {status.reason}[/red]",
+                      without)
+    return table
 
 
 @click.command("check-config")

@@ -32,9 +32,9 @@
 #include <string.h>
 #include <zlib.h>
 
-#define FIELDS 10 /* AppendRequest's fields */
-#define MAX_EXTRAS 8
-#define MAX_DROP 8
+#include "_requestcodec_layout.h" /* the shapes it is built for: generated from requestcodec.py */
+
+#define FIELDS REQUEST_FIELDS /* AppendRequest's fields */
 
 typedef struct {
     int big;
@@ -60,12 +60,12 @@ static inline uint64_t rd64(const unsigned char *p, int big) {
 }
 
 static int parse_layout(PyObject *t, Layout *l) {
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 21) {
-        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of 21 items");
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != LAYOUT_ITEMS) {
+        PyErr_Format(PyExc_TypeError, "layout must be a tuple of %d items", LAYOUT_ITEMS);
         return -1;
     }
-    Py_ssize_t v[20];
-    for (int i = 0; i < 20; i++) {
+    Py_ssize_t v[LAYOUT_ITEMS - 1];
+    for (int i = 0; i < LAYOUT_ITEMS - 1; i++) {
         v[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
         if (v[i] == -1 && PyErr_Occurred()) return -1;
     }
@@ -89,9 +89,9 @@ static int parse_layout(PyObject *t, Layout *l) {
     l->text_len_at = v[17];
     l->body_len_at = v[18];
     l->text_at = v[19];
-    PyObject *extras = PyTuple_GET_ITEM(t, 20);
+    PyObject *extras = PyTuple_GET_ITEM(t, LAYOUT_ITEMS - 1);
     if (!PyTuple_Check(extras) || PyTuple_GET_SIZE(extras) > MAX_EXTRAS) {
-        PyErr_SetString(PyExc_TypeError, "layout extras must be a tuple of at most 8 (offset, width) pairs");
+        PyErr_Format(PyExc_TypeError, "layout extras must be a tuple of at most %d (offset, width) pairs", MAX_EXTRAS);
         return -1;
     }
     l->n_extras = PyTuple_GET_SIZE(extras);
@@ -271,7 +271,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     }
     int n_drop = (int)PySequence_Fast_GET_SIZE(drop_fast);
     if (n_drop > MAX_DROP) {
-        PyErr_SetString(PyExc_ValueError, "at most 8 properties can be dropped");
+        PyErr_Format(PyExc_ValueError, "at most %d properties can be dropped", MAX_DROP);
         goto out;
     }
     for (int i = 0; i < n_drop; i++) {
@@ -279,7 +279,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         if (drop[i].utf8 == NULL) goto out;
     }
     if (PySequence_Fast_GET_SIZE(setters_fast) != FIELDS) {
-        PyErr_SetString(PyExc_ValueError, "setters must hold AppendRequest's 10 slot descriptors");
+        PyErr_Format(PyExc_ValueError, "setters must hold AppendRequest's %d slot descriptors", FIELDS);
         goto out;
     }
     for (int i = 0; i < FIELDS; i++) {
@@ -334,4 +334,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_requestcodec",
                                         "bulk decoder of the delay plugins' stored requests", -1, methods};
 
-PyMODINIT_FUNC PyInit__requestcodec(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__requestcodec(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (m != NULL && PyModule_AddIntConstant(m, "LAYOUT_VERSION", LAYOUT_VERSION) < 0) Py_CLEAR(m);
+    return m;
+}

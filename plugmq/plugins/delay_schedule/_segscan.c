@@ -22,10 +22,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#define SCH_MAGIC 0x51534331u
-#define HEAD 52 /* >IIIqqqqIi */
-#define TAIL 8  /* >II */
-#define MAX_RECORD (64 << 20)
+#include "_segscan_layout.h" /* offsets, magics and sizes: generated from layout.py */
+
 #define ROW 8
 
 static inline uint32_t be32(const unsigned char *p) {
@@ -44,15 +42,21 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     }
     const unsigned char *base = (const unsigned char *)buf.buf;
     Py_ssize_t len = buf.len;
-    while (pos >= 0 && len - pos >= HEAD) {
+    while (pos >= 0 && len - pos >= SCH_HEAD_SIZE) {
         const unsigned char *p = base + pos;
-        uint32_t size = be32(p + 4);
-        if (be32(p) != SCH_MAGIC || size < HEAD + TAIL || size > MAX_RECORD || (Py_ssize_t)size > len - pos) break;
-        if (be32(p + size - TAIL) != size || be32(p + size - 4) != SCH_MAGIC) break;
-        if ((uint32_t)crc32(0L, p + 12, (uInt)(size - 12 - TAIL)) != be32(p + 8)) break;
-        if ((Py_ssize_t)be32(p + 44) != number) break;
-        int64_t row[ROW] = {segment_base + pos, size, be64(p + 28), be64(p + 20), be64(p + 36), be32(p + 44), (int32_t)be32(p + 48),
-                            be64(p + 12)};
+        uint32_t size = be32(p + SCH_OFF_SIZE);
+        if (be32(p + SCH_OFF_MAGIC) != SCH_MAGIC || size < SCH_HEAD_SIZE + SCH_TAIL_SIZE || size > SCH_MAX_RECORD ||
+            (Py_ssize_t)size > len - pos)
+            break;
+        const unsigned char *tail = p + size - SCH_TAIL_SIZE;
+        if (be32(tail + SCH_TAIL_OFF_SIZE) != size || be32(tail + SCH_TAIL_OFF_MAGIC) != SCH_MAGIC) break;
+        if ((uint32_t)crc32(0L, p + SCH_CRC_FROM, (uInt)(size - SCH_CRC_FROM - SCH_TAIL_SIZE)) != be32(p + SCH_OFF_CRC))
+            break;
+        if ((Py_ssize_t)be32(p + SCH_OFF_INDEX) != number) break;
+        int64_t row[ROW] = {segment_base + pos,           size,
+                            be64(p + SCH_OFF_SEQ),        be64(p + SCH_OFF_SCHEDULE_TIME),
+                            be64(p + SCH_OFF_SOURCE),     be32(p + SCH_OFF_INDEX),
+                            (int32_t)be32(p + SCH_OFF_DELAY_LEVEL), be64(p + SCH_OFF_STORE_TS)};
         for (int i = 0; i < ROW; i++) {
             PyObject *v = PyLong_FromLongLong(row[i]);
             if (v == NULL || PyList_Append(rows, v) < 0) {
@@ -89,30 +93,30 @@ static PyObject *py_encode_dispatch(PyObject *self, PyObject *args) {
     PyObject *fast = PySequence_Fast(seqs, "seqs must be a sequence of int");
     if (fast == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 16);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * DISPATCH_SIZE);
     if (out == NULL) {
         Py_DECREF(fast);
         return NULL;
     }
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++, p += 16) {
+    memset(p, 0, (size_t)(n * DISPATCH_SIZE));
+    for (Py_ssize_t i = 0; i < n; i++, p += DISPATCH_SIZE) {
         long long seq = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
         if (seq == -1 && PyErr_Occurred()) {
             Py_DECREF(fast);
             Py_DECREF(out);
             return NULL;
         }
-        unsigned char part[9];
+        unsigned char part[DISPATCH_CRC_PART_SIZE]; /* kind, then the big-endian sequence */
         part[0] = (unsigned char)kind;
         put_be64(part + 1, (uint64_t)seq);
-        uint32_t crc = (uint32_t)crc32(0L, part, 9);
-        p[0] = (unsigned char)kind;
-        p[1] = p[2] = p[3] = 0;
-        p[4] = (unsigned char)(crc >> 24);
-        p[5] = (unsigned char)(crc >> 16);
-        p[6] = (unsigned char)(crc >> 8);
-        p[7] = (unsigned char)crc;
-        memcpy(p + 8, part + 1, 8);
+        uint32_t crc = (uint32_t)crc32(0L, part, DISPATCH_CRC_PART_SIZE);
+        p[DISPATCH_OFF_KIND] = (unsigned char)kind;
+        p[DISPATCH_OFF_CRC] = (unsigned char)(crc >> 24);
+        p[DISPATCH_OFF_CRC + 1] = (unsigned char)(crc >> 16);
+        p[DISPATCH_OFF_CRC + 2] = (unsigned char)(crc >> 8);
+        p[DISPATCH_OFF_CRC + 3] = (unsigned char)crc;
+        put_be64(p + DISPATCH_OFF_SEQ, (uint64_t)seq);
     }
     Py_DECREF(fast);
     return out;
@@ -127,4 +131,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_segscan", "delay_schedule's compiled segment scan",
                                         -1, methods};
 
-PyMODINIT_FUNC PyInit__segscan(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__segscan(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (m != NULL && PyModule_AddIntConstant(m, "LAYOUT_VERSION", LAYOUT_VERSION) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -22,22 +22,21 @@ from pathlib import Path
 import attrs
 
 from plugmq.core.logs import get_logger
+from plugmq.kit.native import load_kernel
+from plugmq.plugins.delay_schedule.layout import DISPATCH, DISPATCH_CRC_PART, SEGSCAN
 
 __all__ = ["CANCELLED", "DELIVERED", "INTENT", "DispatchState", "encode_dispatch", "read_dispatch_log"]
 
 log = get_logger(__name__)
 
-try:
-    from plugmq.plugins.delay_schedule import _segscan  # type: ignore[attr-defined]
-except ImportError:  # not compiled: encode_dispatch_python
-    _segscan = None
+_segscan = load_kernel(SEGSCAN)  # None: encode_dispatch_python
 
 INTENT = ord("I")
 DELIVERED = ord("D")
 CANCELLED = ord("C")
 _KINDS = {INTENT, DELIVERED, CANCELLED}
-_RECORD = struct.Struct(">B3xIq")
-_CRC_PART = struct.Struct(">Bq")
+_RECORD = DISPATCH
+_CRC_PART = DISPATCH_CRC_PART
 RECORD_SIZE = _RECORD.size
 
 
@@ -89,7 +88,13 @@ def encode_dispatch(kind: int, seqs: Iterable[int]) -> bytes:
 
 
 def encode_dispatch_python(kind: int, seqs: Iterable[int]) -> bytes:
-    return b"".join(_RECORD.pack(kind, zlib.crc32(_CRC_PART.pack(kind, s)), s) for s in seqs)
+    """:func:`encode_dispatch` in Python (the compiled one's reference), refusing what it refuses."""
+    if not 0 <= kind <= 255:
+        raise ValueError("kind must be a byte")
+    try:
+        return b"".join(_RECORD.pack(kind, zlib.crc32(_CRC_PART.pack(kind, s)), s) for s in seqs)
+    except struct.error as exc:
+        raise OverflowError(f"a dispatch-log sequence must fit int64 ({exc})") from exc
 
 
 def read_dispatch_log(path: Path | str) -> DispatchState:

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from plugmq.core import AppendRequest, ValidationError
 from plugmq.kit.requestcodec import RequestLayout, decode_requests
+from plugmq.plugins.delay_schedule.layout import MAX_RECORD, SCH_HEAD, SCH_MAGIC, SCH_TAIL
 
 __all__ = [
     "ML_HEAD",
@@ -56,12 +57,9 @@ __all__ = [
 ]
 
 ML_MAGIC = 0x514D4C31  # "QML1"
-SCH_MAGIC = 0x51534331  # "QSC1"
 ATTR_MESSAGE = 0
 
 ML_HEAD = struct.Struct(">IIIBqqqqi")
-SCH_HEAD = struct.Struct(">IIIqqqqIi")
-SCH_TAIL = struct.Struct(">II")
 _CHECK = struct.Struct(">III")  # magic, total length, crc: the head of every record
 _REQ_FIXED = struct.Struct(">iqqiiq")
 _REQ2_MARK = 0xFF
@@ -70,9 +68,6 @@ _REQ2 = struct.Struct(">BBxxiqqiiqII")
 _SEP = "\x01"
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-
-# A record longer than this is garbage (a torn length field), not a message.
-MAX_RECORD = 64 << 20
 
 
 def encode_request(request: AppendRequest) -> bytes:

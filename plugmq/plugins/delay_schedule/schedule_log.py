@@ -19,12 +19,14 @@ import attrs
 
 from plugmq.core import AppendRequest, StoreError
 from plugmq.core.logs import get_logger
+from plugmq.kit.native import load_kernel
 from plugmq.plugins.delay_schedule.dispatch_log import (
     DispatchState,
     encode_dispatch,
     read_dispatch_log,
 )
 from plugmq.plugins.delay_schedule.files import FdCache, fsync_dir
+from plugmq.plugins.delay_schedule.layout import SEGSCAN
 from plugmq.plugins.delay_schedule.records import (
     SCH_HEAD,
     SCH_TAIL,
@@ -35,14 +37,11 @@ from plugmq.plugins.delay_schedule.records import (
     encode_schedule_record,
 )
 
-__all__ = ["ScheduleLog", "Segment", "SegmentIndex"]
+__all__ = ["ScheduleLog", "Segment", "SegmentIndex", "scan_records"]
 
 log = get_logger(__name__)
 
-try:
-    from plugmq.plugins.delay_schedule import _segscan  # type: ignore[attr-defined]
-except ImportError:  # not compiled: the Python loop of _scan_chunk
-    _segscan = None
+_segscan = load_kernel(SEGSCAN)  # None: the Python loop of _scan_chunk
 _ROW = 8  # position, size, seq, schedule time, source, index, delay level, store timestamp
 
 
@@ -62,15 +61,20 @@ def _scan_chunk(data: bytes, number: int, base: int) -> tuple[int, list[int]]:
     if _segscan is not None:
         end, found = _segscan.scan(data, 0, number, base)
         return end, found
+    return scan_records(data, 0, number, base)
+
+
+def scan_records(data: bytes, pos: int, number: int, base: int) -> tuple[int, list[int]]:
+    """``_segscan.scan`` in Python (its reference and fallback): the walk from ``pos``."""
     rows: list[int] = []
-    pos = 0
-    while True:
+    while pos >= 0:
         record = decode_schedule_record(data, pos, with_payload=False, base=base)
         if record is None or record.number != number:
-            return pos, rows
+            break
         rows += _fields(record)
         pos += record.size
         number += 1
+    return pos, rows
 
 
 def _fields(record: ScheduleRecord) -> tuple[int, ...]:

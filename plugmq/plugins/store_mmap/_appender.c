@@ -30,27 +30,18 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
 
-#include "_crc32.h"
+#include "_layout.h" /* offsets, magics and sizes: generated from layout.py */
 
-#define HEADER_SIZE 100
-#define END_FILE_MIN_BLANK 8
-#define CQ_ENTRY_SIZE 20
-#define MESSAGE_MAGIC 0xDAA320B7u
-#define MAX_PROPERTIES_BYTES 0xFFFF
-#define FLAG_BORN_HOST_IN_PROPS 0x1
 #define QUEUE_CACHE 64
 #define RELEASE_GIL_ABOVE (256 * 1024)
 
 enum { NEED_NONE = 0, NEED_ROLL = 1, NEED_CQ_FILE = 2, NEED_QUEUE = 3, NEED_ALLOCATE = 4 };
 
-static PyObject *py_crc32(PyObject *module, PyObject *args) {
-    Py_buffer view;
-    unsigned int seed = 0;
-    if (!PyArg_ParseTuple(args, "y*|I", &view, &seed)) return NULL;
-    uint32_t crc = crc32_update(seed, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(crc);
+/* zlib's CRC-32: the one zlib.crc32 computes, so the Python twin writes the same bytes. */
+static inline uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    return (uint32_t)crc32_z(crc, p, n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -564,13 +555,13 @@ static int encode(Appender *self, PyObject *req, Rec *rec) {
         rec->tail_crc = (uint32_t)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(info, 2));
         if (PyErr_Occurred()) return -1;
     }
-    rec->total = HEADER_SIZE + body_len + prefix_len + 2 + props_len;
+    rec->total = HEADER_SIZE + body_len + prefix_len + PROPS_LEN_SIZE + props_len;
     if (rec->total > self->max_record) {
         PyErr_Format(self->store_error,
                      "a record of %zd bytes (body %zd, topic and properties %zd, header %d) does not fit a "
                      "commit-log segment of %lld bytes (at most %lld per record); raise commit_log_segment_size "
                      "or send less",
-                     rec->total, body_len, prefix_len + 2 + props_len, HEADER_SIZE, self->segment_size,
+                     rec->total, body_len, prefix_len + PROPS_LEN_SIZE + props_len, HEADER_SIZE, self->segment_size,
                      self->max_record);
         return -1;
     }
@@ -858,30 +849,30 @@ static void write_record(Appender *self, unsigned char *restrict dst, const Rec 
     if (rec->props_off >= 0) {
         memcpy(tail, PyBytes_AS_STRING(prefix), (size_t)prefix_len);
         put_be16(tail + prefix_len, (uint16_t)rec->props_len);
-        memcpy(tail + prefix_len + 2, self->scratch + rec->props_off, (size_t)rec->props_len);
-        tail_crc = crc32_update(0, tail, (size_t)(prefix_len + 2 + rec->props_len));
+        memcpy(tail + prefix_len + PROPS_LEN_SIZE, self->scratch + rec->props_off, (size_t)rec->props_len);
+        tail_crc = crc32_update(0, tail, (size_t)(prefix_len + PROPS_LEN_SIZE + rec->props_len));
     } else {
         PyObject *bare = PyTuple_GET_ITEM(rec->topic_info, 1);
         memcpy(tail, PyBytes_AS_STRING(bare), (size_t)PyBytes_GET_SIZE(bare));
     }
     unsigned char h[HEADER_SIZE];
-    put_be32(h + 0, (uint32_t)rec->total);
-    put_be32(h + 4, MESSAGE_MAGIC);
-    put_be32(h + 12, body_crc);
-    put_be32(h + 16, (uint32_t)rec->queue_id);
-    put_be32(h + 20, (uint32_t)rec->flag);
-    put_be64(h + 24, (uint64_t)qoff);
-    put_be64(h + 32, (uint64_t)phys);
-    put_be32(h + 40, (uint32_t)rec->sys_flag);
-    put_be64(h + 44, (uint64_t)rec->born_ts);
-    memcpy(h + 52, rec->born, 8);
-    put_be64(h + 60, (uint64_t)ts);
-    memcpy(h + 68, self->store_host, 8);
-    put_be32(h + 76, (uint32_t)rec->reconsume);
-    put_be64(h + 80, (uint64_t)rec->prepared);
-    put_be64(h + 88, (uint64_t)rec->tags_code);
-    put_be32(h + 96, (uint32_t)body_len);
-    put_be32(h + 8, crc32_update(tail_crc, h + 12, HEADER_SIZE - 12));
+    put_be32(h + OFF_TOTAL, (uint32_t)rec->total);
+    put_be32(h + OFF_MAGIC, MESSAGE_MAGIC);
+    put_be32(h + OFF_BODY_CRC, body_crc);
+    put_be32(h + OFF_QUEUE_ID, (uint32_t)rec->queue_id);
+    put_be32(h + OFF_FLAG, (uint32_t)rec->flag);
+    put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)qoff);
+    put_be64(h + OFF_PHYS, (uint64_t)phys);
+    put_be32(h + OFF_SYS_FLAG, (uint32_t)rec->sys_flag);
+    put_be64(h + OFF_BORN_TS, (uint64_t)rec->born_ts);
+    memcpy(h + OFF_BORN_HOST, rec->born, 8);
+    put_be64(h + OFF_STORE_TS, (uint64_t)ts);
+    memcpy(h + OFF_STORE_HOST, self->store_host, 8);
+    put_be32(h + OFF_RECONSUME, (uint32_t)rec->reconsume);
+    put_be64(h + OFF_PREPARED, (uint64_t)rec->prepared);
+    put_be64(h + OFF_TAGS_CODE, (uint64_t)rec->tags_code);
+    put_be32(h + OFF_BODY_LEN, (uint32_t)body_len);
+    put_be32(h + OFF_RECORD_CRC, crc32_update(tail_crc, h + RECORD_CRC_FROM, HEADER_SIZE - RECORD_CRC_FROM));
     memcpy(dst, h, HEADER_SIZE);
 }
 
@@ -952,9 +943,9 @@ static Py_ssize_t write_some(Appender *self, Py_ssize_t first, Py_ssize_t n, lon
         int64_t phys = self->seg_start + pos;
         write_record(self, base + pos, rec, qoff, phys, ts);
         unsigned char *entry = (unsigned char *)q->view.buf + rel * CQ_ENTRY_SIZE;
-        put_be64(entry, (uint64_t)phys);
-        put_be32(entry + 8, (uint32_t)rec->total);
-        put_be64(entry + 12, (uint64_t)rec->tags_code);
+        put_be64(entry + CQ_OFF_PHYS, (uint64_t)phys);
+        put_be32(entry + CQ_OFF_SIZE, (uint32_t)rec->total);
+        put_be64(entry + CQ_OFF_TAGS, (uint64_t)rec->tags_code);
         q->max_offset = qoff + 1;
         pos += rec->total;
         self->messages++;
@@ -1499,15 +1490,12 @@ static PyTypeObject AppenderType = {
     .tp_getset = Appender_getset,
 };
 
-static PyMethodDef module_methods[] = {
-    {"crc32", py_crc32, METH_VARARGS, "crc32(data, seed=0) -> int, equal to zlib.crc32 (for tests)"},
-    {NULL}};
+static PyMethodDef module_methods[] = {{NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_appender",
                                         "store_mmap's compiled append kernel", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__appender(void) {
-    crc_init();
     PyObject *probe_dict = PyDict_New();
     if (probe_dict == NULL) return NULL;
     PyObject *probe = PyDictProxy_New(probe_dict);
@@ -1545,6 +1533,7 @@ PyMODINIT_FUNC PyInit__appender(void) {
         PyModule_AddIntConstant(m, "NEED_CQ_FILE", NEED_CQ_FILE) < 0 ||
         PyModule_AddIntConstant(m, "NEED_QUEUE", NEED_QUEUE) < 0 ||
         PyModule_AddIntConstant(m, "NEED_ALLOCATE", NEED_ALLOCATE) < 0 ||
+        PyModule_AddIntConstant(m, "LAYOUT_VERSION", LAYOUT_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "PROXY_FAST_PATH", proxy_layout_ok) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -31,15 +31,17 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <zlib.h>
 
-#include "_crc32.h"
+#include "_layout.h" /* offsets, magics and sizes: generated from layout.py */
 
-#define HEADER_SIZE 100
-#define MIN_RECORD (HEADER_SIZE + 1 + 2 + 1)
-#define CQ_ENTRY_SIZE 20
-#define MESSAGE_MAGIC 0xDAA320B7u
-#define BLANK_MAGIC 0xCBD43194u
 #define ROW_FIELDS 7
+#define TAIL_HEAD (TOPIC_LEN_SIZE + PROPS_LEN_SIZE) /* the tail's fixed part: topic and properties lengths */
+
+/* zlib's CRC-32: the one zlib.crc32 computes, as the append kernel and the Python twin write it. */
+static inline uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    return (uint32_t)crc32_z(crc, p, n);
+}
 
 enum { STOP_BAD = 0, STOP_BLANK = 1, STOP_LIMIT = 2 };
 
@@ -80,21 +82,24 @@ static PyObject *to_bytes(const Int64s *a) {
  * Returns its total size, or 0 when it is not sound. */
 static int64_t sound_record(const unsigned char *p, int64_t avail, int64_t phys) {
     if (avail < MIN_RECORD) return 0;
-    int64_t total = (int32_t)be32(p);
-    if (be32(p + 4) != MESSAGE_MAGIC || total < MIN_RECORD || total > avail || (int64_t)be64(p + 32) != phys) return 0;
-    int64_t body_len = (int32_t)be32(p + 96);
+    int64_t total = (int32_t)be32(p + OFF_TOTAL);
+    if (be32(p + OFF_MAGIC) != MESSAGE_MAGIC || total < MIN_RECORD || total > avail || (int64_t)be64(p + OFF_PHYS) != phys)
+        return 0;
+    int64_t body_len = (int32_t)be32(p + OFF_BODY_LEN);
     int64_t tail_at = HEADER_SIZE + body_len;
-    if (body_len < 0 || tail_at + 3 > total || (int32_t)be32(p + 16) < 0 || (int64_t)be64(p + 24) < 0) return 0;
+    if (body_len < 0 || tail_at + TAIL_HEAD > total || (int32_t)be32(p + OFF_QUEUE_ID) < 0 ||
+        (int64_t)be64(p + OFF_QUEUE_OFFSET) < 0)
+        return 0;
     const unsigned char *tail = p + tail_at;
     int64_t tail_len = total - tail_at;
     unsigned topic_len = tail[0];
-    if (1 + (int64_t)topic_len + 2 > tail_len) return 0;
-    if (1 + (int64_t)topic_len + 2 + be16(tail + 1 + topic_len) != tail_len) return 0;
-    uint32_t crc = crc32_update(crc32_update(0, tail, (size_t)tail_len), p + 12, HEADER_SIZE - 12);
-    if (crc != be32(p + 8)) return 0;
-    if (crc32_update(0, p + HEADER_SIZE, (size_t)body_len) != be32(p + 12)) return 0;
+    if (TAIL_HEAD + (int64_t)topic_len > tail_len) return 0;
+    if (TAIL_HEAD + (int64_t)topic_len + be16(tail + TOPIC_LEN_SIZE + topic_len) != tail_len) return 0;
+    uint32_t crc = crc32_update(crc32_update(0, tail, (size_t)tail_len), p + RECORD_CRC_FROM, HEADER_SIZE - RECORD_CRC_FROM);
+    if (crc != be32(p + OFF_RECORD_CRC)) return 0;
+    if (crc32_update(0, p + HEADER_SIZE, (size_t)body_len) != be32(p + OFF_BODY_CRC)) return 0;
     for (unsigned i = 0; i < topic_len; i++)
-        if (tail[1 + i] & 0x80) return 0; /* topics are ASCII */
+        if (tail[TOPIC_LEN_SIZE + i] & 0x80) return 0; /* topics are ASCII */
     return total;
 }
 
@@ -277,8 +282,9 @@ static PyObject *py_scan(PyObject *module, PyObject *args) {
             kind = STOP_LIMIT;
             break;
         }
-        if (pos >= 0 && pos + 8 <= seg_size && pos + 8 <= readable + 8 && pos + 8 <= len) {
-            if (be32(buf + pos + 4) == BLANK_MAGIC && (int64_t)(int32_t)be32(buf + pos) == seg_size - pos) {
+        if (pos >= 0 && pos + BLANK_SIZE <= seg_size && pos + BLANK_SIZE <= readable + END_FILE_MIN_BLANK &&
+            pos + BLANK_SIZE <= len) {
+            if (be32(buf + pos + OFF_MAGIC) == BLANK_MAGIC && (int64_t)(int32_t)be32(buf + pos + OFF_TOTAL) == seg_size - pos) {
                 kind = STOP_BLANK;
                 break;
             }
@@ -288,29 +294,30 @@ static PyObject *py_scan(PyObject *module, PyObject *args) {
         int64_t total = sound_record(p, readable - pos, seg_start + pos);
         if (total == 0) break;
         int64_t phys = seg_start + pos;
-        int64_t ts = (int64_t)be64(p + 60);
-        const unsigned char *tail = p + HEADER_SIZE + (int32_t)be32(p + 96);
+        int64_t ts = (int64_t)be64(p + OFF_STORE_TS);
+        const unsigned char *tail = p + HEADER_SIZE + (int32_t)be32(p + OFF_BODY_LEN);
         unsigned topic_len = tail[0];
         if (want_rows) {
-            if (last_topic == NULL || topic_len != last_topic_len || memcmp(tail + 1, last_topic, topic_len) != 0) {
-                last_topic_number = topic_number(topic_ids, topic_names, tail + 1, topic_len);
+            if (last_topic == NULL || topic_len != last_topic_len ||
+                memcmp(tail + TOPIC_LEN_SIZE, last_topic, topic_len) != 0) {
+                last_topic_number = topic_number(topic_ids, topic_names, tail + TOPIC_LEN_SIZE, topic_len);
                 if (last_topic_number < 0) {
                     failed = 1;
                     break;
                 }
-                last_topic = tail + 1;
+                last_topic = tail + TOPIC_LEN_SIZE;
                 last_topic_len = topic_len;
             }
-            if (push(&rows, phys) < 0 || push(&rows, total) < 0 || push(&rows, (int32_t)be32(p + 16)) < 0 ||
-                push(&rows, (int64_t)be64(p + 24)) < 0 || push(&rows, (int64_t)be64(p + 88)) < 0 ||
+            if (push(&rows, phys) < 0 || push(&rows, total) < 0 || push(&rows, (int32_t)be32(p + OFF_QUEUE_ID)) < 0 ||
+                push(&rows, (int64_t)be64(p + OFF_QUEUE_OFFSET)) < 0 || push(&rows, (int64_t)be64(p + OFF_TAGS_CODE)) < 0 ||
                 push(&rows, ts) < 0 || push(&rows, last_topic_number) < 0) {
                 failed = 1;
                 break;
             }
         }
         if (keys_mode > 0) {
-            const unsigned char *props = tail + 1 + topic_len + 2;
-            if (note_keys(&keys, keys_mode, tail + 1, topic_len, props, be16(tail + 1 + topic_len), keys_name,
+            const unsigned char *props = tail + TAIL_HEAD + topic_len;
+            if (note_keys(&keys, keys_mode, tail + TOPIC_LEN_SIZE, topic_len, props, be16(tail + TOPIC_LEN_SIZE + topic_len), keys_name,
                           keys_len, uniq_name, uniq_len, phys, ts, &scratch, &scratch_cap) < 0) {
                 failed = 1;
                 break;
@@ -381,8 +388,8 @@ static PyObject *py_check_entries(PyObject *module, PyObject *args) {
     unsigned char *ok = (unsigned char *)PyBytes_AS_STRING(result);
     const unsigned char *e = entries.buf;
     for (Py_ssize_t i = 0; i < count; i++, e += CQ_ENTRY_SIZE) {
-        int64_t phys = (int64_t)be64(e), tags = (int64_t)be64(e + 12);
-        int64_t size = (int32_t)be32(e + 8);
+        int64_t phys = (int64_t)be64(e + CQ_OFF_PHYS), tags = (int64_t)be64(e + CQ_OFF_TAGS);
+        int64_t size = (int32_t)be32(e + CQ_OFF_SIZE);
         ok[i] = 0;
         if (size < HEADER_SIZE || phys < 0 || phys + size > log_end) continue;
         Py_ssize_t lo = 0, hi = nseg; /* the last segment starting at or before phys */
@@ -396,8 +403,9 @@ static PyObject *py_check_entries(PyObject *module, PyObject *args) {
         int64_t rel = phys - s->start;
         if (rel + size > s->size) continue;
         const unsigned char *r = (const unsigned char *)s->view.buf + rel;
-        ok[i] = be32(r + 4) == MESSAGE_MAGIC && (int64_t)(int32_t)be32(r) == size && (int32_t)be32(r + 16) == queue_id &&
-                (int64_t)be64(r + 24) == first_qoff + i && (int64_t)be64(r + 32) == phys && (int64_t)be64(r + 88) == tags;
+        ok[i] = be32(r + OFF_MAGIC) == MESSAGE_MAGIC && (int64_t)(int32_t)be32(r + OFF_TOTAL) == size &&
+                (int32_t)be32(r + OFF_QUEUE_ID) == queue_id && (int64_t)be64(r + OFF_QUEUE_OFFSET) == first_qoff + i &&
+                (int64_t)be64(r + OFF_PHYS) == phys && (int64_t)be64(r + OFF_TAGS_CODE) == tags;
     }
 done:
     for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
@@ -409,33 +417,23 @@ done:
     return result;
 }
 
-static PyObject *py_crc32(PyObject *module, PyObject *args) {
-    Py_buffer view;
-    unsigned int seed = 0;
-    if (!PyArg_ParseTuple(args, "y*|I", &view, &seed)) return NULL;
-    uint32_t crc = crc32_update(seed, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(crc);
-}
-
 static PyMethodDef module_methods[] = {
     {"scan", py_scan, METH_VARARGS,
      "scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name, topic_ids, "
      "topic_names) -> (stop, kind, count, last_ts, rows | None, keys | None)"},
     {"check_entries", py_check_entries, METH_VARARGS,
      "check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes (1 = sound entry)"},
-    {"crc32", py_crc32, METH_VARARGS, "crc32(data, seed=0) -> int, equal to zlib.crc32 (for tests)"},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_scan", "store_mmap's compiled recovery scan", -1,
                                         module_methods};
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    crc_init();
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "STOP_BAD", STOP_BAD) < 0 || PyModule_AddIntConstant(m, "STOP_BLANK", STOP_BLANK) < 0 ||
-        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT) < 0 || PyModule_AddIntConstant(m, "ROW_FIELDS", ROW_FIELDS) < 0) {
+        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT) < 0 || PyModule_AddIntConstant(m, "ROW_FIELDS", ROW_FIELDS) < 0 ||
+        PyModule_AddIntConstant(m, "LAYOUT_VERSION", LAYOUT_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -59,9 +59,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from plugmq.core import AppendRequest, AppendResult, AppendStatus, Prop, StoreError, ValidationError
-from plugmq.core.logs import get_logger
 from plugmq.core.message import check_body_size
+from plugmq.kit.native import load_kernel
 from plugmq.plugins.store_mmap.indexfile import key_entries
+from plugmq.plugins.store_mmap.layout import APPEND_KERNEL
 from plugmq.plugins.store_mmap.record import (
     _HOSTS,
     BORN_HOST_PROPERTY,
@@ -98,8 +99,6 @@ __all__ = [
     "compiled_kernel",
     "make_appender",
 ]
-
-log = get_logger(__name__)
 
 NEED_NONE, NEED_ROLL, NEED_CQ_FILE, NEED_QUEUE, NEED_ALLOCATE = 0, 1, 2, 3, 4
 KERNELS = ("auto", "c", "python")
@@ -149,13 +148,12 @@ class Appender(Protocol):
     def release(self) -> None: ...
 
 
+_COMPILED_MODULE = load_kernel(APPEND_KERNEL)
+
+
 def compiled_kernel() -> Any:
-    """The ``_appender`` extension module, or None when it was not built."""
-    try:
-        from plugmq.plugins.store_mmap import _appender  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _appender
+    """The ``_appender`` extension module, or None when it is not built for this layout."""
+    return _COMPILED_MODULE
 
 
 class PyAppender:
@@ -272,12 +270,20 @@ class PyAppender:
             raise ValidationError(f"append request field queue_id must be an int, got {queue_id!r}")
         if queue_id < 0:
             raise ValidationError(f"queue id must be >= 0, got {queue_id}")
+        if queue_id > _INT32[1]:
+            _out_of_range("queue_id", queue_id)
         body = req.body
         if not isinstance(body, bytes):
             raise ValidationError(f"append request body must be bytes, got {type(body).__name__}")
         body_len = len(body)
         if body_len > self._max_body:
             check_body_size(body, self._max_body, topic=topic)
+        for name, (low, high) in _INT_FIELDS:  # in the compiled kernel's order, with its words
+            value = getattr(req, name)
+            if not isinstance(value, int):
+                raise ValidationError(f"append request field {name} must be an int, got {value!r}")
+            if not low <= value <= high:
+                _out_of_range(name, value)
         props: Mapping[str, str] = req.properties
         born_host = req.born_host
         if not isinstance(born_host, str):
@@ -382,6 +388,19 @@ def _unbound() -> None:
     raise RuntimeError("PyAppender.bind() was not called")
 
 
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT_FIELDS = (("sys_flag", _INT32), ("reconsume_times", _INT32), ("born_timestamp_ms", _INT64),
+               ("prepared_transaction_offset", _INT64), ("tags_code", _INT64))
+
+
+def _out_of_range(name: str, value: int) -> None:
+    raise ValidationError(
+        f"append request field out of range ({name} = {value!r}): queue_id, sys_flag and reconsume_times must "
+        "fit int32; born_timestamp_ms, prepared_transaction_offset and tags_code int64"
+    )
+
+
 def _unbound_room(_counts: dict[tuple[str, int], int], _sizes: list[int]) -> None:
     raise RuntimeError("PyAppender.bind() was not called")
 
@@ -393,12 +412,10 @@ def make_appender(kernel: str, **settings: Any) -> Appender:
         if kernel == "c":
             raise StoreError(
                 "store_mmap.append_kernel = \"c\" but the compiled kernel plugmq.plugins.store_mmap._appender "
-                "is not built; reinstall plugmq with a C compiler and the Python headers (pip install -e .), "
-                "or use append_kernel = \"auto\" or \"python\""
+                "is not built for this layout; reinstall plugmq with a C compiler and the Python headers "
+                "(pip install -e .), or use append_kernel = \"auto\" or \"python\""
             )
-        if kernel == "auto":
-            log.warning("store_mmap: the compiled append kernel is not built; using the slower Python one")
-        return PyAppender(**settings)
+        return PyAppender(**settings)  # "auto": plugmq.kit.native said once what falls back
     return _compiled_class(module)(**_compiled_settings(module, settings))
 
 

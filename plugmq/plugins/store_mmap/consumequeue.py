@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +20,14 @@ import numpy as np
 from plugmq.core import ConsumeQueueEntry, StoreError, validate_topic
 from plugmq.core.errors import InvalidNameError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.layout import CQ_ENTRY
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, offset_name
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "ConsumeQueue", "ConsumeQueues"]
 
 log = get_logger(__name__)
 
-ENTRY = struct.Struct(">qiq")
+ENTRY = CQ_ENTRY
 ENTRY_SIZE = ENTRY.size
 _DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _NAME = re.compile(r"\d{20}")

@@ -27,6 +27,8 @@
           2    properties length, then the properties (UTF-8 ``key\\x01value\\x02``...)
 
 The blank filler is ``total size | BLANK_MAGIC`` followed by zeros to the end of the segment.
+The offsets, magics and sizes are defined once, in :mod:`.layout` (the compiled kernels include
+a header generated from it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import zlib
 from collections.abc import Mapping
 
 from plugmq.core import StoredMessage, StoreError, ValidationError
+from plugmq.plugins.store_mmap.layout import BLANK, CONSTANTS, HEAD
 
 __all__ = [
     "BLANK",
@@ -60,25 +63,24 @@ __all__ = [
     "serialize_properties",
 ]
 
-MESSAGE_MAGIC = 0xDAA320B7  # RocketMQ's V1 magic is 0xDAA320A7; this layout differs, so the magic does too
-BLANK_MAGIC = 0xCBD43194  # RocketMQ's BLANK_MAGIC_CODE
-END_FILE_MIN_BLANK = 8  # a segment always keeps room for a blank marker after its last record
+MESSAGE_MAGIC = CONSTANTS["MESSAGE_MAGIC"]
+BLANK_MAGIC = CONSTANTS["BLANK_MAGIC"]
+END_FILE_MIN_BLANK = CONSTANTS["END_FILE_MIN_BLANK"]
 
-HEAD = struct.Struct(">iIIIiiqqiq8sq8siqqi")
 HEADER_SIZE = HEAD.size  # 100
-BLANK = struct.Struct(">iI")
 RCRC = struct.Struct(">I")
 # Fields only known under the put lock, patched into a record serialised beforehand.
 QUEUE_AND_PHYS = struct.Struct(">qq")
-QUEUE_AND_PHYS_AT = 24
+QUEUE_AND_PHYS_AT = CONSTANTS["OFF_QUEUE_OFFSET"]
 STORE_TS = struct.Struct(">q")
-STORE_TS_AT = 60
-RECORD_CRC_AT = 8
-RECORD_CRC_FROM = 12
+STORE_TS_AT = CONSTANTS["OFF_STORE_TS"]
+RECORD_CRC_AT = CONSTANTS["OFF_RECORD_CRC"]
+RECORD_CRC_FROM = CONSTANTS["RECORD_CRC_FROM"]
 _PROPLEN = struct.Struct(">H")
-_TOPIC_AND_PROPLEN = 1 + 2
-MAX_PROPERTIES_BYTES = 0xFFFF
-FLAG_BORN_HOST_IN_PROPS = 0x1
+_TOPIC_AND_PROPLEN = CONSTANTS["TOPIC_LEN_SIZE"] + CONSTANTS["PROPS_LEN_SIZE"]
+MAX_PROPERTIES_BYTES = CONSTANTS["MAX_PROPERTIES_BYTES"]
+_MAX_TOPIC = CONSTANTS["MAX_TOPIC_BYTES"]
+FLAG_BORN_HOST_IN_PROPS = CONSTANTS["FLAG_BORN_HOST_IN_PROPS"]
 BORN_HOST_PROPERTY = "__PLUGMQ_BORN_HOST"
 
 _STRUCTS: dict[tuple[int, int], struct.Struct] = {}
@@ -163,8 +165,8 @@ def parse_properties(raw: bytes) -> dict[str, str]:
 
 def topic_part(topic: str) -> bytes:
     raw = topic.encode("ascii")
-    if len(raw) > 255:
-        raise StoreError(f"topic {topic[:40]!r}... is {len(raw)} bytes; a record holds at most 255")
+    if len(raw) > _MAX_TOPIC:
+        raise StoreError(f"topic {topic[:40]!r}... is {len(raw)} bytes; a record holds at most {_MAX_TOPIC}")
     return bytes((len(raw),)) + raw
 
 
@@ -243,7 +245,7 @@ class Decoded:
         )
 
 
-_MIN_RECORD = HEADER_SIZE + _TOPIC_AND_PROPLEN + 1
+_MIN_RECORD = CONSTANTS["MIN_RECORD"]
 
 
 def decode(buf: object, pos: int, avail: int, phys: int, *, verify_crc: bool = True) -> Decoded | None:

@@ -33,7 +33,8 @@ import attrs
 import numpy as np
 
 from plugmq.core import Prop, StoreError
-from plugmq.core.logs import get_logger
+from plugmq.kit.native import load_kernel
+from plugmq.plugins.store_mmap.layout import SCAN_KERNEL
 from plugmq.plugins.store_mmap.record import (
     BLANK,
     BLANK_MAGIC,
@@ -62,8 +63,6 @@ __all__ = [
     "next_sound",
     "scan_log",
 ]
-
-log = get_logger(__name__)
 
 KERNELS = ("auto", "c", "python")
 STOP_BAD, STOP_BLANK, STOP_LIMIT = 0, 1, 2
@@ -209,13 +208,12 @@ def _last_at_or_below(starts: list[int], value: int) -> int:
     return lo - 1
 
 
+_COMPILED_MODULE = load_kernel(SCAN_KERNEL)
+
+
 def compiled_scan_kernel() -> Any:
-    """The ``_scan`` extension module, or None when it was not built."""
-    try:
-        from plugmq.plugins.store_mmap import _scan  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _scan
+    """The ``_scan`` extension module, or None when it is not built for this layout."""
+    return _COMPILED_MODULE
 
 
 def make_scan_kernel(kernel: str) -> ScanKernel:
@@ -225,13 +223,11 @@ def make_scan_kernel(kernel: str) -> ScanKernel:
         return module
     if kernel == "c":
         raise StoreError(
-            "store_mmap.scan_kernel = \"c\" but the compiled scan plugmq.plugins.store_mmap._scan is not built; "
-            "reinstall plugmq with a C compiler and the Python headers (pip install -e .), or use "
+            "store_mmap.scan_kernel = \"c\" but the compiled scan plugmq.plugins.store_mmap._scan is not built for "
+            "this layout; reinstall plugmq with a C compiler and the Python headers (pip install -e .), or use "
             "scan_kernel = \"auto\" or \"python\""
         )
-    if kernel == "auto":
-        log.warning("store_mmap: the compiled recovery scan is not built; using the slower Python one")
-    return PyScanKernel()
+    return PyScanKernel()  # "auto": plugmq.kit.native said once what falls back
 
 
 # ------------------------------------------------------------------------------------------------

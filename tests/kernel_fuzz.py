@@ -1,0 +1,410 @@
+"""Random-bytes fuzzing of every entry point of the compiled kernels against its Python twin.
+
+``python -X faulthandler -m tests.kernel_fuzz TARGET EXAMPLES LAST_INPUT_FILE`` runs one target
+with Hypothesis for a fixed example budget in its own process (a crash in C must not take pytest
+down: tests/test_kernel_fuzz.py starts this and reports a crash with the last input, which each
+example writes to LAST_INPUT_FILE before it calls the kernel). Inputs are valid data (records
+written by the Python twins), the same data mutated (bytes flipped, cut, arguments off by a few),
+and plain random bytes. The rule: where the C kernel answers, its answer equals the Python twin's;
+where one refuses the input with an exception, so does the other; nothing crashes. The last line
+on stdout is ``{"target": ..., "examples": n}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from plugmq.core import AppendRequest, ManualClock, Prop
+from plugmq.kit import requestcodec
+from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
+from plugmq.plugins.delay_wheel import codec as wheel
+from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
+from plugmq.plugins.store_mmap.scan import KEYS_NAME, UNIQ_NAME, PyScanKernel, compiled_scan_kernel
+
+SMALL = {"commit_log_segment_size": 8192, "consume_queue_entries_per_file": 16, "index_slot_count": 64,
+         "index_max_entries": 400, "preallocate_next_segment": False}
+_last_input: Path | None = None
+# Stores are opened and closed per example: in memory where the machine has a tmpfs (no fsync waits).
+_SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+def _note(**inputs: Any) -> None:
+    """Keep the example about to run, so a crash can be reported with it."""
+    if _last_input is not None:
+        _last_input.write_text(repr(inputs)[:20_000], encoding="utf-8")
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", value) or ("raised", exception class name)."""
+    try:
+        return "ok", call()
+    except Exception as exc:  # noqa: BLE001 - the comparison is whether both sides refuse
+        return "raised", type(exc).__name__
+
+
+def _agree(c: tuple[str, Any], py: tuple[str, Any], what: str) -> None:
+    """The same answer, or the same kind of refusal."""
+    assert c == py, f"{what}: C {c!r} != Python {py!r}"
+
+
+def _mutated(draw: st.DrawFn, data: bytes) -> bytes:
+    """``data`` with a few bytes flipped, maybe cut short, maybe with random bytes spliced in."""
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(0, 4))):
+        if buf:
+            at = draw(st.integers(0, len(buf) - 1))
+            buf[at] ^= draw(st.integers(1, 255))
+    if buf and draw(st.booleans()):
+        del buf[draw(st.integers(0, len(buf))):]
+    if draw(st.integers(0, 5)) == 0:
+        at = draw(st.integers(0, len(buf)))
+        buf[at:at] = draw(st.binary(max_size=64))
+    return bytes(buf)
+
+
+def _near(draw: st.DrawFn, value: int, spread: int = 16) -> int:
+    """``value``, or something a little off, or anything at all."""
+    choice = draw(st.integers(0, 5))
+    if choice <= 2:
+        return value
+    if choice <= 4:
+        return value + draw(st.integers(-spread, spread))
+    return draw(st.integers(-(2**40), 2**40))
+
+
+# ------------------------------------------------------------------------------ store_mmap data
+
+
+def _requests(seed: int, count: int) -> list[AppendRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        props = {Prop.TAGS: rng.choice(["TagA", "ü"])}
+        if rng.random() < 0.6:
+            props[Prop.KEYS] = rng.choice(["k1 k2", "k\u00e9 \U0001f600", "a\u2003b", ""])
+        if rng.random() < 0.6:
+            props[Prop.UNIQ_KEY] = f"U{seed}-{i}"
+        out.append(AppendRequest(rng.choice(["TopicA", "TopicB"]), rng.randrange(3), rng.randbytes(rng.choice([0, 9, 300])),
+                                 properties=props, tags_code=rng.randrange(-(2**63), 2**63),
+                                 born_host=rng.choice(["10.0.0.1:9", "[::1]:9"])))
+    return out
+
+
+def _open_store(path: Path, kernel: str) -> MmapMessageStore:
+    options = MmapStoreOptions(**{**SMALL, "append_kernel": kernel})  # type: ignore[arg-type]
+    return MmapMessageStore(path, options, clock=ManualClock(1_700_000_000.0), store_host="10.0.0.7:10911")
+
+
+class _StoreData:
+    """Commit-log segments and consume-queue files of a store the Python kernel wrote."""
+
+    def __init__(self, root: Path) -> None:
+        store = _open_store(root, "python")
+        for i, request in enumerate(_requests(1, 120)):
+            store.append(request) if i % 3 else store.append_batch([request])
+        store.close()
+        self.segments = [(int(p.name), p.read_bytes()) for p in sorted((root / "commitlog").iterdir())]
+        self.queues = [(int(p.parent.name), p.read_bytes()) for p in sorted((root / "consumequeue").glob("*/*/0*"))]
+        self.log_end = sum(len(data) for _, data in self.segments)
+
+
+@contextlib.contextmanager
+def _store_data() -> Iterator[_StoreData]:
+    with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
+        yield _StoreData(Path(tmp) / "store")
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def fuzz_scan(examples: int) -> int:
+    """store_mmap ``_scan.scan`` vs ``PyScanKernel.scan``."""
+    c_kernel, py_kernel = compiled_scan_kernel(), PyScanKernel()
+    count = [0]
+    with _store_data() as data:
+        @st.composite
+        def case(draw: st.DrawFn) -> dict[str, Any]:
+            if draw(st.integers(0, 4)) == 0:
+                buffer, start, size = draw(st.binary(max_size=600)), 0, draw(st.integers(0, 700))
+            else:
+                start, clean = draw(st.sampled_from(data.segments))
+                buffer, size = _mutated(draw, clean), len(clean)
+            return {"buffer": buffer, "pos": _near(draw, 0, 400), "readable": _near(draw, len(buffer), 64),
+                    "seg_size": _near(draw, size, 16), "seg_start": _near(draw, start, 8),
+                    "limit": draw(st.sampled_from([1 << 62, draw(st.integers(-10, 9000))])),
+                    "rows": draw(st.booleans()), "keys": draw(st.integers(0, 2)),
+                    "topic_ids": draw(st.sampled_from([{}, {b"TopicA": 0}]))}
+
+        @given(case())
+        def run(args: dict[str, Any]) -> None:
+            count[0] += 1
+            args["topic_names"] = [name.decode() for name in args["topic_ids"]]  # numbered as the ids say
+            _note(**args)
+            outcomes = []
+            for kernel in (c_kernel, py_kernel):
+                ids, names = copy.deepcopy(args["topic_ids"]), list(args["topic_names"])
+                outcome = _outcome(lambda k=kernel, i=ids, n=names: k.scan(  # type: ignore[misc]
+                    args["buffer"], args["pos"], args["readable"], args["seg_size"], args["seg_start"], args["limit"],
+                    args["rows"], args["keys"], KEYS_NAME, UNIQ_NAME, i, n))
+                outcomes.append((outcome, ids, names))
+            (c, c_ids, c_names), (py, py_ids, py_names) = outcomes
+            _agree(c, py, "scan")
+            if c[0] == "ok":
+                assert (c_ids, c_names) == (py_ids, py_names), "the topic tables differ"
+
+        _settings(examples)(run)()
+    return count[0]
+
+
+def fuzz_check_entries(examples: int) -> int:
+    """store_mmap ``_scan.check_entries`` vs ``PyScanKernel.check_entries``."""
+    c_kernel, py_kernel = compiled_scan_kernel(), PyScanKernel()
+    count = [0]
+    with _store_data() as data:
+        @st.composite
+        def case(draw: st.DrawFn) -> dict[str, Any]:
+            queue_id, entries = draw(st.sampled_from(data.queues))
+            if draw(st.integers(0, 4)) == 0:
+                entries = draw(st.binary(max_size=200))
+            segments = [(start, len(raw), _mutated(draw, raw) if draw(st.integers(0, 3)) == 0 else raw)
+                        for start, raw in data.segments if draw(st.integers(0, 6))]
+            if draw(st.integers(0, 6)) == 0:
+                segments.reverse()
+            return {"entries": _mutated(draw, entries), "first_qoff": _near(draw, 0, 4),
+                    "queue_id": _near(draw, queue_id, 2) % (2**31), "log_end": _near(draw, data.log_end, 64),
+                    "segments": segments}
+
+        @given(case())
+        def run(args: dict[str, Any]) -> None:
+            count[0] += 1
+            _note(**args)
+            c, py = (_outcome(lambda k=kernel: k.check_entries(  # type: ignore[misc]
+                args["entries"], args["first_qoff"], args["queue_id"], args["log_end"], args["segments"]))
+                for kernel in (c_kernel, py_kernel))
+            _agree(c, py, "check_entries")
+
+        _settings(examples)(run)()
+    return count[0]
+
+
+def _schedule_records(draw: st.DrawFn) -> bytes:
+    out = []
+    for i in range(draw(st.integers(0, 5))):
+        payload = draw(st.binary(max_size=80))
+        source = records.MessageLogRecord(i * 100, 0, draw(st.integers(-(2**63), 2**63 - 1)),
+                                          draw(st.integers(-(2**63), 2**63 - 1)), draw(st.integers(-(2**31), 2**31 - 1)),
+                                          1, payload)
+        out.append(records.encode_schedule_record(source, index=draw(st.sampled_from([i, i + 1, 2**32 - 1])),
+                                                  store_ts_ms=draw(st.integers(-(2**63), 2**63 - 1))))
+    return b"".join(out)
+
+
+def fuzz_segscan(examples: int) -> int:
+    """delay_schedule ``_segscan.scan`` vs ``schedule_log.scan_records``."""
+    native = schedule_log._segscan
+    count = [0]
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        data = draw(st.binary(max_size=300)) if draw(st.integers(0, 4)) == 0 else _mutated(draw, _schedule_records(draw))
+        return {"data": data, "pos": _near(draw, 0, 80), "number": _near(draw, 0, 2) % (2**40),
+                "base": draw(st.integers(-(2**40), 2**40))}
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**args)
+        c = _outcome(lambda: native.scan(args["data"], args["pos"], args["number"], args["base"]))
+        py = _outcome(lambda: schedule_log.scan_records(args["data"], args["pos"], args["number"], args["base"]))
+        _agree(c, py, "segscan.scan")
+
+    _settings(examples)(run)()
+    return count[0]
+
+
+def fuzz_encode_dispatch(examples: int) -> int:
+    """delay_schedule ``_segscan.encode_dispatch`` vs ``dispatch_log.encode_dispatch_python``."""
+    native = dispatch_log._segscan
+    count = [0]
+
+    @given(st.integers(-3, 300), st.lists(st.integers(-(2**64), 2**64), max_size=20))
+    def run(kind: int, seqs: list[int]) -> None:
+        count[0] += 1
+        _note(kind=kind, seqs=seqs)
+        _agree(_outcome(lambda: native.encode_dispatch(kind, seqs)),
+               _outcome(lambda: dispatch_log.encode_dispatch_python(kind, seqs)), "encode_dispatch")
+
+    _settings(examples)(run)()
+    return count[0]
+
+
+_TEXT = st.text(st.characters(blacklist_characters="\x01", blacklist_categories=("Cs",)), max_size=10)
+_REQUESTS = st.builds(
+    AppendRequest, topic=st.sampled_from(["T", "%RETRY%g"]), queue_id=st.integers(0, 2**31 - 1),
+    body=st.binary(max_size=60),
+    properties=st.dictionaries(st.sampled_from(["a", "KEYS", Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS, "ключ"]), _TEXT,
+                               max_size=4),
+    tags_code=st.integers(-(2**63), 2**63 - 1), born_timestamp_ms=st.integers(0, 2**62),
+    reconsume_times=st.integers(0, 2**31 - 1), sys_flag=st.integers(0, 2**31 - 1),
+    prepared_transaction_offset=st.integers(0, 2**62))
+_DROP = (Prop.DELAY_LEVEL, Prop.DELIVER_AT_MS)
+
+
+def _python_request(layout: str, buf: bytes, pos: int, size: int) -> Any:
+    """What the plugin's Python decoder makes of one record (None: refused)."""
+    if layout == "schedule":
+        return records.decode_due_request(buf, pos, size, _DROP)
+    try:
+        stored = wheel.decode_record_at(buf, pos, size)
+    except (wheel.CorruptRecordError, ValueError):
+        return None
+    return stored.request, (stored.deliver_at_ms, stored.scheduled_at_ms,
+                            -1 if stored.delay_level is None else stored.delay_level)
+
+
+def fuzz_requestcodec(examples: int) -> int:
+    """kit ``_requestcodec.decode`` vs the delay plugins' record-by-record Python decoders."""
+    native = requestcodec._native
+    layouts = {"schedule": records._LAYOUT, "wheel": wheel._LAYOUT}
+    count = [0]
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        layout = draw(st.sampled_from(sorted(layouts)))
+        recs = []
+        for i, request in enumerate(draw(st.lists(_REQUESTS, max_size=4))):
+            if layout == "schedule":
+                source = records.MessageLogRecord(i, 0, i, 5, -1, 1, records.encode_request(request))
+                recs.append(records.encode_schedule_record(source, index=i, store_ts_ms=1))
+            else:
+                recs.append(wheel.encode_record(request, draw(st.integers(0, 2**50)), 3,
+                                                draw(st.sampled_from([None, 1, 18]))))
+        positions, sizes, at = [], [], 0
+        for record in recs:
+            positions.append(_near(draw, at, 8))
+            sizes.append(_near(draw, len(record), 8))
+            at += len(record)
+        buf = draw(st.binary(max_size=300)) if draw(st.integers(0, 5)) == 0 else _mutated(draw, b"".join(recs))
+        return {"layout": layout, "buf": buf, "positions": positions, "sizes": sizes}
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**args)
+        layout, buf = layouts[args["layout"]], args["buf"]
+        requests, extras = native.decode(buf, args["positions"], args["sizes"], layout.packed(), _DROP, AppendRequest,
+                                         requestcodec._SETTERS)
+        width = len(layout.extras)
+        for i, (pos, size) in enumerate(zip(args["positions"], args["sizes"], strict=True)):
+            if requests[i] is None:
+                continue  # refused: the Python decoder decides, as the plugins do
+            python = _outcome(lambda p=pos, s=size: _python_request(args["layout"], buf, p, s))  # type: ignore[misc]
+            got = requests[i] if args["layout"] == "schedule" else (requests[i], tuple(extras[i * width:(i + 1) * width]))
+            assert python == ("ok", got), f"record {i}: C {got!r} != Python {python!r}"
+
+    _settings(examples)(run)()
+    return count[0]
+
+
+_ODD_TEXT = st.text(st.sampled_from("aZ \x01\x02\u00e9\U0001f600\ud800#%"), max_size=6)
+_ODD_INT = st.one_of(st.integers(-3, 5), st.integers(-(2**64), 2**64), st.sampled_from([2**31, 2**63, -(2**63) - 1]))
+
+
+@st.composite
+def _odd_request(draw: st.DrawFn) -> AppendRequest:
+    """A valid request with some fields replaced by values the store must refuse (or take)."""
+    request = draw(st.sampled_from(_requests(2, 20)))
+    fields = {"topic": request.topic, "queue_id": request.queue_id, "body": request.body,
+              "properties": dict(request.properties), "tags_code": request.tags_code,
+              "born_timestamp_ms": request.born_timestamp_ms, "born_host": request.born_host,
+              "reconsume_times": request.reconsume_times, "sys_flag": request.sys_flag,
+              "prepared_transaction_offset": request.prepared_transaction_offset}
+    odd = {"topic": st.one_of(_ODD_TEXT, st.sampled_from(["", "x" * 130, "T/../x", 7])),
+           "queue_id": _ODD_INT, "body": st.one_of(st.binary(max_size=40), st.just("text"), st.just(b"x" * 9000)),
+           "properties": st.dictionaries(_ODD_TEXT, st.one_of(_ODD_TEXT, st.just(5)), max_size=3),
+           "tags_code": _ODD_INT, "born_timestamp_ms": _ODD_INT,
+           "born_host": st.one_of(_ODD_TEXT, st.sampled_from(["1.2.3.4:99999", "1.2.3.4:-1", "300.1.1.1:5", None])),
+           "reconsume_times": _ODD_INT, "sys_flag": _ODD_INT, "prepared_transaction_offset": _ODD_INT}
+    for name in draw(st.lists(st.sampled_from(sorted(odd)), max_size=2)):
+        fields[name] = draw(odd[name])
+    properties = fields.pop("properties")
+    return AppendRequest.trusted(fields.pop("topic"), fields.pop("queue_id"), fields.pop("body"), properties,
+                                 **fields)
+
+
+def _append_all(path: Path, kernel: str, calls: list[list[AppendRequest]]) -> tuple[list[Any], Any]:
+    """Each call's outcome (``append`` for one request, ``append_batch`` for more) and a key query."""
+    store = _open_store(path, kernel)
+    try:
+        answers = [_outcome(functools.partial(store.append, batch[0]) if len(batch) == 1
+                            else functools.partial(store.append_batch, batch)) for batch in calls]
+        return answers, _outcome(lambda: [m.commit_log_offset for m in store.query_by_key("TopicA", "k1")])
+    finally:
+        store.close()
+
+
+def fuzz_appender(examples: int) -> int:
+    """store_mmap ``_appender.Appender`` (bind, put, append_one, append, append_batch, take_pending,
+    release, all through the store) vs ``PyAppender``: the same results, refusals and files."""
+    from tests.store_mmap_reference import data_files
+
+    count = [0]
+
+    @given(st.lists(st.lists(_odd_request(), min_size=1, max_size=3), min_size=1, max_size=6))
+    def run(calls: list[list[AppendRequest]]) -> None:
+        count[0] += 1
+        _note(calls=calls)
+        seen = {}
+        with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
+            for kernel in ("c", "python"):
+                answers, hits = _append_all(Path(tmp) / kernel, kernel, calls)
+                seen[kernel] = (answers, hits, data_files(Path(tmp) / kernel))
+        (c_answers, c_hits, c_files), (py_answers, py_hits, py_files) = seen["c"], seen["python"]
+        for i, (c, py) in enumerate(zip(c_answers, py_answers, strict=True)):
+            _agree(c, py, f"call {i}")
+        assert c_hits == py_hits, "key queries differ"
+        assert c_files == py_files, "the kernels wrote different files"
+
+    _settings(examples)(run)()
+    return count[0]
+
+
+TARGETS: dict[str, Callable[[int], int]] = {
+    "store_mmap._scan.scan": fuzz_scan,
+    "store_mmap._scan.check_entries": fuzz_check_entries,
+    "store_mmap._appender.Appender": fuzz_appender,
+    "delay_schedule._segscan.scan": fuzz_segscan,
+    "delay_schedule._segscan.encode_dispatch": fuzz_encode_dispatch,
+    "kit._requestcodec.decode": fuzz_requestcodec,
+}
+
+
+def _settings(examples: int) -> Any:
+    return settings(max_examples=examples, deadline=None, database=None, print_blob=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def main(argv: list[str]) -> int:
+    global _last_input
+    target, examples = argv[0], int(argv[1])
+    _last_input = Path(argv[2]) if len(argv) > 2 else None
+    ran = TARGETS[target](examples)
+    print(json.dumps({"target": target, "examples": ran}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
