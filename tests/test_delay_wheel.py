@@ -559,16 +559,17 @@ def test_fsync_option_round_trip(tmp_path: Path, clock: ManualClock, sink: Sink)
     wheel.close()
 
 
-def test_lateness_histogram_quantiles_are_bucket_edges_within_a_quarter() -> None:
+def test_lateness_quantiles_are_nearest_rank_bucket_edges() -> None:
+    """The one quantile definition (plugmq.kit.histogram): never below the true value, at most ~6 % above."""
     from plugmq.kit.lateness import LatenessHistogram
 
     hist = LatenessHistogram()
-    assert hist.quantile(0.99) == 0
+    assert hist.quantile(0.99) is None and hist.figures()["late_ms_p99"] == 0
     for ms in range(1, 10_001):
         hist.record(ms)
     assert hist.max_ms == 10_000
-    assert 5_000 <= hist.quantile(0.5) <= 5_000 * 1.26
-    assert 9_900 <= hist.quantile(0.99) <= 10_000
+    assert 5_000 <= hist.quantile(0.5) <= 5_000 * 1.06  # type: ignore[operator]
+    assert 9_900 <= hist.quantile(0.99) <= 10_000  # type: ignore[operator]
     hist.record(-5)  # a clock step backwards is counted as on time, never as negative
     assert hist.count == 10_001 and hist.quantile(0.0) == 0
 

@@ -38,8 +38,8 @@ from plugmq.core.clock import Timer
 from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
 from plugmq.core.names import SCHEDULE_TOPIC
+from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back
-from plugmq.plugins.delay_level.lateness import Lateness
 from plugmq.plugins.delay_level.offsets import OffsetTable
 from plugmq.plugins.delay_level.options import DelayLevelOptions
 from plugmq.plugins.delay_level.rewrite import dead_letter_copy, restore, to_schedule
@@ -112,7 +112,7 @@ class LevelDelayScheduler:
             last = self._store.read_queue(SCHEDULE_TOPIC, qid, end - 1, 1) if end else []
             if last:
                 self._tail[qid] = last[0].tags_code
-        self._lateness = Lateness()
+        self._lateness = LatenessHistogram()
         self._counts = dict.fromkeys(
             ("scheduled", "clamped", "delivered", "dead_lettered", "overdue_at_start", "in_doubt_settled",
              "in_doubt_unchecked_levels", "missing", "lost_to_retention", "deliver_errors", "batches"), 0)

@@ -101,8 +101,6 @@ class _Metrics:
     dead_lettered: int = 0
     overdue_at_start: int = 0
     start_late_ms_max: int = 0
-    late_ms_max: int = 0
-    late_ms_sum: int = 0
     deliver_failures: int = 0
     corrupt_skipped: int = 0
     in_doubt_found_delivered: int = 0
@@ -257,10 +255,7 @@ class ScheduleDelayScheduler:
     def metrics(self) -> Mapping[str, float]:
         with self._lock:
             m = attrs.asdict(self._metrics)
-            late_sum = m.pop("late_ms_sum")
-            m["late_ms_mean"] = late_sum / self._metrics.delivered if self._metrics.delivered else 0.0
-            m["late_ms_p50"] = self._lateness.quantile(0.5)
-            m["late_ms_p99"] = self._lateness.quantile(0.99)
+            m.update(self._lateness.figures())
             m["pending"] = self._iterator.lag + sum(seg.unsettled for seg in self._schedule.segments.values())
             m["wheel_entries"] = len(self._wheel) + len(self._ready)
             m["schedule_segments"] = len(self._schedule.segments)
@@ -533,8 +528,6 @@ class ScheduleDelayScheduler:
         if late:
             self._lateness.record_many(late)
             m.delivered += len(late)
-            m.late_ms_sum += sum(late)
-            m.late_ms_max = max(m.late_ms_max, max(late))
         start_ms, start_seq = self._start_ms, self._start_seq
         overdue = [now - e.deliver_at_ms for e in done if e.seq < start_seq and e.deliver_at_ms <= start_ms]
         if overdue:

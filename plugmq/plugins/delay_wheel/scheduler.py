@@ -694,9 +694,8 @@ class WheelDelayScheduler:
                 pending=float(self._pending), tick=float(self._pos[0] // 1000), position_ms=float(self._pos[0]),
                 local=float(self._pos[1]), hours_on_disk=float(len(self._dir.hours)),
                 mapped_hours=float(len(self._dir.mapped_hours())),
-                late_ms_max=float(self._hist.max_ms), late_ms_p50=float(self._hist.quantile(0.5)),
-                late_ms_p99=float(self._hist.quantile(0.99)),
             )
+            out.update(self._hist.figures())
             return out
 
     def close(self) -> None:
