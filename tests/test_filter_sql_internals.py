@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugmq.bench.filter import interpret
 from plugmq.conformance.filters import default_message_strategy, sql92_expressions
 from plugmq.core import FilterEvaluationError, FilterSyntaxError
 from plugmq.plugins.filter_sql import COMPILER, property_bloom
 from plugmq.plugins.filter_sql.bloom import name_bits
+from plugmq.plugins.filter_sql.interpreter import interpret
 from plugmq.plugins.filter_sql.javanum import (
     java_boolean_value_of,
     java_double_compare,

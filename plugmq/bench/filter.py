@@ -1,9 +1,10 @@
 """``plugmq bench filter``: compiled SQL92 vs a tree-walking interpreter, vectorised tag pre-check
 vs a per-entry loop, and the multi-tag pre-check's false-positive rate.
 
-Every speed is measured in the same run as its baseline and reported as a ratio. The baseline
-interpreter lives here on purpose: it is the "obvious" implementation (recursive walk over the
-parsed tree, conversions chosen per message) that compiling to closures must beat.
+Every speed is measured in the same run as its baseline and reported as a ratio. The baseline is
+filter_sql's reference evaluator (:mod:`plugmq.plugins.filter_sql.interpreter`): the "obvious"
+implementation (recursive walk over the parsed tree, conversions chosen per message) that
+compiling to closures must beat.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import random
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -24,118 +25,13 @@ from rich.table import Table
 from plugmq.core import tags_code
 from plugmq.core.hashing import java_string_hash
 from plugmq.plugins.filter_sql import COMPILER as SQL_COMPILER
-from plugmq.plugins.filter_sql.javanum import (
-    java_double_compare,
-    java_double_value_of,
-    make_compare,
-)
-from plugmq.plugins.filter_sql.nodes import (
-    Between,
-    BooleanCast,
-    Compare,
-    Constant,
-    In,
-    IsNull,
-    JType,
-    Logic,
-    Negate,
-    Node,
-    Not,
-    Property,
-    StringMatch,
-)
+from plugmq.plugins.filter_sql.interpreter import interpret
 from plugmq.plugins.filter_tag import COMPILER as TAG_COMPILER
 from plugmq.plugins.filter_tag import encode_block
 
-__all__ = ["FalsePositiveResult", "command", "interpret", "multi_tag_false_positive_rate"]
+__all__ = ["FalsePositiveResult", "command", "multi_tag_false_positive_rate"]
 
 SQL_EXPRESSION = "a > 5 AND b IN ('x','y') AND c IS NOT NULL"
-
-# ------------------------------------------------------------------ baseline: a tree-walking interpreter
-
-_JTAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B"}
-_ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
-
-
-def _value(node: Node, props: Mapping[str, str]) -> tuple[Any, str | None]:
-    """(value, Java class tag) of an operand, walking the tree on every call."""
-    if isinstance(node, Constant):
-        return node.value, _JTAG.get(node.jtype)
-    if isinstance(node, Property):
-        return props.get(node.name), "S"
-    if isinstance(node, Negate):
-        value, tag = _value(node.operand, props)
-        if tag in ("I", "L", "D") and value is not None:
-            return -value, tag
-        return None, None
-    return interpret(node, props), "B"
-
-
-def interpret(node: Node, props: Mapping[str, str]) -> bool | None:
-    """Evaluate the parsed tree directly (the benchmark's baseline; same results as the closures)."""
-    if isinstance(node, Constant):
-        return node.value  # type: ignore[return-value]
-    if isinstance(node, BooleanCast):
-        return None if props.get(node.operand.name) is None else False
-    if isinstance(node, Not):
-        inner = interpret(node.operand, props)
-        return None if inner is None else not inner
-    if isinstance(node, Logic):
-        unknown = False
-        stop = node.op == "OR"  # the value that short-circuits
-        for operand in node.operands:
-            result = interpret(operand, props)
-            if result is stop:
-                return stop
-            unknown = unknown or result is None
-        return None if unknown else not stop
-    if isinstance(node, Compare):
-        if node.op in ("=", "<>"):
-            lv, lt = _value(node.left, props)
-            rv, rt = _value(node.right, props)
-            if lv is None:
-                equal = True if rv is None else None
-            elif rv is None:
-                equal = False
-            else:
-                equal = make_compare(lt, rt)(lv, rv) == 0  # type: ignore[arg-type]
-            return equal if node.op == "=" or equal is None else not equal
-        lv, lt = _value(node.left, props)
-        if lv is None:
-            return None
-        rv, rt = _value(node.right, props)
-        if rv is None:
-            return None
-        if lt == "S" and rt == "S":
-            return _ORDER[node.op](_strings(lv, rv))
-        return _ORDER[node.op](make_compare(lt, rt)(lv, rv))  # type: ignore[arg-type]
-    if isinstance(node, IsNull):
-        value, _ = _value(node.operand, props)
-        return (value is not None) if node.negated else (value is None)
-    if isinstance(node, Between):
-        if node.negated:
-            return interpret(Logic(node.pos, "OR", (Compare(node.pos, "<", node.value, node.low),
-                                                    Compare(node.pos, ">", node.value, node.high))), props)
-        return interpret(Logic(node.pos, "AND", (Compare(node.pos, ">=", node.value, node.low),
-                                                 Compare(node.pos, "<=", node.value, node.high))), props)
-    if isinstance(node, In):
-        value = props.get(node.operand.name)
-        return None if value is None else (value in node.values) != node.negated
-    if isinstance(node, StringMatch):
-        if not node.search:
-            return False
-        value, _ = _value(node.operand, props)
-        if not isinstance(value, str):
-            return False
-        found = {"CONTAINS": node.search in value, "STARTSWITH": value.startswith(node.search),
-                 "ENDSWITH": value.endswith(node.search)}[node.op]
-        return found != node.negated
-    raise TypeError(f"unknown node {node!r}")
-
-
-def _strings(a: str, b: str) -> int:
-    return java_double_compare(java_double_value_of(a), java_double_value_of(b))
-
 
 # ------------------------------------------------------------------ workloads
 

@@ -1,0 +1,115 @@
+"""filter_sql's reference evaluator: a walk over the parsed tree, message by message.
+
+The compiled filter (:mod:`.compiler`: closures, generated code, memoised conversions) is what a
+broker runs; this is the "obvious" implementation of the same semantics - each node evaluated on
+every call, conversions chosen per message - kept as the reference the compiled filter must agree
+with (tests/test_filter_sql_internals.py) and the baseline ``plugmq bench filter`` measures it
+against. It is the project's one second SQL92 evaluator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from plugmq.plugins.filter_sql.javanum import java_double_compare, java_double_value_of, make_compare
+from plugmq.plugins.filter_sql.nodes import (
+    Between,
+    BooleanCast,
+    Compare,
+    Constant,
+    In,
+    IsNull,
+    JType,
+    Logic,
+    Negate,
+    Node,
+    Not,
+    Property,
+    StringMatch,
+)
+
+__all__ = ["interpret"]
+
+_JTAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B"}
+_ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+
+
+def _value(node: Node, props: Mapping[str, str]) -> tuple[Any, str | None]:
+    """(value, Java class tag) of an operand, walking the tree on every call."""
+    if isinstance(node, Constant):
+        return node.value, _JTAG.get(node.jtype)
+    if isinstance(node, Property):
+        return props.get(node.name), "S"
+    if isinstance(node, Negate):
+        value, tag = _value(node.operand, props)
+        if tag in ("I", "L", "D") and value is not None:
+            return -value, tag
+        return None, None
+    return interpret(node, props), "B"
+
+
+def interpret(node: Node, props: Mapping[str, str]) -> bool | None:
+    """Evaluate the parsed tree directly: True, False or None (unknown), as the compiled filter does."""
+    if isinstance(node, Constant):
+        return node.value  # type: ignore[return-value]
+    if isinstance(node, BooleanCast):
+        return None if props.get(node.operand.name) is None else False
+    if isinstance(node, Not):
+        inner = interpret(node.operand, props)
+        return None if inner is None else not inner
+    if isinstance(node, Logic):
+        unknown = False
+        stop = node.op == "OR"  # the value that short-circuits
+        for operand in node.operands:
+            result = interpret(operand, props)
+            if result is stop:
+                return stop
+            unknown = unknown or result is None
+        return None if unknown else not stop
+    if isinstance(node, Compare):
+        if node.op in ("=", "<>"):
+            lv, lt = _value(node.left, props)
+            rv, rt = _value(node.right, props)
+            if lv is None:
+                equal = True if rv is None else None
+            elif rv is None:
+                equal = False
+            else:
+                equal = make_compare(lt, rt)(lv, rv) == 0  # type: ignore[arg-type]
+            return equal if node.op == "=" or equal is None else not equal
+        lv, lt = _value(node.left, props)
+        if lv is None:
+            return None
+        rv, rt = _value(node.right, props)
+        if rv is None:
+            return None
+        if lt == "S" and rt == "S":
+            return _ORDER[node.op](_strings(lv, rv))
+        return _ORDER[node.op](make_compare(lt, rt)(lv, rv))  # type: ignore[arg-type]
+    if isinstance(node, IsNull):
+        value, _ = _value(node.operand, props)
+        return (value is not None) if node.negated else (value is None)
+    if isinstance(node, Between):
+        if node.negated:
+            return interpret(Logic(node.pos, "OR", (Compare(node.pos, "<", node.value, node.low),
+                                                    Compare(node.pos, ">", node.value, node.high))), props)
+        return interpret(Logic(node.pos, "AND", (Compare(node.pos, ">=", node.value, node.low),
+                                                 Compare(node.pos, "<=", node.value, node.high))), props)
+    if isinstance(node, In):
+        value = props.get(node.operand.name)
+        return None if value is None else (value in node.values) != node.negated
+    if isinstance(node, StringMatch):
+        if not node.search:
+            return False
+        value, _ = _value(node.operand, props)
+        if not isinstance(value, str):
+            return False
+        found = {"CONTAINS": node.search in value, "STARTSWITH": value.startswith(node.search),
+                 "ENDSWITH": value.endswith(node.search)}[node.op]
+        return found != node.negated
+    raise TypeError(f"unknown node {node!r}")
+
+
+def _strings(a: str, b: str) -> int:
+    return java_double_compare(java_double_value_of(a), java_double_value_of(b))
