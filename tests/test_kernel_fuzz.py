@@ -1,4 +1,4 @@
-"""Every entry point of the compiled kernels, fuzzed against its Python twin (tests/kernel_fuzz.py).
+"""Every entry point of the compiled kernels, fuzzed against its Python twin (tests/helpers/kernel_fuzz.py).
 
 Each target runs in a child interpreter with a fixed example budget: a crash in C kills the
 child, not pytest, and the failure names the input that crashed it.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from plugmq.kit.native import kernel_statuses
-from tests.kernel_fuzz import TARGETS
+from tests.helpers.kernel_fuzz import TARGETS
 
 EXAMPLES = 60  # per entry point: a few seconds each; CLI runs of 3,000 are in the report
 
@@ -33,7 +33,7 @@ def _kernels_built() -> None:
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_kernel_equals_its_python_twin_on_random_input(target: str, tmp_path: Path) -> None:
     last = tmp_path / "last-input"
-    child = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "tests.kernel_fuzz", target, str(EXAMPLES),
+    child = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "tests.helpers.kernel_fuzz", target, str(EXAMPLES),
                             str(last)], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent)
     if child.returncode < 0:
         name = signal.Signals(-child.returncode).name

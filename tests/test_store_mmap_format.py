@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.store_mmap_reference import ARCHIVE, data_files, open_store, reference_requests, write_reference_store
+from tests.helpers.mmap_workload import files
+from tests.helpers.store_mmap_reference import ARCHIVE, open_store, reference_requests, write_reference_store
 
 KERNELS = ("c", "python")
 
@@ -44,7 +45,7 @@ def test_a_store_written_by_the_old_kernels_reads_back_whole(old_store: Path, ke
 def test_the_same_requests_written_now_give_the_same_bytes(old_store: Path, tmp_path: Path, kernel: str) -> None:
     written = tmp_path / "now"
     write_reference_store(written, kernel)
-    old, new = data_files(old_store), data_files(written)
+    old, new = files(old_store), files(written)
     assert old.keys() == new.keys()
     differing = [name for name in old if old[name] != new[name]]
     assert not differing, f"files differ from the store the old kernels wrote: {differing}"

@@ -1,6 +1,6 @@
 """Random-bytes fuzzing of every entry point of the compiled kernels against its Python twin.
 
-``python -X faulthandler -m tests.kernel_fuzz TARGET EXAMPLES LAST_INPUT_FILE`` runs one target
+``python -X faulthandler -m tests.helpers.kernel_fuzz TARGET EXAMPLES LAST_INPUT_FILE`` runs one target
 with Hypothesis for a fixed example budget in its own process (a crash in C must not take pytest
 down: tests/test_kernel_fuzz.py starts this and reports a crash with the last input, which each
 example writes to LAST_INPUT_FILE before it calls the kernel). Inputs are valid data (records
@@ -33,6 +33,7 @@ from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
 from plugmq.plugins.delay_wheel import codec as wheel
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
 from plugmq.plugins.store_mmap.scan import KEYS_NAME, UNIQ_NAME, PyScanKernel, compiled_scan_kernel
+from tests.helpers.mmap_workload import files
 
 SMALL = {"commit_log_segment_size": 8192, "consume_queue_entries_per_file": 16, "index_slot_count": 64,
          "index_max_entries": 400, "preallocate_next_segment": False}
@@ -359,8 +360,6 @@ def _append_all(path: Path, kernel: str, calls: list[list[AppendRequest]]) -> tu
 def fuzz_appender(examples: int) -> int:
     """store_mmap ``_appender.Appender`` (bind, put, append_one, append, append_batch, take_pending,
     release, all through the store) vs ``PyAppender``: the same results, refusals and files."""
-    from tests.store_mmap_reference import data_files
-
     count = [0]
 
     @given(st.lists(st.lists(_odd_request(), min_size=1, max_size=3), min_size=1, max_size=6))
@@ -371,7 +370,7 @@ def fuzz_appender(examples: int) -> int:
         with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
             for kernel in ("c", "python"):
                 answers, hits = _append_all(Path(tmp) / kernel, kernel, calls)
-                seen[kernel] = (answers, hits, data_files(Path(tmp) / kernel))
+                seen[kernel] = (answers, hits, files(Path(tmp) / kernel))
         (c_answers, c_hits, c_files), (py_answers, py_hits, py_files) = seen["c"], seen["python"]
         for i, (c, py) in enumerate(zip(c_answers, py_answers, strict=True)):
             _agree(c, py, f"call {i}")

@@ -5,7 +5,7 @@ append kernel that still carried its own CRC-32 (``_crc32.h``, slicing by 8), be
 moved to zlib's crc32. A store written now from the same requests must hold the same bytes, and
 every record of the old one must read back and pass the recovery scan's CRC checks.
 
-``python -m tests.store_mmap_reference OUT.tar.gz`` writes the archive again (only for a new
+``python -m tests.helpers.store_mmap_reference OUT.tar.gz`` writes the archive again (only for a new
 format version: the point of the archive is that it was written by older code).
 """
 
@@ -17,14 +17,14 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from plugmq.core import AppendRequest, ManualClock, Prop
+from plugmq.core import AppendRequest, ManualClock
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
+from tests.helpers.mmap_workload import varied_requests
 
-ARCHIVE = Path(__file__).parent / "data" / "store_mmap_v1.tar.gz"
+ARCHIVE = Path(__file__).parent.parent / "data" / "store_mmap_v1.tar.gz"
 HOST = "10.0.0.7:10911"
 OPTIONS = {"commit_log_segment_size": 64 * 1024, "consume_queue_entries_per_file": 16, "index_slot_count": 64,
            "index_max_entries": 400, "preallocate_next_segment": False, "flush": "async"}
-SKIPPED = {"lock", "abort", "checkpoint"}  # the checkpoint holds wall-clock flush times
 
 
 def _body(rng: random.Random, size: int) -> bytes:
@@ -33,28 +33,9 @@ def _body(rng: random.Random, size: int) -> bytes:
 
 
 def reference_requests(count: int = 300, seed: int = 24) -> list[AppendRequest]:
-    """Requests exercising every field the encoder treats differently, the same on every run."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        props: dict[str, str] = {}
-        if rng.random() < 0.8:
-            props[Prop.TAGS] = rng.choice(["TagA", "TagB", "ü-tag"])
-        if rng.random() < 0.5:
-            props[Prop.KEYS] = " ".join(rng.choice(["k1", "k\u00e92", "k\U0001f600", f"o{i}"]) for _ in range(2))
-        if rng.random() < 0.7:
-            props[Prop.UNIQ_KEY] = f"UNIQ{seed:04X}{i:08X}"
-        if rng.random() < 0.2:
-            props["user"] = rng.choice(["", "v", "\u4e2d\u6587"])
-        out.append(AppendRequest(
-            topic=rng.choice(["TopicA", "TopicB", "%RETRY%g"]), queue_id=rng.randrange(3),
-            body=_body(rng, rng.choice([0, 1, 100, 3000])), properties=props,
-            tags_code=rng.randrange(-(2**63), 2**63), born_timestamp_ms=rng.randrange(2**40),
-            born_host=rng.choice(["192.168.1.2:3456", "10.0.0.1:0", "[::1]:9876"]),
-            reconsume_times=rng.randrange(17), sys_flag=rng.randrange(16),
-            prepared_transaction_offset=rng.randrange(2**40),
-        ))
-    return out
+    """The requests of the archive, the same on every run."""
+    return varied_requests(random.Random(seed), count, seed, body=_body,
+                           hosts=["192.168.1.2:3456", "10.0.0.1:0", "[::1]:9876"], user_values=["", "v", "\u4e2d\u6587"])
 
 
 def open_store(path: Path, **options: object) -> MmapMessageStore:
@@ -77,12 +58,6 @@ def write_reference_store(path: Path, kernel: str = "c") -> None:
             store.append_batch(chunk)
         i += size
     store.close()
-
-
-def data_files(root: Path) -> dict[str, bytes]:
-    """Every file of a data dir but the lock, abort marker and checkpoint, by relative path."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in SKIPPED}
 
 
 def main(out: str) -> None:
