@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from plugmq.core.errors import ConfigError
-from plugmq.spark.children import broker_toml
+from plugmq.measure.children import broker_toml
 from plugmq.spark.experiments import Experiment, expand_matrix, parse_experiments
-from plugmq.spark.histogram import Histogram
 from plugmq.spark.replay import run_experiment
 from plugmq.testing import wait_for
 
@@ -112,18 +111,6 @@ def test_child_configuration_is_toml_the_server_reads() -> None:
         broker_toml({"broker": {"limit": float("inf")}})
 
 
-def test_histogram_crosses_a_process_boundary_as_json() -> None:
-    import json
-
-    hist = Histogram()
-    for value in (0.05, 1.0, 3.3, 3.3, 950.0):
-        hist.record(value)
-    back = Histogram.from_json(json.loads(json.dumps(hist.to_json())))
-    assert back.sparse() == hist.sparse() and (back.n, back.min, back.max) == (5, 0.05, 950.0)
-    assert back.quantile(0.5) == hist.quantile(0.5)
-    assert Histogram.from_json(Histogram().to_json()).n == 0
-
-
 def test_bursts_put_deliver_at_times_on_a_grid_and_leave_the_rest_of_the_draw_alone() -> None:
     from plugmq.spark.workload import DUE, MessageFactory
 
@@ -210,8 +197,8 @@ def test_a_broker_child_stops_when_the_experiment_process_is_killed(tmp_path: Pa
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from plugmq.spark.children import BrokerChild\n"
-        "child = BrokerChild(Path(sys.argv[1]), {'broker': {'name': 'orphan', 'data_dir': 'data', "
+        "from plugmq.measure.children import BrokerChild\n"
+        "child = BrokerChild.from_tables(Path(sys.argv[1]), {'broker': {'name': 'orphan', 'data_dir': 'data', "
         "'plugins': ['store_mmap']}, 'plugins.store_mmap': {'flush': 'async'}})\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(600)\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import random
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -11,8 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from plugmq.core.errors import ConfigError
 from plugmq.core.pluginmanager import installed_allocate_strategies
@@ -23,7 +20,6 @@ from plugmq.spark.experiments import (
     load_experiments,
     parse_experiments,
 )
-from plugmq.spark.histogram import Histogram, bucket_of, bucket_upper_ms
 from plugmq.spark.replay import run_experiment
 from plugmq.spark.sweep import (
     SweepModel,
@@ -170,37 +166,6 @@ def test_shipped_example_files_validate(name: str) -> None:
 
 def test_speedup_example_has_24_experiments() -> None:
     assert len(expand_matrix(load_experiments(EXAMPLES / "speedup24.toml"))) == 24
-
-
-# ------------------------------------------------------------------------------------------ histograms
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.floats(min_value=-5, max_value=1e7, allow_nan=False), min_size=1, max_size=200),
-       st.lists(st.floats(min_value=0, max_value=1e5, allow_nan=False), min_size=1, max_size=200))
-def test_merged_histograms_equal_the_histogram_of_all_values(a: list[float], b: list[float]) -> None:
-    ha, hb, both = Histogram(), Histogram(), Histogram()
-    ha.record_many(a)
-    for v in b:
-        hb.record(v)
-    both.record_many(a + b)
-    ha.merge(hb)
-    assert (ha.counts == both.counts).all() and ha.n == both.n and ha.max == both.max
-    values = sorted(a + b)
-    for q in (0.5, 0.99, 0.999):
-        estimate = ha.quantile(q)
-        exact = values[max(0, int(np.ceil(q * len(values))) - 1)]
-        assert estimate is not None
-        # Never below the true quantile, at most one bucket (10**(1/40) ~ 6 %) above it.
-        assert estimate >= exact or (exact <= 0 and estimate == 0)
-        assert estimate <= max(exact, 0.001) * 10 ** (1 / 40) + 1e-9 or estimate == ha.max
-
-
-def test_bucket_edges_cover_their_values() -> None:
-    rng = random.Random(3)
-    for _ in range(2000):
-        v = 10 ** rng.uniform(-4, 8)
-        b = bucket_of(v)
-        assert bucket_upper_ms(b) >= v and (b <= 1 or bucket_upper_ms(b - 1) < v)
-    assert bucket_of(0) == 0 and bucket_of(-3) == 0 and bucket_upper_ms(0) == 0
 
 
 # ------------------------------------------------------------------------------------------ replays

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -239,6 +240,8 @@ def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareO
     for strategy, part in local.groupby("strategy"):
         assert summary.loc[strategy, "mean_moved_fraction"] == pytest.approx(part["moved_fraction"].mean())
         assert summary.loc[strategy, "max_overload"] == pytest.approx(part["overload"].max())
+        ordered = sorted(part["moved_over_ideal"].dropna())  # nearest rank, as every reported percentile
+        assert summary.loc[strategy, "p99_moved_over_ideal"] == pytest.approx(ordered[math.ceil(0.99 * len(ordered)) - 1])
 
 
 # ------------------------------------------------------------------------------------------ cluster mode

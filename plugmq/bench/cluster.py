@@ -14,9 +14,7 @@ window are reported as a ratio to the steady rate of the same round.
 
 from __future__ import annotations
 
-import os
 import signal
-import statistics
 import tempfile
 import threading
 import time
@@ -29,6 +27,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.kit.histogram import Histogram
+from plugmq.measure.clients import client_config, client_message
+from plugmq.measure.probes import LoadWindow
 from plugmq.testing import (
     ServeProcess,
     ZooKeeperServer,
@@ -76,11 +77,10 @@ class _Senders:
     """Producer threads counting outcomes and latencies into the current phase."""
 
     def __init__(self, address: str, threads: int, body: bytes) -> None:
-        from rocketmq import ClientConfiguration, Credentials, Message, Producer
+        from rocketmq import Producer
 
-        self._message_type = Message
         self._body = body
-        self.producer = Producer(ClientConfiguration(address, Credentials(), request_timeout=3), (TOPIC,))
+        self.producer = Producer(client_config(address, 3), (TOPIC,))
         self.producer.startup()
         self._lock = threading.Lock()
         self._phase: dict[str, Any] = self._new_phase()
@@ -95,9 +95,7 @@ class _Senders:
 
     def _send(self) -> None:
         while not self._stop.is_set():
-            message = self._message_type()
-            message.topic = TOPIC
-            message.body = self._body
+            message = client_message(TOPIC, self._body)
             started = time.monotonic()
             error = None
             try:
@@ -126,9 +124,10 @@ class _Senders:
 
 
 def _p99_ms(latencies: list[float]) -> float:
-    if len(latencies) < 2:
-        return latencies[0] * 1000 if latencies else 0.0
-    return statistics.quantiles(latencies, n=100)[98] * 1000
+    """p99 of send latencies given in seconds (plugmq.kit.histogram; 0 without sends)."""
+    hist = Histogram()
+    hist.record_many(seconds * 1000 for seconds in latencies)
+    return hist.quantile(0.99) or 0.0
 
 
 def _routed(address: str) -> set[str]:
@@ -199,11 +198,11 @@ def command(brokers: int, session_timeout_s: float, threads: int, rounds: int, s
         raise click.ClickException(f"plugmq bench cluster needs a ZooKeeper server: {missing}")
     if brokers < 2:
         raise click.ClickException("--brokers must be at least 2: one is killed, another keeps serving")
-    load_before = os.getloadavg()
+    load = LoadWindow()
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-cluster-") as directory:
         results = measure(Path(directory), brokers=brokers, session_timeout_s=session_timeout_s, threads=threads,
                           rounds=rounds, steady_s=steady_s, window_s=window_s, body_size=body_size)
-    load_after = os.getloadavg()
+    load.finish()
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)
@@ -221,5 +220,4 @@ def command(brokers: int, session_timeout_s: float, threads: int, rounds: int, s
     for i, r in enumerate(results, 1):
         for error in sorted(set(r.errors)):
             console.print(f"round {i}: {r.errors.count(error)} failed send(s): {error}")
-    console.print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} "
-                  f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    console.print(load.text())

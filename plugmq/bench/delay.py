@@ -21,7 +21,8 @@ Sections (every figure from this run; ratios are against the ``heapq`` baseline 
   preloaded under a virtual clock, then dispatched on a wall clock shifted so the first is due
   ``--lead-ms`` (2 s) after start; the write-back appends to a store_mmap (flush async) — with
   ``append_batch`` where the strategy batches — and a message's lateness is (the time its
-  append returned, i.e. it is visible - its deliver time): p50/p99/max and how many came early.
+  append returned, i.e. it is visible - its deliver time): p50/p99 (nearest rank on the shared log
+  histogram, plugmq.kit.histogram), max and how many came early.
 * **burst** (real clock): ``--burst`` messages all due within the same second, written back the
   same way; the time from that second's start until the last one is visible.
 
@@ -40,7 +41,6 @@ import gc
 import heapq
 import inspect
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -62,6 +62,8 @@ from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelaySchedule
 from plugmq.core.clock import SystemClock, Timer
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.kit import requestcodec
+from plugmq.kit.histogram import Histogram
+from plugmq.measure.probes import disk_bytes, load_average, status_kib
 
 __all__ = ["command"]
 
@@ -78,9 +80,8 @@ GOALS = {"rss_mb": 100.0, "lateness_p99_ms": 5.0, "burst_s": 5.0}
 _BATCHES = "deliver_batch" in inspect.signature(open_delay_scheduler).parameters
 
 
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in load_average())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,17 +248,12 @@ def _redis_take(client: Any, now_ms: int) -> list[tuple[bytes, float]]:
 
 
 def vm_rss_bytes(field: str = "VmRSS") -> int:
-    """A size from /proc/self/status: VmRSS (all resident pages, mmap'ed files included) or
+    """A size from /proc/self/status in bytes: VmRSS (all resident pages, mmap'ed files included) or
     RssAnon (heap and other anonymous memory only)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise click.ClickException(f"no {field} in /proc/self/status (Linux only)")
-
-
-def _disk_bytes(path: Path) -> int:
-    """Bytes actually allocated (preallocated sparse segments count for what they hold)."""
-    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
+    kib = status_kib(field)
+    if kib is None:
+        raise click.ClickException(f"no {field} in /proc/self/status (Linux only)")
+    return kib * 1024
 
 
 def rss_child(name: str, n: int, workdir: str, fsync: bool) -> None:
@@ -295,7 +291,7 @@ def rss_child(name: str, n: int, workdir: str, fsync: bool) -> None:
         after, after_anon = vm_rss_bytes(), vm_rss_bytes("RssAnon")
         pending = opened.scheduler.pending()
         opened.close()
-        disk = _disk_bytes(data_dir)
+        disk = disk_bytes(data_dir)
         if pending != n:
             raise SystemExit(f"{name}: {pending} pending after {n} schedules")
     print(json.dumps({"before_open": before_open, "before": before, "after": after, "anon_growth": after_anon - before_anon,
@@ -398,16 +394,14 @@ class StoreSink:
         return results
 
     def figures(self, first_due: int) -> dict[str, float]:
-        values = sorted(self.late)
-        if not values:
+        """Delivered, early, min, percentiles (plugmq.kit.histogram: nearest rank), max and when the last was visible."""
+        if not self.late:
             return {"delivered": 0.0}
-
-        def q(p: float) -> float:
-            return float(values[min(len(values) - 1, int(p * len(values)))])
-
-        return {"delivered": float(len(values)), "min_ms": float(values[0]), "p50_ms": q(0.5), "p99_ms": q(0.99),
-                "max_ms": float(values[-1]),
-                "early": float(sum(1 for v in values if v < 0)), "batches": float(self.batches),
+        hist = Histogram()
+        hist.record_many(self.late)
+        return {"delivered": float(hist.count), "min_ms": float(hist.min), "p50_ms": hist.quantile(0.5) or 0.0,
+                "p99_ms": hist.quantile(0.99) or 0.0, "max_ms": float(hist.max),
+                "early": float(sum(1 for v in self.late if v < 0)), "batches": float(self.batches),
                 "all_done_s": (self.last_ms - (first_due // 1000) * 1000) / 1000}
 
 
@@ -582,16 +576,16 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
         server = RedisServer(base) if note is None else None
         try:
             if "throughput" in wanted:
-                console.log(f"throughput: {messages:,} messages (load {load_average()})")
+                console.log(f"throughput: {messages:,} messages (load {_load()})")
                 speeds = {"heapq": heapq_throughput(messages)}
                 for name in names:
                     speeds[name] = throughput(name, messages, base / f"tp-{name}", fsync)
                 if server is not None:
                     speeds["redis"] = redis_throughput(server, messages)
                 results["throughput"] = speeds
-                results["load"]["throughput"] = load_average()
+                results["load"]["throughput"] = _load()
             if "memory" in wanted:
-                console.log(f"memory: {pending:,} pending over 30 days (child processes; load {load_average()})")
+                console.log(f"memory: {pending:,} pending over 30 days (child processes; load {_load()})")
                 rows: dict[str, dict[str, Any]] = {"heapq": measure_rss("heapq", pending, base, fsync)}
                 for name in names:
                     console.log(f"memory: {name}")
@@ -599,11 +593,11 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
                 if server is not None:
                     rows["redis"] = redis_memory(server, pending)
                 results["memory"] = rows
-                results["load"]["memory"] = load_average()
+                results["load"]["memory"] = _load()
             for section, dues in (("lateness", _steady(rate, seconds)), ("burst", _burst(burst))):
                 if section not in wanted:
                     continue
-                console.log(f"{section}: {len(dues):,} messages on the wall clock (load {load_average()})")
+                console.log(f"{section}: {len(dues):,} messages on the wall clock (load {_load()})")
                 timing = {"heapq": heapq_realtime(dues, base, fsync, timeout, lead_ms)}
                 for name in names:
                     console.log(f"{section}: {name}")
@@ -611,7 +605,7 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
                 if server is not None:
                     timing["redis"] = redis_realtime(server, dues, base, fsync, timeout, lead_ms)
                 results[section] = timing
-                results["load"][section] = load_average()
+                results["load"][section] = _load()
         finally:
             if server is not None:
                 server.stop()

@@ -10,14 +10,12 @@ machine each figure is the best of ``--rounds`` rounds, baseline and end-to-end 
 
 from __future__ import annotations
 
-import os
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import click
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -27,6 +25,8 @@ from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
 from plugmq.core.errors import PluginError
 from plugmq.core.message import AppendRequest, Message, StoredMessage, new_unique_id
 from plugmq.core.names import Prop
+from plugmq.kit.histogram import Histogram
+from plugmq.measure.probes import LoadWindow
 
 __all__ = ["command", "run_e2e"]
 
@@ -49,16 +49,16 @@ def _raw_append_rate(store_plugin: str, flush: str, messages: int, size: int) ->
 
 
 def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str, float]:
-    """One end-to-end run; returns rates (msg/s) and latency percentiles (ms)."""
+    """One end-to-end run; returns rates (msg/s) and latency percentiles (ms, plugmq.kit.histogram)."""
     received = threading.Event()
-    latencies: list[float] = []
+    latencies = Histogram()
     lock = threading.Lock()
 
     def listener(batch: list[StoredMessage]) -> ConsumeStatus:
         now_ms = time.time() * 1000
         with lock:
-            latencies.extend(now_ms - m.born_timestamp_ms for m in batch)
-            if len(latencies) >= messages:
+            latencies.record_many([now_ms - m.born_timestamp_ms for m in batch])
+            if latencies.count >= messages:
                 received.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
@@ -75,15 +75,14 @@ def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str
                 producer.send(Message("Bench", body))
         produced = time.perf_counter()
         if not received.wait(timeout=max(60.0, messages / 500)):
-            raise click.ClickException(f"{store_plugin}: only {len(latencies)} of {messages} messages consumed")
+            raise click.ClickException(f"{store_plugin}: only {latencies.count} of {messages} messages consumed")
         consumed = time.perf_counter()
         consumer.shutdown()
-    lat = np.array(latencies)
     return {
         "produce_rate": messages / (produced - start),
         "e2e_rate": messages / (consumed - start),
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
+        "p50_ms": latencies.quantile(0.5) or 0.0,
+        "p99_ms": latencies.quantile(0.99) or 0.0,
     }
 
 
@@ -97,7 +96,7 @@ def run_e2e(store_plugin: str, flush: str, messages: int, size: int) -> dict[str
 def command(stores: str, messages: int, size: int, flush: str, rounds: int) -> None:
     """Produce -> consume throughput and end-to-end latency, as a ratio to the raw store append rate."""
     console = Console()
-    load_before = os.getloadavg()
+    load = LoadWindow()
     table = Table(title=f"e2e: {messages} x {size} B, 4 queues, 1 producer, 2 consume threads, flush={flush}, "
                         f"best of {rounds}")
     table.add_column("store", no_wrap=True)
@@ -119,6 +118,4 @@ def command(stores: str, messages: int, size: int, flush: str, rounds: int) -> N
         table.add_row(store, f"{raw:,.0f}", f"{best['produce_rate']:,.0f}", f"{best['e2e_rate']:,.0f}",
                       f"{best['e2e_rate'] / raw:.2f}x", f"{best['p50_ms']:.1f}", f"{best['p99_ms']:.1f}")
     console.print(table)
-    load_after = os.getloadavg()
-    console.print(f"load average (1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
-                  f"{'/'.join(f'{v:.2f}' for v in load_after)}; target: e2e >= 0.5x the raw append rate")
+    console.print(f"{load.finish().text()}; target: e2e >= 0.5x the raw append rate")

@@ -19,7 +19,6 @@ given as a ratio to async's of the same run.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.measure.probes import LoadWindow
 from plugmq.testing import ZooKeeperServer, zookeeper_missing
 from plugmq.testing.failover import KillRun, run_kill
 
@@ -47,7 +47,7 @@ def command(rounds: int, threads: int, steady_s: float, session_timeout_s: float
     missing = zookeeper_missing()
     if missing:
         raise click.ClickException(f"plugmq bench failover needs a ZooKeeper server: {missing}")
-    load_before = os.getloadavg()
+    load = LoadWindow()
     runs: list[KillRun] = []
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-failover-") as directory:
         zookeeper = ZooKeeperServer(Path(directory) / "zookeeper")
@@ -60,7 +60,7 @@ def command(rounds: int, threads: int, steady_s: float, session_timeout_s: float
                                          session_timeout_s=session_timeout_s))
         finally:
             zookeeper.stop()
-    load_after = os.getloadavg()
+    load.finish()
     console = Console()
     if not console.is_terminal:
         console = Console(width=150)
@@ -79,5 +79,4 @@ def command(rounds: int, threads: int, steady_s: float, session_timeout_s: float
     if "sync_master" in rates and rates.get("async_master"):
         console.print(f"sync double-write steady rate / async: {rates['sync_master'] / rates['async_master']:.2f}x "
                       "(medians of the rounds)")
-    console.print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} "
-                  f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    console.print(load.text())

@@ -9,7 +9,6 @@ compiling to closures must beat.
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import time
@@ -24,6 +23,7 @@ from rich.table import Table
 
 from plugmq.core import tags_code
 from plugmq.core.hashing import java_string_hash
+from plugmq.measure.probes import LoadWindow
 from plugmq.plugins.filter_sql import COMPILER as SQL_COMPILER
 from plugmq.plugins.filter_sql.interpreter import interpret
 from plugmq.plugins.filter_tag import COMPILER as TAG_COMPILER
@@ -194,7 +194,7 @@ def command(evaluations: int, entries: int, fp_messages: int, repeat: int, seed:
     console = Console()
     rng = random.Random(seed)
 
-    load_before = os.getloadavg()
+    load = LoadWindow()
     table = Table(title=f"SQL92: {SQL_EXPRESSION}  ({evaluations:,} evaluations, best of {repeat})",
                   caption="typical: 1,000 messages, a in 0..10 (number conversions mostly remembered); "
                           f"unique: {evaluations:,} messages, every a different (each conversion done afresh)")
@@ -207,8 +207,8 @@ def command(evaluations: int, entries: int, fp_messages: int, repeat: int, seed:
     for name, rate, ratio in _bench_sql(evaluations, repeat, rng, distinct=evaluations, a_values=10**9):
         table.add_row("unique", name, f"{rate:,.0f}", ratio)
     console.print(table)
-    console.print(f"load average (1/5/15 min) before the SQL92 runs: {'/'.join(f'{v:.2f}' for v in load_before)}; "
-                  "targets: compiled >= 5x the interpreter and >= 500k evaluations/s")
+    console.print(f"SQL92 runs: {load.finish().text()}; targets: compiled >= 5x the interpreter and >= 500k "
+                  "evaluations/s")
 
     rows, note = _bench_tags(entries, repeat, rng)
     table = Table(title=f"Tag pre-check, subscription 'TagA' (best of {repeat})", caption=note)

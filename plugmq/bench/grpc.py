@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +43,17 @@ from rich.table import Table
 
 from plugmq.broker.broker import Broker
 from plugmq.core import Message as PlugmqMessage
+from plugmq.measure.children import BrokerChild
+from plugmq.measure.clients import client_message, producer, simple_consumers
+from plugmq.measure.consumers import ConsumerProcess
+from plugmq.measure.probes import CpuMeter, LoadWindow
+from plugmq.measure.threads import Background, run_threads
 
-__all__ = ["command", "consume_for", "measure"]
+__all__ = ["ServeChild", "command", "measure"]
 
 TOPIC = "BenchGrpc"
 GROUP = "bench-grpc"
 STREAM = "bench-grpc"
-_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
-          "main.add_command(command); main()")
-_TICKS = os.sysconf("SC_CLK_TCK")
 _SEND_THREADS = 8
 _RECEIVE_THREADS = 4
 
@@ -93,110 +91,31 @@ class Report:
 
 
 # ------------------------------------------------------------------------------ the server child
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+def _row(meter: CpuMeter, scenario: str, threads: int, rate: float, count: int, peer: str | None = None) -> Row:
+    """The phase ``meter`` measured as a row: CPU per message of the server (when it has a pid) and of this process."""
+    server = meter.child_s()
+    return Row(scenario, threads, rate, server * 1000 / count if server is not None else None,
+               meter.own_s() * 1000 / count, peer)
 
 
-def _own_cpu_s() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
-class _Meter:
-    """CPU time of a server process and of this process across one phase."""
-
-    def __init__(self, server_pid: int | None) -> None:
-        self._pid = server_pid
-        self._server = process_cpu_s(server_pid) if server_pid is not None else 0.0
-        self._client = _own_cpu_s()
-
-    def row(self, scenario: str, threads: int, rate: float, count: int, peer: str | None = None) -> Row:
-        server = (process_cpu_s(self._pid) - self._server) * 1000 / count if self._pid is not None else None
-        return Row(scenario, threads, rate, server, (_own_cpu_s() - self._client) * 1000 / count, peer)
-
-
-class ServeChild:
-    """``plugmq serve`` as a child process; knows when it answered first and how much CPU it used."""
+class ServeChild(BrokerChild):
+    """``plugmq serve`` as the command line runs it, with its start-up figures: ``started_s``
+    (spawn -> listening line), ``serving_s`` (spawn -> first answered request) and ``phases``
+    (imports, broker open, server start as it logged them; ``cpu_s``: its CPU until it answered)."""
 
     def __init__(self, config: Path, log: Path, listen: str = "127.0.0.1:0", python: str = sys.executable,
                  tls_ca: bytes | None = None) -> None:
         """``tls_ca``: the server has [server.tls]; its probe trusts this CA."""
-        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self._tls_ca = tls_ca
-        import grpc  # noqa: F401 - the probe's imports cost this process, not the server: before the clock
-        from rocketmq.grpc_protocol import MessagingServiceStub  # noqa: F401
+        super().__init__(config, log=log, listen=listen, python=python, cli=True)
+        self.serving_s = self.await_answer(tls_ca=tls_ca)
+        self.phases = self.startup_phases()
+        self.phases["cpu_s"] = self.cpu_s()  # what start-up cost, whatever the machine's load
 
-        started = time.perf_counter()
-        self.python = python
-        self.process = subprocess.Popen([python, "-c", _SERVE, "--log-json", "--log-level", "info", "serve",
-                                         "--config", str(config), "--listen", listen],
-                                        stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
-        self.address = self._await_listening(log)
-        self.listening_s = time.perf_counter() - started
-        self.serving_s = self._await_answer(started)
-        self.phases = _startup_phases(log)
-        self.phases["cpu_s"] = process_cpu_s(self.process.pid)  # what start-up cost, whatever the machine's load
-
-    def _await_listening(self, log: Path) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline().decode()
-        if not line.startswith("plugmq serve: listening on "):
-            self.kill()
-            raise click.ClickException(f"plugmq serve did not start (exit code {self.process.wait()}); see {log}")
-        return line.split()[4]
-
-    def _await_answer(self, started: float) -> float:
-        import grpc
-        from rocketmq.grpc_protocol import Code, MessagingServiceStub, service_pb2
-
-        with (grpc.insecure_channel(self.address) if self._tls_ca is None else
-              grpc.secure_channel(self.address, grpc.ssl_channel_credentials(self._tls_ca))) as channel:
-            stub = MessagingServiceStub(channel)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    response = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=5,
-                                              metadata=(("x-mq-client-id", "bench-probe"),))
-                    if response.status.code == Code.OK:
-                        return time.perf_counter() - started
-                except grpc.RpcError:
-                    time.sleep(0.005)  # the port is bound but the server not yet answering
-        raise click.ClickException("plugmq serve printed its address but answered no request within 60 s")
-
-    def cpu_s(self) -> float:
-        return process_cpu_s(self.process.pid)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._log.close()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        if self.process.returncode != 0:
-            raise click.ClickException(f"plugmq serve exited with {self.process.returncode} on SIGTERM")
-
-
-def _startup_phases(log: Path) -> dict[str, float]:
-    """The newest "start-up" line the server logged: seconds spent on imports, broker open, server start."""
-    for line in reversed(log.read_text(encoding="utf-8", errors="replace").splitlines()):
-        if '"start-up"' in line:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                break
-            return {k: v for k, v in event.items() if k.endswith("_s") and isinstance(v, (int, float))}
-    return {}
+    def stop(self, grace_s: float = 60.0) -> int:
+        status = super().stop(grace_s)
+        if status != 0:
+            raise click.ClickException(f"plugmq serve exited with {status} on SIGTERM; see {self.log_path}")
+        return status
 
 
 def _config(directory: Path, store: str, flush: str) -> Path:
@@ -208,28 +127,6 @@ def _config(directory: Path, store: str, flush: str) -> Path:
 
 
 # ------------------------------------------------------------------------------ load helpers
-def _run_threads(threads: int, work: Callable[[int], None]) -> float:
-    """Run ``work(index)`` on ``threads`` threads; the wall seconds they took. Re-raises the first error."""
-    errors: list[BaseException] = []
-
-    def guarded(index: int) -> None:
-        try:
-            work(index)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
-            errors.append(exc)
-
-    workers = [threading.Thread(target=guarded, args=(i,)) for i in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise click.ClickException(f"a benchmark thread failed: {errors[0]!r}")
-    return elapsed
-
-
 class _Progress:
     """Messages handled so far by several threads, and when the last of ``total`` was handled."""
 
@@ -249,26 +146,6 @@ class _Progress:
         return self.count >= self.total
 
 
-class _Background:
-    """``_run_threads`` on a thread of its own; ``join`` re-raises what the workers raised."""
-
-    def __init__(self, threads: int, work: Callable[[int], None]) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(threads, work))
-        self._thread.start()
-
-    def _run(self, threads: int, work: Callable[[int], None]) -> None:
-        try:
-            _run_threads(threads, work)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by join()
-            self._error = exc
-
-    def join(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
 def _in_process(directory: Path, store: str, flush: str, messages: int, body: bytes) -> float:
     with Broker.open(directory, plugins=[store, "filter_tag"], options={store: {"flush": flush}}) as broker:
         broker.create_topic(TOPIC, 8)
@@ -281,47 +158,11 @@ def _in_process(directory: Path, store: str, flush: str, messages: int, body: by
 
 
 def _client_message(body: bytes) -> Any:
-    from rocketmq import Message
-
-    message = Message()
-    message.topic = TOPIC
-    message.body = body
-    return message
+    return client_message(TOPIC, body)
 
 
-def _client_config(address: str, timeout: int = 10) -> Any:
-    from rocketmq import ClientConfiguration, Credentials
-
-    return ClientConfiguration(address, Credentials(), request_timeout=timeout)
-
-
-@contextmanager
-def _producer(address: str, timeout: int = 10, *, tls: bool = False) -> Iterator[Any]:
-    from rocketmq import Producer
-
-    producer = Producer(_client_config(address, timeout), (TOPIC,), tls_enable=tls)
-    producer.startup()
-    try:
-        yield producer
-    finally:
-        producer.shutdown()
-
-
-@contextmanager
-def _consumers(address: str, count: int) -> Iterator[list[Any]]:
-    from rocketmq import FilterExpression, SimpleConsumer
-
-    consumers = [SimpleConsumer(_client_config(address), GROUP, {TOPIC: FilterExpression()}, await_duration=2)
-                 for _ in range(count)]
-    started = []
-    try:
-        for consumer in consumers:
-            consumer.startup()
-            started.append(consumer)
-        yield consumers
-    finally:
-        for consumer in started:
-            consumer.shutdown()
+def _producer(address: str, timeout: int = 10, *, tls: bool = False) -> Any:
+    return producer(address, (TOPIC,), timeout, tls=tls)
 
 
 def _client_send(producer: Any, messages: int, threads: int, body: bytes) -> float:
@@ -331,7 +172,7 @@ def _client_send(producer: Any, messages: int, threads: int, body: bytes) -> flo
         for _ in range(per_thread):
             producer.send(_client_message(body))
 
-    return per_thread * threads / _run_threads(threads, work)
+    return per_thread * threads / run_threads(threads, work)
 
 
 def _stub_send(address: str, messages: int, threads: int, body: bytes, per_request: int = 1,
@@ -359,7 +200,7 @@ def _stub_send(address: str, messages: int, threads: int, body: bytes, per_reque
                 raise click.ClickException(f"a stub send failed: {response.status.message}")
 
     try:
-        return requests * per_request * threads / _run_threads(threads, work)
+        return requests * per_request * threads / run_threads(threads, work)
     finally:
         for channel in channels:
             channel.close()
@@ -381,7 +222,7 @@ def _stub_heartbeats(address: str, calls: int, threads: int) -> float:
                 raise click.ClickException("a heartbeat failed")
 
     try:
-        return per_thread * threads / _run_threads(threads, work)
+        return per_thread * threads / run_threads(threads, work)
     finally:
         for channel in channels:
             channel.close()
@@ -402,7 +243,7 @@ def _client_receive(consumers: list[Any], total: int, batch: int) -> tuple[float
             progress.add(len(got))
 
     start = time.perf_counter()
-    _run_threads(len(consumers), work)
+    run_threads(len(consumers), work)
     if progress.count < total:
         raise click.ClickException(f"received {progress.count} of {total} messages")
     return progress.count / (progress.finished - start), progress.count
@@ -428,9 +269,9 @@ def _redis_rows(workdir: Path, messages: int, body: bytes, batch: int) -> list[R
                 for _ in range(per_thread):
                     client.xadd(STREAM, {"b": body})
 
-            meter = _Meter(pid)
-            rate = per_thread * threads / _run_threads(threads, add)
-            rows.append(meter.row("Redis XADD", threads, rate, per_thread * threads))
+            meter = CpuMeter(pid)
+            rate = per_thread * threads / run_threads(threads, add)
+            rows.append(_row(meter, "Redis XADD", threads, rate, per_thread * threads))
         progress = _Progress(int(client.xlen(STREAM)))
 
         def read(index: int) -> None:
@@ -443,10 +284,10 @@ def _redis_rows(workdir: Path, messages: int, body: bytes, batch: int) -> list[R
                     client.xack(STREAM, GROUP, entry_id)  # one request per ack, as the client acks
                 progress.add(len(entries))
 
-        meter = _Meter(pid)
+        meter = CpuMeter(pid)
         start = time.perf_counter()
-        _run_threads(_RECEIVE_THREADS, read)
-        rows.append(meter.row(f"Redis XREADGROUP (batch {batch}) + XACK", _RECEIVE_THREADS,
+        run_threads(_RECEIVE_THREADS, read)
+        rows.append(_row(meter, f"Redis XREADGROUP (batch {batch}) + XACK", _RECEIVE_THREADS,
                               progress.count / (progress.finished - start), progress.count))
         client.close()
         return rows
@@ -461,77 +302,14 @@ def _redis_missing() -> str | None:
 
 
 # ------------------------------------------------------------------------------ steady run, crash
-def consume_for(address: str, threads: int, batch: int) -> None:
-    """The steady run's consumer process: receive + ack on ``threads`` threads until stdin closes,
-    printing the running count of acked messages as JSON lines ({"ready": true} first)."""
-    stop = threading.Event()
-    acked = [0] * threads
-    with _consumers(address, threads) as consumers:
-        def receive(index: int) -> None:
-            consumer = consumers[index]
-            while not stop.is_set():
-                for message in consumer.receive(batch, 30):
-                    consumer.ack(message)
-                    acked[index] += 1
-
-        print(json.dumps({"ready": True}), flush=True)
-        runner = _Background(threads, receive)
-        def until_stdin_closes() -> None:
-            sys.stdin.read()
-            stop.set()
-
-        threading.Thread(target=until_stdin_closes, daemon=True).start()
-        while not stop.wait(0.5):
-            print(json.dumps({"acked": sum(acked)}), flush=True)
-        runner.join()
-    print(json.dumps({"acked": sum(acked), "final": True}), flush=True)
-
-
-class _ConsumerProcess:
-    """``consume_for`` in a child interpreter, so the consumers' client library does not share the
-    producers' interpreter lock (applications produce and consume from separate processes)."""
-
-    def __init__(self, address: str, threads: int, batch: int) -> None:
-        code = f"from plugmq.bench.grpc import consume_for; consume_for({address!r}, {threads}, {batch})"
-        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True)
-        self.acked = 0
-        self.final = False
-        assert self.process.stdout is not None
-        first = self.process.stdout.readline()
-        if '"ready"' not in first:
-            self.process.kill()
-            raise click.ClickException(f"the consumer process did not start (exit {self.process.wait()})")
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            update = json.loads(line)
-            self.acked = update["acked"]
-            self.final = self.final or bool(update.get("final"))
-
-    def stop(self) -> int:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._reader.join(timeout=10)
-        if not self.final:
-            raise click.ClickException(f"the consumer process failed (exit {self.process.returncode})")
-        return self.acked
-
-
 def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeChild, consumer_threads: int
             ) -> dict[str, Any]:
     stop = threading.Event()
     sent = [0] * _SEND_THREADS
     samples: list[tuple[float, int, int]] = []
-    consumers = _ConsumerProcess(address, consumer_threads, batch)
+    consumers = ConsumerProcess({"address": address, "groups": [{"group": GROUP, "topic": TOPIC}],
+                                 "threads": consumer_threads, "batch": batch, "invisible_s": 30, "long_polling_s": 2,
+                                 "request_timeout_s": 10}, child.log_path.with_name("consumers.log"))
     try:
         with _producer(address) as producer:
             def send(index: int) -> None:
@@ -542,7 +320,7 @@ def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeC
             cpu_before = child.cpu_s()
             acked_before = consumers.acked
             start = time.perf_counter()
-            runner = _Background(_SEND_THREADS, send)
+            runner = Background(_SEND_THREADS, send)
             interval = max(seconds / 12, 1.0)
             while (now := time.perf_counter() - start) < seconds:
                 time.sleep(min(interval, seconds - now))  # sampling cadence of the steady run
@@ -588,7 +366,7 @@ def _crash_and_restart(child: ServeChild, config: Path, log: Path, body: bytes, 
                 with lock:
                     acked.add(receipt.message_id)
 
-        runner = _Background(_SEND_THREADS, work)
+        runner = Background(_SEND_THREADS, work)
         time.sleep(run_s)  # the load runs this long before the kill
         child.kill()
         time.sleep(0.5)  # let in-flight sends fail against the dead server
@@ -611,7 +389,7 @@ def _crash_and_restart(child: ServeChild, config: Path, log: Path, body: bytes, 
 
 def _drain_ids(address: str, batch: int) -> list[str]:
     ids: list[str] = []
-    with _consumers(address, 1) as (consumer,):
+    with simple_consumers(address, GROUP, TOPIC, 1) as (consumer,):
         empty = 0
         while empty < 2:
             got = consumer.receive(batch, 30)
@@ -626,13 +404,13 @@ def _drain_ids(address: str, batch: int) -> list[str]:
 def measure(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
             use_redis: bool, steady_consumers: int = _SEND_THREADS) -> Report:
     body = os.urandom(body_size)
+    load = LoadWindow()
     report = Report({"messages": messages, "body_size": body_size, "store": store, "flush": flush,
-                     "batch": batch, "steady_s": steady_s, "cpus": os.cpu_count(),
-                     "load_before": [round(x, 2) for x in os.getloadavg()]})
+                     "batch": batch, "steady_s": steady_s, "cpus": os.cpu_count()})
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-grpc-") as tmp:
         root = Path(tmp)
-        meter = _Meter(None)
-        report.rows.append(meter.row("in-process send (baseline)", 1,
+        meter = CpuMeter(None)
+        report.rows.append(_row(meter, "in-process send (baseline)", 1,
                                      _in_process(root / "inproc", store, flush, messages, body), messages))
         missing = _redis_missing() if use_redis else "turned off (--no-redis)"
         if missing is None:
@@ -644,33 +422,33 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
         config = _config(root / "served", store, flush)
         log = root / "served" / "serve.log"
         child = ServeChild(config, log)
-        report.startups.append(StartUp("first start, empty data dir", 0, child.listening_s, child.serving_s, child.phases))
+        report.startups.append(StartUp("first start, empty data dir", 0, child.started_s, child.serving_s, child.phases))
         stored = 0
         try:
             with _producer(child.address) as producer:
                 producer.send(_client_message(body))  # warm-up: route, channel, topic creation
                 stored += 1
                 for threads in (1, _SEND_THREADS):
-                    meter = _Meter(child.process.pid)
+                    meter = CpuMeter(child.process.pid)
                     rate = _client_send(producer, messages, threads, body)
                     count = messages // threads * threads
                     stored += count
-                    report.rows.append(meter.row("gRPC send (official client)", threads, rate, count, "Redis XADD"))
+                    report.rows.append(_row(meter, "gRPC send (official client)", threads, rate, count, "Redis XADD"))
             for per_request in (1, 8):
-                meter = _Meter(child.process.pid)
+                meter = CpuMeter(child.process.pid)
                 rate = _stub_send(child.address, messages, _SEND_THREADS, body, per_request)
                 count = messages // _SEND_THREADS // per_request * per_request * _SEND_THREADS
                 stored += count
-                report.rows.append(meter.row(f"gRPC send, generated stub, {per_request} message(s) per request",
+                report.rows.append(_row(meter, f"gRPC send, generated stub, {per_request} message(s) per request",
                                              _SEND_THREADS, rate, count, "Redis XADD"))
-            meter = _Meter(child.process.pid)
+            meter = CpuMeter(child.process.pid)
             rate = _stub_heartbeats(child.address, messages, _SEND_THREADS)
-            report.rows.append(meter.row("gRPC Heartbeat, generated stub (the transport's floor)", _SEND_THREADS,
+            report.rows.append(_row(meter, "gRPC Heartbeat, generated stub (the transport's floor)", _SEND_THREADS,
                                          rate, messages // _SEND_THREADS * _SEND_THREADS))
-            with _consumers(child.address, _RECEIVE_THREADS) as consumers:
-                meter = _Meter(child.process.pid)
+            with simple_consumers(child.address, GROUP, TOPIC, _RECEIVE_THREADS) as consumers:
+                meter = CpuMeter(child.process.pid)
                 rate, received = _client_receive(consumers, stored, batch)
-                report.rows.append(meter.row(f"gRPC receive (batch {batch}) + ack (official client)",
+                report.rows.append(_row(meter, f"gRPC receive (batch {batch}) + ack (official client)",
                                              _RECEIVE_THREADS, rate, received,
                                              f"Redis XREADGROUP (batch {batch}) + XACK"))
             if steady_s > 0:
@@ -679,10 +457,10 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
         finally:
             child.stop()
         child = ServeChild(config, log)
-        report.startups.append(StartUp("restart after SIGTERM", stored, child.listening_s, child.serving_s, child.phases))
+        report.startups.append(StartUp("restart after SIGTERM", stored, child.started_s, child.serving_s, child.phases))
         child, acked, failures, reconnect_s = _crash_and_restart(child, config, log, body, 2.0)
         stored += len(acked)
-        report.startups.append(StartUp("restart after kill -9 during sends", stored, child.listening_s,
+        report.startups.append(StartUp("restart after kill -9 during sends", stored, child.started_s,
                                        child.serving_s, child.phases))
         try:
             after_restart = set(_drain_ids(child.address, batch))
@@ -690,7 +468,8 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
             child.stop()
         report.crash = {"acked_sends": len(acked), "failed_sends": failures,
                         "acked_lost": len(acked - after_restart), "producer_reconnect_s": round(reconnect_s, 2)}
-    report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    windows = load.finish().as_dict()
+    report.settings.update(load_before=windows["before"], load_after=windows["after"])
     return report
 
 

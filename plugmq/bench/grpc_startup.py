@@ -31,6 +31,7 @@ import click
 from plugmq.bench.grpc import TOPIC, ServeChild, _config, _crash_and_restart
 from plugmq.broker.broker import Broker
 from plugmq.core import Message as PlugmqMessage
+from plugmq.measure.probes import LoadWindow, load_average
 
 __all__ = ["SITUATIONS", "StartupReport", "measure_startup", "print_startup"]
 
@@ -79,7 +80,7 @@ def _write_backlog(data_dir: Path, store: str, flush: str, megabytes: int, body_
 
 
 def _load() -> float:
-    return round(os.getloadavg()[0], 2)
+    return round(load_average()[0], 2)
 
 
 def _round(report: StartupReport, label: str, python: str, root: Path, backlog: Path, index: int,
@@ -112,8 +113,8 @@ def measure_startup(backlog_mb: int, body_size: int, store: str, flush: str, rou
     if baseline_python is not None:
         pythons = {"baseline": baseline_python, **pythons}
     report = StartupReport({"backlog_mb": backlog_mb, "body_size": body_size, "store": store, "flush": flush,
-                            "rounds": rounds, "pythons": pythons, "cpus": os.cpu_count(),
-                            "load_before": [round(x, 2) for x in os.getloadavg()]})
+                            "rounds": rounds, "pythons": pythons, "cpus": os.cpu_count()})
+    load = LoadWindow()
     body = os.urandom(body_size)
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-startup-") as tmp:
         root = Path(tmp)
@@ -128,7 +129,8 @@ def measure_startup(backlog_mb: int, body_size: int, store: str, flush: str, rou
             order = list(pythons.items())
             for label, python in order if index % 2 == 0 else order[::-1]:  # neither always goes first
                 _round(report, label, python, root, backlog, index, store, flush, body)
-    report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    windows = load.finish().as_dict()
+    report.settings.update(load_before=windows["before"], load_after=windows["after"])
     return report
 
 

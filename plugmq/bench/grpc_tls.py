@@ -34,8 +34,8 @@ from plugmq.bench.grpc import (
     _config,
     _producer,
     _stub_send,
-    process_cpu_s,
 )
+from plugmq.measure.probes import LoadWindow, process_cpu_s
 
 __all__ = ["TlsReport", "measure_tls", "run_tls"]
 
@@ -82,8 +82,8 @@ def _certificates(directory: Path) -> bytes:
 def measure_tls(messages: int, body_size: int, store: str, flush: str, rounds: int) -> TlsReport:
     body = os.urandom(body_size)
     report = TlsReport({"messages": messages, "body_size": body_size, "store": store, "flush": flush,
-                        "rounds": rounds, "threads": _SEND_THREADS, "cpus": os.cpu_count(),
-                        "load_before": [round(x, 2) for x in os.getloadavg()]})
+                        "rounds": rounds, "threads": _SEND_THREADS, "cpus": os.cpu_count()})
+    load = LoadWindow()
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-tls-") as tmp:
         root = Path(tmp)
         for name in ("plain", "tls"):
@@ -115,7 +115,8 @@ def measure_tls(messages: int, body_size: int, store: str, flush: str, rounds: i
         finally:
             for child in children.values():
                 child.stop()
-    report.settings["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    windows = load.finish().as_dict()
+    report.settings.update(load_before=windows["before"], load_after=windows["after"])
     return report
 
 

@@ -23,6 +23,8 @@ from typing import Any
 import attrs
 import click
 
+from plugmq.measure.probes import load_average, status_kib
+
 __all__ = ["Phase", "QueuesRun", "command", "run_queues"]
 
 GROUP = "bench-queues"
@@ -58,8 +60,7 @@ def _child_phase(pid: int, name: str, seconds: float) -> Phase:
     descriptors = len(os.listdir(f"/proc/{pid}/fd"))
     with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as maps:
         mappings = sum(1 for _ in maps)
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return Phase(name, descriptors, mappings, int(status["VmRSS"].split()[0]), int(status["RssAnon"].split()[0]),
+    return Phase(name, descriptors, mappings, status_kib("VmRSS", pid) or 0, status_kib("RssAnon", pid) or 0,
                  round(seconds, 2))
 
 
@@ -154,7 +155,7 @@ def run_queues(workdir: Path, topics: int, queues: int, fd_limit: int) -> Queues
             began = time.perf_counter()
             receive_every_queue(stub, topics, queues, round_)
             phases.append(_child_phase(pid, f"receive {round_}", time.perf_counter() - began))
-    return QueuesRun(topics, queues, fd_limit, tuple(phases), os.getloadavg()[0])
+    return QueuesRun(topics, queues, fd_limit, tuple(phases), load_average()[0])
 
 
 @click.command("queues")

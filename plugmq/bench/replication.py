@@ -19,12 +19,8 @@ failover (not part of this half).
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,124 +32,38 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from plugmq.testing.cluster import await_listening
+from plugmq.measure.children import BrokerChild, write_config
+from plugmq.measure.clients import client_config, client_message
+from plugmq.measure.probes import LoadWindow
+from plugmq.measure.threads import run_threads
 from plugmq.testing.wait import wait_for
 
-__all__ = ["command", "measure", "serve_reporting"]
+__all__ = ["command", "measure"]
 
 TOPIC = "BenchReplication"
-_CHILD = "from plugmq.bench.replication import serve_reporting; import sys; serve_reporting(sys.argv[1], float(sys.argv[2]))"
-
-
-def serve_reporting(config_path: str, interval_s: float) -> None:
-    """Run ``plugmq serve`` for ``config_path`` and print the broker's replication status as one
-    ``status {json}`` line every ``interval_s`` (the bench's child process)."""
-    from plugmq.server import run
-
-    def ready(address: str, broker: Any) -> None:
-        print(f"plugmq serve: listening on {address}", flush=True)
-
-        def report() -> None:
-            while True:
-                replication = broker.replication
-                if replication is not None:
-                    try:
-                        body = replication.status().as_dict()
-                    except Exception as exc:  # noqa: BLE001 - the broker is closing; stop reporting
-                        print(f"status-error {exc}", flush=True)
-                        return
-                    print("status " + json.dumps(body), flush=True)
-                time.sleep(interval_s)
-
-        threading.Thread(target=report, daemon=True, name="bench-status").start()
-
-    run(config_path, "127.0.0.1:0", ready)
-
-
-class _Child:
-    """A serve child whose status lines are collected as (time, status) samples."""
-
-    def __init__(self, config: Path, interval_s: float) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", _CHILD, str(config), str(interval_s)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=config.parent)
-        self.samples: list[tuple[float, dict[str, Any]]] = []
-        self.address = self._await_address()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _await_address(self) -> str:
-        address = await_listening(self.process, 90)
-        if address is not None:
-            return address
-        self.process.kill()
-        raise click.ClickException(f"a plugmq serve child did not start (exit code {self.process.wait()})")
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode()
-            if line.startswith("status "):
-                self.samples.append((time.monotonic(), json.loads(line[7:])))
-
-    def latest(self) -> dict[str, Any] | None:
-        return self.samples[-1][1] if self.samples else None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def _config(directory: Path, *, store: str, flush: str, role: str, broker_id: int, master: str | None) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
     plugins = [store, "filter_tag"] + (["ha"] if role != "none" else [])
-    lines = ['[broker]', 'name = "bench-r"', 'data_dir = "data"', f"plugins = {json.dumps(plugins)}",
-             f'role = "{"async_master" if role == "none" else role}"', f"broker_id = {broker_id}",
-             f"[plugins.{store}]", f'flush = "{flush}"']
+    tables: dict[str, dict[str, Any]] = {
+        "broker": {"name": "bench-r", "data_dir": "data", "plugins": plugins,
+                   "role": "async_master" if role == "none" else role, "broker_id": broker_id},
+        f"plugins.{store}": {"flush": flush}}
     if role != "none":
-        lines += ["[plugins.ha]", 'listen = "127.0.0.1:0"', "heartbeat_ms = 200"]
-        if master:
-            lines.append(f'master = "{master}"')
-    lines += ["[server]", "long_polling_s = 2"]
-    path = directory / "broker.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def _message(body: bytes) -> Any:
-    from rocketmq import Message
-
-    message = Message()
-    message.topic = TOPIC
-    message.body = body
-    return message
+        tables["plugins.ha"] = {"listen": "127.0.0.1:0", "heartbeat_ms": 200, **({"master": master} if master else {})}
+    tables["server"] = {"long_polling_s": 2}
+    return write_config(directory, tables)
 
 
 def _threads(send_one: Callable[[], None], messages: int, threads: int) -> float:
+    """Messages per second of ``threads`` threads each calling ``send_one`` ``messages // threads`` times."""
     per_thread = messages // threads
-    errors: list[BaseException] = []
 
-    def work() -> None:
-        try:
-            for _ in range(per_thread):
-                send_one()
-        except BaseException as exc:  # noqa: BLE001 - reported after the run
-            errors.append(exc)
+    def work(_index: int) -> None:
+        for _ in range(per_thread):
+            send_one()
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise click.ClickException(f"a send failed: {errors[0]}")
-    return per_thread * threads / elapsed
+    return per_thread * threads / run_threads(threads, work)
 
 
 #: Bound on waits for a child broker (starting, a slave connecting or catching up).
@@ -164,6 +74,7 @@ class _Target:
     """One master (role ``none``: without replication) and, for the other roles, its slave."""
 
     samples: list[tuple[float, dict[str, Any]]]
+    children: list[BrokerChild]
 
     def send(self, messages: int, threads: int, body: bytes) -> float:
         raise NotImplementedError
@@ -179,23 +90,24 @@ class _GrpcTarget(_Target):
     """The master is a serve child too; one official-client Producer shared by the sender threads."""
 
     def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float) -> None:
-        from rocketmq import ClientConfiguration, Credentials, Producer
+        from rocketmq import Producer
 
-        self.children: list[_Child] = []
-        self.master = _Child(_config(root / "master", store=store, flush=flush, role=role, broker_id=0, master=None),
-                             interval)
+        self.children = []
+        self.master = BrokerChild(_config(root / "master", store=store, flush=flush, role=role, broker_id=0, master=None),
+                                  status_interval_s=interval)
         self.children.append(self.master)
         self.samples = self.master.samples
         if role != "none":
             wait_for(self.latest, _WAIT_S, f"the {role}'s status", interval=0.05)
-            self.children.append(_Child(_config(root / "slave", store=store, flush=slave_flush, role="slave", broker_id=1,
-                                                master=self.latest()["address"]), interval))
+            self.children.append(BrokerChild(_config(root / "slave", store=store, flush=slave_flush, role="slave",
+                                                     broker_id=1, master=self.latest()["address"]),
+                                             status_interval_s=interval))
             wait_for(lambda: self.latest().get("slaves"), _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
-        self.producer = Producer(ClientConfiguration(self.master.address, Credentials(), request_timeout=30), (TOPIC,))
+        self.producer = Producer(client_config(self.master.address, 30), (TOPIC,))
         self.producer.startup()
 
     def send(self, messages: int, threads: int, body: bytes) -> float:
-        return _threads(lambda: self.producer.send(_message(body)), messages, threads)
+        return _threads(lambda: self.producer.send(client_message(TOPIC, body)), messages, threads)
 
     def close(self) -> None:
         self.producer.shutdown()
@@ -217,12 +129,13 @@ class _EmbeddedTarget(_Target):
                                   role="async_master" if role == "none" else role)
         self.broker.create_topic(TOPIC, 4)
         self.samples = []
-        self.children: list[_Child] = []
+        self.children = []
         self._stop = threading.Event()
         replication = self.broker.replication
         if replication is not None:
-            self.children.append(_Child(_config(root / "slave", store=store, flush=slave_flush, role="slave", broker_id=1,
-                                                master=replication.status().address), interval))
+            self.children.append(BrokerChild(_config(root / "slave", store=store, flush=slave_flush, role="slave",
+                                                     broker_id=1, master=replication.status().address),
+                                             status_interval_s=interval))
             wait_for(lambda: replication.status().slaves, _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
 
             def sample() -> None:
@@ -275,8 +188,9 @@ def measure(messages: int, threads: int, body_size: int, store: str, flush: str,
     """Rates per mode (every round), lag samples of the async slave, load averages."""
     body = os.urandom(body_size)
     interval = sample_ms / 1000
+    load = LoadWindow()
     result: dict[str, Any] = {"rates": {role: [] for role in ROLES}, "lag_bytes": [], "lag_messages": [],
-                              "load_before": os.getloadavg()}
+                              "load": load}
     make = _GrpcTarget if via == "grpc" else _EmbeddedTarget
     targets: dict[str, _Target] = {}
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-repl-") as tmp:
@@ -296,7 +210,7 @@ def measure(messages: int, threads: int, body_size: int, store: str, flush: str,
             for role in ("async_master", "sync_master"):
                 wait_for(targets[role].latest, _WAIT_S, f"the {role}'s slave to catch up",
                          until=lambda status: status.get("lag_bytes", 1) == 0, interval=0.05)
-            result["load_after"] = os.getloadavg()
+            load.finish()
         finally:
             for target in targets.values():
                 target.close()
@@ -350,7 +264,5 @@ def command(messages: int, threads: int, body_size: int, store: str, flush: str,
                          if lag_messages else "messages not counted"))
     else:
         console.print("async slave lag: no sample fell inside the send windows; raise --messages")
-    before, after = result["load_before"], result["load_after"]
     console.print(f"sync / async = {rates['sync_master'] / rates['async_master']:.3f}x (goal >= 0.9x); "
-                  f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
-                  f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+                  f"{result['load'].text()}")

@@ -54,6 +54,7 @@ from plugmq.bench.redis_peer import RedisServer, redis_missing
 from plugmq.core import AppendRequest, MessageStore, Prop, tags_code
 from plugmq.core.contracts import RecoveryReporting
 from plugmq.core.message import new_unique_id
+from plugmq.measure.probes import LoadWindow
 
 __all__ = ["command"]
 
@@ -500,7 +501,7 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
     root: Path = Path(tempfile.mkdtemp(prefix="plugmq-bench-store-")) if workdir is None else workdir
     root.mkdir(parents=True, exist_ok=True)
     redis_note = redis_missing() if use_redis else "left out (--no-redis)"
-    load_before = os.getloadavg()
+    load = LoadWindow()
     restarts: list[Restart] = []
     try:
         redis_server = RedisServer(root) if redis_note is None else None
@@ -531,7 +532,7 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
         else:  # the caller's directory: only what the bench itself wrote goes
             for raw in ("raw-single", "raw-batch", "raw-fsync", "raw-cq"):
                 (root / raw).unlink(missing_ok=True)
-    load_after = os.getloadavg()
+    load.finish()
     if as_json:
         click.echo(json.dumps({
             "rows": [r.as_dict() for r in bench.rows],
@@ -539,7 +540,7 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
             **{"restart_clean" if restart.stop == "clean stop" else "restart":
                {**attrs.asdict(restart), "target_s": RESTART_TARGET_S, "met": restart.met} for restart in restarts},
             "skipped": skipped, "batch": batch, "messages": messages, "rounds": rounds,
-            "redis": redis_note or "measured", "load_average": {"before": load_before, "after": load_after},
+            "redis": redis_note or "measured", "load_average": load.as_dict(),
         }, indent=2))
         return
     console.print(_table(bench.rows, bench.raw, batch))
@@ -561,11 +562,8 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
         f"entries unpacked from an mmap, {CQ_PAGE} per call; redis lpush: {batch} LPUSH per pipelined round trip. "
         f"Store requests carry TAGS and a unique key ({QUEUES} queues). Async cases and their mmap/Redis baselines: "
         f"best of {rounds} alternating rounds. Targets (store_mmap): single >= 0.30x raw single, batch >= 0.40x raw "
-        f"batched and >= 3x Redis LPUSH pipelined, sync x8 >= 5x write+fsync, restart <= 2 s. Load average "
-        f"(1/5/15 min) before {_load(load_before)}, after {_load(load_after)}.",
+        f"batched and >= 3x Redis LPUSH pipelined, sync x8 >= 5x write+fsync, restart <= 2 s. "
+        f"{load.text().capitalize()}.",
         style="dim",
     )
 
-
-def _load(values: tuple[float, float, float]) -> str:
-    return "/".join(f"{v:.2f}" for v in values)

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from plugmq.broker.broker import Broker
 from plugmq.core.message import Message
+from plugmq.measure.probes import LoadWindow
 
 __all__ = ["command", "send_rate"]
 
@@ -96,6 +97,7 @@ def command(messages: int, size: int, rounds: int, flush: str, consume: bool) ->
     """Send rate with the trace plugin on, as a ratio to off (same run, best of --rounds)."""
     runs: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     written = dropped = 0
+    load = LoadWindow()
     for round_number in range(rounds):
         order = (False, True) if round_number % 2 == 0 else (True, False)
         for traced in order:
@@ -104,7 +106,7 @@ def command(messages: int, size: int, rounds: int, flush: str, consume: bool) ->
             if traced:
                 written, dropped = w, d
     best = {traced: tuple(max(r[i] for r in rows) for i in range(3)) for traced, rows in runs.items()}
-    load = os.getloadavg()
+    load.finish()
     beside = " and 1 simple consumer thread (receive 32, ack each)" if consume else " thread, no consumer"
     table = Table(title=f"trace plugin on vs off: {messages} x {size} B, store_mmap flush={flush}, 1 producer"
                         f"{beside}, best of {rounds}", title_justify="left")
@@ -120,4 +122,4 @@ def command(messages: int, size: int, rounds: int, flush: str, consume: bool) ->
     console = Console(highlight=False, soft_wrap=True, width=200)  # a row never wraps, whatever the terminal
     console.print(table)
     console.print(f"trace events of the last traced run: {written:,} written, {dropped:,} dropped; "
-                  f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+                  f"{load.text()} on {os.cpu_count()} cores")

@@ -32,10 +32,11 @@ from typing import Any
 
 import attrs
 
+from plugmq.measure.probes import environment
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.progress import ProgressAddress, ProgressEvent, ProgressSender
 from plugmq.spark.replay import describe, run_experiment
-from plugmq.spark.results import ExperimentResult, environment
+from plugmq.spark.results import ExperimentResult
 
 __all__ = ["PERF_ISOLATION", "ExecOptions", "execute", "real_clock_lock"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pandas as pd
 
+from plugmq.kit.histogram import quantile_from_counts
 from plugmq.spark.execute import ExecOptions, execute
 from plugmq.spark.experiments import Experiment
-from plugmq.spark.histogram import quantile_from_counts
 from plugmq.spark.progress import ProgressSender
 from plugmq.spark.results import LONG_COLUMNS, LONG_SCHEMA, QUANTILES
 

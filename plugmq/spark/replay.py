@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -37,11 +36,12 @@ from plugmq.core.errors import DelayUnsupportedError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, StoredMessage
 from plugmq.core.pluginmanager import build_options
-from plugmq.spark.children import BrokerChild
+from plugmq.kit.histogram import Histogram
+from plugmq.measure.children import BrokerChild
+from plugmq.measure.probes import disk_bytes, environment, own_memory_mb
 from plugmq.spark.experiments import Experiment
-from plugmq.spark.histogram import Histogram
 from plugmq.spark.replication import ReplicationProbe, start_slave
-from plugmq.spark.results import ExperimentResult, WindowSeries, environment, memory_mb
+from plugmq.spark.results import ExperimentResult, WindowSeries
 from plugmq.spark.workload import SEQ, topic_names
 
 __all__ = ["GroupState", "Replay", "run_experiment"]
@@ -251,7 +251,7 @@ class Replay(abc.ABC):
         if self.w.delay is not None and self.w.delay.fraction > 0:
             delay_lateness(broker, self.queues, r)
         self.consumption_figures(matched_per_topic)
-        rss, peak = memory_mb()
+        rss, peak = own_memory_mb()
         r.metric("resident_memory_mb", rss, "MiB")
         r.metric("resident_memory_peak_mb", peak, "MiB")
         if broker.delay is not None:
@@ -265,10 +265,10 @@ class Replay(abc.ABC):
             r.metric("store_flushes", stats["flushes"], "")
         broker.close()
         self.broker = None
-        r.metric("bytes_on_disk", _disk_bytes(self.data_dir / "broker"), "B")
+        r.metric("bytes_on_disk", disk_bytes(self.data_dir / "broker"), "B")
         if self.slave is not None:
             r.metric("slave_resident_memory_mb", self.slave.rss_mb(), "MiB")
-            r.metric("slave_bytes_on_disk", _disk_bytes(self.data_dir / "slave"), "B")
+            r.metric("slave_bytes_on_disk", disk_bytes(self.data_dir / "slave"), "B")
 
     def consumption_figures(self, matched_per_topic: dict[str, int]) -> None:
         """Duplicates and missing messages per group, against what each subscription matches."""
@@ -318,13 +318,3 @@ def run_producers(count: tuple[int, int], produce: Callable[[int, int], None], s
         thread.join()
     return sampler
 
-
-def _disk_bytes(root: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from plugmq.core.errors import DelayUnsupportedError, PlugmqError
 from plugmq.core.message import SendStatus, StoredMessage
+from plugmq.kit.histogram import Histogram
+from plugmq.measure.pacing import Pacer
 from plugmq.spark.experiments import Experiment
-from plugmq.spark.histogram import Histogram
 from plugmq.spark.replay import Replay, run_producers
 from plugmq.spark.results import ExperimentResult
 from plugmq.spark.workload import DUE, WARM, MessageFactory
@@ -121,23 +122,11 @@ class RealReplay(Replay):
         assert self.broker is not None
         factory = MessageFactory(w, self.exp.seed, topic, f"{topic}.{producer_index}", self.levels_ms)
         producer = self.broker.producer(f"bench_p{topic}_{producer_index}")
-        period = w.batch_size / w.producer_rate if w.producer_rate > 0 else 0.0
-        offset = period * producer_index / w.producers_per_topic
-        horizon = w.warmup_s + w.duration_s
+        pacer = Pacer(w.producer_rate / w.batch_size, w.warmup_s + w.duration_s, self.elapsed, self.stop,
+                      index=producer_index, producers=w.producers_per_topic)
         clock = self.broker.clock
-        k = 0
         try:
-            while not self.stop.is_set():
-                now = self.elapsed()
-                if now >= horizon:
-                    break
-                if period:
-                    target = offset + k * period
-                    if target >= horizon:
-                        break
-                    if target > now:
-                        time.sleep(target - now)
-                    k += 1
+            while pacer.next():
                 warm = self.elapsed() < w.warmup_s
                 now_ms = clock.now_ms()
                 messages = [factory.next(now_ms, warmup=warm, header=_HEADER.pack(time.time_ns()))

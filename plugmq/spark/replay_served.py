@@ -1,11 +1,11 @@
 """A served workload: the broker behind ``plugmq serve``, driven by the official Python client.
 
 The plugin set's broker runs as ``plugmq serve`` in a child process on a free loopback port
-(:class:`~plugmq.spark.children.BrokerChild`; with a replication plugin its slave is a second
+(:class:`~plugmq.measure.children.BrokerChild`; with a replication plugin its slave is a second
 child). Producer threads in this process (``producers_per_topic`` per topic, each with its own
 client ``Producer``) send one message per SendMessage at ``producer_rate`` msg/s each (0: as fast
 as they can) for warm-up plus duration. The consumers run in a process of their own
-(:mod:`plugmq.spark.served_consumer`): ``consumers_per_subscription`` SimpleConsumer threads per
+(:mod:`plugmq.measure.consumers`): ``consumers_per_subscription`` SimpleConsumer threads per
 subscription receive ``receive_batch`` messages at a time and ack each one.
 
 Figures (warm-up excluded): ``publish_rate_msg_s`` / ``publish_rate_mb_s`` and
@@ -19,24 +19,24 @@ to listening), ``bytes_on_disk``. The children are stopped in every case.
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from plugmq.core.message import Message
-from plugmq.spark.children import BrokerChild
+from plugmq.kit.histogram import Histogram
+from plugmq.measure import clients as measure_clients
+from plugmq.measure.children import BrokerChild
+from plugmq.measure.consumers import ConsumerProcess
+from plugmq.measure.pacing import Pacer
+from plugmq.measure.probes import disk_bytes
 from plugmq.spark.experiments import Experiment
-from plugmq.spark.histogram import Histogram
-from plugmq.spark.replay import _disk_bytes, run_producers
+from plugmq.spark.replay import run_producers
 from plugmq.spark.replication import ReplicationProbe, start_slave
 from plugmq.spark.results import ExperimentResult, WindowSeries
-from plugmq.spark.workload import MessageFactory, topic_names
+from plugmq.spark.workload import SEQ, WARM, MessageFactory, topic_names
 
 __all__ = ["ServedReplay", "client_message"]
 
@@ -47,83 +47,8 @@ _BROKER_NAME = "exp"
 
 def client_message(message: Message) -> Any:
     """The official client's Message for a plugmq Message (topic, body, tag, user properties)."""
-    from rocketmq import Message as ClientMessage
-
-    out = ClientMessage()
-    out.topic = message.topic
-    out.body = message.body
-    if message.tags:
-        out.tag = message.tags
-    for key, value in message.properties.items():
-        out.add_property(key, value)
-    return out
-
-
-class _ConsumerProcess:
-    """:mod:`plugmq.spark.served_consumer` in a child interpreter; the newest progress it printed."""
-
-    def __init__(self, spec: Mapping[str, Any], log: Path, start_timeout_s: float = 120.0) -> None:
-        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.log_path = log
-        self.process = subprocess.Popen([sys.executable, "-m", "plugmq.spark.served_consumer", json.dumps(spec)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
-        self.progress: dict[str, Any] = {"unique": {}, "acked": 0}
-        self.final: dict[str, Any] | None = None
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True, name="plugmq-served-consumer")
-        self._reader.start()
-        if not self._ready.wait(start_timeout_s):
-            self.kill()
-            raise RuntimeError(f"the consumer process did not start within {start_timeout_s:g} s "
-                               f"(exit status {self.process.poll()}); its log ends with:\n{self._tail()}")
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                update = json.loads(line)
-            except ValueError:
-                continue
-            if update.get("ready"):
-                self._ready.set()
-            elif update.get("final"):
-                self.final = update
-            else:
-                self.progress = update
-        self._ready.set()  # the process ended: stop waiting for it
-
-    def _tail(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def unique(self, group: str) -> int:
-        return int(self.progress.get("unique", {}).get(group, 0))
-
-    def stop(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Close stdin (the consumers stop after their current receive); the final report."""
-        assert self.process.stdin is not None
-        try:
-            self.process.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self._reader.join(timeout=10)
-        self._log.close()
-        if self.final is None:
-            raise RuntimeError(f"the consumer process ended without its figures (exit status {self.process.returncode}); "
-                               f"its log ends with:\n{self._tail()}")
-        return self.final
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._log.close()
+    return measure_clients.client_message(message.topic, message.body, tag=message.tags,
+                                          properties=message.properties)
 
 
 class _Stats:
@@ -154,7 +79,7 @@ class ServedReplay:
         self.groups = [(f"{topic}_s{s}", topic) for topic in self.topics for s in range(self.w.subscriptions_per_topic)]
         self.server: BrokerChild | None = None
         self.slave: BrokerChild | None = None
-        self.consumers: _ConsumerProcess | None = None
+        self.consumers: ConsumerProcess | None = None
         self.probe: ReplicationProbe | None = None
         self.producers: list[Any] = []
         self.crashed: BaseException | None = None
@@ -176,8 +101,8 @@ class ServedReplay:
 
     def _start_servers(self) -> BrokerChild:
         replicating = self.exp.plugin_set.replication is not None
-        server = self.server = BrokerChild(self.data_dir / "master", self._tables(),
-                                           status_interval_s=0.02 if replicating else 3600.0)
+        server = self.server = BrokerChild.from_tables(self.data_dir / "master", self._tables(),
+                                                       status_interval_s=0.02 if replicating else 3600.0)
         self.result.metric("server_start_s", server.started_s, "s")
         if replicating:
             deadline = time.monotonic() + 60
@@ -195,10 +120,9 @@ class ServedReplay:
         return server
 
     def _producer(self, address: str) -> Any:
-        from rocketmq import ClientConfiguration, Credentials, Producer
+        from rocketmq import Producer
 
-        config = ClientConfiguration(address, Credentials(), request_timeout=self.spec.request_timeout_s)
-        producer = Producer(config, tuple(self.topics))
+        producer = Producer(measure_clients.client_config(address, self.spec.request_timeout_s), tuple(self.topics))
         producer.startup()
         self.producers.append(producer)
         return producer
@@ -225,9 +149,10 @@ class ServedReplay:
             spec = {"address": server.address, "groups": [{"group": g, "topic": t} for g, t in self.groups],
                     "threads": w.consumers_per_subscription, "batch": self.spec.receive_batch,
                     "invisible_s": self.spec.invisible_s, "long_polling_s": self.spec.long_polling_s,
-                    "request_timeout_s": self.spec.request_timeout_s}
+                    "request_timeout_s": self.spec.request_timeout_s, "seq_property": SEQ, "warm_property": WARM,
+                    "timestamped": True}
             backlog_start = time.perf_counter()
-            self.consumers = _ConsumerProcess(spec, self.data_dir / "consumers.log")
+            self.consumers = ConsumerProcess(spec, self.data_dir / "consumers.log")
             if w.backlog_messages:
                 self._wait_drained(max(10.0, w.duration_s))
                 self.result.metric("backlog_drain_s", time.perf_counter() - backlog_start, "s")
@@ -265,21 +190,9 @@ class ServedReplay:
         w = self.w
         name = self.topics[topic]
         factory = MessageFactory(w, self.exp.seed, topic, f"{topic}.{index}", None)
-        period = 1 / w.producer_rate if w.producer_rate > 0 else 0.0
-        offset = period * index / w.producers_per_topic
-        horizon = w.warmup_s + w.duration_s
-        k = 0
-        while not self.stop_sending.is_set():
-            now = self.elapsed()
-            if now >= horizon:
-                break
-            if period:
-                target = offset + k * period
-                if target >= horizon:
-                    break
-                if target > now:
-                    time.sleep(target - now)
-                k += 1
+        pacer = Pacer(w.producer_rate, w.warmup_s + w.duration_s, self.elapsed, self.stop_sending, index=index,
+                      producers=w.producers_per_topic)
+        while pacer.next():
             warm = self.elapsed() < w.warmup_s
             message = client_message(factory.next(0, warmup=warm, header=_HEADER.pack(time.time_ns())))
             began = time.perf_counter()
@@ -392,9 +305,9 @@ class ServedReplay:
         if self.slave is not None:
             self.slave.stop()
         if self.server is not None:
-            self.result.metric("bytes_on_disk", _disk_bytes(self.data_dir / "master" / "data"), "B")
+            self.result.metric("bytes_on_disk", disk_bytes(self.data_dir / "master" / "data"), "B")
             if self.slave is not None:
-                self.result.metric("slave_bytes_on_disk", _disk_bytes(self.data_dir / "slave" / "data"), "B")
+                self.result.metric("slave_bytes_on_disk", disk_bytes(self.data_dir / "slave" / "data"), "B")
             if check and status != 0:
                 raise RuntimeError(f"plugmq serve exited with status {status} on SIGTERM; its log ends with:\n"
                                    f"{self.server.log_tail()}")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plugmq.spark.children import BrokerChild
+from plugmq.measure.children import BrokerChild
 from plugmq.spark.experiments import Experiment
 from plugmq.spark.results import ExperimentResult
 from plugmq.testing.wait import wait_for
@@ -57,7 +57,7 @@ def slave_config(exp: Experiment, *, broker_name: str, master_address: str) -> d
 
 def start_slave(directory: Path, exp: Experiment, *, broker_name: str, master_address: str) -> BrokerChild:
     """The slave of a master whose replication listens on ``master_address``, in a child process."""
-    return BrokerChild(directory, slave_config(exp, broker_name=broker_name, master_address=master_address))
+    return BrokerChild.from_tables(directory, slave_config(exp, broker_name=broker_name, master_address=master_address))
 
 
 def _lag_messages(status: dict[str, Any]) -> int | None:

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from plugmq.kit.histogram import bucket_upper_ms
 from plugmq.spark.experiments import Matrix
 from plugmq.spark.headline import HeadlineRow, as_frame, headline_rows, sweep_headline_rows
-from plugmq.spark.histogram import bucket_upper_ms
 from plugmq.spark.kinds import KINDS
 
 __all__ = ["notes", "write_report"]

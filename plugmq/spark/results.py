@@ -6,21 +6,16 @@ splits into the ``experiments``, ``metrics``, ``timeseries`` and ``histograms`` 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
-import platform
-import socket
-import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
-from plugmq.spark.histogram import Histogram
+from plugmq.kit.histogram import Histogram
 
-__all__ = ["LONG_COLUMNS", "LONG_SCHEMA", "ExperimentResult", "WindowSeries", "environment", "memory_mb"]
+__all__ = ["LONG_COLUMNS", "LONG_SCHEMA", "ExperimentResult", "WindowSeries"]
 
 # kind: "experiment" | "metric" | "series" | "histogram". One schema so a Spark task yields one frame.
 LONG_COLUMNS = ("kind", "experiment_id", "name", "value", "unit", "deterministic", "window_start_s", "bucket", "text")
@@ -47,12 +42,12 @@ class ExperimentResult:
     def histogram(self, name: str, hist: Histogram, *, deterministic: bool = False,
                   quantiles: Iterable[tuple[str, float]] = QUANTILES) -> None:
         """Keep the histogram (merged across repetitions later) and its percentiles as metrics."""
-        if hist.n == 0:
+        if hist.count == 0:
             return
         self.histograms[name] = hist
         for key, value in hist.summary(name, quantiles).items():
             self.metric(key, value, "ms", deterministic=deterministic)
-        self.metric(f"{name}_count", hist.n, "msg", deterministic=deterministic)
+        self.metric(f"{name}_count", hist.count, "msg", deterministic=deterministic)
 
     def metric_map(self) -> dict[str, float]:
         return {name: value for name, value, _, _ in self.metrics}
@@ -105,46 +100,3 @@ class WindowSeries:
                     out.append((start, rates[name], total / covered))
         out.extend((start, name, value) for (start, name), value in sorted(self.maxima.items()))
         return out
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def memory_mb() -> tuple[float | None, float | None]:
-    """(resident, peak resident) of this process in MiB, from /proc; (None, None) elsewhere."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            fields = dict(line.split(":", 1) for line in status if ":" in line)
-        return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
-    except (OSError, KeyError, ValueError):
-        return (None, None)
-
-
-def environment() -> dict[str, Any]:
-    """Where the experiment ran: cores, load, versions."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 0
-    try:
-        load1 = os.getloadavg()[0]
-    except OSError:
-        load1 = None
-    return {
-        "host": socket.gethostname(),
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "load_1m": load1,
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "plugmq": _version("plugmq"),
-        "pyspark": _version("pyspark"),
-        "numpy": _version("numpy"),
-        "lmdb": _version("lmdb"),
-        "rocksdict": _version("rocksdict"),
-    }

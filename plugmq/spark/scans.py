@@ -18,8 +18,8 @@ from plugmq.core.message import (
     PullStatus,
     StoredMessage,
 )
+from plugmq.kit.histogram import Histogram
 from plugmq.spark.experiments import FilterSpec
-from plugmq.spark.histogram import Histogram
 from plugmq.spark.results import ExperimentResult
 from plugmq.spark.workload import DUE, WARM
 

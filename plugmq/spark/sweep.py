@@ -245,7 +245,9 @@ def run_sweep(spark: Any, spec: SweepSpec, *, partitions: int | None = None) -> 
                            AS share_with_idle_member,
                        avg(moved_fraction) AS mean_moved_fraction,
                        avg(moved_over_ideal) AS mean_moved_over_ideal,
-                       percentile_approx(moved_over_ideal, 0.99) AS p99_moved_over_ideal
+                       -- nearest rank, the one quantile definition (plugmq.kit.histogram), on exact values
+                       percentile_disc(0.99) WITHIN GROUP (ORDER BY moved_over_ideal)
+                           FILTER (WHERE NOT isnan(moved_over_ideal)) AS p99_moved_over_ideal
                 FROM sweep_pairs GROUP BY strategy ORDER BY strategy""").toPandas(),
             "grid": spark.sql(f"""
                 SELECT strategy,
