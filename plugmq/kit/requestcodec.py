@@ -89,7 +89,7 @@ REQUESTCODEC = Kernel(
     fallback="due messages are decoded record by record by the delay plugin's Python decoder",
     cost="decoding a due message takes about 4x the CPU",
 )
-_native = load_kernel(REQUESTCODEC)
+_native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 
 
 def header_text() -> str:

@@ -18,6 +18,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -29,7 +30,7 @@ __all__ = ["CANCELLED", "DELIVERED", "INTENT", "DispatchState", "encode_dispatch
 
 log = get_logger(__name__)
 
-_segscan = load_kernel(SEGSCAN)  # None: encode_dispatch_python
+_segscan: Any = load_kernel(SEGSCAN)  # None: encode_dispatch_python
 
 INTENT = ord("I")
 DELIVERED = ord("D")

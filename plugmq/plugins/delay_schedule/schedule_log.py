@@ -13,7 +13,7 @@ import os
 import struct
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -41,7 +41,7 @@ __all__ = ["ScheduleLog", "Segment", "SegmentIndex", "scan_records"]
 
 log = get_logger(__name__)
 
-_segscan = load_kernel(SEGSCAN)  # None: the Python loop of _scan_chunk
+_segscan: Any = load_kernel(SEGSCAN)  # None: the Python loop of _scan_chunk
 _ROW = 8  # position, size, seq, schedule time, source, index, delay level, store timestamp
 
 
