@@ -1,4 +1,5 @@
-"""Disk-full errors as every store reports them: StoreFullError naming the path and what frees space.
+"""Disk-full errors as every store reports them: StoreFullError naming the path and what frees space;
+and how much a data dir holds on disk.
 
 Shared by the storage plugins (which may only import the core), so that a full file system reads
 the same whichever engine hit it.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from plugmq.core.errors import StoreFullError
 
-__all__ = ["DISK_FULL_ERRNOS", "disk_full_error", "free_bytes", "is_disk_full"]
+__all__ = ["DISK_FULL_ERRNOS", "allocated_bytes", "disk_full_error", "free_bytes", "is_disk_full"]
 
 #: errno values that mean "no room": the file system is full, or the user's quota is.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -28,6 +29,18 @@ def is_disk_full(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+def allocated_bytes(root: Path) -> int:
+    """Bytes allocated on disk under ``root`` (a preallocated sparse file counts for what it holds)."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+            except OSError:
+                continue  # removed while walking (retention)
+    return total
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:

@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from plugmq.kit.diskspace import allocated_bytes as disk_bytes
+
 __all__ = ["CpuMeter", "LoadWindow", "disk_bytes", "environment", "load_average", "own_cpu_s", "own_memory_mb",
            "process_cpu_s", "process_rss_mb", "status_kib"]
 
@@ -57,18 +59,6 @@ def own_memory_mb() -> tuple[float | None, float | None]:
     """(resident, peak resident) of this process in MiB; (None, None) without /proc."""
     rss, peak = status_kib("VmRSS"), status_kib("VmHWM")
     return (None if rss is None else rss / 1024, None if peak is None else peak / 1024)
-
-
-def disk_bytes(root: Path) -> int:
-    """Bytes allocated under ``root`` (a preallocated sparse file counts for what it holds)."""
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass  # removed while walking
-    return total
 
 
 def load_average() -> tuple[float, float, float]:

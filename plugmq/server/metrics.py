@@ -37,12 +37,10 @@ With a replication plugin: ``plugmq_master_epoch`` and ``plugmq_replication_lag_
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 
 from prometheus_client import start_http_server
 from prometheus_client.core import (
@@ -61,6 +59,7 @@ from plugmq.core import BrokerRole, hookimpl
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import StoredMessage
+from plugmq.kit.diskspace import allocated_bytes
 from plugmq.server.tls import TlsOptions
 
 __all__ = ["BrokerCollector", "EventCounter", "MetricsEndpoint"]
@@ -103,17 +102,6 @@ def _gauges(prefix: str, what: str, figures: Mapping[str, float]) -> Iterator[Me
     for key, value in sorted(figures.items()):
         if isinstance(value, int | float) and not isinstance(value, bool):
             yield GaugeMetricFamily(f"{prefix}_{_NOT_A_NAME.sub('_', key)}", f"{what} figure {key!r}", value=value)
-
-
-def _allocated_bytes(root: Path) -> int:
-    total = 0
-    for directory, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
-            except OSError:
-                continue  # removed while we walked (retention)
-    return total
 
 
 class BrokerCollector:
@@ -226,7 +214,7 @@ class BrokerCollector:
         yield from _gauges("plugmq_store", "store", stats)
         data_dir = self.broker.data_dir
         yield GaugeMetricFamily("rocketmq_storage_size", "Bytes allocated to files under the data dir",
-                                value=_allocated_bytes(data_dir))
+                                value=allocated_bytes(data_dir))
         usage = shutil.disk_usage(data_dir)
         yield GaugeMetricFamily("plugmq_disk_total_bytes", "Size of the data dir's file system", value=usage.total)
         yield GaugeMetricFamily("plugmq_disk_free_bytes", "Free bytes on the data dir's file system",

@@ -12,36 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from plugmq.plugins.filter_sql import nodes
 from plugmq.plugins.filter_sql.javanum import java_double_compare, java_double_value_of, make_compare
-from plugmq.plugins.filter_sql.nodes import (
-    Between,
-    BooleanCast,
-    Compare,
-    Constant,
-    In,
-    IsNull,
-    JType,
-    Logic,
-    Negate,
-    Node,
-    Not,
-    Property,
-    StringMatch,
-)
 
 __all__ = ["interpret"]
 
-_JTAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B"}
+_JTAG = {nodes.JType.INT: "I", nodes.JType.LONG: "L", nodes.JType.DOUBLE: "D", nodes.JType.STRING: "S", nodes.JType.BOOLEAN: "B"}
 _ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
 
 
-def _value(node: Node, props: Mapping[str, str]) -> tuple[Any, str | None]:
+def _value(node: nodes.Node, props: Mapping[str, str]) -> tuple[Any, str | None]:
     """(value, Java class tag) of an operand, walking the tree on every call."""
-    if isinstance(node, Constant):
+    if isinstance(node, nodes.Constant):
         return node.value, _JTAG.get(node.jtype)
-    if isinstance(node, Property):
+    if isinstance(node, nodes.Property):
         return props.get(node.name), "S"
-    if isinstance(node, Negate):
+    if isinstance(node, nodes.Negate):
         value, tag = _value(node.operand, props)
         if tag in ("I", "L", "D") and value is not None:
             return -value, tag
@@ -49,16 +35,16 @@ def _value(node: Node, props: Mapping[str, str]) -> tuple[Any, str | None]:
     return interpret(node, props), "B"
 
 
-def interpret(node: Node, props: Mapping[str, str]) -> bool | None:
+def interpret(node: nodes.Node, props: Mapping[str, str]) -> bool | None:
     """Evaluate the parsed tree directly: True, False or None (unknown), as the compiled filter does."""
-    if isinstance(node, Constant):
+    if isinstance(node, nodes.Constant):
         return node.value  # type: ignore[return-value]
-    if isinstance(node, BooleanCast):
+    if isinstance(node, nodes.BooleanCast):
         return None if props.get(node.operand.name) is None else False
-    if isinstance(node, Not):
+    if isinstance(node, nodes.Not):
         inner = interpret(node.operand, props)
         return None if inner is None else not inner
-    if isinstance(node, Logic):
+    if isinstance(node, nodes.Logic):
         unknown = False
         stop = node.op == "OR"  # the value that short-circuits
         for operand in node.operands:
@@ -67,7 +53,7 @@ def interpret(node: Node, props: Mapping[str, str]) -> bool | None:
                 return stop
             unknown = unknown or result is None
         return None if unknown else not stop
-    if isinstance(node, Compare):
+    if isinstance(node, nodes.Compare):
         if node.op in ("=", "<>"):
             lv, lt = _value(node.left, props)
             rv, rt = _value(node.right, props)
@@ -87,19 +73,19 @@ def interpret(node: Node, props: Mapping[str, str]) -> bool | None:
         if lt == "S" and rt == "S":
             return _ORDER[node.op](_strings(lv, rv))
         return _ORDER[node.op](make_compare(lt, rt)(lv, rv))  # type: ignore[arg-type]
-    if isinstance(node, IsNull):
+    if isinstance(node, nodes.IsNull):
         value, _ = _value(node.operand, props)
         return (value is not None) if node.negated else (value is None)
-    if isinstance(node, Between):
+    if isinstance(node, nodes.Between):
         if node.negated:
-            return interpret(Logic(node.pos, "OR", (Compare(node.pos, "<", node.value, node.low),
-                                                    Compare(node.pos, ">", node.value, node.high))), props)
-        return interpret(Logic(node.pos, "AND", (Compare(node.pos, ">=", node.value, node.low),
-                                                 Compare(node.pos, "<=", node.value, node.high))), props)
-    if isinstance(node, In):
+            return interpret(nodes.Logic(node.pos, "OR", (nodes.Compare(node.pos, "<", node.value, node.low),
+                                                    nodes.Compare(node.pos, ">", node.value, node.high))), props)
+        return interpret(nodes.Logic(node.pos, "AND", (nodes.Compare(node.pos, ">=", node.value, node.low),
+                                                 nodes.Compare(node.pos, "<=", node.value, node.high))), props)
+    if isinstance(node, nodes.In):
         value = props.get(node.operand.name)
         return None if value is None else (value in node.values) != node.negated
-    if isinstance(node, StringMatch):
+    if isinstance(node, nodes.StringMatch):
         if not node.search:
             return False
         value, _ = _value(node.operand, props)
