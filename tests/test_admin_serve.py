@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
@@ -27,9 +27,11 @@ pytest.importorskip("prometheus_client", reason="needs the serve extra (promethe
 from prometheus_client.parser import text_string_to_metric_families
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
+from plugmq import testing
 from plugmq.core.errors import TopicError
 from plugmq.server.admin import AdminClient
-from plugmq.testing import await_listening, wait_for
+from plugmq.testing import ServeProcess, wait_for
+from tests.helpers.clients import started
 
 WAIT_S = 20.0
 _CLI = "from plugmq.cli import main; main()"
@@ -47,59 +49,31 @@ metrics_listen = "127.0.0.1:0"
 """
 
 
-class Child:
-    """``plugmq serve`` on free ports; its JSON log tells where the metrics are."""
+@attrs.frozen
+class Served:
+    """A ``plugmq serve`` child on free ports and the URL its JSON log says the metrics are at."""
 
-    def __init__(self, config: Path) -> None:
-        self.log = config.parent / "serve.log"
-        self._log = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _CLI, "--log-level", "info", "--log-json", "serve", "--config", str(config),
-             "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
-        self.address = self._await_address()
-        self.metrics = self._await_metrics()
+    process: ServeProcess
+    metrics: str
 
-    def _await_address(self) -> str:
-        address = await_listening(self.process, WAIT_S)
-        if address is not None:
-            return address
-        self.process.kill()
-        raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}; see {self.log}")
-
-    def _await_metrics(self) -> str:
-        for line in self.log.read_text().splitlines():
-            if '"metrics served"' in line:
-                return str(json.loads(line)["url"])
-        raise AssertionError(f"no 'metrics served' line in {self.log}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                assert self.process.wait(timeout=WAIT_S) == 0, f"unclean shutdown; see {self.log}"
-            finally:
-                if self.process.poll() is None:
-                    self.process.kill()  # never leave a server behind
-                    self.process.wait()
-        self._log.close()
+    @property
+    def address(self) -> str:
+        return self.process.endpoint
 
 
 @contextmanager
-def serving(config: Path) -> Iterator[Child]:
-    child = Child(config)
-    try:
-        yield child
-    finally:
-        child.stop()
+def serving(config: Path) -> Iterator[Served]:
+    """``plugmq serve`` with ``config`` (logging JSON lines to serve.log); it must shut down cleanly."""
+    with testing.serving(config, WAIT_S, log_path=config.parent / "serve.log", log_json=True) as child:
+        yield Served(child, _metrics_url(child.log_path))
+        assert child.stop() == 0, f"unclean shutdown; see {child.log_path}"
 
 
-@contextmanager
-def started(client: Any) -> Iterator[Any]:
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
+def _metrics_url(log: Path) -> str:
+    for line in log.read_text().splitlines():
+        if '"metrics served"' in line:
+            return str(json.loads(line)["url"])
+    raise AssertionError(f"no 'metrics served' line in {log}")
 
 
 def admin(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

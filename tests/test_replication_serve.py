@@ -7,13 +7,9 @@ refused there."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +23,9 @@ from rocketmq.v5.exception import ClientException
 
 from plugmq.broker.components import open_store
 from plugmq.core import ManualClock, MessageStore, ReplicableStore
-from plugmq.testing import await_listening
+from plugmq.testing import ServeProcess, wait_for
+from tests.helpers.clients import started
 
-_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
-          "main.add_command(command); main()")
 WAIT_S = 30.0
 TOPIC = "Replicated"
 MASTER_HOST = "127.0.0.1:10911"
@@ -38,45 +33,11 @@ SLAVE_HOST = "127.0.0.2:10911"
 _STORE_OPTIONS = {"store_mmap": "commit_log_segment_size = 16777216\n", "store_lmdb": "", "store_rocks": ""}
 
 
-class Serve:
-    """One ``plugmq serve`` child; always stopped (SIGKILL as a last resort) by the fixture."""
-
-    def __init__(self, config: Path) -> None:
-        self.config = config
-        self._log = open(config.with_suffix(".log"), "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
-             "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
-        self.address = self._await_address()
-
-    def _await_address(self) -> str:
-        address = await_listening(self.process, WAIT_S)
-        if address is not None:
-            return address
-        self.process.kill()
-        raise AssertionError(f"plugmq serve did not come up; see {self.config.with_suffix('.log')}")
-
-    def send_signal(self, signum: int) -> None:
-        os.kill(self.process.pid, signum)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int | None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGCONT)  # a stopped child cannot act on SIGTERM
-            os.kill(self.process.pid, signum)
-            try:
-                self.process.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-
 class Cluster:
     def __init__(self, root: Path, store: str) -> None:
         self.root = root
         self.store = store
-        self.children: list[Serve] = []
+        self.children: list[ServeProcess] = []
 
     def _config(self, name: str, role: str, broker_id: int, host: str, ha: str) -> Path:
         directory = self.root / name
@@ -90,18 +51,20 @@ class Cluster:
             "[server]\nlong_polling_s = 1\n", encoding="utf-8")
         return config
 
-    def master(self, role: str = "sync_master") -> Serve:
-        child = Serve(self._config("master", role, 0, MASTER_HOST, "sync_timeout_ms = 800\n"))
+    def _start(self, config: Path) -> ServeProcess:
+        child = ServeProcess(config, WAIT_S)
         self.children.append(child)
+        child.await_address()
         return child
+
+    def master(self, role: str = "sync_master") -> ServeProcess:
+        return self._start(self._config("master", role, 0, MASTER_HOST, "sync_timeout_ms = 800\n"))
 
     def replication_address(self) -> str:
         return (self.root / "master" / "data" / "ha" / "listen.addr").read_text().strip()
 
-    def slave(self) -> Serve:
-        child = Serve(self._config("slave", "slave", 1, SLAVE_HOST, f'master = "{self.replication_address()}"\n'))
-        self.children.append(child)
-        return child
+    def slave(self) -> ServeProcess:
+        return self._start(self._config("slave", "slave", 1, SLAVE_HOST, f'master = "{self.replication_address()}"\n'))
 
     def store_of(self, name: str, host: str) -> MessageStore:
         options = {"commit_log_segment_size": 16777216} if self.store == "store_mmap" else {}
@@ -117,15 +80,6 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
     made = Cluster(tmp_path, getattr(request, "param", "store_mmap"))
     yield made
     made.stop_all()
-
-
-@contextmanager
-def started(client: Any) -> Iterator[Any]:
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
 
 
 def _client(address: str) -> ClientConfiguration:
@@ -155,7 +109,31 @@ def receive_all(address: str, want: set[str]) -> dict[str, bytes]:
     return got
 
 
-def assert_identical_stores(master: MessageStore, slave: MessageStore, receipts: list[Any]) -> None:
+def send_once_the_slave_confirms(producer: Producer, message: Message) -> SendReceipt:
+    """Send ``message`` until the sync master stops answering HA_NOT_AVAILABLE (its slave connects
+    by itself, moments after it started); any other refusal fails the test."""
+
+    def attempt() -> SendReceipt | None:
+        try:
+            return producer.send(message)
+        except ClientException as exc:
+            assert exc.code == Code.HA_NOT_AVAILABLE, exc
+            return None
+
+    return wait_for(attempt, WAIT_S, "a send the slave confirms")
+
+
+def assert_identical_stores(cluster: Cluster, receipts: list[Any]) -> None:
+    """The stopped master's and slave's stores hold the same log, queues and index entries."""
+    master, slave = cluster.store_of("master", MASTER_HOST), cluster.store_of("slave", SLAVE_HOST)
+    try:
+        _assert_identical(master, slave, receipts)
+    finally:
+        master.close()
+        slave.close()
+
+
+def _assert_identical(master: MessageStore, slave: MessageStore, receipts: list[Any]) -> None:
     assert isinstance(master, ReplicableStore) and isinstance(slave, ReplicableStore)
     assert slave.log_end_offset() == master.log_end_offset()
     for receipt in receipts:
@@ -178,14 +156,8 @@ def assert_identical_stores(master: MessageStore, slave: MessageStore, receipts:
 def test_sync_master_acks_only_what_the_slave_holds(cluster: Cluster) -> None:
     master = cluster.master("sync_master")
     slave = cluster.slave()
-    with started(Producer(_client(master.address), (TOPIC,))) as producer:
-        receipts: list[SendReceipt] = []
-        deadline = time.monotonic() + WAIT_S
-        while not receipts:  # the slave connects by itself, moments after it started
-            try:
-                receipts.append(producer.send(_message(0)))
-            except ClientException as exc:
-                assert exc.code == Code.HA_NOT_AVAILABLE and time.monotonic() < deadline
+    with started(Producer(_client(master.endpoint), (TOPIC,))) as producer:
+        receipts = [send_once_the_slave_confirms(producer, _message(0))]
         receipts += [producer.send(_message(i)) for i in range(1, 40)]
     slave.process.kill()  # at once: every acked message must already be in the slave's store
     slave.process.wait()
@@ -196,35 +168,24 @@ def test_sync_master_acks_only_what_the_slave_holds(cluster: Cluster) -> None:
     finally:
         slave_store.close()
     restarted = cluster.slave()  # consumers read from a slave; producers are refused there
-    got = receive_all(restarted.address, {r.message_id for r in receipts})
+    got = receive_all(restarted.endpoint, {r.message_id for r in receipts})
     assert all(body.startswith(b"replicated-") for body in got.values())
-    with started(Producer(_client(restarted.address), (TOPIC,))) as refused:
+    with started(Producer(_client(restarted.endpoint), (TOPIC,))) as refused:
         with pytest.raises(ClientException) as excinfo:
             refused.send(_message(99))
         assert excinfo.value.code == Code.FORBIDDEN and "slave" in str(excinfo.value)
     assert restarted.stop() == 0 and master.stop() == 0
-    master_store, slave_store = cluster.store_of("master", MASTER_HOST), cluster.store_of("slave", SLAVE_HOST)
-    try:
-        assert_identical_stores(master_store, slave_store, receipts)
-    finally:
-        master_store.close()
-        slave_store.close()
+    assert_identical_stores(cluster, receipts)
 
 
 def test_sync_master_without_or_with_a_stalled_slave(cluster: Cluster) -> None:
     master = cluster.master("sync_master")
-    with started(Producer(_client(master.address), (TOPIC,))) as producer:
+    with started(Producer(_client(master.endpoint), (TOPIC,))) as producer:
         with pytest.raises(ClientException) as excinfo:
             producer.send(_message(0))
         assert excinfo.value.code == Code.HA_NOT_AVAILABLE, excinfo.value
         slave = cluster.slave()
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                producer.send(_message(1))
-                break
-            except ClientException as exc:
-                assert exc.code == Code.HA_NOT_AVAILABLE and time.monotonic() < deadline
+        send_once_the_slave_confirms(producer, _message(1))
         slave.send_signal(signal.SIGSTOP)
         try:
             with pytest.raises(ClientException) as excinfo:
@@ -233,7 +194,7 @@ def test_sync_master_without_or_with_a_stalled_slave(cluster: Cluster) -> None:
         finally:
             slave.send_signal(signal.SIGCONT)
         receipt = producer.send(_message(3))  # the slave catches up and confirms again
-    got = receive_all(slave.address, {receipt.message_id})
+    got = receive_all(slave.endpoint, {receipt.message_id})
     assert got[receipt.message_id] == b"replicated-3"
 
 
@@ -241,18 +202,13 @@ def test_sync_master_without_or_with_a_stalled_slave(cluster: Cluster) -> None:
 def test_async_master_outlives_its_slave_and_the_slave_catches_up(cluster: Cluster) -> None:
     master = cluster.master("async_master")
     slave = cluster.slave()
-    with started(Producer(_client(master.address), (TOPIC,))) as producer:
+    with started(Producer(_client(master.endpoint), (TOPIC,))) as producer:
         receipts = [producer.send(_message(i)) for i in range(20)]
         slave.process.kill()
         slave.process.wait()
         receipts += [producer.send(_message(i)) for i in range(20, 80)]  # a dead slave blocks nothing
     restarted = cluster.slave()
-    receive_all(restarted.address, {r.message_id for r in receipts})
+    receive_all(restarted.endpoint, {r.message_id for r in receipts})
     assert restarted.stop() == 0
     assert master.stop() == 0
-    master_store, slave_store = cluster.store_of("master", MASTER_HOST), cluster.store_of("slave", SLAVE_HOST)
-    try:
-        assert_identical_stores(master_store, slave_store, receipts)
-    finally:
-        master_store.close()
-        slave_store.close()
+    assert_identical_stores(cluster, receipts)

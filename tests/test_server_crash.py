@@ -3,14 +3,9 @@ SIGTERM shuts down cleanly. Invisible times are real seconds here (the child run
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,49 +24,10 @@ from rocketmq import (
 
 from plugmq.core.errors import ValidationError
 from plugmq.server.admin import AdminClient
-from plugmq.testing import await_listening, wait_for
+from plugmq.testing import ServeProcess, serving, wait_for
+from tests.helpers.clients import started
 
-# The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
-_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
-          "main.add_command(command); main()")
 WAIT_S = 20.0
-
-
-class Child:
-    def __init__(self, config: Path, log: Path) -> None:
-        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
-             "--listen", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=self._log, cwd=config.parent)
-        self.address = self._await_address()
-
-    def _await_address(self) -> str:
-        address = await_listening(self.process, WAIT_S)
-        if address is not None:
-            return address
-        self.process.kill()
-        raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}")
-
-    def stop(self, signum: int) -> int:
-        os.kill(self.process.pid, signum)
-        try:
-            return self.process.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()  # never leave a server behind
-            self.process.wait()
-            raise
-        finally:
-            self._log.close()
-
-
-@contextmanager
-def started(client: Any) -> Iterator[Any]:
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
 
 
 def _config(address: str) -> ClientConfiguration:
@@ -86,11 +42,12 @@ def test_kill_9_and_restart_keep_acked_and_unacked_state(tmp_path: Path) -> None
     config = tmp_path / "broker.toml"
     config.write_text('[broker]\ndata_dir = "data"\n[server]\nlong_polling_s = 1\n', encoding="utf-8")
     log = tmp_path / "serve.log"
-    first = Child(config, log)
+    first = ServeProcess(config, WAIT_S, log_path=log)
     try:
-        with started(Producer(_config(first.address), ("Durable",))) as producer:
+        address = first.await_address()
+        with started(Producer(_config(address), ("Durable",))) as producer:
             sent = [producer.send(_make(i)).message_id for i in range(6)]
-        with started(_consumer(first.address)) as consumer:
+        with started(_consumer(address)) as consumer:
             got: list[Any] = []
             deadline = time.monotonic() + WAIT_S
             while len(got) < 4 and time.monotonic() < deadline:
@@ -106,9 +63,9 @@ def test_kill_9_and_restart_keep_acked_and_unacked_state(tmp_path: Path) -> None
     never_received = set(sent) - acked_ids - unacked_ids
     assert len(never_received) == 2
 
-    second = Child(config, log)
+    second = ServeProcess(config, WAIT_S, log_path=log)
     try:
-        with started(_consumer(second.address)) as consumer:
+        with started(_consumer(second.await_address())) as consumer:
             attempts: dict[str, int] = {}
             deadline = time.monotonic() + WAIT_S
             while len(attempts) < 4 and time.monotonic() < deadline:
@@ -134,24 +91,25 @@ def test_sigterm_answers_a_waiting_long_poll_and_exits_cleanly(tmp_path: Path) -
     config = tmp_path / "broker.toml"
     config.write_text('[broker]\ndata_dir = "data"\n[server]\nlong_polling_s = 30\nshutdown_grace_s = 20\n',
                       encoding="utf-8")
-    child = Child(config, tmp_path / "serve.log")
     outcome: list[Any] = []
-    with started(Producer(_config(child.address), ("Durable",))) as producer:
-        producer.send(_make(0))
-    consumer = SimpleConsumer(_config(child.address), "quiet", {"Durable": FilterExpression("NoSuchTag")},
-                              await_duration=25)
-    with started(consumer):
-        def poll() -> None:
-            try:
-                outcome.append(consumer.receive(1, 30))
-            except Exception as exc:  # noqa: BLE001 - the assertion below shows it
-                outcome.append(exc)
+    with serving(config, WAIT_S) as child:
+        with started(Producer(_config(child.endpoint), ("Durable",))) as producer:
+            producer.send(_make(0))
+        consumer = SimpleConsumer(_config(child.endpoint), "quiet", {"Durable": FilterExpression("NoSuchTag")},
+                                  await_duration=25)
+        with started(consumer):
+            def poll() -> None:
+                try:
+                    outcome.append(consumer.receive(1, 30))
+                except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+                    outcome.append(exc)
 
-        waiter = threading.Thread(target=poll)
-        waiter.start()
-        with AdminClient(child.address) as admin:  # the receive made the group's first pop; it waits after that
-            wait_for(lambda: admin.call("consumer-progress", {"group": "quiet"}), WAIT_S,
-                     "the receive's first pop (the group's pop progress)", ignoring=(ValidationError,), interval=0.05)
-        assert child.stop(signal.SIGTERM) == 0
-        waiter.join(WAIT_S)
+            waiter = threading.Thread(target=poll)
+            waiter.start()
+            with AdminClient(child.endpoint) as admin:  # the receive made the group's first pop; it waits after that
+                wait_for(lambda: admin.call("consumer-progress", {"group": "quiet"}), WAIT_S,
+                         "the receive's first pop (the group's pop progress)", ignoring=(ValidationError,),
+                         interval=0.05)
+            assert child.stop(signal.SIGTERM) == 0
+            waiter.join(WAIT_S)
     assert outcome == [[]], f"the long poll was not answered before the shutdown: {outcome}"

@@ -40,6 +40,7 @@ from plugmq.core import ManualClock
 from plugmq.core.names import dlq_topic
 from plugmq.server import PlugmqServer, ServerOptions, ServerThread
 from plugmq.testing import wait_for
+from tests.helpers.clients import started
 
 WAIT_S = 15.0  # upper bound of any wait for the client's threads
 
@@ -87,15 +88,6 @@ def serving(data_dir: Path, *, options: ServerOptions | None = None, **broker_se
 def served(tmp_path: Path) -> Iterator[Served]:
     with serving(tmp_path / "data") as s:
         yield s
-
-
-@contextmanager
-def started(client: Any) -> Iterator[Any]:
-    client.startup()
-    try:
-        yield client
-    finally:
-        client.shutdown()
 
 
 def _message(topic: str, body: bytes, *, tag: str | None = None, keys: str | None = None,

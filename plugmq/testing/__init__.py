@@ -2,7 +2,14 @@
 ZooKeeper server, ``plugmq serve`` children of a cluster, a route probe, and :func:`wait_for`,
 the one way to wait for another real thread or process."""
 
-from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, await_listening, query_route, write_broker_config
+from plugmq.testing.cluster import (
+    CLUSTER_PLUGINS,
+    ServeProcess,
+    await_listening,
+    query_route,
+    serving,
+    write_broker_config,
+)
 from plugmq.testing.wait import WAIT_S, WaitTimeout, seconds_until, wait_for
 from plugmq.testing.zookeeper import ZooKeeperServer, zookeeper_missing
 
@@ -15,6 +22,7 @@ __all__ = [
     "await_listening",
     "query_route",
     "seconds_until",
+    "serving",
     "wait_for",
     "write_broker_config",
     "zookeeper_missing",

@@ -12,12 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "broker_status", "query_route", "status_or_none",
-           "write_broker_config"]
+__all__ = ["CLUSTER_PLUGINS", "ServeProcess", "await_listening", "broker_status", "query_route", "serving",
+           "status_or_none", "write_broker_config"]
 
 
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
@@ -60,31 +61,43 @@ class ServeProcess:
     """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller.
 
     ``fd_limit``: the child's RLIMIT_NOFILE (``ulimit -n``), set before it starts: one number for
-    the soft and hard limits, or (soft, hard); ``env``: extra environment variables.
+    the soft and hard limits, or (soft, hard); ``env``: extra environment variables. Its log
+    (stderr) is appended to ``log_path`` (default: the config's name with ``.log``), so a restarted
+    child continues the same file; ``log_json`` logs JSON lines (``--log-json``).
     """
 
     def __init__(self, config: Path, wait_s: float = 60.0, *, fd_limit: int | tuple[int, int] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, log_path: Path | None = None, log_json: bool = False) -> None:
         self.config = config
-        self.log_path = config.with_suffix(".log")
+        self.log_path = config.with_suffix(".log") if log_path is None else log_path
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         soft, hard = fd_limit if isinstance(fd_limit, tuple) else (fd_limit, fd_limit)
         limit = (f"import resource; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
                  if fd_limit is not None else "")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", limit + _SERVE, "--log-level", "info", "serve", "--config", str(config),
-             "--listen", "127.0.0.1:0"],
+            [sys.executable, "-c", limit + _SERVE, *(["--log-json"] if log_json else []), "--log-level", "info",
+             "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=config.parent,
             env={**os.environ, **(env or {})})
         self._wait_s = wait_s
         self.address: str | None = None
 
     def await_address(self) -> str:
+        """Wait for the child's ``listening on`` line; its address. A child that exits (or stays
+        silent for ``wait_s``) is killed and the wait fails naming the log."""
         self.address = await_listening(self.process, self._wait_s)
         if self.address is not None:
             return self.address
         self.stop(signal.SIGKILL)
-        raise AssertionError(f"plugmq serve did not come up; see {self.log_path}")
+        raise AssertionError(f"plugmq serve did not come up (exit code {self.process.returncode}); "
+                             f"see {self.log_path}")
+
+    @property
+    def endpoint(self) -> str:
+        """The address it listens on (an error before :meth:`await_address` returned it)."""
+        if self.address is None:
+            raise AssertionError(f"plugmq serve ({self.config}) is not listening yet: await_address() first")
+        return self.address
 
     def send_signal(self, signum: int) -> None:
         """Send ``signum`` (SIGSTOP, SIGCONT, ...) to the child if it still runs."""
@@ -107,6 +120,18 @@ class ServeProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
+
+
+@contextmanager
+def serving(config: Path, wait_s: float = 60.0, *, log_path: Path | None = None,
+            log_json: bool = False) -> Iterator[ServeProcess]:
+    """A :class:`ServeProcess` listening (its ``address`` set), stopped with SIGTERM on exit."""
+    child = ServeProcess(config, wait_s, log_path=log_path, log_json=log_json)
+    try:
+        child.await_address()
+        yield child
+    finally:
+        child.stop()
 
 
 def broker_status(address: str, timeout_s: float = 3.0) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Helper modules the tests import by name: values and small functions, no fixtures.
 
+- ``clients``: the official RocketMQ clients, started and always shut down.
 - ``children``: the command that runs a test module as a child process (crash tests).
 - ``example_plugins``: small plugins written the way a third party would (plugin-loading tests).
 - ``mmap_workload``: a store_mmap workload the append and scan kernels are compared on.
