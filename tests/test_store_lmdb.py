@@ -1,4 +1,5 @@
-"""store_lmdb beyond the shared suite: options, engine flags, map growth, retention, recovery."""
+"""store_lmdb beyond the shared suite and test_store_kv.py: map growth and its cap, damaged records, long
+keys, store time, group commit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import lmdb
 import pytest
 
 from plugmq.broker.components import open_store
-from plugmq.core import AppendRequest, AppendResult, ConfigError, ManualClock, Prop, StoreError
+from plugmq.core import AppendRequest, AppendResult, ManualClock, Prop, StoreError
 from plugmq.core.errors import StoreFullError
 from plugmq.kit.kvstore import codec
 from plugmq.kit.kvstore.groupcommit import GroupCommit
@@ -23,38 +24,6 @@ def _open(tmp_path: Path, clock: ManualClock, **options: object) -> LmdbStore:
     store = open_store("store_lmdb", tmp_path, clock=clock, options=options)
     assert isinstance(store, LmdbStore)
     return store
-
-
-@pytest.mark.parametrize("bad", [
-    {"flush": "sometimes"}, {"map_size": 1000}, {"map_size": 4 << 20, "max_map_size": 2 << 20},
-    {"file_reserved_hours": 0}, {"flush_interval_ms": 0}, {"no_such_option": 1},
-])
-def test_invalid_options_refused(tmp_path: Path, clock: ManualClock, bad: dict) -> None:
-    with pytest.raises(ConfigError):
-        _open(tmp_path, clock, **bad)
-
-
-@pytest.mark.parametrize(("flush", "sync"), [("sync", True), ("async", False)])
-def test_flush_mode_maps_to_env_flags(tmp_path: Path, clock: ManualClock, flush: str, sync: bool) -> None:
-    store = _open(tmp_path, clock, flush=flush)
-    try:
-        flags = store._env.flags()
-        assert flags["sync"] is sync and flags["writemap"] is False and flags["map_async"] is False
-        if sync:
-            assert flags["metasync"] is True
-        assert (store._flusher is None) is sync, "async mode needs the background env.sync thread"
-    finally:
-        store.close()
-
-
-def test_second_opener_refused(tmp_path: Path, clock: ManualClock) -> None:
-    store = _open(tmp_path, clock)
-    try:
-        with pytest.raises(StoreError, match="already open"):
-            _open(tmp_path, clock)
-    finally:
-        store.close()
-    _open(tmp_path, clock).close()  # released on close
 
 
 def test_map_grows_without_losing_a_write(tmp_path: Path, clock: ManualClock) -> None:
@@ -81,26 +50,6 @@ def test_map_cap_refuses_whole_batch_and_stays_usable(tmp_path: Path, clock: Man
     assert store.max_offset("Cap", 0) == 1
     res = store.append(AppendRequest("Cap", 0, b"small"))
     assert res.queue_offset == 1 and stored_at(store, res.commit_log_offset).body == b"small"
-    store.close()
-
-
-def test_retention_removes_old_records_and_their_entries(tmp_path: Path, clock: ManualClock) -> None:
-    store = _open(tmp_path, clock, file_reserved_hours=1.0, retention_batch=3)
-    old = [store.append(AppendRequest("Ret", 0, b"old", properties={Prop.KEYS: "k"})) for _ in range(7)]
-    clock.advance(1800)
-    new = [store.append(AppendRequest("Ret", 0, b"new", properties={Prop.KEYS: "k"})) for _ in range(2)]
-    clock.advance(1800 + 1)  # the old ones are now past one hour, the new ones not
-    assert store.clean_expired(clock.now_ms()) == 7
-    assert (store.min_offset("Ret", 0), store.max_offset("Ret", 0)) == (7, 9)
-    assert all(store.read(r.commit_log_offset) is None for r in old)
-    assert [e.queue_offset for e in store.read_queue("Ret", 0, 0, 10)] == [7, 8]
-    assert sorted(m.commit_log_offset for m in store.query_by_key("Ret", "k")) == [r.commit_log_offset for r in new]
-    with store._env.begin(db=store._idx) as txn:
-        assert txn.stat(store._idx)["entries"] == 2, "index entries of expired messages must go too"
-    store.close()
-    store = _open(tmp_path, clock, file_reserved_hours=1.0)
-    assert store.min_offset("Ret", 0) == 7 and store.offset_for_timestamp("Ret", 0, 0) == 7
-    assert store.append(AppendRequest("Ret", 0, b"more")).queue_offset == 9
     store.close()
 
 
