@@ -8,7 +8,7 @@ deadlines), so nothing sleeps for a delay.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from plugmq.client.transactions import TransactionProducer
 from plugmq.core import BrokerRole, ConfigError, ManualClock, Message, MessageQueue, StoredMessage, TransactionDecision
 from plugmq.core.errors import PluginError, ReadOnlyBrokerError
 from plugmq.testing import WAIT_S, wait_for
+from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.replication import end_of
 from tests.helpers.services import replication_of
 
@@ -28,30 +29,22 @@ HA = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "reconnect_ms": 20, "reconne
 
 
 class Group:
-    """Brokers of one broker name under tmp_path, one ManualClock; all closed at teardown."""
+    """Brokers of one broker name under tmp_path on the test's ManualClock, opened by ``make_broker``
+    (so all are closed at teardown)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, make: BrokerFactory, root: Path, clock: ManualClock) -> None:
+        self.make = make
         self.root = root
-        self.clock = ManualClock(1_700_000_000)
-        self.opened: list[Broker] = []
+        self.clock = clock
 
-    def open(self, name: str, broker_id: int, role: str = "async_master") -> Broker:
-        broker = Broker.open(self.root / name, plugins=PLUGINS, role=role, failover=True, broker_id=broker_id,
-                             clock=self.clock, store_host=f"127.0.0.{broker_id + 1}:10911",
-                             options={"ha": HA, "txn": {"fsync": False}})
-        self.opened.append(broker)
-        return broker
-
-    def close_all(self) -> None:
-        for broker in reversed(self.opened):
-            broker.close()
+    def open(self, name: str, broker_id: int, role: str = "async_master", plugins: Sequence[str] = PLUGINS) -> Broker:
+        return self.make(plugins, data_dir=self.root / name, role=role, failover=True, broker_id=broker_id,
+                         store_host=f"127.0.0.{broker_id + 1}:10911", options={"ha": HA, "txn": {"fsync": False}})
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    made = Group(tmp_path)
-    yield made
-    made.close_all()
+def group(make_broker: BrokerFactory, tmp_path: Path, clock: ManualClock) -> Group:
+    return Group(make_broker, tmp_path, clock)
 
 
 def follow(slave: Broker, master: Broker) -> None:
@@ -213,69 +206,56 @@ def test_broker_status_shows_role_epoch_and_lag(group: Group) -> None:
 
 
 @pytest.mark.parametrize("delay_plugin", ["delay_wheel", "delay_level"])
-def test_delayed_messages_due_before_during_and_after_a_failover(tmp_path: Path, delay_plugin: str) -> None:
+def test_delayed_messages_due_before_during_and_after_a_failover(group: Group, delay_plugin: str) -> None:
     """Delayed messages are intents in the replicated log: the promoted slave delivers what its
     master had pending, none lost, none twice, none early; the old master, promoted again later,
     does not deliver its own stale copies of what the other master delivered meanwhile."""
-    clock = ManualClock(1_700_000_000)
+    clock = group.clock
     plugins = [*PLUGINS, delay_plugin]
-    opened: list[Broker] = []
+    a, b = group.open("a", 1, "sync_master", plugins), group.open("b", 2, "sync_master", plugins)
+    a.promote(1)
+    follow(b, a)
+    a.create_topic(TOPIC, 1)
+    queue = MessageQueue(TOPIC, a.name, 0)
+    start_ms = clock.now_ms()
+    # delay_level: level 3 = 10 s, 4 = 30 s, 5 = 60 s (RocketMQ's levels); delay_wheel: the same times.
+    due_s = {"before": 10, "during": 30, "after": 60}
+    for phase, seconds in due_s.items():
+        for i in range(3):
+            message = (Message(TOPIC, f"{phase}-{i}".encode(), delay_level=[10, 30, 60].index(seconds) + 3)
+                       if delay_plugin == "delay_level"
+                       else Message(TOPIC, f"{phase}-{i}".encode(), deliver_at_ms=start_ms + seconds * 1000))
+            assert a.put(message, 0).status.value == "SEND_OK"
+    if delay_plugin == "delay_wheel":  # cancelled on the master: no later master delivers it
+        doomed = a.put(Message(TOPIC, b"cancelled", deliver_at_ms=start_ms + 45_000), 0)
+        assert a.cancel_delayed(doomed.msg_id)
+    clock.advance(12)  # the "before" ones come due on the master
+    wait_for(lambda: len(a.pull(queue, 0, 100).messages) == 3, WAIT_S, "the master to deliver the first three")
+    caught_up(b, a)
 
-    def open_broker(name: str, broker_id: int) -> Broker:
-        broker = Broker.open(tmp_path / name, plugins=plugins, role="sync_master", failover=True,
-                             broker_id=broker_id, clock=clock, store_host=f"127.0.0.{broker_id + 1}:10911",
-                             options={"ha": HA, "txn": {"fsync": False}})
-        opened.append(broker)
-        return broker
+    a.demote(None)  # the master loses its place (its session expired); its delay plugin keeps its files
+    clock.advance(25)  # the "during" ones come due while no master is up: nothing delivers them
+    assert len(b.pull(queue, 0, 100).messages) == 3
+    b.promote(2)
+    clock.advance(1)  # timers run as the (manual) clock moves
+    wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 6, WAIT_S, "the new master to deliver the overdue three")
+    clock.advance(30)
+    wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 9, WAIT_S, "the new master to deliver the last three")
 
-    try:
-        a, b = open_broker("a", 1), open_broker("b", 2)
-        a.promote(1)
-        follow(b, a)
-        a.create_topic(TOPIC, 1)
-        queue = MessageQueue(TOPIC, a.name, 0)
-        start_ms = clock.now_ms()
-        # delay_level: level 3 = 10 s, 4 = 30 s, 5 = 60 s (RocketMQ's levels); delay_wheel: the same times.
-        due_s = {"before": 10, "during": 30, "after": 60}
-        for phase, seconds in due_s.items():
-            for i in range(3):
-                message = (Message(TOPIC, f"{phase}-{i}".encode(), delay_level=[10, 30, 60].index(seconds) + 3)
-                           if delay_plugin == "delay_level"
-                           else Message(TOPIC, f"{phase}-{i}".encode(), deliver_at_ms=start_ms + seconds * 1000))
-                assert a.put(message, 0).status.value == "SEND_OK"
-        if delay_plugin == "delay_wheel":  # cancelled on the master: no later master delivers it
-            doomed = a.put(Message(TOPIC, b"cancelled", deliver_at_ms=start_ms + 45_000), 0)
-            assert a.cancel_delayed(doomed.msg_id)
-        clock.advance(12)  # the "before" ones come due on the master
-        wait_for(lambda: len(a.pull(queue, 0, 100).messages) == 3, WAIT_S, "the master to deliver the first three")
-        caught_up(b, a)
+    delivered = b.pull(queue, 0, 100).messages
+    assert sorted(m.body for m in delivered) == sorted(
+        f"{phase}-{i}".encode() for phase in due_s for i in range(3)), "none lost, none twice"
+    for stored in delivered:
+        due_ms = start_ms + due_s[stored.body.decode().split("-")[0]] * 1000
+        assert stored.store_timestamp_ms >= due_ms, f"{stored.body!r} was delivered early"
 
-        a.demote(None)  # the master loses its place (its session expired); its delay plugin keeps its files
-        clock.advance(25)  # the "during" ones come due while no master is up: nothing delivers them
-        assert len(b.pull(queue, 0, 100).messages) == 3
-        b.promote(2)
-        clock.advance(1)  # timers run as the (manual) clock moves
-        wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 6, WAIT_S, "the new master to deliver the overdue three")
-        clock.advance(30)
-        wait_for(lambda: len(b.pull(queue, 0, 100).messages) == 9, WAIT_S, "the new master to deliver the last three")
-
-        delivered = b.pull(queue, 0, 100).messages
-        assert sorted(m.body for m in delivered) == sorted(
-            f"{phase}-{i}".encode() for phase in due_s for i in range(3)), "none lost, none twice"
-        for stored in delivered:
-            due_ms = start_ms + due_s[stored.body.decode().split("-")[0]] * 1000
-            assert stored.store_timestamp_ms >= due_ms, f"{stored.body!r} was delivered early"
-
-        # The old master comes back under the new one, and is promoted again later: the copies its
-        # own delay plugin still holds were delivered by b, so they are not written a second time.
-        follow(a, b)
-        caught_up(a, b)
-        b.demote(None)
-        a.promote(3)
-        clock.advance(120)
-        a.put(Message(TOPIC, b"after-all"), 0)
-        assert [m.body for m in a.pull(queue, 0, 100).messages][:9] == [m.body for m in delivered]
-        assert len(a.pull(queue, 0, 100).messages) == 10, "nothing delivered twice after a second promotion"
-    finally:
-        for broker in reversed(opened):
-            broker.close()
+    # The old master comes back under the new one, and is promoted again later: the copies its
+    # own delay plugin still holds were delivered by b, so they are not written a second time.
+    follow(a, b)
+    caught_up(a, b)
+    b.demote(None)
+    a.promote(3)
+    clock.advance(120)
+    a.put(Message(TOPIC, b"after-all"), 0)
+    assert [m.body for m in a.pull(queue, 0, 100).messages][:9] == [m.body for m in delivered]
+    assert len(a.pull(queue, 0, 100).messages) == 10, "nothing delivered twice after a second promotion"

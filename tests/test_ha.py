@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,44 +18,41 @@ from plugmq.broker.broker import Broker
 from plugmq.core import BrokerRole, ConfigError, Message, MessageQueue, ReplicableStore, SendStatus
 from plugmq.core.errors import PluginError, ReadOnlyBrokerError, ReplicationError
 from plugmq.testing import WAIT_S, wait_for
+from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.replication import end_of
 
 PLUGINS = ["filter_tag", "alloc", "ha"]
 
 
 class Brokers:
-    """Opens brokers under tmp_path and closes every one at teardown."""
+    """Masters and slaves of broker name broker-a, each in its own directory under tmp_path, opened
+    by ``make_broker`` (so all are closed at teardown)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, make: BrokerFactory, root: Path) -> None:
+        self.make = make
         self.root = root
-        self.opened: list[Broker] = []
+        self.count = 0
+
+    def open(self, data: str, plugins: list[str], **settings: Any) -> Broker:
+        self.count += 1
+        return self.make(plugins, data_dir=self.root / data, **settings)
 
     def master(self, store: str = "store_mmap", *, role: str = "async_master", **ha: Any) -> Broker:
-        broker = Broker.open(self.root / f"master-{len(self.opened)}", plugins=[store, *PLUGINS], role=role,
-                             options={"ha": {"heartbeat_ms": 100, "peer_timeout_ms": 3000, **ha}})
-        self.opened.append(broker)
-        return broker
+        return self.open(f"master-{self.count}", [store, *PLUGINS], role=role,
+                         options={"ha": {"heartbeat_ms": 100, "peer_timeout_ms": 3000, **ha}})
 
     def slave(self, master: Broker | str, store: str = "store_mmap", *, broker_id: int = 1, name: str = "broker-a",
               data: str | None = None, **ha: Any) -> Broker:
         address = master if isinstance(master, str) else master.replication.status().address  # type: ignore[union-attr]
-        broker = Broker.open(self.root / (data or f"slave-{len(self.opened)}"), plugins=[store, *PLUGINS],
-                             role="slave", broker_id=broker_id, name=name, store_host="127.0.0.9:10911",
-                             options={"ha": {"master": address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
-                                             "reconnect_ms": 20, "reconnect_max_ms": 200, **ha}})
-        self.opened.append(broker)
-        return broker
-
-    def close_all(self) -> None:
-        for broker in reversed(self.opened):
-            broker.close()
+        return self.open(data or f"slave-{self.count}", [store, *PLUGINS], role="slave", broker_id=broker_id,
+                         name=name, store_host="127.0.0.9:10911",
+                         options={"ha": {"master": address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
+                                         "reconnect_ms": 20, "reconnect_max_ms": 200, **ha}})
 
 
 @pytest.fixture
-def brokers(tmp_path: Path) -> Iterator[Brokers]:
-    made = Brokers(tmp_path)
-    yield made
-    made.close_all()
+def brokers(make_broker: BrokerFactory, tmp_path: Path) -> Brokers:
+    return Brokers(make_broker, tmp_path)
 
 
 def caught_up(slave: Broker, master: Broker) -> None:
@@ -97,9 +93,8 @@ def test_async_master_ships_everything_to_a_slave(brokers: Brokers, store: str) 
 
 def test_slave_is_read_only_and_runs_no_delay_service(brokers: Brokers) -> None:
     master = brokers.master()
-    slave = Broker.open(brokers.root / "slave-delay", plugins=["store_mmap", "delay_level", *PLUGINS], role="slave",
-                        broker_id=1, options={"ha": {"master": master.replication.status().address}})  # type: ignore[union-attr]
-    brokers.opened.append(slave)
+    slave = brokers.open("slave-delay", ["store_mmap", "delay_level", *PLUGINS], role="slave", broker_id=1,
+                         options={"ha": {"master": master.replication.status().address}})  # type: ignore[union-attr]
     for write in (lambda: slave.put(Message("Orders", b"x"), 0),
                   lambda: slave.put_batch([Message("Orders", b"x")], 0),
                   lambda: slave.producer("g").send(Message("Orders", b"x"))):
@@ -188,10 +183,8 @@ def test_slave_reconnects_to_a_restarted_master(brokers: Brokers, tmp_path: Path
     caught_up(slave, master)
     data_dir = master.data_dir
     master.close()
-    brokers.opened.remove(master)
     wait_for(lambda: not slave.replication.status().connected, WAIT_S, "the slave to notice")  # type: ignore[union-attr]
-    reopened = Broker.open(data_dir, plugins=["store_mmap", *PLUGINS], options={"ha": {"listen": address}})
-    brokers.opened.append(reopened)
+    reopened = brokers.make(["store_mmap", *PLUGINS], data_dir=data_dir, options={"ha": {"listen": address}})
     results += send(reopened, 10, first=10)
     caught_up(slave, reopened)
     same_messages(reopened, slave, results)
@@ -217,13 +210,12 @@ def test_refusals_name_the_problem(brokers: Brokers) -> None:
     send(ahead, 5)
     ahead_dir = ahead.data_dir
     ahead.close()
-    brokers.opened.remove(ahead)
     with capture_logs() as logs:
         brokers.slave(master, data=str(ahead_dir.relative_to(brokers.root)))
         wait_for(lambda: any("past this master's end" in e.get("reason", "") for e in logs), WAIT_S, "the refusal")
 
 
-def test_role_configuration_errors(tmp_path: Path) -> None:
+def test_role_configuration_errors(tmp_path: Path, make_broker: BrokerFactory) -> None:
     with pytest.raises(PluginError, match="needs a replication plugin.*ha"):
         Broker.open(tmp_path / "a", plugins=["store_mmap"], role="sync_master")
     with pytest.raises(PluginError, match="needs a replication plugin"):
@@ -238,12 +230,12 @@ def test_role_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="peer_timeout_ms"):
         Broker.open(tmp_path / "f", plugins=["store_mmap", "ha"], options={"ha": {"heartbeat_ms": 20_000}})
     # A plain broker needs no replication plugin, and one with it but no slaves just listens.
-    with Broker.open(tmp_path / "g", plugins=["store_mmap"]) as plain:
-        assert plain.replication is None and plain.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
-    with Broker.open(tmp_path / "h", plugins=["store_mmap", "ha"]) as lonely:
-        assert lonely.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
-        address = (tmp_path / "h" / "ha" / "listen.addr").read_text().strip()
-        assert address == lonely.replication.status().address  # type: ignore[union-attr]
+    plain = make_broker(["store_mmap"], data_dir=tmp_path / "g")
+    assert plain.replication is None and plain.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
+    lonely = make_broker(["store_mmap", "ha"], data_dir=tmp_path / "h")
+    assert lonely.put(Message("T", b"x"), 0).status is SendStatus.SEND_OK
+    address = (tmp_path / "h" / "ha" / "listen.addr").read_text().strip()
+    assert address == lonely.replication.status().address  # type: ignore[union-attr]
 
 
 def test_a_torn_transfer_leaves_nothing_torn(brokers: Brokers, tmp_path: Path) -> None:

@@ -9,16 +9,16 @@ touched keep the master's own progress.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from plugmq.broker.broker import Broker
-from plugmq.core import ManualClock, Message
+from plugmq.core import Message
 from plugmq.core.contracts import ConsumerHandover
 from plugmq.testing import WAIT_S, wait_for
+from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.replication import end_of
 
 PLUGINS = ["store_mmap", "filter_tag", "alloc", "ha"]
@@ -27,44 +27,29 @@ INVISIBLE_MS = 60_000
 
 
 class Pair:
-    """A master (reopenable at one replication address) and its slave; all closed at teardown."""
+    """A master (reopenable at one replication address) and its slave on the test's ManualClock,
+    opened by ``make_broker`` (so all are closed at teardown)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, make: BrokerFactory, root: Path) -> None:
+        self.make = make
         self.root = root
-        self.clock = ManualClock(1_700_000_000)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.address = f"127.0.0.1:{sock.getsockname()[1]}"
-        self.opened: list[Broker] = []
-
-    def _open(self, name: str, **config: object) -> Broker:
-        broker = Broker.open(self.root / name, plugins=PLUGINS, clock=self.clock, **config)  # type: ignore[arg-type]
-        self.opened.append(broker)
-        return broker
 
     def master(self) -> Broker:
-        return self._open("master", options={"ha": {"listen": self.address, "heartbeat_ms": 100,
-                                                    "peer_timeout_ms": 3000}})
+        return self.make(PLUGINS, data_dir=self.root / "master",
+                         options={"ha": {"listen": self.address, "heartbeat_ms": 100, "peer_timeout_ms": 3000}})
 
     def slave(self) -> Broker:
-        return self._open("slave", role="slave", broker_id=1, store_host="127.0.0.9:10911",
-                          options={"ha": {"master": self.address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
-                                          "reconnect_ms": 20, "reconnect_max_ms": 100}})
-
-    def close(self, broker: Broker) -> None:
-        broker.close()
-        self.opened.remove(broker)
-
-    def close_all(self) -> None:
-        for broker in reversed(self.opened):
-            broker.close()
+        return self.make(PLUGINS, data_dir=self.root / "slave", role="slave", broker_id=1, store_host="127.0.0.9:10911",
+                         options={"ha": {"master": self.address, "heartbeat_ms": 100, "peer_timeout_ms": 3000,
+                                         "reconnect_ms": 20, "reconnect_max_ms": 100}})
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Pair]:
-    made = Pair(tmp_path)
-    yield made
-    made.close_all()
+def pair(make_broker: BrokerFactory, tmp_path: Path) -> Pair:
+    return Pair(make_broker, tmp_path)
 
 
 def connected(slave: Broker) -> bool:
@@ -79,7 +64,7 @@ def test_the_returning_master_takes_over_what_the_slaves_readers_acknowledged(pa
     for message in early:
         master.pop.ack("g", TOPIC, message.receipt_handle)
     wait_for(lambda: end_of(slave), WAIT_S, "the slave to catch up", until=lambda end: end == end_of(master))
-    pair.close(master)  # no master of the name is up: the slave serves its readers
+    master.close()  # no master of the name is up: the slave serves its readers
     wait_for(lambda: not connected(slave), WAIT_S, "the slave to notice")
 
     received = slave.pop.receive("g", TOPIC, None, 32, INVISIBLE_MS)
