@@ -6,12 +6,12 @@ so a hook that fires only when some other hook has an implementation shows up as
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from plugmq import Broker, ConsumeFrom, ConsumeStatus, ManualClock, Message
 from plugmq.core import Family, PluginDeclaration, StoredMessage, hookimpl
 from plugmq.core.names import dlq_topic, retry_topic
+from tests.fixtures.brokers import BrokerFactory
 
 PLUGINS = ["store_lmdb", "delay_wheel", "alloc"]
 
@@ -66,21 +66,21 @@ class OnDeadLettered(Recorder):
         self.calls.append({"broker_name": broker_name, "group": consumer_group, "message": message})
 
 
-def open_with(tmp_path: Path, clock: ManualClock, observer: Recorder) -> Broker:
-    return Broker.open(tmp_path, plugins=[*PLUGINS, observer.name], plugin_objects={observer.name: observer},
-                       clock=clock, name="broker-e")
+def open_with(make_broker: BrokerFactory, observer: Recorder) -> Broker:
+    return make_broker([*PLUGINS, observer.name], plugin_objects={observer.name: observer}, name="broker-e")
 
 
-def test_broker_started_once_at_the_end_of_assembly(tmp_path: Path, clock: ManualClock) -> None:
+def test_broker_started_once_at_the_end_of_assembly(make_broker: BrokerFactory) -> None:
     observer = OnStarted("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        assert observer.calls == [{"broker_name": "broker-e"}]
-        broker.create_topic("T", 1)
-        broker.put(Message("T", b"x"), 0)
+    broker = open_with(make_broker, observer)
+    assert observer.calls == [{"broker_name": "broker-e"}]
+    broker.create_topic("T", 1)
+    broker.put(Message("T", b"x"), 0)
+    broker.close()
     assert observer.calls == [{"broker_name": "broker-e"}], "called once per broker, not per operation"
 
 
-def test_broker_stopping_once_at_the_first_close_with_the_store_open(tmp_path: Path, clock: ManualClock) -> None:
+def test_broker_stopping_once_at_the_first_close_with_the_store_open(make_broker: BrokerFactory) -> None:
     seen_while_stopping: list[int] = []
 
     class ReadsAtStop(OnStopping):
@@ -90,7 +90,7 @@ def test_broker_stopping_once_at_the_first_close_with_the_store_open(tmp_path: P
             seen_while_stopping.append(broker.max_offset(broker.topic_queues("T")[0]))  # the store is still open
 
     observer = ReadsAtStop("observer")
-    broker = open_with(tmp_path, clock, observer)
+    broker = open_with(make_broker, observer)
     broker.create_topic("T", 1)
     broker.put(Message("T", b"x"), 0)
     assert observer.calls == []
@@ -100,92 +100,93 @@ def test_broker_stopping_once_at_the_first_close_with_the_store_open(tmp_path: P
     assert seen_while_stopping == [1]
 
 
-def test_message_stored_for_sends_and_batches(tmp_path: Path, clock: ManualClock) -> None:
+def test_message_stored_for_sends_and_batches(make_broker: BrokerFactory) -> None:
     observer = OnStored("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        broker.create_topic("T", 1)
-        with broker.producer("pg") as producer:
-            sent = producer.send(Message("T", b"one", tags="A"))
-            producer.send_batch([Message("T", b"two"), Message("T", b"three")])
-        assert [c["message"].body for c in observer.calls] == [b"one", b"two", b"three"]
-        first = observer.calls[0]["message"]
-        assert (first.topic, first.queue_offset, first.msg_id, first.tags) == ("T", 0, sent.msg_id, "A")
-        assert {c["broker_name"] for c in observer.calls} == {"broker-e"}
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    with broker.producer("pg") as producer:
+        sent = producer.send(Message("T", b"one", tags="A"))
+        producer.send_batch([Message("T", b"two"), Message("T", b"three")])
+    assert [c["message"].body for c in observer.calls] == [b"one", b"two", b"three"]
+    first = observer.calls[0]["message"]
+    assert (first.topic, first.queue_offset, first.msg_id, first.tags) == ("T", 0, sent.msg_id, "A")
+    assert {c["broker_name"] for c in observer.calls} == {"broker-e"}
 
 
-def test_message_stored_when_a_delayed_message_comes_due(tmp_path: Path, clock: ManualClock) -> None:
+def test_message_stored_when_a_delayed_message_comes_due(make_broker: BrokerFactory, clock: ManualClock) -> None:
     observer = OnStored("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        broker.create_topic("T", 1)
-        broker.put(Message("T", b"later", delay_level=1), 0)  # 1 s
-        assert observer.calls == [], "a delayed message is not on its topic yet"
-        clock.advance(2)
-        assert [(c["message"].topic, c["message"].body) for c in observer.calls] == [("T", b"later")]
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    broker.put(Message("T", b"later", delay_level=1), 0)  # 1 s
+    assert observer.calls == [], "a delayed message is not on its topic yet"
+    clock.advance(2)
+    assert [(c["message"].topic, c["message"].body) for c in observer.calls] == [("T", b"later")]
 
 
-def test_message_delivered_for_each_message_a_group_pulls(tmp_path: Path, clock: ManualClock) -> None:
+def test_message_delivered_for_each_message_a_group_pulls(make_broker: BrokerFactory) -> None:
     observer = OnDelivered("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        broker.create_topic("T", 1)
-        for body in (b"a", b"b"):
-            broker.put(Message("T", body), 0)
-        queue = broker.topic_queues("T")[0]
-        broker.pull(queue, 0, 32)  # no consumer group: nobody was handed anything
-        assert observer.calls == []
-        result = broker.pull(queue, 0, 32, consumer_group="G")
-        assert len(result.messages) == 2
-        assert [(c["group"], c["message"].body) for c in observer.calls] == [("G", b"a"), ("G", b"b")]
-        consumer = broker.push_consumer("P", lambda ms: ConsumeStatus.CONSUME_SUCCESS, background=False,
-                                        consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-        assert consumer.consume_available() == 2
-        assert [(c["group"], c["message"].body) for c in observer.calls[2:]] == [("P", b"a"), ("P", b"b")]
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    for body in (b"a", b"b"):
+        broker.put(Message("T", body), 0)
+    queue = broker.topic_queues("T")[0]
+    broker.pull(queue, 0, 32)  # no consumer group: nobody was handed anything
+    assert observer.calls == []
+    result = broker.pull(queue, 0, 32, consumer_group="G")
+    assert len(result.messages) == 2
+    assert [(c["group"], c["message"].body) for c in observer.calls] == [("G", b"a"), ("G", b"b")]
+    consumer = broker.push_consumer("P", lambda ms: ConsumeStatus.CONSUME_SUCCESS, background=False,
+                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
+    assert consumer.consume_available() == 2
+    assert [(c["group"], c["message"].body) for c in observer.calls[2:]] == [("P", b"a"), ("P", b"b")]
 
 
-def test_message_retried_when_a_listener_asks_for_it(tmp_path: Path, clock: ManualClock) -> None:
+def test_message_retried_when_a_listener_asks_for_it(make_broker: BrokerFactory) -> None:
     observer = OnRetried("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        broker.create_topic("T", 1)
-        broker.put(Message("T", b"flaky"), 0)
-        consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                        consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-        consumer.consume_available()
-        assert [(c["group"], c["message"].body, c["reconsume_times"]) for c in observer.calls] == [
-            ("G", b"flaky", 1)]
-        assert observer.calls[0]["message"].topic == "T", "the message as it was consumed"
-        assert retry_topic("G") in broker.topics.all(), "the retry copy was stored before the event"
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    broker.put(Message("T", b"flaky"), 0)
+    consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
+    consumer.consume_available()
+    assert [(c["group"], c["message"].body, c["reconsume_times"]) for c in observer.calls] == [
+        ("G", b"flaky", 1)]
+    assert observer.calls[0]["message"].topic == "T", "the message as it was consumed"
+    assert retry_topic("G") in broker.topics.all(), "the retry copy was stored before the event"
 
 
-def test_message_dead_lettered_after_the_last_retry(tmp_path: Path, clock: ManualClock) -> None:
+def test_message_dead_lettered_after_the_last_retry(make_broker: BrokerFactory) -> None:
     observer = OnDeadLettered("observer")
-    with open_with(tmp_path, clock, observer) as broker:
-        broker.create_topic("T", 1)
-        broker.put(Message("T", b"poison"), 0)
-        consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                        max_reconsume_times=0,
-                                        consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-        consumer.consume_available()
-        assert [(c["group"], c["message"].body) for c in observer.calls] == [("G", b"poison")]
-        dead = broker.pull(broker.topic_queues(dlq_topic("G"))[0], 0, 8)
-        assert [m.body for m in dead.messages] == [b"poison"], "the DLQ copy was stored before the event"
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    broker.put(Message("T", b"poison"), 0)
+    consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                    max_reconsume_times=0,
+                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
+    consumer.consume_available()
+    assert [(c["group"], c["message"].body) for c in observer.calls] == [("G", b"poison")]
+    dead = broker.pull(broker.topic_queues(dlq_topic("G"))[0], 0, 8)
+    assert [m.body for m in dead.messages] == [b"poison"], "the DLQ copy was stored before the event"
 
 
-def test_an_observer_registered_later_is_seen(tmp_path: Path, clock: ManualClock) -> None:
+def test_an_observer_registered_later_is_seen(make_broker: BrokerFactory) -> None:
     """The gRPC server registers its observer on a running broker: the per-hook flags follow."""
-    with Broker.open(tmp_path, plugins=PLUGINS, clock=clock) as broker:
-        broker.create_topic("T", 1)
-        assert not broker.plugins.hooks.observers.message_stored
-        late = OnStored("late")
-        broker.plugins.pm.register(late, name="late")
-        assert broker.plugins.hooks.observers.message_stored
-        assert not broker.plugins.hooks.observers.message_delivered
-        broker.put(Message("T", b"seen"), 0)
-        broker.plugins.pm.unregister(name="late")
-        assert not broker.plugins.hooks.observers.message_stored
-        broker.put(Message("T", b"unseen"), 0)
+    broker = make_broker(PLUGINS)
+    broker.create_topic("T", 1)
+    assert not broker.plugins.hooks.observers.message_stored
+    late = OnStored("late")
+    broker.plugins.pm.register(late, name="late")
+    assert broker.plugins.hooks.observers.message_stored
+    assert not broker.plugins.hooks.observers.message_delivered
+    broker.put(Message("T", b"seen"), 0)
+    broker.plugins.pm.unregister(name="late")
+    assert not broker.plugins.hooks.observers.message_stored
+    broker.put(Message("T", b"unseen"), 0)
+    broker.close()
     assert [c["message"].body for c in late.calls] == [b"seen"]
 
 
-def test_assembly_hooks_run_once_per_assembly(tmp_path: Path, clock: ManualClock) -> None:
+def test_assembly_hooks_run_once_per_assembly(make_broker: BrokerFactory) -> None:
     """declare, configure and the keyed offers are asked once while a broker is assembled."""
     counts: dict[str, int] = {}
 
@@ -212,6 +213,5 @@ def test_assembly_hooks_run_once_per_assembly(tmp_path: Path, clock: ManualClock
             self._count("allocate_strategies")
             return {}
 
-    with Broker.open(tmp_path, plugins=[*PLUGINS, "counting"], plugin_objects={"counting": Counting()}, clock=clock):
-        pass
+    make_broker([*PLUGINS, "counting"], plugin_objects={"counting": Counting()}).close()
     assert counts == {"declare": 1, "configure": 1, "filter_compilers": 1, "allocate_strategies": 1}

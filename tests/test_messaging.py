@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from plugmq import (
     Broker,
     DelayUnsupportedError,
-    ManualClock,
     Message,
     MessageTooLargeError,
     SendStatus,
@@ -17,15 +14,16 @@ from plugmq import (
     ValidationError,
 )
 from plugmq.client.consumer import ConsumeFrom, ConsumeStatus
+from plugmq.core.clock import SystemClock
 from plugmq.core.names import dlq_topic
+from tests.fixtures.brokers import BrokerFactory
 
 STORE = ["store_lmdb", "alloc"]
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: ManualClock):
-    with Broker.open(tmp_path, plugins=[*STORE, "delay_wheel"], clock=clock) as b:
-        yield b
+def broker(make_broker: BrokerFactory) -> Broker:
+    return make_broker([*STORE, "delay_wheel"])
 
 
 def test_async_oneway_and_callbacks(broker: Broker) -> None:
@@ -65,12 +63,12 @@ def test_system_topics_refused_to_producers(broker: Broker) -> None:
                 producer.send(Message(topic, b""))
 
 
-def test_auto_create_off_names_the_topic(tmp_path: Path, clock: ManualClock) -> None:
-    with Broker.open(tmp_path, plugins=STORE, clock=clock, auto_create_topic=False) as broker:
-        with pytest.raises(TopicError, match="topic 'Nope' does not exist and auto_create_topic is off"):
-            broker.producer("pg").send(Message("Nope", b""))
-        broker.create_topic("Yes", 3)
-        assert broker.producer("pg").send(Message("Yes", b"")).queue.queue_id in range(3)
+def test_auto_create_off_names_the_topic(make_broker: BrokerFactory) -> None:
+    broker = make_broker(STORE, auto_create_topic=False)
+    with pytest.raises(TopicError, match="topic 'Nope' does not exist and auto_create_topic is off"):
+        broker.producer("pg").send(Message("Nope", b""))
+    broker.create_topic("Yes", 3)
+    assert broker.producer("pg").send(Message("Yes", b"")).queue.queue_id in range(3)
 
 
 def test_selector_keeps_an_order_in_one_queue(broker: Broker) -> None:
@@ -83,28 +81,28 @@ def test_selector_keeps_an_order_in_one_queue(broker: Broker) -> None:
             producer.send(Message("Orders", b""), selector=lambda qs, m, arg: qs[0].__class__("Other", "b", 0))
 
 
-def test_delayed_send_without_delay_plugin_names_the_plugins(tmp_path: Path, clock: ManualClock) -> None:
-    with Broker.open(tmp_path, plugins=STORE, clock=clock) as broker:
-        with pytest.raises(DelayUnsupportedError, match="has no delay plugin; add one of .*delay_wheel"):
-            broker.producer("pg").send(Message("T", b"", delay_level=3))
-        assert broker.max_offset(broker.topic_queues("T")[0]) == 0
+def test_delayed_send_without_delay_plugin_names_the_plugins(make_broker: BrokerFactory) -> None:
+    broker = make_broker(STORE)
+    with pytest.raises(DelayUnsupportedError, match="has no delay plugin; add one of .*delay_wheel"):
+        broker.producer("pg").send(Message("T", b"", delay_level=3))
+    assert broker.max_offset(broker.topic_queues("T")[0]) == 0
 
 
-def test_retrying_group_without_delay_plugin(tmp_path: Path, clock: ManualClock) -> None:
-    with Broker.open(tmp_path, plugins=STORE, clock=clock) as broker:
-        broker.create_topic("T", 1)
-        failing = broker.push_consumer("g", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                       consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T")
-        with pytest.raises(DelayUnsupportedError, match="retries failed messages .* has no delay plugin"):
-            failing.start()
-        # max_reconsume_times=0: failures go straight to the DLQ, no delay plugin needed.
-        straight = broker.push_consumer("g", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                        max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
-        straight.subscribe("T").start()
-        broker.put(Message("T", b"bad"), 0)
-        straight.consume_available()
-        dead = broker.pull(broker.topic_queues(dlq_topic("g"))[0], 0, 8)
-        assert [m.body for m in dead.messages] == [b"bad"]
+def test_retrying_group_without_delay_plugin(make_broker: BrokerFactory) -> None:
+    broker = make_broker(STORE)
+    broker.create_topic("T", 1)
+    failing = broker.push_consumer("g", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                   consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T")
+    with pytest.raises(DelayUnsupportedError, match="retries failed messages .* has no delay plugin"):
+        failing.start()
+    # max_reconsume_times=0: failures go straight to the DLQ, no delay plugin needed.
+    straight = broker.push_consumer("g", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                    max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
+    straight.subscribe("T").start()
+    broker.put(Message("T", b"bad"), 0)
+    straight.consume_available()
+    dead = broker.pull(broker.topic_queues(dlq_topic("g"))[0], 0, 8)
+    assert [m.body for m in dead.messages] == [b"bad"]
 
 
 def test_bad_subscription_fails_at_subscribe(broker: Broker) -> None:
@@ -115,7 +113,7 @@ def test_bad_subscription_fails_at_subscribe(broker: Broker) -> None:
         consumer.subscribe("T", "a > 1", "SQL92")
 
 
-def test_background_consumer_on_the_system_clock(tmp_path: Path) -> None:
+def test_background_consumer_on_the_system_clock(make_broker: BrokerFactory) -> None:
     import threading
 
     done = threading.Event()
@@ -127,40 +125,41 @@ def test_background_consumer_on_the_system_clock(tmp_path: Path) -> None:
             done.set()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    with Broker.open(tmp_path, plugins=[*STORE, "delay_wheel"]) as broker:
-        broker.create_topic("T", 4)
-        consumer = broker.push_consumer("bg", listener, consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-        assert consumer.background
-        with broker.producer("pg") as producer:
-            for i in range(20):
-                producer.send(Message("T", str(i).encode()))
-        assert done.wait(timeout=60), "the pull thread consumes what arrives"
+    broker = make_broker([*STORE, "delay_wheel"], clock=SystemClock())
+    broker.create_topic("T", 4)
+    consumer = broker.push_consumer("bg", listener, consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
+    assert consumer.background
+    with broker.producer("pg") as producer:
+        for i in range(20):
+            producer.send(Message("T", str(i).encode()))
+    assert done.wait(timeout=60), "the pull thread consumes what arrives"
+    broker.close()
     assert sorted(int(m.body) for m in got) == list(range(20))
 
 
-def test_broadcasting_failures_are_not_retried(tmp_path: Path, clock: ManualClock) -> None:
+def test_broadcasting_failures_are_not_retried(make_broker: BrokerFactory) -> None:
     from structlog.testing import capture_logs
 
     from plugmq.client.consumer import MessageModel
 
-    with Broker.open(tmp_path, plugins=STORE, clock=clock) as broker:  # no delay plugin needed
-        broker.create_topic("T", 1)
-        consumer = broker.push_consumer("bc", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                        model=MessageModel.BROADCASTING, consume_from=ConsumeFrom.FIRST_OFFSET)
-        consumer.subscribe("T").start()
-        broker.put(Message("T", b"once"), 0)
-        with capture_logs() as logs:
-            assert consumer.consume_available() == 1
-        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["broadcast message failed; not retried"]
-        assert "%RETRY%bc" not in broker.topics.all()
+    broker = make_broker(STORE)  # no delay plugin needed
+    broker.create_topic("T", 1)
+    consumer = broker.push_consumer("bc", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                    model=MessageModel.BROADCASTING, consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer.subscribe("T").start()
+    broker.put(Message("T", b"once"), 0)
+    with capture_logs() as logs:
+        assert consumer.consume_available() == 1
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["broadcast message failed; not retried"]
+    assert "%RETRY%bc" not in broker.topics.all()
 
 
-def test_consumed_offsets_are_persisted_after_each_step(tmp_path: Path, clock: ManualClock) -> None:
+def test_consumed_offsets_are_persisted_after_each_step(make_broker: BrokerFactory) -> None:
     """A process that dies after a consume step (no shutdown, no broker close) restarts after what it consumed."""
     from plugmq.broker.journal import Journal
     from plugmq.broker.offsets import ConsumerOffsets
 
-    broker = Broker.open(tmp_path, plugins=STORE, clock=clock)
+    broker = make_broker(STORE)
     broker.create_topic("T", 1)
     for i in range(5):
         broker.put(Message("T", str(i).encode()), 0)

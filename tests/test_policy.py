@@ -22,6 +22,7 @@ from plugmq import (
 from plugmq.config.broker import load_config
 from plugmq.config.policy import DEFAULT_BACKOFF_S
 from plugmq.core.errors import ConfigError, ValidationError
+from tests.fixtures.brokers import BrokerFactory
 
 TOPIC = "Work"
 
@@ -112,64 +113,62 @@ def _dead(broker: Broker, topic: str) -> list[StoredMessage]:
     return list(broker.pull(broker.topic_queues(topic)[0], 0, 8).messages)
 
 
-def test_push_consumers_retry_on_the_groups_back_off_and_dead_letter_where_it_says(tmp_path: Path) -> None:
-    clock = ManualClock()
+def test_push_consumers_retry_on_the_groups_back_off_and_dead_letter_where_it_says(make_broker: BrokerFactory,
+                                                                                   clock: ManualClock) -> None:
     groups = {"custom": {"max_delivery_attempts": 3, "backoff_s": [4, 7], "dead_letter_topic": "DEAD_{group}"}}
-    with Broker.open(tmp_path / "data", plugins=["store_mmap", "delay_wheel", "alloc"], clock=clock,
-                     groups=groups) as broker:
-        broker.create_topic(TOPIC, 1)
-        seen: list[tuple[float, int]] = []
-        consumer = _failing_push(broker, "custom", seen, clock)
-        broker.put(Message(TOPIC, b"poison"), 0)
-        for _ in range(30):
-            consumer.consume_available()
-            clock.advance(1)
-        assert [r for _, r in seen] == [0, 1, 2]
-        gaps = [b[0] - a[0] for a, b in itertools.pairwise(seen)]
-        assert 4 <= gaps[0] <= 6 and 7 <= gaps[1] <= 9, gaps  # arbitrary back-off: deliver times on the wheel
-        assert [(m.body, m.reconsume_times) for m in _dead(broker, "DEAD_custom")] == [(b"poison", 2)]
-
-
-def test_a_consumers_own_policy_or_max_reconsume_times_overrides_the_groups(tmp_path: Path) -> None:
-    clock = ManualClock()
-    with Broker.open(tmp_path / "data", plugins=["store_mmap", "delay_level", "alloc"], clock=clock) as broker:
-        broker.create_topic(TOPIC, 1)
-        seen: list[tuple[float, int]] = []
-        own = RedeliveryPolicy(max_attempts=2, backoff_s=(5,))  # 5 s is delay level 2: levels can express it
-        consumer = _failing_push(broker, "own", seen, clock, policy=own)
-        assert consumer.max_reconsume_times == 1
-        broker.put(Message(TOPIC, b"m"), 0)
-        for _ in range(10):
-            consumer.consume_available()
-            clock.advance(1)
-        assert [r for _, r in seen] == [0, 1] and 5 <= seen[1][0] <= 6
-        assert [m.body for m in _dead(broker, "%DLQ%own")] == [b"m"]
-        none = broker.push_consumer("none", lambda _m: ConsumeStatus.RECONSUME_LATER, background=False,
-                                    max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
-        none.subscribe(TOPIC).start().consume_available()
-        assert [m.body for m in _dead(broker, "%DLQ%none")] == [b"m"]
-
-
-def test_orderly_consumers_dead_letter_after_the_policys_attempts(tmp_path: Path) -> None:
-    clock = ManualClock()
-    with Broker.open(tmp_path / "data", plugins=["store_mmap", "alloc"], clock=clock,
-                     groups={"ordered": {"max_delivery_attempts": 2}}) as broker:
-        broker.create_topic(TOPIC, 1)
-        broker.put(Message(TOPIC, b"stuck"), 0)
-        broker.put(Message(TOPIC, b"next"), 0)
-        done: list[bytes] = []
-
-        def listener(messages: list[StoredMessage]) -> OrderlyStatus:
-            if messages[0].body == b"stuck":
-                return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-            done.extend(m.body for m in messages)
-            return OrderlyStatus.SUCCESS
-
-        consumer = broker.push_consumer("ordered", listener, orderly=True, background=False,
-                                        consume_from=ConsumeFrom.FIRST_OFFSET).subscribe(TOPIC).start()
+    broker = make_broker(["store_mmap", "delay_wheel", "alloc"], groups=groups)
+    broker.create_topic(TOPIC, 1)
+    seen: list[tuple[float, int]] = []
+    consumer = _failing_push(broker, "custom", seen, clock)
+    broker.put(Message(TOPIC, b"poison"), 0)
+    for _ in range(30):
         consumer.consume_available()
-        assert done == []
         clock.advance(1)
-        consumer.consume_available()  # the second failure is the last attempt: DLQ, then "next"
-        assert done == [b"next"]
-        assert [m.body for m in _dead(broker, "%DLQ%ordered")] == [b"stuck"]
+    assert [r for _, r in seen] == [0, 1, 2]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(seen)]
+    assert 4 <= gaps[0] <= 6 and 7 <= gaps[1] <= 9, gaps  # arbitrary back-off: deliver times on the wheel
+    assert [(m.body, m.reconsume_times) for m in _dead(broker, "DEAD_custom")] == [(b"poison", 2)]
+
+
+def test_a_consumers_own_policy_or_max_reconsume_times_overrides_the_groups(make_broker: BrokerFactory,
+                                                                            clock: ManualClock) -> None:
+    broker = make_broker(["store_mmap", "delay_level", "alloc"])
+    broker.create_topic(TOPIC, 1)
+    seen: list[tuple[float, int]] = []
+    own = RedeliveryPolicy(max_attempts=2, backoff_s=(5,))  # 5 s is delay level 2: levels can express it
+    consumer = _failing_push(broker, "own", seen, clock, policy=own)
+    assert consumer.max_reconsume_times == 1
+    broker.put(Message(TOPIC, b"m"), 0)
+    for _ in range(10):
+        consumer.consume_available()
+        clock.advance(1)
+    assert [r for _, r in seen] == [0, 1] and 5 <= seen[1][0] <= 6
+    assert [m.body for m in _dead(broker, "%DLQ%own")] == [b"m"]
+    none = broker.push_consumer("none", lambda _m: ConsumeStatus.RECONSUME_LATER, background=False,
+                                max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
+    none.subscribe(TOPIC).start().consume_available()
+    assert [m.body for m in _dead(broker, "%DLQ%none")] == [b"m"]
+
+
+def test_orderly_consumers_dead_letter_after_the_policys_attempts(make_broker: BrokerFactory,
+                                                                 clock: ManualClock) -> None:
+    broker = make_broker(["store_mmap", "alloc"], groups={"ordered": {"max_delivery_attempts": 2}})
+    broker.create_topic(TOPIC, 1)
+    broker.put(Message(TOPIC, b"stuck"), 0)
+    broker.put(Message(TOPIC, b"next"), 0)
+    done: list[bytes] = []
+
+    def listener(messages: list[StoredMessage]) -> OrderlyStatus:
+        if messages[0].body == b"stuck":
+            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        done.extend(m.body for m in messages)
+        return OrderlyStatus.SUCCESS
+
+    consumer = broker.push_consumer("ordered", listener, orderly=True, background=False,
+                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe(TOPIC).start()
+    consumer.consume_available()
+    assert done == []
+    clock.advance(1)
+    consumer.consume_available()  # the second failure is the last attempt: DLQ, then "next"
+    assert done == [b"next"]
+    assert [m.body for m in _dead(broker, "%DLQ%ordered")] == [b"stuck"]

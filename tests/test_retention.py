@@ -29,6 +29,7 @@ from plugmq.core import (
     encode_msg_id,
     hookimpl,
 )
+from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.services import transactions_of
 
 TOPIC = "Keep"
@@ -148,24 +149,24 @@ def test_force_watermark_removes_unconsumed_data_logged_and_counted(tmp_path: Pa
           f"{segments - 1} rounds, {forced:.0f} unconsumed bytes counted, {len(warnings)} warnings")
 
 
-def test_txn_op_log_compacted_by_the_clock(tmp_path: Path) -> None:
-    clock = ManualClock()
+def test_txn_op_log_compacted_by_the_clock(make_broker: BrokerFactory, clock: ManualClock) -> None:
     options: dict[str, dict[str, Any]] = {"store_lmdb": {"file_reserved_hours": 1}, "txn": {"fsync": False}}
-    with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
-        broker.create_topic(TOPIC, 1)
-        producer = TransactionProducer(broker, "pg", lambda _m, _a: TransactionDecision.COMMIT,
-                                       lambda _m: TransactionDecision.COMMIT)
-        for i in range(1500):
-            producer.send_in_transaction(Message(TOPIC, i.to_bytes(4, "big")), None)
-        before = transactions_of(broker).metrics()["op_log_bytes"]
-        assert before > 64 << 10
-        clock.advance(RETENTION_INTERVAL_S)
-        after = transactions_of(broker).metrics()["op_log_bytes"]
-        assert after < before // 10 and broker.retention.removed["transactions"] == 1
-        metrics = transactions_of(broker).metrics()
-        assert metrics["compactions"] == 1 and metrics["committed"] == 1500
-    with Broker.open(tmp_path, plugins=["store_lmdb", "txn"], options=options, clock=clock) as broker:
-        assert transactions_of(broker).pending() == 0 and broker.max_offset(MessageQueue(TOPIC, broker.name, 0)) == 1500
+    broker = make_broker(["store_lmdb", "txn"], options=options)
+    broker.create_topic(TOPIC, 1)
+    producer = TransactionProducer(broker, "pg", lambda _m, _a: TransactionDecision.COMMIT,
+                                   lambda _m: TransactionDecision.COMMIT)
+    for i in range(1500):
+        producer.send_in_transaction(Message(TOPIC, i.to_bytes(4, "big")), None)
+    before = transactions_of(broker).metrics()["op_log_bytes"]
+    assert before > 64 << 10
+    clock.advance(RETENTION_INTERVAL_S)
+    after = transactions_of(broker).metrics()["op_log_bytes"]
+    assert after < before // 10 and broker.retention.removed["transactions"] == 1
+    metrics = transactions_of(broker).metrics()
+    assert metrics["compactions"] == 1 and metrics["committed"] == 1500
+    broker.close()
+    broker = make_broker(["store_lmdb", "txn"], options=options)
+    assert transactions_of(broker).pending() == 0 and broker.max_offset(MessageQueue(TOPIC, broker.name, 0)) == 1500
     print(f"\nFIGURES txn op log: 1500 committed transactions, op log {before} B -> {after} B at the next "
           "retention round")
 
