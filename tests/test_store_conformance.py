@@ -17,13 +17,6 @@ from plugmq.conformance.storage import (
     flip_newest_body,
 )
 
-try:
-    import plugmq.plugins.store_mmap  # noqa: F401
-except Exception as exc:  # noqa: BLE001 - reported as the skip reason: store_mmap is written in parallel
-    _MMAP_ERROR: str | None = f"plugmq.plugins.store_mmap does not import yet: {type(exc).__name__}: {exc}"
-else:
-    _MMAP_ERROR = None
-
 
 def _flip_everywhere(path: Path, needle: bytes, where: int) -> int:
     """Flip one byte at ``where`` inside every copy of ``needle`` in the file; how many copies."""
@@ -103,7 +96,6 @@ class TestRocksAsync(StoreConformance):
                               corrupt_tail=corrupt_rocks_tail)
 
 
-@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
 class TestMmapSync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
@@ -111,7 +103,6 @@ class TestMmapSync(StoreConformance):
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
-@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
 class TestMmapAsync(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
@@ -121,7 +112,6 @@ class TestMmapAsync(StoreConformance):
 
 # The same suite against store_mmap's pure-Python append kernel (the compiled one, the default, is
 # above): both kernels must keep every clause (test_store_mmap_appender.py: and write the same bytes).
-@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
 class TestMmapSyncPythonKernel(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
@@ -129,7 +119,6 @@ class TestMmapSyncPythonKernel(StoreConformance):
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
-@pytest.mark.skipif(_MMAP_ERROR is not None, reason=str(_MMAP_ERROR))
 class TestMmapAsyncPythonKernel(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
