@@ -37,9 +37,18 @@ def write_legacy_pop(directory: Path, store: MessageStore, *, group: str, topic:
     return [log, snapshot]
 
 
-def write_legacy_offsets(root: Path, group: str, table: Mapping[str, int]) -> Path:
-    """A clustering group's offset file (``<root>/offsets/<group>.json``)."""
-    path = root / "offsets" / f"{group}.json"
+def write_legacy_offsets(broker_dir: Path, group: str, table: Mapping[str, int], *, member: str | None = None,
+                         dlq_resend: bool = False) -> Path:
+    """An offset file under ``broker_dir`` (``<data_dir>/broker``) as plugmq wrote it before the journal:
+    a clustering group's (``offsets/<group>.json``), a broadcasting member's
+    (``offsets/broadcast/<group>/<member>.json``) or admin's dead-letter resend cursor
+    (``dlq-resend/<group>.json``). ``table``: ``"topic@broker@queue"`` -> offset."""
+    if dlq_resend:
+        path = broker_dir / "dlq-resend" / f"{group}.json"
+    elif member is not None:
+        path = broker_dir / "offsets" / "broadcast" / group / f"{member}.json"
+    else:
+        path = broker_dir / "offsets" / f"{group}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(table)), encoding="utf-8")
     return path
