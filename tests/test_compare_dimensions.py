@@ -4,7 +4,6 @@ on the real clock (millisecond delays, bursts due together)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from plugmq.measure.children import broker_toml
 from plugmq.spark.experiments import Experiment, expand_matrix, parse_experiments
 from plugmq.spark.replay import run_experiment
 from plugmq.testing import wait_for
+from tests.helpers import specs
 
 MMAP = {"store_mmap": {"flush": "async"}}
 BASE: dict[str, Any] = {
@@ -46,14 +46,7 @@ BASE: dict[str, Any] = {
 
 
 def spec_with(**changes: Any) -> dict[str, Any]:
-    data = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        node = data
-        keys = path.split("__")
-        for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        node[keys[-1]] = value
-    return data
+    return specs.spec_with(BASE, **changes)
 
 
 def experiment(data: dict[str, Any], workload: str, plugin_set: str) -> Experiment:

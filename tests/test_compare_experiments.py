@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -28,6 +27,7 @@ from plugmq.spark.sweep import (
     joiner_id,
     member_id,
 )
+from tests.helpers import specs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "compare"
 
@@ -50,17 +50,7 @@ BASE: dict[str, Any] = {
 
 
 def spec_with(**changes: Any) -> dict[str, Any]:
-    data = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        node = data
-        keys = path.split("__")
-        for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        if value is None:
-            del node[keys[-1]]
-        else:
-            node[keys[-1]] = value
-    return data
+    return specs.spec_with(BASE, **changes)
 
 
 # ------------------------------------------------------------------------------------------ file and matrix

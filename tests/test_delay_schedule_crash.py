@@ -17,14 +17,7 @@ from typing import Any
 
 import pytest
 
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    AppendStatus,
-    DelayContext,
-    ManualClock,
-    Prop,
-)
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayContext, ManualClock, Prop
 from plugmq.plugins.delay_schedule import DelayScheduleOptions, ScheduleDelayScheduler
 
 T0 = 1_700_000_000.0
@@ -156,12 +149,19 @@ def test_kill_mid_dispatch_then_restart(tmp_path: Path, kill_at: int) -> None:
     assert second.scheduler.pending() == 0
 
 
-def test_kill_exactly_between_delivery_and_dispatch_mark(tmp_path: Path) -> None:
+def killed_after_20_deliveries(tmp_path: Path) -> dict[str, int]:
+    """60 messages scheduled, then a child that delivers 20 of them and dies after the 20th's delivery,
+    before its dispatch mark. The messages' ids and deliver times."""
     uids = planned(60)
     first = Parent(tmp_path, DelayScheduleOptions(**OPTIONS))
     first.schedule_all(uids)
     first.scheduler.close()
     run_child(child_args(tmp_path, OPTIONS, die_after_delivery=20), kill_after_lines=None)
+    return uids
+
+
+def test_kill_exactly_between_delivery_and_dispatch_mark(tmp_path: Path) -> None:
+    uids = killed_after_20_deliveries(tmp_path)
 
     second = Parent(tmp_path, DelayScheduleOptions(**OPTIONS))
     assert len(second.topic_ids()) == 20
@@ -176,11 +176,7 @@ def test_kill_exactly_between_delivery_and_dispatch_mark(tmp_path: Path) -> None
 
 def test_without_was_delivered_an_in_doubt_message_is_delivered_again(tmp_path: Path) -> None:
     """No way to ask the broker: at-least-once, and only the in-doubt messages repeat."""
-    uids = planned(60)
-    first = Parent(tmp_path, DelayScheduleOptions(**OPTIONS))
-    first.schedule_all(uids)
-    first.scheduler.close()
-    run_child(child_args(tmp_path, OPTIONS, die_after_delivery=20), kill_after_lines=None)
+    uids = killed_after_20_deliveries(tmp_path)
     second = Parent(tmp_path, DelayScheduleOptions(**OPTIONS), ask=False)
     in_doubt_before = second.topic_ids()
     second.clock.set(T0 + 200)

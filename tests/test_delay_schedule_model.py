@@ -17,14 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import (
-    AppendRequest,
-    AppendResult,
-    AppendStatus,
-    DelayContext,
-    ManualClock,
-    Prop,
-)
+from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayContext, ManualClock, Prop
 from plugmq.plugins.delay_schedule import DelayScheduleOptions, ScheduleDelayScheduler
 
 T0 = 1_700_000_000.0  # a multiple of every tick used here

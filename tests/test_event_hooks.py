@@ -141,14 +141,19 @@ def test_message_delivered_for_each_message_a_group_pulls(make_broker: BrokerFac
     assert [(c["group"], c["message"].body) for c in observer.calls[2:]] == [("P", b"a"), ("P", b"b")]
 
 
+def fail_once(broker: Broker, body: bytes, **consumer_settings: Any) -> None:
+    """``body`` sent to topic T; group G's listener fails it once (one consume round)."""
+    broker.create_topic("T", 1)
+    broker.put(Message("T", body), 0)
+    consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
+                                    consume_from=ConsumeFrom.FIRST_OFFSET, **consumer_settings).subscribe("T").start()
+    consumer.consume_available()
+
+
 def test_message_retried_when_a_listener_asks_for_it(make_broker: BrokerFactory) -> None:
     observer = OnRetried("observer")
     broker = open_with(make_broker, observer)
-    broker.create_topic("T", 1)
-    broker.put(Message("T", b"flaky"), 0)
-    consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-    consumer.consume_available()
+    fail_once(broker, b"flaky")
     assert [(c["group"], c["message"].body, c["reconsume_times"]) for c in observer.calls] == [
         ("G", b"flaky", 1)]
     assert observer.calls[0]["message"].topic == "T", "the message as it was consumed"
@@ -158,12 +163,7 @@ def test_message_retried_when_a_listener_asks_for_it(make_broker: BrokerFactory)
 def test_message_dead_lettered_after_the_last_retry(make_broker: BrokerFactory) -> None:
     observer = OnDeadLettered("observer")
     broker = open_with(make_broker, observer)
-    broker.create_topic("T", 1)
-    broker.put(Message("T", b"poison"), 0)
-    consumer = broker.push_consumer("G", lambda ms: ConsumeStatus.RECONSUME_LATER, background=False,
-                                    max_reconsume_times=0,
-                                    consume_from=ConsumeFrom.FIRST_OFFSET).subscribe("T").start()
-    consumer.consume_available()
+    fail_once(broker, b"poison", max_reconsume_times=0)
     assert [(c["group"], c["message"].body) for c in observer.calls] == [("G", b"poison")]
     dead = broker.pull(broker.topic_queues(dlq_topic("G"))[0], 0, 8)
     assert [m.body for m in dead.messages] == [b"poison"], "the DLQ copy was stored before the event"

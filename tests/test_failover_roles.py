@@ -52,6 +52,16 @@ def follow(slave: Broker, master: Broker) -> None:
     wait_for(lambda: master.replication.status().slaves, WAIT_S, "the slave to connect")  # type: ignore[union-attr]
 
 
+def master_and_slave(group: Group, role: str = "async_master",
+                     plugins: Sequence[str] = PLUGINS) -> tuple[Broker, Broker]:
+    """Brokers a (promoted at epoch 1, TOPIC created on it) and b (following a)."""
+    a, b = group.open("a", 1, role, plugins), group.open("b", 2, role, plugins)
+    a.promote(1)
+    follow(b, a)
+    a.create_topic(TOPIC, 1)
+    return a, b
+
+
 def caught_up(slave: Broker, master: Broker) -> None:
     wait_for(lambda: end_of(slave), WAIT_S, "the slave to catch up", until=lambda end: end == end_of(master))
 
@@ -92,10 +102,7 @@ def test_state_follows_the_log_and_survives_promotion(group: Group) -> None:
     """Offsets, pop progress and transactions on the master; the slave follows them as they
     arrive; promoted, it delivers nothing acked again, keeps settled transactions settled and
     checks the open one back."""
-    a, b = group.open("a", 1, role="sync_master"), group.open("b", 2, role="sync_master")
-    a.promote(1)
-    follow(b, a)
-    a.create_topic(TOPIC, 1)
+    a, b = master_and_slave(group, "sync_master")
     for i in range(6):
         assert a.put(Message(TOPIC, f"m{i}".encode()), 0).status.value == "SEND_OK"
     consumer = a.simple_consumer("pop-g", {TOPIC: "*"})
@@ -129,10 +136,7 @@ def test_state_follows_the_log_and_survives_promotion(group: Group) -> None:
 
 
 def test_a_returning_old_master_is_cut_back_to_the_new_masters_history(group: Group) -> None:
-    a, b = group.open("a", 1), group.open("b", 2)
-    a.promote(1)
-    follow(b, a)
-    a.create_topic(TOPIC, 1)
+    a, b = master_and_slave(group)
     for i in range(5):
         a.put(Message(TOPIC, f"common-{i}".encode()), 0)
     caught_up(b, a)
@@ -212,10 +216,7 @@ def test_delayed_messages_due_before_during_and_after_a_failover(group: Group, d
     does not deliver its own stale copies of what the other master delivered meanwhile."""
     clock = group.clock
     plugins = [*PLUGINS, delay_plugin]
-    a, b = group.open("a", 1, "sync_master", plugins), group.open("b", 2, "sync_master", plugins)
-    a.promote(1)
-    follow(b, a)
-    a.create_topic(TOPIC, 1)
+    a, b = master_and_slave(group, "sync_master", plugins)
     queue = MessageQueue(TOPIC, a.name, 0)
     start_ms = clock.now_ms()
     # delay_level: level 3 = 10 s, 4 = 30 s, 5 = 60 s (RocketMQ's levels); delay_wheel: the same times.

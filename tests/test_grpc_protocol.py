@@ -26,6 +26,7 @@ from rocketmq.v5.util.signature import Signature
 
 from plugmq.broker.broker import Broker
 from plugmq.server import ServerOptions, ServerThread, parse_server_table
+from tests.helpers.clients import started
 
 TIMEOUT = 10
 
@@ -259,23 +260,16 @@ def test_signatures_and_permissions(secured: tuple[str, Any], metadata: list[tup
 
 def test_official_client_with_credentials(secured: tuple[str, Any]) -> None:
     address, _ = secured
-    good = Producer(ClientConfiguration(address, Credentials("writer", "w-secret")), ("Open",))
-    good.startup()
-    try:
+
+    def client_message(body: bytes) -> Message:
         message = Message()
         message.topic = "Open"
-        message.body = b"signed"
-        assert good.send(message).message_id
-    finally:
-        good.shutdown()
-    reader = Producer(ClientConfiguration(address, Credentials("reader", "r-secret")), ("Open",))
-    reader.startup()
-    try:
-        message = Message()
-        message.topic = "Open"
-        message.body = b"not allowed"
+        message.body = body
+        return message
+
+    with started(Producer(ClientConfiguration(address, Credentials("writer", "w-secret")), ("Open",))) as good:
+        assert good.send(client_message(b"signed")).message_id
+    with started(Producer(ClientConfiguration(address, Credentials("reader", "r-secret")), ("Open",))) as reader:
         with pytest.raises(ForbiddenException) as caught:
-            reader.send(message)
+            reader.send(client_message(b"not allowed"))
         assert caught.value.code == Code.FORBIDDEN
-    finally:
-        reader.shutdown()
