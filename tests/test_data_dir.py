@@ -15,6 +15,7 @@ from plugmq.broker.broker import Broker
 from plugmq.cli import main
 from plugmq.config.broker import load_config
 from plugmq.core import ConfigError, ManualClock
+from tests.fixtures.brokers import BrokerFactory
 
 PLUGINS = ["store_mmap", "filter_tag"]
 
@@ -83,9 +84,9 @@ def test_an_unwritable_place_is_refused(read_only_dir: Path) -> None:
         assert str(target) in str(info.value) and "writable" in str(info.value)
 
 
-def test_a_good_data_dir_is_created(tmp_path: Path) -> None:
-    with Broker.open(tmp_path / "a" / "b", plugins=PLUGINS, clock=ManualClock()) as broker:
-        assert broker.data_dir.is_dir()
+def test_a_good_data_dir_is_created(make_broker: BrokerFactory, tmp_path: Path) -> None:
+    broker = make_broker(PLUGINS, data_dir=tmp_path / "a" / "b")
+    assert broker.data_dir.is_dir()
 
 
 def test_check_config_checks_the_data_dir_and_creates_nothing(tmp_path: Path, read_only_dir: Path) -> None:

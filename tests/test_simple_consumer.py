@@ -26,6 +26,7 @@ from plugmq import (
 )
 from plugmq.core import Prop, hookimpl
 from plugmq.core.errors import ClientError, FilterSyntaxError, TopicError, ValidationError
+from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.legacy_state import write_legacy_pop
 
 TOPIC = "Jobs"
@@ -320,20 +321,20 @@ def test_delete_group_and_lanes_of_unknown_topics_are_collected(rig: Rig) -> Non
     assert {lane.topic for lane in rig.broker.pop.state.by_id.values()} == {TOPIC}
 
 
-def test_delete_group_is_refused_while_push_consumers_run(tmp_path: Path) -> None:
-    with Broker.open(tmp_path / "data", plugins=[*PLUGINS, "alloc"], clock=ManualClock()) as broker:
-        broker.create_topic(TOPIC, 1)
-        broker.put(Message(TOPIC, b"m"), 0)
-        consumer = broker.push_consumer("g", lambda _m: plugmq.ConsumeStatus.CONSUME_SUCCESS, background=False,
-                                        max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
-        consumer.subscribe(TOPIC).start()
-        consumer.consume_available()
-        with pytest.raises(ClientError, match="still has running consumers"):
-            broker.delete_group("g")
-        consumer.shutdown()
-        assert broker.consumer_offsets.group_names() == ["g"]
+def test_delete_group_is_refused_while_push_consumers_run(make_broker: BrokerFactory) -> None:
+    broker = make_broker([*PLUGINS, "alloc"])
+    broker.create_topic(TOPIC, 1)
+    broker.put(Message(TOPIC, b"m"), 0)
+    consumer = broker.push_consumer("g", lambda _m: plugmq.ConsumeStatus.CONSUME_SUCCESS, background=False,
+                                    max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer.subscribe(TOPIC).start()
+    consumer.consume_available()
+    with pytest.raises(ClientError, match="still has running consumers"):
         broker.delete_group("g")
-        assert broker.consumer_offsets.group_names() == []
+    consumer.shutdown()
+    assert broker.consumer_offsets.group_names() == ["g"]
+    broker.delete_group("g")
+    assert broker.consumer_offsets.group_names() == []
 
 
 # ------------------------------------------------------------------------------ state of older data dirs
@@ -402,7 +403,8 @@ time.sleep(3600)  # killed with SIGKILL before it gets further
 """
 
 
-def test_kill_9_of_a_consumer_process_keeps_acks_and_unacked_messages(tmp_path: Path) -> None:
+def test_kill_9_of_a_consumer_process_keeps_acks_and_unacked_messages(make_broker: BrokerFactory,
+                                                                     tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     start = 1_700_000_000.0
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(data_dir), str(start)],
@@ -420,18 +422,18 @@ def test_kill_9_of_a_consumer_process_keeps_acks_and_unacked_messages(tmp_path: 
         child.wait()
     assert child.returncode == -signal.SIGKILL
     clock = ManualClock(start=start)
-    with Broker.open(data_dir, plugins=["store_mmap", "filter_tag"], clock=clock) as broker:
-        consumer = broker.simple_consumer("crash-g", {"Durable": "*"})
-        never = consumer.receive(16, 30)
-        assert len(never) == 2 and all(m.delivery_attempt == 1 for m in never)
-        assert not {m.body.decode() for m in never} & set(report["acked"] + report["unacked"])
-        assert consumer.receive(16, 30) == []  # the unacked ones are still invisible: their 30 s hold
-        for message in never:
-            consumer.ack(message)
-        clock.advance(31)
-        again = consumer.receive(16, 30)
-        assert sorted(bodies(again)) == sorted(report["unacked"]) and {m.delivery_attempt for m in again} == {2}
-        for message in again:
-            consumer.ack(message)
-        clock.advance(600)
-        assert consumer.receive(16, 30) == []  # the acked ones never come back
+    broker = make_broker(["store_mmap", "filter_tag"], data_dir=data_dir, clock=clock)
+    consumer = broker.simple_consumer("crash-g", {"Durable": "*"})
+    never = consumer.receive(16, 30)
+    assert len(never) == 2 and all(m.delivery_attempt == 1 for m in never)
+    assert not {m.body.decode() for m in never} & set(report["acked"] + report["unacked"])
+    assert consumer.receive(16, 30) == []  # the unacked ones are still invisible: their 30 s hold
+    for message in never:
+        consumer.ack(message)
+    clock.advance(31)
+    again = consumer.receive(16, 30)
+    assert sorted(bodies(again)) == sorted(report["unacked"]) and {m.delivery_attempt for m in again} == {2}
+    for message in again:
+        consumer.ack(message)
+    clock.advance(600)
+    assert consumer.receive(16, 30) == []  # the acked ones never come back
