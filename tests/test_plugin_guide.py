@@ -1,4 +1,4 @@
-"""The README's plugin examples (```py blocks of "Writing a plugin") load as plugins and keep their contracts."""
+"""The plugin guide's examples (```py blocks of docs/plugins.md) load as plugins and keep their contracts."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from plugmq.conformance.filters import FilterConformance
 from plugmq.core import AllocationCapabilities, Family
 from plugmq.core.pluginmanager import LoadedPlugins, load_plugins
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 _BLOCK = re.compile(r"```py\n(.*?)```", re.DOTALL)
 
 
 def _plugins() -> dict[str, LoadedPlugins]:
     loaded = {}
-    for index, code in enumerate(_BLOCK.findall(README.read_text(encoding="utf-8"))):
+    for index, code in enumerate(_BLOCK.findall(GUIDE.read_text(encoding="utf-8"))):
         module = types.ModuleType(f"readme_plugin_{index}")
-        exec(compile(code, f"README.md py block {index}", "exec"), vars(module))
+        exec(compile(code, f"docs/plugins.md py block {index}", "exec"), vars(module))
         name = module.plugmq_declare().name
         loaded[name] = load_plugins([name], objects={name: module}, check_cardinality=False)
     return loaded

@@ -1,4 +1,4 @@
-"""Third-party plugins written from the README alone pass `plugmq conformance` with no clause skipped.
+"""Third-party plugins written from the plugin guide (docs/plugins.md) alone pass `plugmq conformance` with no clause skipped.
 
 examples/plugmq-rendezvous (allocation) and examples/plugmq-glob (filter) are installed in the venv
 by scripts/setup.sh like any third-party package. The runs here cap Hypothesis at a few examples
