@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from plugmq import Broker, ConsumeFrom, ConsumeStatus, ManualClock, Message
+from plugmq.broker.events import HandedOut
 from plugmq.core import Family, PluginDeclaration, StoredMessage, hookimpl
 from plugmq.core.names import dlq_topic, retry_topic
 from tests.fixtures.brokers import BrokerFactory
@@ -64,6 +65,13 @@ class OnDeadLettered(Recorder):
     @hookimpl
     def plugmq_message_dead_lettered(self, broker_name: str, consumer_group: str, message: StoredMessage) -> None:
         self.calls.append({"broker_name": broker_name, "group": consumer_group, "message": message})
+
+
+class OnAcked(Recorder):
+    @hookimpl
+    def plugmq_message_acked(self, broker_name: str, consumer_group: str, message: StoredMessage,
+                             client_id: str) -> None:
+        self.calls.append({"group": consumer_group, "message": message, "client": client_id})
 
 
 def open_with(make_broker: BrokerFactory, observer: Recorder) -> Broker:
@@ -215,3 +223,31 @@ def test_assembly_hooks_run_once_per_assembly(make_broker: BrokerFactory) -> Non
 
     make_broker([*PLUGINS, "counting"], plugin_objects={"counting": Counting()}).close()
     assert counts == {"declare": 1, "configure": 1, "filter_compilers": 1, "allocate_strategies": 1}
+
+
+def test_message_acked_for_each_pop_ack_with_the_stored_message(make_broker: BrokerFactory) -> None:
+    observer = OnAcked("observer")
+    broker = open_with(make_broker, observer)
+    broker.create_topic("T", 1)
+    sent = [broker.put(Message("T", body, keys=body.decode()), 0) for body in (b"a", b"b", b"c")]
+    consumer = broker.simple_consumer("G", {"T": "*"}, client_id="c-1")
+    received = consumer.receive(16, invisible_duration_s=30)
+    for message in received[:2]:
+        consumer.ack(message)
+    acked = [(c["group"], c["client"], c["message"].body, c["message"].queue_offset) for c in observer.calls]
+    assert acked == [("G", "c-1", b"a", sent[0].queue_offset), ("G", "c-1", b"b", sent[1].queue_offset)]
+
+
+def test_handed_out_messages_are_kept_within_their_byte_budget() -> None:
+    kept = HandedOut(budget_bytes=10)
+    messages = [StoredMessage(topic="T", queue_id=0, body=b"x" * 4, properties={}, queue_offset=i,
+                              commit_log_offset=100 * i, size=100, tags_code=0, born_timestamp_ms=0,
+                              store_timestamp_ms=0, born_host="127.0.0.1:1", store_host="127.0.0.1:2")
+                for i in range(4)]
+    kept.keep(messages[:2])
+    assert kept.get(0) is messages[0] and kept.get(100) is messages[1]
+    kept.keep(messages[2:])  # 16 bytes > 10: the oldest go first
+    assert kept.get(0) is None and kept.get(100) is None
+    assert kept.get(200) is messages[2] and kept.get(300) is messages[3]
+    kept.keep(messages[3:])  # kept already: counted once
+    assert kept.get(300) is messages[3] and kept.get(200) is messages[2]

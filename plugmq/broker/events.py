@@ -17,7 +17,11 @@ from plugmq.core.errors import ValidationError
 from plugmq.core.message import AppendRequest, AppendResult, StoredMessage
 from plugmq.core.pluginmanager import LoadedPlugins
 
-__all__ = ["Arrivals", "Events"]
+__all__ = ["Arrivals", "Events", "HandedOut"]
+
+# What the acked and invisible-changed events may keep of delivered messages, so that an observer
+# of acks (the trace plugin) costs no store read per ack: bodies of up to this many bytes in all.
+HANDED_OUT_BYTES = 32 << 20
 
 
 class Arrivals:
@@ -48,6 +52,37 @@ class Arrivals:
                 self._waiting -= 1
 
 
+class HandedOut:
+    """Messages recently handed to consumers, by commit-log offset, within a budget of body bytes. Thread-safe.
+
+    An ack names a message by its offset only; reading it back from the store to tell an observer
+    costs a decode per ack. Acks come soon after deliveries, so the delivered objects (alive until
+    the consumer is done with them anyway) answer most of them. The oldest go first when the
+    budget is spent; a miss reads the store as before.
+    """
+
+    def __init__(self, budget_bytes: int = HANDED_OUT_BYTES) -> None:
+        self._budget = budget_bytes
+        self._held = 0
+        self._messages: dict[int, StoredMessage] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, messages: Sequence[StoredMessage]) -> None:
+        with self._lock:
+            held, kept = self._held, self._messages
+            for message in messages:
+                if message.commit_log_offset not in kept:
+                    kept[message.commit_log_offset] = message
+                    held += len(message.body)
+            while held > self._budget and kept:
+                held -= len(kept.pop(next(iter(kept))).body)
+            self._held = held
+
+    def get(self, commit_log_offset: int) -> StoredMessage | None:
+        """The message handed out at ``commit_log_offset``, if still kept (other groups may ask too)."""
+        return self._messages.get(commit_log_offset)  # a dict read: atomic
+
+
 class Events:
     """The broker's event hooks, and the traffic counters of what consumers were handed."""
 
@@ -57,6 +92,7 @@ class Events:
         self._hooks = plugins.hooks
         self._store = store
         self._traffic = traffic
+        self._handed_out = HandedOut()
 
     @property
     def observing_stored(self) -> bool:
@@ -83,7 +119,10 @@ class Events:
         """``group`` was handed ``messages`` (pulled, popped or redelivered) by client ``client_id``."""
         if group and messages:
             self._traffic.delivered(group, messages)
-        if group and messages and self._hooks.observers.message_delivered:
+        observers = self._hooks.observers
+        if group and messages and (observers.message_acked or observers.message_invisible_changed):
+            self._handed_out.keep(messages)
+        if group and messages and observers.message_delivered:
             for message in messages:  # a pop redelivery knows its attempt; a pulled message is its first try
                 attempt = (message.delivery_attempt if type(message) is ReceivedMessage
                            else message.reconsume_times + 1)
@@ -98,7 +137,7 @@ class Events:
     def pop_acked(self, group: str, commit_log_offset: int, size: int, client_id: str = "") -> None:
         """A pop consumer acked the message at ``commit_log_offset`` (read back only for an observer)."""
         if self._hooks.observers.message_acked:
-            message = self._store.read(commit_log_offset, size)
+            message = self._handed_out_or_read(commit_log_offset, size)
             if message is not None:
                 self._hooks.message_acked(self._name, group, message, client_id)
 
@@ -106,9 +145,15 @@ class Events:
                           invisible_ms: int, gave_up: bool) -> None:
         """A pop consumer changed a message's invisible time (read back only for an observer)."""
         if self._hooks.observers.message_invisible_changed:
-            message = self._store.read(commit_log_offset, size)
+            message = self._handed_out_or_read(commit_log_offset, size)
             if message is not None:
                 self._hooks.message_invisible_changed(self._name, group, message, client_id, invisible_ms, gave_up)
+
+    def _handed_out_or_read(self, commit_log_offset: int, size: int) -> StoredMessage | None:
+        message = self._handed_out.get(commit_log_offset)
+        if message is None:
+            message = self._store.read(commit_log_offset, size)
+        return message
 
     def retried(self, group: str, message: StoredMessage, reconsume_times: int) -> None:
         """A consumer of ``group`` gave up on ``message`` for now; it comes back later."""
