@@ -106,21 +106,7 @@ def recover(
         return max(first, min(offset, last_end))
 
     written = {(cq.topic, cq.queue_id): cq.newest_written() for cq in cqs}  # before anything is cut
-
-    if checkpoint is not None:
-        check_from = clamp(checkpoint.min_offset)
-        if cl.regrown:  # a truncated segment: check from its start at least
-            check_from = min(check_from, min(cl.regrown))
-        elif not crashed:
-            newest = _newest_record(written, checkpoint.commit_log_offset)
-            if newest is not None and first <= newest:  # re-checked: a damaged one is cut, as after a crash
-                check_from = min(check_from, newest)
-            if check_segments and segments:
-                tail = clamp(checkpoint.commit_log_offset - 1)
-                i = max(0, next((k for k, s in enumerate(segments) if s.start <= tail < s.end), len(segments) - 1))
-                check_from = min(check_from, segments[max(0, i - (check_segments - 1))].start)
-    else:
-        check_from = first
+    check_from = _check_from(cl, checkpoint, written, crashed=crashed, check_segments=check_segments, clamp=clamp)
 
     checked = scan_log(cl, kernel, check_from)
     end, damage = checked.end, checked.damage
@@ -140,44 +126,21 @@ def recover(
     if not index_complete:
         index_from = first
 
-    tops = {key: top for key, (top, _entry) in written.items()}
     for cq in cqs:
         cq.cut(cq_from)
     index.cut(index_from)
 
-    redispatched = 0
-    unindexed: IndexEntries | None = None
-    if min(cq_from, index_from) < end:
-        start = min(cq_from, index_from)
-        found = scan_log(cl, kernel, start, limit=end, rows=cq_from < end,
-                         keys=(2 if index_unique_id else 1) if index_from < end else 0)
-        if found.end != end:  # cannot happen: the same records were sound a moment ago
-            log.error("re-dispatch stopped early", start=start, reached=found.end, end=end)
-        redispatched = found.count
-        if found.count:
-            last_ts = found.last_ts
-        _dispatch_to_queues(cqs, found, cq_from)
-        unindexed = _dispatch_to_index(index, found, index_from)
-    index.indexed_upto = index_from if unindexed is not None else end
-    records_cut = 0
-    for cq in cqs:
-        cq.fix_min_offset(first)
-        lost_here = tops.get((cq.topic, cq.queue_id), 0) - cq.max_offset
-        if lost_here > 0:  # the queue had entries for records the cut tail held
-            records_cut += lost_here
-            log.warning("messages lost with the cut tail", topic=cq.topic, queue=cq.queue_id, count=lost_here,
-                        first_queue_offset=cq.max_offset)
+    redispatched, unindexed, dispatched_ts = _redispatch(cl, cqs, index, kernel, cq_from, index_from, end,
+                                                         index_unique_id=index_unique_id)
+    if dispatched_ts is not None:
+        last_ts = dispatched_ts
+    records_cut = _count_cut_records(cqs, written, first)
 
-    entries_checked = repaired = 0
+    entries_checked = 0
     lost: dict[tuple[str, int], set[int]] = {}
+    repaired = 0
     if crashed or not cq_complete or cl.regrown or damage:
-        # Entries written before the checkpoint were not re-dispatched: check them against the log.
-        for cq in cqs:
-            entries_checked += max(0, cq.max_offset - cq.min_offset)
-            fixed, gone = repair_queue(cl, cq, cq.min_offset, cq.max_offset, end, kernel)
-            repaired += fixed
-            if gone:
-                lost[(cq.topic, cq.queue_id)] = set(gone)
+        entries_checked, repaired, lost = _check_queue_entries(cl, cqs, end, kernel)
     # What recovery wrote into queues and index is not flushed here: the store's checkpoint keeps
     # saying they are durable only up to consume_queue_from / index_from until the flush thread's
     # first round has flushed them (start-up does not wait for that I/O).
@@ -201,6 +164,84 @@ def recover(
     )
     log.info("store_mmap recovered", **attrs.asdict(report))
     return Recovered(report, unindexed, lost)
+
+
+def _check_from(cl: CommitLog, checkpoint: CheckpointData | None,
+                written: dict[tuple[str, int], tuple[int, tuple[int, int] | None]], *, crashed: bool,
+                check_segments: int, clamp: Callable[[int], int]) -> int:
+    """Where the scan of the log starts: the checkpoint's durable point, or earlier when in doubt."""
+    segments = cl.segments
+    first = segments[0].start if segments else 0
+    if checkpoint is None:
+        return first
+    check_from = clamp(checkpoint.min_offset)
+    if cl.regrown:  # a truncated segment: check from its start at least
+        return min(check_from, min(cl.regrown))
+    if crashed:
+        return check_from
+    newest = _newest_record(written, checkpoint.commit_log_offset)
+    if newest is not None and first <= newest:  # re-checked: a damaged one is cut, as after a crash
+        check_from = min(check_from, newest)
+    if check_segments and segments:
+        tail = clamp(checkpoint.commit_log_offset - 1)
+        i = max(0, next((k for k, s in enumerate(segments) if s.start <= tail < s.end), len(segments) - 1))
+        check_from = min(check_from, segments[max(0, i - (check_segments - 1))].start)
+    return check_from
+
+
+def _redispatch(cl: CommitLog, cqs: ConsumeQueues, index: IndexService, kernel: ScanKernel, cq_from: int,
+                index_from: int, end: int, *, index_unique_id: bool) -> tuple[int, IndexEntries | None, int | None]:
+    """Queue and index entries of the records from ``cq_from`` / ``index_from`` to ``end``, written again.
+
+    Returns (records re-dispatched, index entries the index had no room for, the last record's store
+    time, None when no record was re-dispatched)."""
+    unindexed: IndexEntries | None = None
+    count = 0
+    last_ts: int | None = None
+    if min(cq_from, index_from) < end:
+        start = min(cq_from, index_from)
+        found = scan_log(cl, kernel, start, limit=end, rows=cq_from < end,
+                         keys=(2 if index_unique_id else 1) if index_from < end else 0)
+        if found.end != end:  # cannot happen: the same records were sound a moment ago
+            log.error("re-dispatch stopped early", start=start, reached=found.end, end=end)
+        count = found.count
+        if found.count:
+            last_ts = found.last_ts
+        _dispatch_to_queues(cqs, found, cq_from)
+        unindexed = _dispatch_to_index(index, found, index_from)
+    index.indexed_upto = index_from if unindexed is not None else end
+    return count, unindexed, last_ts
+
+
+def _count_cut_records(cqs: ConsumeQueues, written: dict[tuple[str, int], tuple[int, tuple[int, int] | None]],
+                       first: int) -> int:
+    """Messages whose queue entries pointed into the cut tail (each queue's top before and after)."""
+    records_cut = 0
+    for cq in cqs:
+        cq.fix_min_offset(first)
+        top = written.get((cq.topic, cq.queue_id), (0, None))[0]
+        lost_here = top - cq.max_offset
+        if lost_here > 0:  # the queue had entries for records the cut tail held
+            records_cut += lost_here
+            log.warning("messages lost with the cut tail", topic=cq.topic, queue=cq.queue_id, count=lost_here,
+                        first_queue_offset=cq.max_offset)
+    return records_cut
+
+
+def _check_queue_entries(cl: CommitLog, cqs: ConsumeQueues, end: int, kernel: ScanKernel
+                         ) -> tuple[int, int, dict[tuple[str, int], set[int]]]:
+    """Entries written before the checkpoint were not re-dispatched: check them against the log.
+
+    Returns (entries checked, entries repaired, queue -> offsets whose record is gone)."""
+    checked = repaired = 0
+    lost: dict[tuple[str, int], set[int]] = {}
+    for cq in cqs:
+        checked += max(0, cq.max_offset - cq.min_offset)
+        fixed, gone = repair_queue(cl, cq, cq.min_offset, cq.max_offset, end, kernel)
+        repaired += fixed
+        if gone:
+            lost[(cq.topic, cq.queue_id)] = set(gone)
+    return checked, repaired, lost
 
 
 def _newest_record(newest: dict[tuple[str, int], tuple[int, tuple[int, int] | None]], end: int) -> int | None:
