@@ -265,38 +265,15 @@ class PyAppender:
         known = self._topics.get(topic)
         if known is None:
             known = self._learn_topic(topic)
-        queue_id = req.queue_id
-        if not isinstance(queue_id, int):
-            raise ValidationError(f"append request field queue_id must be an int, got {queue_id!r}")
-        if queue_id < 0:
-            raise ValidationError(f"queue id must be >= 0, got {queue_id}")
-        if queue_id > _INT32[1]:
-            _out_of_range("queue_id", queue_id)
+        queue_id = _checked_queue_id(req.queue_id)
         body = req.body
         if not isinstance(body, bytes):
             raise ValidationError(f"append request body must be bytes, got {type(body).__name__}")
         body_len = len(body)
         if body_len > self._max_body:
             check_body_size(body, self._max_body, topic=topic)
-        for name, (low, high) in _INT_FIELDS:  # in the compiled kernel's order, with its words
-            value = getattr(req, name)
-            if not isinstance(value, int):
-                raise ValidationError(f"append request field {name} must be an int, got {value!r}")
-            if not low <= value <= high:
-                _out_of_range(name, value)
-        props: Mapping[str, str] = req.properties
-        born_host = req.born_host
-        if not isinstance(born_host, str):
-            raise ValidationError(f"born_host must be a string 'ip:port', got {born_host!r}")
-        born = _HOSTS.get(born_host, b"")
-        if born == b"":
-            born = host_bytes(born_host)
-        flag = 0
-        if born is None:
-            props = {k: v for k, v in props.items() if k != BORN_HOST_PROPERTY}
-            props[BORN_HOST_PROPERTY] = born_host
-            born = _NO_HOST
-            flag = FLAG_BORN_HOST_IN_PROPS
+        _check_int_fields(req)
+        born, flag, props = _born_host(req.born_host, req.properties)
         if props:
             tail = build_tail(known[0], serialize_properties(props))
             tail_crc = zlib.crc32(tail)
@@ -467,3 +444,37 @@ def _compiled_settings(module: Any, settings: dict[str, Any]) -> dict[str, Any]:
         "index_unique": settings["index_unique"],
         "last_ts": settings["last_ts"],
     }
+
+
+def _checked_queue_id(queue_id: object) -> int:
+    if not isinstance(queue_id, int):
+        raise ValidationError(f"append request field queue_id must be an int, got {queue_id!r}")
+    if queue_id < 0:
+        raise ValidationError(f"queue id must be >= 0, got {queue_id}")
+    if queue_id > _INT32[1]:
+        _out_of_range("queue_id", queue_id)
+    return queue_id
+
+
+def _check_int_fields(req: AppendRequest) -> None:
+    for name, (low, high) in _INT_FIELDS:  # in the compiled kernel's order, with its words
+        value = getattr(req, name)
+        if not isinstance(value, int):
+            raise ValidationError(f"append request field {name} must be an int, got {value!r}")
+        if not low <= value <= high:
+            _out_of_range(name, value)
+
+
+def _born_host(born_host: object, props: Mapping[str, str]) -> tuple[bytes, int, Mapping[str, str]]:
+    """The born host as the record's 8 bytes, the flag, and the properties (a host that is not
+    IPv4 ``ip:port`` goes into a property, as RocketMQ does for IPv6)."""
+    if not isinstance(born_host, str):
+        raise ValidationError(f"born_host must be a string 'ip:port', got {born_host!r}")
+    born = _HOSTS.get(born_host, b"")
+    if born == b"":
+        born = host_bytes(born_host)
+    if born is not None:
+        return born, 0, props
+    moved = {k: v for k, v in props.items() if k != BORN_HOST_PROPERTY}
+    moved[BORN_HOST_PROPERTY] = born_host
+    return _NO_HOST, FLAG_BORN_HOST_IN_PROPS, moved
