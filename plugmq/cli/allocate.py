@@ -112,18 +112,7 @@ def _split_ids(spec: str) -> list[str]:
 def command(strategy: str, queue_specs: tuple[str, ...], consumers: str, param_items: tuple[str, ...],
             consumer_group: str, as_json: bool) -> None:
     """Show every consumer's queues under a strategy, inputs sorted as RocketMQ's rebalance sorts them."""
-    try:
-        queues = [q for spec in queue_specs for q in parse_queues(spec)]
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--queues") from exc
-    try:
-        ids = _split_ids(consumers)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--consumers") from exc
-    try:
-        params = parse_params(param_items)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--param") from exc
+    queues, ids, params = _arguments(queue_specs, consumers, param_items)
 
     # Imported here: loading every installed plugin is not needed to parse the arguments.
     from plugmq.core.pluginmanager import installed_allocate_strategies
@@ -153,9 +142,30 @@ def command(strategy: str, queue_specs: tuple[str, ...], consumers: str, param_i
             "unassigned": [_queue_json(q) for q in unassigned],
         }, indent=2))
         return
+    _print_table(f"{strategy}: {len(sorted_queues)} queues, {len(sorted_ids)} consumers", assignment, unassigned)
 
+
+def _arguments(queue_specs: tuple[str, ...], consumers: str, param_items: tuple[str, ...]
+               ) -> tuple[list[MessageQueue], list[str], dict[str, Any]]:
+    """The queues, consumer ids and strategy parameters, each error naming its option."""
+    try:
+        queues = [q for spec in queue_specs for q in parse_queues(spec)]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queues") from exc
+    try:
+        ids = _split_ids(consumers)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--consumers") from exc
+    try:
+        params = parse_params(param_items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--param") from exc
+    return queues, ids, params
+
+
+def _print_table(title: str, assignment: dict[str, list[MessageQueue]], unassigned: list[MessageQueue]) -> None:
     # Text cells: broker names like "b:x:" must not turn into emoji or markup.
-    table = Table(title=f"{strategy}: {len(sorted_queues)} queues, {len(sorted_ids)} consumers")
+    table = Table(title=title)
     table.add_column("consumer")
     table.add_column("#", justify="right")
     table.add_column("queues")
