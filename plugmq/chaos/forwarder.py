@@ -271,16 +271,9 @@ class Forwarder:
                 continue
             if state.frozen or pipe.blackholed:
                 continue
-            masks = {pipe.peer: 0, pipe.upstream: 0}
-            for direction in pipe.directions:
-                if not direction.ended and direction.queued < self._buffer_bytes:
-                    masks[direction.source] |= selectors.EVENT_READ
-                if direction.queue:
-                    release = direction.queue[0][0]
-                    if release <= now:
-                        masks[direction.sink] |= selectors.EVENT_WRITE
-                    else:
-                        next_release = release if next_release is None else min(next_release, release)
+            masks, release = self._pipe_masks(pipe, now)
+            if release is not None:
+                next_release = release if next_release is None else min(next_release, release)
             for sock, mask in masks.items():
                 if mask:
                     wanted[sock] = (mask, pipe)
@@ -293,6 +286,21 @@ class Forwarder:
             else:
                 self._selector.register(sock, mask, data)
         return None if next_release is None else max(0.0, next_release - now)
+
+    def _pipe_masks(self, pipe: _Pipe, now: float) -> tuple[dict[socket.socket, int], float | None]:
+        """What a connected pipe's two sockets wait for, and when its next held-back bytes are due."""
+        masks = {pipe.peer: 0, pipe.upstream: 0}
+        next_release: float | None = None
+        for direction in pipe.directions:
+            if not direction.ended and direction.queued < self._buffer_bytes:
+                masks[direction.source] |= selectors.EVENT_READ
+            if direction.queue:
+                release = direction.queue[0][0]
+                if release <= now:
+                    masks[direction.sink] |= selectors.EVENT_WRITE
+                else:
+                    next_release = release if next_release is None else min(next_release, release)
+        return masks, next_release
 
     def _drain_wake(self) -> None:
         try:

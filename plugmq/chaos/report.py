@@ -56,26 +56,8 @@ def write_timeline(path: Path, events: Sequence[Event], checked: CheckResult, mo
     roles = [e for e in events if isinstance(e, RoleSample)]
     end = max([s.t1 for s in sends] + [a.t1 for a in acks] + [w.t1 for w in windows] + [1.0])
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(12, 6), sharex=True, height_ratios=[3, 1])
-    for label, times, colour in (("send OK", [s.t1 for s in sends if s.ok], "tab:blue"),
-                                 ("send failed", [s.t1 for s in sends if not s.ok], "tab:red"),
-                                 ("ack OK", [a.t1 for a in acks if a.ok], "tab:green")):
-        x, y = _rate(times, end)
-        top.step(x, y, where="post", label=label, color=colour, linewidth=1)
-    for window in windows:
-        top.axvspan(window.t0, window.t1, color="tab:orange", alpha=0.2)
-        top.text(window.t0, 1.0, f"{window.name} #{window.round}\n{window.target}", fontsize=7, va="top",
-                 transform=top.get_xaxis_transform())
-    lost = set(checked.lost)
-    lost_times = [s.t1 for s in sends if s.ok and s.body in lost]
-    if lost_times:
-        top.plot(lost_times, [0] * len(lost_times), "x", color="black", label=f"acked, then lost ({len(lost)})")
-    redelivered = [r.delivered_at for r in checked.redelivered_after_ack]
-    if redelivered:
-        top.plot(redelivered, [0] * len(redelivered), "v", color="purple",
-                 label=f"redelivered after an OK ack ({len(redelivered)})")
-    stale = [a.acked_at for a in checked.stale_acks]
-    if stale:
-        top.plot(stale, [0] * len(stale), "^", color="tab:brown", label=f"acked by a deposed master ({len(stale)})")
+    _draw_rates(top, sends, acks, windows, end)
+    _mark_broken_promises(top, sends, checked)
     top.set_ylabel(f"operations / s ({_BIN_S:g} s bins)")
     top.legend(loc="upper right", fontsize=8)
     spans = _master_spans(roles, {mode}, end)
@@ -86,6 +68,32 @@ def write_timeline(path: Path, events: Sequence[Event], checked: CheckResult, mo
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _draw_rates(axes: Any, sends: list[Send], acks: list[Ack], windows: list[FaultWindow], end: float) -> None:
+    """Send OK / send failed / ack OK rates as steps, each fault's window shaded and named."""
+    for label, times, colour in (("send OK", [s.t1 for s in sends if s.ok], "tab:blue"),
+                                 ("send failed", [s.t1 for s in sends if not s.ok], "tab:red"),
+                                 ("ack OK", [a.t1 for a in acks if a.ok], "tab:green")):
+        x, y = _rate(times, end)
+        axes.step(x, y, where="post", label=label, color=colour, linewidth=1)
+    for window in windows:
+        axes.axvspan(window.t0, window.t1, color="tab:orange", alpha=0.2)
+        axes.text(window.t0, 1.0, f"{window.name} #{window.round}\n{window.target}", fontsize=7, va="top",
+                  transform=axes.get_xaxis_transform())
+
+
+def _mark_broken_promises(axes: Any, sends: list[Send], checked: CheckResult) -> None:
+    """Marks on the time axis: acked-then-lost sends, redeliveries after an OK ack, deposed masters' acks."""
+    lost = set(checked.lost)
+    redelivered = [r.delivered_at for r in checked.redelivered_after_ack]
+    stale = [a.acked_at for a in checked.stale_acks]
+    marks = (([s.t1 for s in sends if s.ok and s.body in lost], "x", "black", f"acked, then lost ({len(lost)})"),
+             (redelivered, "v", "purple", f"redelivered after an OK ack ({len(redelivered)})"),
+             (stale, "^", "tab:brown", f"acked by a deposed master ({len(stale)})"))
+    for times, marker, colour, label in marks:
+        if times:
+            axes.plot(times, [0] * len(times), marker, color=colour, label=label)
 
 
 def _recovery(seconds: dict[str, Any]) -> str:
