@@ -1,11 +1,14 @@
 """Child process of the delay kill clause: schedule, then dispatch on a ManualClock until killed.
 
 Run as ``python -m plugmq.conformance._delay_child PLUGIN STORE_PLUGIN DATA_DIR START_MS COUNT
-UNTIL_MS STEP_MS [SELF_KILL_AFTER]``. It opens the store and the scheduler in DATA_DIR on a ManualClock at
+UNTIL_MS STEP_MS [SELF_KILL_AFTER [RESCHEDULE]]``. It opens the store and the scheduler in DATA_DIR on a ManualClock at
 START_MS, schedules COUNT messages (plan below), starts the scheduler, then moves the clock in
 STEP_MS steps to UNTIL_MS. Every line on stdout is written only after the fact it reports:
 
 - ``S <index> <due_ms>``  ``schedule`` returned for message ``index`` (accepted);
+- ``R <index> <due_ms>``  with RESCHEDULE = 1: ``reschedule`` of message ``index`` to ``due_ms``
+                          returned its new result (every message is moved once, after all are
+                          scheduled and before the clock moves: see :func:`moved_due`);
 - ``T <ms>``              the clock is about to move to ``ms`` (it never goes further);
 - ``D <uid>``             the write-back of ``uid`` to its real topic returned;
 - ``DONE``                every step ran (the parent meant to kill before this).
@@ -56,6 +59,12 @@ def plan(index: int, levels_ms: tuple[int, ...] | None) -> tuple[int | None, int
     return None, 200 + (index * 7919) % 20_000
 
 
+def moved_due(index: int, start_ms: int) -> int:
+    """Where the reschedule run moves message ``index``: 1 to 31 s after the start, so some
+    messages move earlier and some later than :func:`plan` put them."""
+    return start_ms + 1000 + (index * 4273) % 30_000
+
+
 def was_delivered_in(store: MessageStore) -> WasDelivered:
     from plugmq.core import Prop
 
@@ -73,6 +82,7 @@ def main(argv: list[str]) -> int:
     plugin, store_plugin, data_dir = argv[1], argv[2], Path(argv[3])
     start_ms, count, until_ms, step_ms = (int(x) for x in argv[4:8])
     self_kill_after = int(argv[8]) if len(argv) > 8 else 0
+    reschedule = len(argv) > 9 and argv[9] == "1"
     from plugmq.broker.components import open_delay_scheduler, open_store
     from plugmq.core import AppendRequest, ManualClock, Prop, tags_code
     from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
@@ -106,6 +116,7 @@ def main(argv: list[str]) -> int:
                                      deliver_batch=deliver_batch)
     scheduler.start()
     levels = scheduler.capabilities.levels_ms
+    ids: list[str] = []
     for index in range(count):
         level, delay = plan(index, levels)
         due = clock.now_ms() + (delay if level is None else (levels or DEFAULT_DELAY_LEVELS_MS)[level - 1])
@@ -113,8 +124,16 @@ def main(argv: list[str]) -> int:
                  Prop.DELAY_LEVEL if level is not None else Prop.DELIVER_AT_MS: str(level or due)}
         request = AppendRequest(topic=TOPIC, queue_id=index % QUEUES, body=f"kill body {index}".encode(),
                                 properties=props, tags_code=tags_code("Kill"), born_timestamp_ms=start_ms)
-        scheduler.schedule(request, deliver_at_ms=due, delay_level=level)
+        ids.append(scheduler.schedule(request, deliver_at_ms=due, delay_level=level).msg_id)
         os.write(out, f"S {index} {due}\n".encode())
+    if reschedule:
+        from plugmq.core.contracts.delay import ReschedulableDelay
+
+        assert isinstance(scheduler, ReschedulableDelay)
+        for index, msg_id in enumerate(ids):
+            if scheduler.reschedule(msg_id, moved_due(index, start_ms)) is None:
+                raise SystemExit(f"reschedule of pending message {index} answered None")
+            os.write(out, f"R {index} {moved_due(index, start_ms)}\n".encode())
     now = clock.now_ms()
     while now < until_ms:
         now = min(until_ms, now + step_ms)

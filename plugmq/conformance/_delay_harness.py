@@ -33,6 +33,7 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
+from plugmq.core.contracts.delay import ReschedulableDelay
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 
 __all__ = ["STORE_ENV", "DelayHarness", "Delivery", "Sent", "pick_store"]
@@ -188,6 +189,19 @@ class DelayHarness:
         self._seq += 1
         self.sent[uid] = sent
         return sent
+
+    def reschedule(self, uid: str, due_ms: int) -> Sent | None:
+        """Move ``uid`` with the scheduler's ``reschedule``; on success the record of what was
+        sent follows it (new deliver time and msg id, moved "now": it orders like a new send)."""
+        assert isinstance(self.scheduler, ReschedulableDelay)
+        old = self.sent[uid]
+        result = self.scheduler.reschedule(old.msg_id, due_ms)
+        if result is None:
+            return None
+        moved = Sent(uid, self._seq, due_ms, None, old.request, result.msg_id, self.clock.now_ms())
+        self._seq += 1
+        self.sent[uid] = moved
+        return moved
 
     def some_delay(self, rng: random.Random, *, longest_ms: int = 120_000) -> dict[str, int]:
         """Keyword arguments of :meth:`send` for a delay this strategy can express."""

@@ -21,6 +21,7 @@ class ChildRun:
     def __init__(self) -> None:
         self.accepted: set[int] = set()
         self.due: dict[int, int] = {}
+        self.moved: set[int] = set()  # rescheduled (the reschedule run)
         self.delivered: list[str] = []
         self.clock_ms = 0
         self.done = False
@@ -40,12 +41,14 @@ def _lines_of(kind: str, count: int) -> Callable[[bytes], bool]:
 
 
 def run_child(h: DelayHarness, tmp_path: Path, *, start: int, count: int, until: int,
-              kill_after: tuple[str, int] | None, self_kill_after: int = 0) -> ChildRun:
+              kill_after: tuple[str, int] | None, self_kill_after: int = 0, reschedule: bool = False) -> ChildRun:
     """Run the child until it printed ``kill_after[1]`` lines of kind ``kill_after[0]``, SIGKILL it
-    (or, with ``self_kill_after``, until it SIGKILLs itself after that many write-backs)."""
+    (or, with ``self_kill_after``, until it SIGKILLs itself after that many write-backs). With
+    ``reschedule`` it moves every message once after scheduling them all (``R`` lines)."""
     received = run_until_killed(
         "plugmq.conformance._delay_child",
-        [h.plugin, h.store_plugin, str(h.data_dir), str(start), str(count), str(until), "250", str(self_kill_after)],
+        [h.plugin, h.store_plugin, str(h.data_dir), str(start), str(count), str(until), "250", str(self_kill_after),
+         "1" if reschedule else "0"],
         tmp_path / f"child-{start}-{count}.log", None if kill_after is None else _lines_of(*kill_after))
     run = ChildRun()
     run.clock_ms = start
@@ -58,6 +61,8 @@ def run_child(h: DelayHarness, tmp_path: Path, *, start: int, count: int, until:
             run.clock_ms = max(run.clock_ms, int(rest_fields[0]))
         elif tag == "D":
             run.delivered.append(rest_fields[0])
+        elif tag == "R":
+            run.moved.add(int(rest_fields[0]))
         elif tag == "DONE":
             run.done = True
     assert not run.done, "the child finished before the kill; nothing was in flight"

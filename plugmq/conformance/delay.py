@@ -18,7 +18,10 @@ duplicate nothing; ``start()`` returns before an overdue backlog goes out, which
 first on the clock's thread and shows in ``metrics()``; cancel where declared (unknown ids answer
 False, something that is not a message id raises ValidationError; a skip with the reason where
 cancel is not declared, plus the refusal the contract asks for); a delay above ``max_delay_ms``
-clamped or refused as ``clamps`` says; arbitrary delays refused by level strategies; a three-day
+clamped or refused as ``clamps`` says; arbitrary delays refused by level strategies; reschedule
+where the scheduler is a ``ReschedulableDelay`` (a skip with the reason where it is not): a moved
+message comes once at its new time, also after a clean restart and after ``kill -9`` in the middle
+of reschedules, spent / unknown / cancelled / delivered ids answer None; a three-day
 run of thousands of messages, with ``clean_expired`` called after every step, equals a
 reference model.
 """
@@ -31,6 +34,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from plugmq.broker.components import plugin_declaration
@@ -45,6 +49,7 @@ from plugmq.core import (
     ValidationError,
     encode_msg_id,
 )
+from plugmq.core.contracts.delay import ReschedulableDelay
 
 __all__ = ["DelayConformance", "DelayHarness"]
 
@@ -323,6 +328,119 @@ class DelayConformance:
         h.run_past_all()
         assert [d.uid for d in h.deliveries] == [sent.uid], "a refused cancel must leave the message scheduled"
 
+    # -- reschedule (ReschedulableDelay) --------------------------------------------------------
+
+    def test_reschedule_moves_a_pending_message(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = _reschedulable(h)
+        rng = random.Random(21)
+        for i in range(36):
+            h.send(f"m{i}", **h.some_delay(rng, longest_ms=60_000))
+        h.advance_to(h.clock.now_ms() + 2 * SECOND)
+        out = {d.uid for d in h.deliveries}
+        waiting = [uid for uid in h.sent if uid not in out and h.sent[uid].effective_due > h.clock.now_ms() + 100]
+        assert len(waiting) >= 12, "the clause wants a dozen messages still waiting"
+        pending = scheduler.pending()
+        now = h.clock.now_ms()
+        for n, uid in enumerate(waiting):
+            old_due = h.sent[uid].due_ms
+            target = (old_due + rng.randint(1, 90_000),  # later
+                      rng.randint(now, old_due),  # earlier
+                      now - rng.randint(1, 5000),  # in the past: now
+                      old_due)[n % 4]  # the same time, moved behind its equals
+            assert h.reschedule(uid, target) is not None, f"reschedule of pending {uid} answered None"
+        assert scheduler.pending() == pending, "a reschedule changed how many messages are pending"
+        h.advance_to(h.clock.now_ms() + 500)
+        h.restart()  # a clean restart keeps the new times
+        h.run_past_all(step_ms=997)
+        counts = collections.Counter(d.uid for d in h.deliveries)
+        assert counts == collections.Counter(list(h.sent)), "a moved message was lost or delivered twice"
+        h.check_timing()  # against the new times: never early, at most a tick late (so never at the old one)
+        h.check_order()
+        for delivery in h.deliveries:
+            h.check_restored(delivery)
+        assert h.stored_uids() == counts
+        assert h.scheduler is not None and h.scheduler.pending() == 0
+
+    def test_reschedule_of_spent_unknown_and_malformed_ids(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = _reschedulable(h)
+        now = h.clock.now_ms()
+        first = h.send("a", due_ms=now + 30 * SECOND)
+        h.send("b", due_ms=now + 5 * SECOND)
+        gone = h.send("c", due_ms=now + 40 * SECOND)
+        moved = h.reschedule("a", now + 20 * SECOND)
+        assert moved is not None
+        assert scheduler.reschedule(first.msg_id, now + 25 * SECOND) is None, "a spent id moved a message again"
+        if h.caps.cancel:
+            assert scheduler.cancel(first.msg_id) is False, "cancel of a moved message's old id must answer False"
+            assert scheduler.cancel(gone.msg_id) is True
+            assert scheduler.reschedule(gone.msg_id, now + 10 * SECOND) is None, "a cancelled message came back"
+            del h.sent["c"]
+        again = h.reschedule("a", now + 22 * SECOND)  # the new id moves it again
+        assert again is not None
+        h.advance_to(now + 6 * SECOND)
+        assert [d.uid for d in h.deliveries] == ["b"]
+        assert scheduler.reschedule(h.sent["b"].msg_id, now + 50 * SECOND) is None, "a delivered message moved"
+        offset = int(again.msg_id[16:], 16)
+        for unknown in (encode_msg_id("10.99.99.99:10911", offset), encode_msg_id(child.STORE_HOST, offset + 10**9)):
+            assert scheduler.reschedule(unknown, now + 9 * SECOND) is None, f"reschedule of unknown id {unknown}"
+        for malformed in ("not-a-message-id", "", "00" * 7):
+            with pytest.raises(ValidationError):
+                scheduler.reschedule(malformed, now + 9 * SECOND)
+        h.run_past_all()
+        assert collections.Counter(d.uid for d in h.deliveries) == collections.Counter(["a", "b", *(["c"] if not h.caps.cancel else [])])
+        h.check_timing()
+        assert h.stored_uids() == collections.Counter(list(h.sent))
+
+    def test_reschedule_beyond_the_maximum_clamped_or_refused(self, harness: DelayHarness) -> None:
+        h = harness
+        scheduler = _reschedulable(h)
+        caps = h.caps
+        if caps.max_delay_ms is None:
+            pytest.skip(f"{h.plugin} declares no maximum delay")
+        now = h.clock.now_ms()
+        h.send("m", due_ms=now + 10 * SECOND)
+        if not caps.clamps:
+            with pytest.raises(DelayUnsupportedError):
+                h.reschedule("m", now + caps.max_delay_ms + HOUR)
+            assert scheduler.pending() == 1
+            h.advance_to(now + 10 * SECOND + caps.resolution_ms)
+            assert [d.uid for d in h.deliveries] == ["m"], "a refused reschedule must leave the message at its time"
+            return
+        moved = h.reschedule("m", now + caps.max_delay_ms + HOUR)
+        assert moved is not None
+        h.sent["m"] = attrs.evolve(moved, due_ms=now + caps.max_delay_ms)
+        h.advance_to(now + caps.max_delay_ms - 1)
+        assert not h.deliveries, "a clamped reschedule was delivered before the maximum delay"
+        h.advance_to(now + caps.max_delay_ms + caps.resolution_ms)
+        assert [d.uid for d in h.deliveries] == ["m"]
+        h.check_timing()
+
+    def test_restart_after_kill_mid_reschedule(self, harness: DelayHarness, tmp_path: Path) -> None:
+        h = harness
+        _reschedulable(h)
+        h.close()
+        start = h.clock.now_ms()
+        count = 1200
+        run = run_child(h, tmp_path, start=start, count=count, until=start + HOUR, kill_after=("R", 150),
+                         reschedule=True)
+        assert run.accepted == set(range(count)) and len(run.moved) >= 150
+        h.clock.set(run.clock_ms / 1000)
+        h.open()
+        moments = sorted({t + extra for i in range(count)
+                          for t in (run.due[i], child.moved_due(i, start)) for extra in (0, h.caps.resolution_ms)})
+        for moment in moments:
+            h.advance_to(moment)
+        check_after_kill(h, run.due)
+        tick = h.caps.resolution_ms
+        for delivery in h.deliveries:
+            index = int(delivery.uid.split("-")[1])
+            old, new = run.due[index], child.moved_due(index, start)
+            allowed = [new] if index in run.moved else [old, new] if index == len(run.moved) else [old]
+            assert any(due <= delivery.at_ms <= due + tick for due in allowed), (
+                f"{delivery.uid} delivered at {delivery.at_ms}; it was due at {allowed} (moved: {index in run.moved})")
+
     # -- refusals -------------------------------------------------------------------------------
 
     def test_delay_above_max_clamped_or_refused_as_declared(self, harness: DelayHarness) -> None:
@@ -418,3 +536,11 @@ class DelayConformance:
         h.check_timing()
         h.check_order()
         assert h.stored_uids() == counts
+
+
+def _reschedulable(h: DelayHarness) -> ReschedulableDelay:
+    """The opened scheduler as a ReschedulableDelay; a skip with the reason where it is not one."""
+    scheduler = h.open()
+    if not isinstance(scheduler, ReschedulableDelay):
+        pytest.skip(f"{h.plugin} does not offer reschedule (plugmq.core.contracts.ReschedulableDelay)")
+    return scheduler

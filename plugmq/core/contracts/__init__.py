@@ -52,6 +52,7 @@ from plugmq.core.contracts.delay import (
     DelayScheduler,
     Deliver,
     DeliverBatch,
+    ReschedulableDelay,
     WasDelivered,
 )
 from plugmq.core.contracts.events import SystemTopicWriter
@@ -152,6 +153,7 @@ __all__ = [
     "ReplicationContext",
     "ReplicationService",
     "ReplicationStatus",
+    "ReschedulableDelay",
     "StateJournal",
     "StoreCapabilities",
     "SystemTopicWriter",

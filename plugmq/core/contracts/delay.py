@@ -27,6 +27,7 @@ __all__ = [
     "DelayScheduler",
     "Deliver",
     "DeliverBatch",
+    "ReschedulableDelay",
     "WasDelivered",
 ]
 
@@ -141,7 +142,7 @@ class DelayScheduler(Protocol):
 
     def cancel(self, msg_id: str) -> bool:
         """Cancel a not-yet-due message; True if it will not be delivered (also across a
-        restart), False if it was already delivered [cancel_honoured]. Strategies without the
+        restart), False if it was already delivered or moved by a reschedule [cancel_honoured]. Strategies without the
         ``cancel`` capability raise DelayUnsupportedError and keep the message scheduled
         [cancel_refused_where_not_declared]."""
 
@@ -164,3 +165,33 @@ class DelayScheduler(Protocol):
 
     def close(self) -> None:
         """Stop timers and persist state. Idempotent."""
+
+
+@runtime_checkable
+class ReschedulableDelay(Protocol):
+    """A delay strategy that can move a pending message to another deliver time (an optional
+    capability: the broker and the conformance suite check it with ``isinstance``).
+
+    Auctions extending their end, a reminder pushed back: the message keeps its body, properties
+    and unique key; only its deliver time changes. The rules ``plugmq.conformance.delay`` checks:
+
+    - A pending message moves: it is written back once, at the new time (never early, late by at
+      most one tick), never at the old one, and the write-back is the original message
+      [reschedule_moves_a_pending_message]. A deliver time at or before now means "now".
+    - The returned result carries the message's new msg_id; the old id is spent: a second
+      reschedule of it answers None (one message is never moved into two) and a cancel of it
+      False (the message is still coming) [reschedule_of_spent_unknown_and_malformed_ids].
+    - None (nothing changed) for a message delivered, being delivered, cancelled or moved
+      already, and for another broker's id or an id of no message; ValidationError for something
+      that is not a message id [reschedule_of_spent_unknown_and_malformed_ids].
+    - Limits as in ``schedule``: a deliver time beyond ``max_delay_ms`` is refused with
+      DelayUnsupportedError (the message keeps its old time) or clamped, as ``clamps`` says
+      [reschedule_beyond_the_maximum_clamped_or_refused].
+    - A move is atomic: a clean restart keeps the new time, and after a SIGKILL in the middle of
+      reschedules every message is written back exactly once, at its old or its new time
+      [restart_after_kill_mid_reschedule].
+    """
+
+    def reschedule(self, msg_id: str, deliver_at_ms: int) -> AppendResult | None:
+        """Move the pending message ``msg_id`` to ``deliver_at_ms`` (epoch ms); its new
+        AppendResult, or None when there is no pending message of that id to move."""

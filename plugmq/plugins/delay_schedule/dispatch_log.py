@@ -4,12 +4,14 @@ QMQ's dispatch log holds only the 8-byte sequence of every delivered message (se
 record is 16 bytes and typed, so the one file per segment is also its cancel log and its
 delivery-intent log::
 
-    1 kind (I intent, D delivered, C cancelled) | 3 pad | 4 crc32(kind + sequence) | 8 sequence
+    1 kind (I intent, D delivered, C cancelled, M moved) | 3 pad | 4 crc32(kind + sequence) | 8 sequence
 
 The order of writes is: I records for a batch (fsynced), the deliveries, then D records. After a
 crash an I without a D is "in doubt": recovery asks the broker whether that message reached its
 topic (``DelayContext.was_delivered``) instead of guessing, so it is neither lost nor doubled.
-A segment whose D and C records cover every message is done, and is deleted with its log.
+A segment whose D, C and M records cover every message is done, and is deleted with its log.
+M (moved) is a cancel whose message was rescheduled: it lives on in a later record of the message
+log, so a cancel of the old id answers False.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from plugmq.core.logs import get_logger
 from plugmq.kit.native import load_kernel
 from plugmq.plugins.delay_schedule.layout import DISPATCH, DISPATCH_CRC_PART, SEGSCAN
 
-__all__ = ["CANCELLED", "DELIVERED", "INTENT", "DispatchState", "encode_dispatch", "read_dispatch_log"]
+__all__ = ["CANCELLED", "DELIVERED", "INTENT", "MOVED", "DispatchState", "encode_dispatch", "read_dispatch_log"]
 
 log = get_logger(__name__)
 
@@ -35,7 +37,8 @@ _segscan: Any = load_kernel(SEGSCAN)  # None: encode_dispatch_python
 INTENT = ord("I")
 DELIVERED = ord("D")
 CANCELLED = ord("C")
-_KINDS = {INTENT, DELIVERED, CANCELLED}
+MOVED = ord("M")
+_KINDS = {INTENT, DELIVERED, CANCELLED, MOVED}
 _RECORD = DISPATCH
 _CRC_PART = DISPATCH_CRC_PART
 RECORD_SIZE = _RECORD.size
@@ -48,6 +51,7 @@ class DispatchState:
     delivered: set[int] = attrs.field(factory=set)
     cancelled: set[int] = attrs.field(factory=set)
     intents: set[int] = attrs.field(factory=set)
+    moved: set[int] = attrs.field(factory=set)  # a subset of cancelled
     size: int = 0
 
     @property
@@ -66,6 +70,9 @@ class DispatchState:
             self.intents.discard(seq)
         elif kind == CANCELLED:
             self.cancelled.add(seq)
+        elif kind == MOVED:
+            self.cancelled.add(seq)
+            self.moved.add(seq)
         else:
             self.intents.add(seq)
 
@@ -77,6 +84,9 @@ class DispatchState:
             self.intents -= seqs
         elif kind == CANCELLED:
             self.cancelled.update(seqs)
+        elif kind == MOVED:
+            self.cancelled.update(seqs)
+            self.moved.update(seqs)
         else:
             self.intents.update(seqs)
 

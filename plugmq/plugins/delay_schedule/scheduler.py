@@ -48,9 +48,10 @@ from plugmq.core.clock import Timer
 from plugmq.core.errors import DelayError, PluginError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import decode_msg_id
+from plugmq.kit.intent import IntentFile
 from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back
-from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT
+from plugmq.plugins.delay_schedule.dispatch_log import CANCELLED, DELIVERED, INTENT, MOVED
 from plugmq.plugins.delay_schedule.iterator import CheckpointStore, LogIterator
 from plugmq.plugins.delay_schedule.message_log import MessageLog
 from plugmq.plugins.delay_schedule.options import DelayScheduleOptions
@@ -93,11 +94,19 @@ def _due_request(payload: bytes | None) -> AppendRequest:
     return decode_request(payload or b"", drop=_DELAY_PROPS)
 
 
+def _moved_payload(old: MessageLogRecord, deliver_at_ms: int) -> bytes:
+    """The stored request of ``old`` as a reschedule files it again: an arbitrary deliver time."""
+    request = decode_request(old.payload, drop=_DELAY_PROPS)
+    return encode_request(attrs.evolve(request, properties={**request.properties,
+                                                            Prop.DELIVER_AT_MS: str(deliver_at_ms)}))
+
+
 @attrs.define
 class _Metrics:
     scheduled: int = 0
     delivered: int = 0
     cancelled: int = 0
+    rescheduled: int = 0
     dead_lettered: int = 0
     overdue_at_start: int = 0
     start_late_ms_max: int = 0
@@ -162,11 +171,13 @@ class ScheduleDelayScheduler:
         self._start_seq = 0  # sequences below were scheduled before this start
         self._closed = False
         self._dispatching: threading.Thread | None = None
+        self._moves = IntentFile(root / "reschedule.intent", 4, fsync=options.fsync)
         try:
             with self._lock:
                 self._schedule.open()
                 self._iterator.recover()
                 self._iterator.run_all()
+                self._settle_move()
         except BaseException:
             self._schedule.close()
             self._ml.close()
@@ -176,19 +187,10 @@ class ScheduleDelayScheduler:
     # ================================================================ API
 
     def schedule(self, request: AppendRequest, *, deliver_at_ms: int, delay_level: int | None) -> AppendResult:
-        if not isinstance(deliver_at_ms, int) or isinstance(deliver_at_ms, bool) or deliver_at_ms < 0:
-            raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {deliver_at_ms!r}")
         if self._closed:
             raise DelayError("delay_schedule is closed; reopen the broker to schedule messages")
         now = self._clock.now_ms()
-        if deliver_at_ms - now > self._opt.max_delay_ms:
-            if not self._opt.clamp_to_max_delay:
-                raise DelayUnsupportedError(
-                    f"delay of {deliver_at_ms - now} ms is above delay_schedule's max_delay_ms "
-                    f"({self._opt.max_delay_ms}); raise plugins.delay_schedule.max_delay_ms or set "
-                    f"clamp_to_max_delay = true"
-                )
-            deliver_at_ms = now + self._opt.max_delay_ms
+        deliver_at_ms = self._within_max(deliver_at_ms, now)
         record = self._ml.append(
             deliver_at_ms=deliver_at_ms,
             delay_level=delay_level or 0,
@@ -196,6 +198,23 @@ class ScheduleDelayScheduler:
             payload=encode_request(request),
         )
         self._kick(accepted=1)
+        return self._result(record, now)
+
+    def _within_max(self, deliver_at_ms: int, now: int) -> int:
+        """The deliver time, clamped to the maximum delay where allowed; DelayUnsupportedError if not."""
+        if not isinstance(deliver_at_ms, int) or isinstance(deliver_at_ms, bool) or deliver_at_ms < 0:
+            raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {deliver_at_ms!r}")
+        if deliver_at_ms - now <= self._opt.max_delay_ms:
+            return deliver_at_ms
+        if not self._opt.clamp_to_max_delay:
+            raise DelayUnsupportedError(
+                f"delay of {deliver_at_ms - now} ms is above delay_schedule's max_delay_ms "
+                f"({self._opt.max_delay_ms}); raise plugins.delay_schedule.max_delay_ms or set "
+                f"clamp_to_max_delay = true"
+            )
+        return now + self._opt.max_delay_ms
+
+    def _result(self, record: MessageLogRecord, now: int) -> AppendResult:
         return AppendResult(
             status=AppendStatus.PUT_OK,
             msg_id=f"{self._msg_id_prefix}{record.offset:016X}",
@@ -222,31 +241,102 @@ class ScheduleDelayScheduler:
 
     def cancel(self, msg_id: str) -> bool:
         """True if the message will not be delivered (again True for a repeated cancel); False
-        once it is being or has been delivered, or for an id of another broker or no message.
-        Something that is not a message id raises ValidationError."""
-        host, offset = decode_msg_id(msg_id)
+        once it is being or has been delivered, moved by a reschedule, or for an id of another
+        broker or no message. Something that is not a message id raises ValidationError."""
         with self._lock:
-            if self._closed:
-                raise DelayError("delay_schedule is closed; reopen the broker to cancel messages")
-            if host != self._ctx.store_host:
+            found = self._pending_record(msg_id, "cancel")
+            if found is None:
                 return False
-            if offset >= self._iterator.offset:
-                self._iterator.run_all()
-                self._arm()
-            record = self._ml.read_at(offset)
-            if record is None:
-                return False
-            segment = self._schedule.segments.get(self._schedule.bucket_of(record.deliver_at_ms))
-            if segment is None or not segment.holds_source(offset):
-                return False  # its segment was retired: delivered or cancelled long ago
-            dispatch = segment.dispatch
-            if record.seq in dispatch.delivered or record.seq in dispatch.intents:
-                return False  # delivered, or being delivered
-            if record.seq in dispatch.cancelled:
+            record, segment = found
+            if record.seq in segment.dispatch.moved:
+                return False  # the message lives on under the id its reschedule returned
+            if record.seq in segment.dispatch.cancelled:
                 return True
             self._schedule.mark(segment, CANCELLED, [record.seq], sync=True)
             self._metrics.cancelled += 1
             return True
+
+    def reschedule(self, msg_id: str, deliver_at_ms: int) -> AppendResult | None:
+        """Move a pending message to ``deliver_at_ms`` (see ReschedulableDelay): append it to the
+        message log again with the new time, then mark the old record moved, under an intent file
+        so a kill between the two neither loses nor doubles it. None when ``msg_id`` names no
+        pending message."""
+        with self._lock:
+            found = self._pending_record(msg_id, "reschedule")
+            if found is None or found[0].seq in found[1].dispatch.cancelled:
+                return None
+            old, segment = found
+            now = self._clock.now_ms()
+            deliver_at_ms = self._within_max(deliver_at_ms, now)
+            self._moves.write((old.offset, self._ml.end, deliver_at_ms, now))
+            record = self._append_moved(old, deliver_at_ms, now)
+            self._schedule.mark(segment, MOVED, [old.seq], sync=True)
+            self._moves.clear()
+            self._metrics.rescheduled += 1
+        self._kick(accepted=1)
+        return self._result(record, now)
+
+    def _pending_record(self, msg_id: str, action: str) -> tuple[MessageLogRecord, Segment] | None:
+        """The record of ``msg_id`` and its segment while it is not delivered or being delivered
+        (it may be cancelled); None otherwise. Called under the lock."""
+        host, offset = decode_msg_id(msg_id)
+        if self._closed:
+            raise DelayError(f"delay_schedule is closed; reopen the broker to {action} messages")
+        if host != self._ctx.store_host:
+            return None
+        if offset >= self._iterator.offset:
+            self._iterator.run_all()
+            self._arm()
+        record = self._ml.read_at(offset)
+        if record is None:
+            return None
+        segment = self._schedule.segments.get(self._schedule.bucket_of(record.deliver_at_ms))
+        if segment is None or not segment.holds_source(offset):
+            return None  # its segment was retired: delivered or cancelled long ago
+        dispatch = segment.dispatch
+        if record.seq in dispatch.delivered or record.seq in dispatch.intents:
+            return None  # delivered, or being delivered
+        return record, segment
+
+    def _append_moved(self, old: MessageLogRecord, deliver_at_ms: int, now: int) -> MessageLogRecord:
+        return self._ml.append(deliver_at_ms=deliver_at_ms, delay_level=0, store_ts_ms=now,
+                               payload=_moved_payload(old, deliver_at_ms))
+
+    def _moved_copy_exists(self, old: MessageLogRecord, start: int, deliver_at_ms: int, scheduled_at: int) -> bool:
+        """Whether the message log holds, at or after ``start``, the copy a reschedule of ``old``
+        appended. Producers append without the scheduler's lock, so it need not be at ``start``:
+        the records from there on are compared with the copy (same time, same bytes)."""
+        payload = _moved_payload(old, deliver_at_ms)
+        offset = start
+        while offset < self._ml.end:
+            records, offset = self._ml.read(offset, 256)
+            if not records:
+                break
+            if any(r.deliver_at_ms == deliver_at_ms and r.store_ts_ms == scheduled_at and r.payload == payload
+                   for r in records):
+                return True
+        return False
+
+    def _settle_move(self) -> None:
+        """A reschedule a crash interrupted (its intent file is there): finish it. The new record
+        is after the message-log end the intent noted, if it made it to disk; otherwise it is
+        appended now. Then the old record is marked moved. Runs
+        after the iterator's recovery, before anything is dispatched."""
+        move = self._moves.read()
+        if move is None:
+            return
+        old_offset, new_offset, deliver_at_ms, scheduled_at = move
+        old = self._ml.read_at(old_offset)
+        segment = None if old is None else self._schedule.segments.get(self._schedule.bucket_of(old.deliver_at_ms))
+        if old is None or segment is None or not segment.holds_source(old_offset):
+            self._log.error("an interrupted reschedule names a message-log record that is gone", offset=old_offset)
+        elif not segment.dispatch.is_settled(old.seq):
+            if not self._moved_copy_exists(old, new_offset, deliver_at_ms, scheduled_at):
+                self._append_moved(old, deliver_at_ms, scheduled_at)
+                self._iterator.run_all()
+            self._schedule.mark(segment, MOVED, [old.seq], sync=True)
+            self._log.info("interrupted reschedule finished", offset=old_offset, deliver_at_ms=deliver_at_ms)
+        self._moves.clear()
 
     def pending(self) -> int:
         with self._lock:

@@ -45,6 +45,7 @@ _INDEX_PREALLOC = 1 << 16
 _RUN_GAP = 4096  # neighbouring records closer than this are read in one go
 _RUN_MAX = 4 << 20  # ... up to this many bytes per read
 _CANCEL = struct.Struct("<I")
+_MOVED = 1 << 31  # in a cancel-log word: the entry was moved by a reschedule (globalIndexes stay below)
 _INDEX_CRC_AT = INDEX_ENTRY_SIZE - 4
 
 
@@ -78,6 +79,7 @@ class HourFiles:
         self.heads = Region(self._paths[2], fsync=fsync)
         self._cancel_path = self._paths[3]
         self._cancelled: set[int] | None = None
+        self._moved: set[int] = set()
         self._cancel_fd = -1
         header = None
         if self.heads.file_size() >= HEAD_FILE_SIZE:
@@ -268,6 +270,7 @@ class HourFiles:
     # ------------------------------------------------------------------ cancel log
 
     def cancelled(self) -> set[int]:
+        """globalIndexes that will not be delivered here: cancelled, or moved to another entry."""
         if self._cancelled is None:
             try:
                 with open(self._cancel_path, "rb") as f:
@@ -275,8 +278,15 @@ class HourFiles:
             except FileNotFoundError:
                 raw = b""
             usable = len(raw) - len(raw) % _CANCEL.size
-            self._cancelled = {gi for (gi,) in _CANCEL.iter_unpack(raw[:usable])}
+            words = [word for (word,) in _CANCEL.iter_unpack(raw[:usable])]
+            self._cancelled = {word & ~_MOVED for word in words}
+            self._moved = {word & ~_MOVED for word in words if word & _MOVED}
         return self._cancelled
+
+    def moved(self) -> set[int]:
+        """The cancelled globalIndexes whose message was rescheduled (it lives on in a new entry)."""
+        self.cancelled()
+        return self._moved
 
     def cancelled_count(self) -> int:
         if self._cancelled is not None:
@@ -286,14 +296,17 @@ class HourFiles:
         except FileNotFoundError:
             return 0
 
-    def add_cancel(self, gi: int) -> None:
+    def add_cancel(self, gi: int, *, moved: bool = False) -> None:
+        """Record that entry ``gi`` is not to be delivered (``moved``: its message was rescheduled)."""
         done = self.cancelled()
         if self._cancel_fd < 0:
             self._cancel_fd = os.open(self._cancel_path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.pwrite(self._cancel_fd, _CANCEL.pack(gi), len(done) * _CANCEL.size)
+        os.pwrite(self._cancel_fd, _CANCEL.pack(gi | _MOVED if moved else gi), len(done) * _CANCEL.size)
         if self._fsync:
             os.fdatasync(self._cancel_fd)
         done.add(gi)
+        if moved:
+            self._moved.add(gi)
 
     # ------------------------------------------------------------------ mapping / lifetime
 

@@ -42,10 +42,11 @@ from plugmq.core import (
 from plugmq.core.clock import Timer
 from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
+from plugmq.kit.intent import IntentFile
 from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_wheel.checkpoint import CheckpointState, Phase, WheelCheckpoint
-from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, StoredDelay, WheelMsgIds, encode_record
+from plugmq.plugins.delay_wheel.codec import SECONDS_PER_HOUR, IndexEntry, StoredDelay, WheelMsgIds, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles
 from plugmq.plugins.delay_wheel.hours import HourDirectory
 from plugmq.plugins.delay_wheel.options import DelayWheelOptions, open_hours_for
@@ -72,6 +73,11 @@ def capabilities_for(options: DelayWheelOptions, *, no_duplicates: bool = True) 
         cancel=True, arbitrary_delay=True, levels_ms=None, max_delay_ms=options.max_delay_ms,
         clamps=options.clamp_to_max_delay, resolution_ms=RESOLUTION_MS, no_duplicates_after_restart=no_duplicates,
     )
+
+
+def _moved_request(request: AppendRequest, deliver_at_ms: int) -> AppendRequest:
+    """A stored request (delay properties cleared) as a reschedule files it: an arbitrary deliver time."""
+    return attrs.evolve(request, properties={**request.properties, Prop.DELIVER_AT_MS: str(deliver_at_ms)})
 
 
 def _seconds(ms: int) -> float:
@@ -178,6 +184,8 @@ class WheelDelayScheduler:
             first = self._dir.hours[0] * HOUR_MS if self._dir.hours else now_ms + 1
             state = CheckpointState(min(first, now_ms + 1), 0)
         self._pos: Key = state.position  # every key below is delivered or cancelled
+        self._moves = IntentFile(root / "reschedule.intent", 7, fsync=options.fsync)
+        self._settle_move()
         self._claimed: Key = self._pos  # ... or in the batch being written back
         self._in_doubt: tuple[Key, Key] | None = (state.position, state.end) if state.phase != Phase.POSITION else None
         self._skip: set[tuple[int, int]] = set()  # (hour, gi) found delivered when settling a batch
@@ -200,7 +208,7 @@ class WheelDelayScheduler:
 
         self._hist = LatenessHistogram()
         self._counters = dict.fromkeys(
-            ("scheduled", "delivered", "cancelled", "dead_lettered", "clamped", "overdue_at_start",
+            ("scheduled", "delivered", "cancelled", "rescheduled", "dead_lettered", "clamped", "overdue_at_start",
              "in_doubt_found_delivered", "in_doubt_redelivered", "deliver_errors", "corrupt_skipped", "timers_armed",
              "batches", "hours_mapped", "hours_unmapped", "hours_deleted", "files_deleted",
              "index_entries_preloaded"), 0)
@@ -306,33 +314,48 @@ class WheelDelayScheduler:
             if self._closed:
                 raise DelayError("delay_wheel is closed; reopen the broker to schedule delayed messages")
             now_ms = self._clock.now_ms()
-            if deliver_at_ms - now_ms > self._opts.max_delay_ms:
-                if not self._opts.clamp_to_max_delay:
-                    raise DelayUnsupportedError(
-                        f"delay of {deliver_at_ms - now_ms} ms is above delay_wheel's maximum of "
-                        f"{self._opts.max_delay_ms} ms; raise [plugins.delay_wheel] max_delay_ms or set "
-                        f"clamp_to_max_delay = true to deliver such messages at the maximum"
-                    )
-                deliver_at_ms = now_ms + self._opts.max_delay_ms
-                self._counters["clamped"] += 1
-            # Due now or before: the next millisecond (the current one may be dispatched already).
-            # Never below the position either, should the clock have stepped back.
-            due = max(deliver_at_ms, now_ms + 1, self._claimed[0])
-            second, ms = divmod(due, 1000)
-            hour, in_hour = divmod(second, SECONDS_PER_HOUR)
-            record = encode_record(request, deliver_at_ms, now_ms, delay_level)
-            files = self._dir.get(hour, create=True)
-            assert files is not None
-            entry = files.append(record, in_hour, ms)
-            self._remaining[hour] = self._remaining.get(hour, 0) + 1
+            deliver_at_ms = self._within_max(deliver_at_ms, now_ms)
+            hour, entry = self._append(request, deliver_at_ms, now_ms, delay_level, self._due_ms(deliver_at_ms, now_ms))
             self._pending += 1
             self._counters["scheduled"] += 1
-            self._place(second, hour, (due, entry.local_index, entry.global_index, entry.offset, entry.size, in_hour))
-            return AppendResult(
-                status=AppendStatus.PUT_OK, msg_id=self._ids.encode(hour, entry.global_index),
-                queue_offset=entry.global_index, commit_log_offset=entry.offset, size=entry.size,
-                store_timestamp_ms=now_ms,
+            return self._result(hour, entry, now_ms)
+
+    def _within_max(self, deliver_at_ms: int, now_ms: int) -> int:
+        """The deliver time, clamped to the maximum delay where allowed; DelayUnsupportedError if not."""
+        if deliver_at_ms - now_ms <= self._opts.max_delay_ms:
+            return deliver_at_ms
+        if not self._opts.clamp_to_max_delay:
+            raise DelayUnsupportedError(
+                f"delay of {deliver_at_ms - now_ms} ms is above delay_wheel's maximum of "
+                f"{self._opts.max_delay_ms} ms; raise [plugins.delay_wheel] max_delay_ms or set "
+                f"clamp_to_max_delay = true to deliver such messages at the maximum"
             )
+        self._counters["clamped"] += 1
+        return now_ms + self._opts.max_delay_ms
+
+    def _due_ms(self, deliver_at_ms: int, now_ms: int) -> int:
+        """Due now or before: the next millisecond (the current one may be dispatched already).
+        Never below the position either, should the clock have stepped back."""
+        return max(deliver_at_ms, now_ms + 1, self._claimed[0])
+
+    def _append(self, request: AppendRequest, deliver_at_ms: int, now_ms: int, delay_level: int | None,
+                due: int) -> tuple[int, IndexEntry]:
+        second, ms = divmod(due, 1000)
+        hour, in_hour = divmod(second, SECONDS_PER_HOUR)
+        record = encode_record(request, deliver_at_ms, now_ms, delay_level)
+        files = self._dir.get(hour, create=True)
+        assert files is not None
+        entry = files.append(record, in_hour, ms)
+        self._remaining[hour] = self._remaining.get(hour, 0) + 1
+        self._place(second, hour, (due, entry.local_index, entry.global_index, entry.offset, entry.size, in_hour))
+        return hour, entry
+
+    def _result(self, hour: int, entry: IndexEntry, now_ms: int) -> AppendResult:
+        return AppendResult(
+            status=AppendStatus.PUT_OK, msg_id=self._ids.encode(hour, entry.global_index),
+            queue_offset=entry.global_index, commit_log_offset=entry.offset, size=entry.size,
+            store_timestamp_ms=now_ms,
+        )
 
     def _place(self, second: int, hour: int, item: Item) -> None:
         if self._open is not None and second == self._open.second:
@@ -624,29 +647,93 @@ class WheelDelayScheduler:
 
     def cancel(self, msg_id: str) -> bool:
         """True if the message is not due yet and will not be delivered (again True for a repeated
-        cancel while it is still not due); False once it is being or has been delivered, or for
-        an id this wheel does not know. A malformed id raises ValidationError."""
+        cancel while it is still not due); False once it is being or has been delivered, moved by
+        a reschedule, or for an id this wheel does not know. A malformed id raises ValidationError."""
         with self._lock:
             known = self._ids.decode(msg_id)
             if self._closed:
                 raise DelayError("delay_wheel is closed; reopen the broker to cancel delayed messages")
-            if known is None:
+            found = self._entry_of(known)
+            if found is None:
                 return False
-            hour, gi = known
-            files = self._dir.get(hour)
-            if files is None or gi >= files.count:
-                return False
-            entry = files.entry(gi)
-            key = ((hour * SECONDS_PER_HOUR + entry.second) * 1000 + entry.ms, entry.local_index)
-            if key < self._claimed or (hour, gi) in self._skip:
-                return False
-            if gi in files.cancelled():
+            hour, files, entry = found
+            if entry.global_index in files.moved():
+                return False  # the message lives on under the id its reschedule returned
+            if entry.global_index in files.cancelled():
                 return True
-            files.add_cancel(gi)
-            self._pending -= 1
-            self._remaining[hour] -= 1
+            self._drop(hour, files, entry.global_index, moved=False)
             self._counters["cancelled"] += 1
             return True
+
+    def reschedule(self, msg_id: str, deliver_at_ms: int) -> AppendResult | None:
+        """Move a pending message to ``deliver_at_ms`` (see ReschedulableDelay): append it again
+        at the new time, then cancel the old entry, under an intent file so a kill between the
+        two neither loses nor doubles it. None when ``msg_id`` names no pending message."""
+        with self._lock:
+            known = self._ids.decode(msg_id)
+            if self._closed:
+                raise DelayError("delay_wheel is closed; reopen the broker to reschedule delayed messages")
+            found = self._entry_of(known)
+            if found is None or found[2].global_index in found[1].cancelled():
+                return None
+            old_hour, old_files, old = found
+            now_ms = self._clock.now_ms()
+            deliver_at_ms = self._within_max(deliver_at_ms, now_ms)
+            request = _moved_request(old_files.record(old).request, deliver_at_ms)
+            due = self._due_ms(deliver_at_ms, now_ms)
+            target = self._dir.get(due // HOUR_MS, create=True)
+            assert target is not None
+            self._moves.write((old_hour, old.global_index, target.hour, target.count, deliver_at_ms, due, now_ms))
+            hour, entry = self._append(request, deliver_at_ms, now_ms, None, due)
+            self._pending += 1
+            self._drop(old_hour, old_files, old.global_index, moved=True)
+            self._moves.clear()
+            self._counters["rescheduled"] += 1
+            return self._result(hour, entry, now_ms)
+
+    def _entry_of(self, known: tuple[int, int] | None) -> tuple[int, HourFiles, IndexEntry] | None:
+        """The hour, files and index entry of a decoded id whose message is not claimed for
+        delivery yet (it may be cancelled); None for an unknown, delivered or in-flight one."""
+        if known is None:
+            return None
+        hour, gi = known
+        files = self._dir.get(hour)
+        if files is None or gi >= files.count:
+            return None
+        entry = files.entry(gi)
+        key = ((hour * SECONDS_PER_HOUR + entry.second) * 1000 + entry.ms, entry.local_index)
+        if key < self._claimed or (hour, gi) in self._skip:
+            return None
+        return hour, files, entry
+
+    def _drop(self, hour: int, files: HourFiles, gi: int, *, moved: bool) -> None:
+        files.add_cancel(gi, moved=moved)
+        self._pending -= 1
+        self._remaining[hour] -= 1
+
+    def _settle_move(self) -> None:
+        """A reschedule a crash interrupted (its intent file is there): finish it. The new entry
+        is the one appended after the intent (appends are serialised), if it made it to disk;
+        otherwise it is appended now. Then the old entry is marked moved. Runs before pending
+        counts are taken and before anything is dispatched."""
+        move = self._moves.read()
+        if move is None:
+            return
+        old_hour, old_gi, hour, count_before, deliver_at_ms, due, scheduled_at_ms = move
+        old_files = self._dir.get(old_hour)
+        if old_files is None or old_gi >= old_files.count:
+            self._log.error("an interrupted reschedule names a delay entry that is gone", hour=old_hour, gi=old_gi)
+        elif old_gi not in old_files.cancelled():
+            target = self._dir.get(hour, create=True)
+            assert target is not None
+            if target.count <= count_before:
+                request = _moved_request(old_files.record(old_files.entry(old_gi)).request, deliver_at_ms)
+                second, ms = divmod(due, 1000)
+                target.append(encode_record(request, deliver_at_ms, scheduled_at_ms, None),
+                              second % SECONDS_PER_HOUR, ms)
+            old_files.add_cancel(old_gi, moved=True)
+            self._log.info("interrupted reschedule finished", hour=old_hour, gi=old_gi, deliver_at_ms=deliver_at_ms)
+        self._moves.clear()
 
     def clean_expired(self, now_ms: int) -> int:
         """Delete the files of hours that ended before ``now_ms`` and that the position has left
