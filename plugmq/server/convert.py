@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Mapping
 
 import attrs
+from google.protobuf import timestamp_pb2
 
 from plugmq.core.errors import InvalidNameError, ValidationError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, Message, StoredMessage, SysFlag
@@ -144,7 +145,7 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
         if len(group) > _MAX_GROUP_LENGTH:
             raise RpcFailure(Code.ILLEGAL_MESSAGE_GROUP,
                              f"message_group is {len(group)} characters; the limit is {_MAX_GROUP_LENGTH}")
-    deliver_at = props.delivery_timestamp.ToMilliseconds() if props.HasField("delivery_timestamp") else None
+    deliver_at = _delivery_ms(props.delivery_timestamp) if props.HasField("delivery_timestamp") else None
     kind = props.message_type or MessageType.NORMAL
     if kind != MessageType.NORMAL or group is not None or deliver_at is not None:
         _check_kind(kind, group, deliver_at)
@@ -161,6 +162,27 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     if group is not None:
         extra[Prop.SHARDING_KEY] = group
     return Outgoing(message, extra, kind, group, message_id)
+
+
+# Seconds beyond this (year 5138) are milliseconds: rocketmq-python-client 5.x documents
+# ``Message.delivery_timestamp`` in milliseconds and copies it into the protobuf's seconds field.
+_MAX_PLAUSIBLE_SECONDS = 10**11
+
+
+def _delivery_ms(stamp: timestamp_pb2.Timestamp) -> int:
+    """``delivery_timestamp`` in epoch milliseconds; BAD_REQUEST naming the field for one that is
+    not a time (above all milliseconds written into its seconds field)."""
+    if stamp.seconds > _MAX_PLAUSIBLE_SECONDS:
+        raise RpcFailure(Code.BAD_REQUEST,
+                         f"delivery_timestamp.seconds is {stamp.seconds}, which is epoch milliseconds, not seconds "
+                         f"(year {1970 + stamp.seconds // 31_556_952} otherwise). rocketmq-python-client 5.x copies "
+                         "Message.delivery_timestamp into the seconds field: set it in epoch seconds, e.g. "
+                         "int(time.time()) + delay_seconds")
+    try:
+        return int(stamp.ToMilliseconds())
+    except ValueError as exc:
+        raise RpcFailure(Code.BAD_REQUEST, f"delivery_timestamp (seconds={stamp.seconds}, nanos={stamp.nanos}) is "
+                                           f"not a valid time: {exc}") from None
 
 
 def _check_kind(kind: int, group: str | None, deliver_at: int | None) -> None:

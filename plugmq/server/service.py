@@ -332,10 +332,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if remaining is not None:
                 polling = min(polling, remaining - _POLL_MARGIN_S)
             deadline = loop.time() + polling
-            # A group that allocates reads only the queue of its assignment; others pop the broker.
-            only_queue = (request.message_queue.id if request.message_queue.id >= 0
-                          and self.assigner.allocating(group) else None)
             client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
+            only_queue = self._assigned_queue(group, client_id, request.message_queue.id)
             while True:
                 generation = self.wakeup.generation
                 deliveries = await self._run(functools.partial(
@@ -365,6 +363,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for delivery in deliveries:
             yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace, group, topic))
         yield service_pb2.ReceiveMessageResponse(status=ok())
+
+    def _assigned_queue(self, group: str, client_id: str, queue_id: int) -> int | None:
+        """The one queue a receive reads, or None for the whole broker (RocketMQ 5's pop).
+
+        A push consumer of a group that allocates (``[groups.<g>] allocation``) reads only the
+        queue QueryAssignment gave it. A simple consumer never asks for an assignment: it names
+        each queue of the route in turn, and confining it to that queue would make each receive
+        a long poll of one queue, so it pops the whole broker like any pop consumer."""
+        if queue_id < 0 or not self.assigner.allocating(group):
+            return None
+        session = self.sessions.get(client_id)
+        return queue_id if session is not None and session.client_type == ClientType.PUSH_CONSUMER else None
 
     def _begin_long_poll(self) -> None:
         """Count a receive that waits; past ``max_long_polls`` it is answered now, TOO_MANY_REQUESTS."""
