@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from plugmq.admin import insight
+from plugmq.admin import delayed, deletion, insight
 from plugmq.admin.operations import BrokerAdmin
 from plugmq.admin.values import to_json
 from plugmq.core.errors import ValidationError
@@ -141,6 +141,21 @@ def _dlq_browse(admin: BrokerAdmin, args: _Args) -> Any:
     return insight.dlq_browse(admin.broker, a["group"], _int_or_none("dlq-browse", "offset", a["offset"]), a["limit"])
 
 
+def _delay_cancel(admin: BrokerAdmin, args: _Args) -> Any:
+    return delayed.cancel_delayed(admin.broker, _take(args, "delay-cancel", ["id"])["id"])
+
+
+def _delay_reschedule(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "delay-reschedule", ["id", "deliver_at_ms"])
+    at = _int_or_none("delay-reschedule", "deliver_at_ms", a["deliver_at_ms"])
+    assert at is not None
+    return delayed.reschedule_delayed(admin.broker, a["id"], at)
+
+
+def _group_delete(admin: BrokerAdmin, args: _Args) -> Any:
+    return deletion.delete_group(admin.broker, admin.clients, _take(args, "group-delete", ["group"])["group"])
+
+
 VERBS = {
     "topic-list": _topic_list,
     "topic-status": _topic_status,
@@ -154,6 +169,9 @@ VERBS = {
     "group-inflight": _group_inflight,
     "group-clients": _group_clients,
     "dlq-browse": _dlq_browse,
+    "delay-cancel": _delay_cancel,
+    "delay-reschedule": _delay_reschedule,
+    "group-delete": _group_delete,
 }
 """Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
 arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped

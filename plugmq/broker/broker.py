@@ -35,7 +35,16 @@ from plugmq.core.contracts import (
 )
 from plugmq.core.errors import ClientError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import AppendRequest, Message, MessageQueue, PullResult, SendResult, SendStatus, StoredMessage
+from plugmq.core.message import (
+    AppendRequest,
+    AppendResult,
+    Message,
+    MessageQueue,
+    PullResult,
+    SendResult,
+    SendStatus,
+    StoredMessage,
+)
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import validate_group
 
@@ -152,6 +161,14 @@ class Broker:
         """Cancel a not-yet-due delayed message by the msg_id its send returned."""
         self._parts.lifecycle.check_open()
         return self._parts.services.cancel_delayed(msg_id, self.delay_ledger)
+
+    def reschedule_delayed(self, msg_id: str, deliver_at_ms: int) -> AppendResult | None:
+        """Move a not-yet-due delayed message (by the msg_id its send returned) to ``deliver_at_ms``
+        (epoch ms). Returns its new result, whose msg_id replaces the old one (for a later cancel
+        or reschedule), or None when no pending message has that id (delivered, cancelled, moved
+        before, unknown). DelayUnsupportedError where the delay plugin cannot reschedule."""
+        self._parts.lifecycle.check_open()
+        return self._parts.services.reschedule_delayed(msg_id, deliver_at_ms, self.delay_ledger)
 
     def add_observer(self, observer: object, name: str) -> None:
         """Register ``observer``'s event hook implementations (a metrics exporter) as ``name``."""
@@ -347,9 +364,10 @@ class Broker:
         ``member``, those of one member of a broadcasting group (each member keeps its own)."""
         return self.consumer_offsets.view(group, member)
 
-    def delete_group(self, group: str) -> None:
+    def delete_group(self, group: str) -> int:
         """Forget everything the broker keeps for ``group``: its offsets and its pop consumers'
-        progress and in-flight messages. Refused while push consumers of the group are running."""
+        progress and in-flight messages (returns how many pop queues it had). Refused while push
+        consumers of the group are running."""
         self._parts.lifecycle.check_open()
         validate_group(group)
         members = self.groups.members(group)
@@ -359,6 +377,7 @@ class Broker:
         self.consumer_offsets.forget_group(group)
         dropped = self.pop.delete_group(group)
         log.info("consumer group deleted", group=group, pop_lanes=dropped)
+        return dropped
 
     def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
         """A new instance of the allocation strategy ``name`` (from the broker's allocation plugins)."""

@@ -26,6 +26,8 @@ import struct
 import threading
 from collections.abc import Callable
 
+import attrs
+
 from plugmq.broker.journal import Journal
 from plugmq.core.contracts import DelayScheduler, WasDelivered
 from plugmq.core.errors import CorruptRecordError
@@ -126,6 +128,32 @@ class DelayLedger:
             if unique is None or self._pending.pop(unique, None) is None:
                 return
             self.journal.append_located(_CANCEL + unique.encode())
+
+    def rescheduled(self, msg_id: str, deliver_at_ms: int,
+                    move: Callable[[], AppendResult | None]) -> AppendResult | None:
+        """Move the delayed message ``msg_id`` with the delay plugin (``move``), then write its
+        intent again with the new time and id: a later intent of a unique key replaces the
+        earlier one, so a later master delivers it at the new time. Under the ledger's lock, so a
+        write-back of the moved message waits for the intent, as in :meth:`accept`."""
+        with self._lock:
+            result = move()
+            unique = self._ids.pop(msg_id, None)
+            pending = self._pending.get(unique) if unique is not None else None
+            if result is None or unique is None or pending is None:
+                return result
+            body = self.journal.read_record(pending[0], pending[1])
+            if body is None:
+                log.error("the intent of a rescheduled delayed message is gone from the log; a later master "
+                          "would deliver it at its old time", journal=self.journal.topic, msg_id=msg_id)
+                return result
+            (request, _old, _level), _ = decode_intent(body)
+            request = attrs.evolve(request, properties={
+                **{k: v for k, v in request.properties.items() if k != Prop.DELAY_LEVEL},
+                Prop.DELIVER_AT_MS: str(deliver_at_ms)})
+            at, size = self.journal.append_located(encode_intent(request, deliver_at_ms, None, result.msg_id))
+            self._pending[unique] = (at, size, result.msg_id)
+            self._ids[result.msg_id] = unique
+        return result
 
     def take_pending(self, request: AppendRequest) -> bool:
         """Called before a delayed message is written back: True (and no longer pending) when its

@@ -42,7 +42,7 @@ from plugmq.core.contracts import (
     ReplicationService,
     TransactionService,
 )
-from plugmq.core.message import MessageQueue, SendStatus, StoredMessage
+from plugmq.core.message import AppendResult, MessageQueue, SendStatus, StoredMessage
 
 __all__ = ["Administered", "Electable", "Served", "Serving"]
 
@@ -112,6 +112,15 @@ class Administered(_Identity, _Services, Sending, Protocol):
 
     def report_redriven(self, group: str, message: StoredMessage, copy_msg_id: str, topic: str) -> None:
         """A dead letter was sent back (``resend-dlq``): the re-driven event."""
+        ...
+
+    def delete_group(self, group: str) -> int:
+        ...
+
+    def cancel_delayed(self, msg_id: str) -> bool:
+        ...
+
+    def reschedule_delayed(self, msg_id: str, deliver_at_ms: int) -> AppendResult | None:
         ...
 
 

@@ -11,9 +11,17 @@ from collections.abc import Sequence
 
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.retention import RetentionSchedule
-from plugmq.core.contracts import DelayContext, DelayScheduler, Family, TransactionContext, TransactionService
+from plugmq.core.contracts import (
+    DelayContext,
+    DelayScheduler,
+    Family,
+    ReschedulableDelay,
+    TransactionContext,
+    TransactionService,
+)
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
-from plugmq.core.errors import DelayUnsupportedError
+from plugmq.core.errors import DelayUnsupportedError, ValidationError
+from plugmq.core.message import AppendResult
 from plugmq.core.pluginmanager import LoadedPlugins, installed_of_family
 
 __all__ = ["Services"]
@@ -95,3 +103,21 @@ class Services:
         if cancelled and ledger is not None:
             ledger.cancelled(msg_id)  # no later master delivers it either
         return cancelled
+
+    def reschedule_delayed(self, msg_id: str, deliver_at_ms: int, ledger: DelayLedger | None) -> AppendResult | None:
+        """Move a not-yet-due delayed message to ``deliver_at_ms``: its new result (the msg_id
+        to use from now on), or None when no pending message has that id."""
+        delay = self.delay
+        if delay is None:
+            raise DelayUnsupportedError(f"broker {self._name!r} has no delay plugin; nothing to reschedule")
+        if not isinstance(delay, ReschedulableDelay):
+            plugin = self._plugins.with_family(Family.DELAY)[0]
+            raise DelayUnsupportedError(
+                f"delay plugin {plugin!r} cannot reschedule delayed messages (a level is a queue read in deliver "
+                "order, so a message cannot move within it); use delay_wheel or delay_schedule"
+            )
+        if not isinstance(deliver_at_ms, int) or isinstance(deliver_at_ms, bool) or deliver_at_ms < 0:
+            raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {deliver_at_ms!r}")
+        if ledger is not None:
+            return ledger.rescheduled(msg_id, deliver_at_ms, lambda: delay.reschedule(msg_id, deliver_at_ms))
+        return delay.reschedule(msg_id, deliver_at_ms)

@@ -531,3 +531,6 @@ def broker_status(target: _Target, as_json: bool) -> None:
         _print_table(table)
 
     _emit(target.run("broker-status", {}), as_json, render)
+
+
+from plugmq.cli import admin_ops  # noqa: E402, F401 - its verbs join this group

@@ -1,0 +1,62 @@
+"""More ``plugmq admin`` verbs: delayed messages (cancel, reschedule) and deletes.
+
+They join the ``admin`` group of :mod:`plugmq.cli.admin` (which imports this module at its end)
+and run against a running ``plugmq serve`` or a stopped data dir like every admin verb.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from plugmq.cli.admin import _emit, _Target, _target_options, _time_option, _when, command
+
+__all__: list[str] = []
+
+
+@command.command("delay-cancel")
+@click.argument("msg_id")
+@_target_options
+def delay_cancel(target: _Target, as_json: bool, msg_id: str) -> None:
+    """Cancel the pending delayed message MSG_ID (the msg id its send returned, or a recall handle)."""
+    def render(result: dict[str, Any]) -> None:
+        click.echo(f"{result['msg_id']}: " + ("cancelled; it will not be delivered" if result["cancelled"] else
+                                              "not cancelled: delivered already, moved, or unknown to this broker"))
+
+    _emit(target.run("delay-cancel", {"id": msg_id}), as_json, render)
+
+
+@command.command("delay-reschedule")
+@click.argument("msg_id")
+@click.option("--at", "when", required=True,
+              help="The new deliver time: epoch ms, ISO 8601 or yyyy-MM-dd#HH:mm:ss:SSS (local time), or 'now'.")
+@_target_options
+def delay_reschedule(target: _Target, as_json: bool, msg_id: str, when: str) -> None:
+    """Move the pending delayed message MSG_ID to another deliver time (delay_wheel, delay_schedule)."""
+    from plugmq.core.clock import SystemClock
+
+    at = _time_option(when)
+    at_ms = SystemClock().now_ms() if at is None else at
+
+    def render(result: dict[str, Any]) -> None:
+        if result["moved"]:
+            click.echo(f"{result['msg_id']}: due at {_when(result['deliver_at_ms'])}; its msg id is now "
+                       f"{result['new_msg_id']}")
+        else:
+            click.echo(f"{result['msg_id']}: not moved: delivered already, cancelled, moved before, or unknown "
+                       "to this broker")
+
+    _emit(target.run("delay-reschedule", {"id": msg_id, "deliver_at_ms": at_ms}), as_json, render)
+
+
+@command.command("group-delete")
+@click.argument("group")
+@_target_options
+def group_delete(target: _Target, as_json: bool, group: str) -> None:
+    """Delete consumer GROUP: its offsets, pop progress and messages in flight (messages stay)."""
+    def render(result: dict[str, Any]) -> None:
+        click.echo(f"group {result['group']} deleted on {result['broker']} "
+                   f"(pop progress on {result['pop_queues']} queues forgotten)")
+
+    _emit(target.run("group-delete", {"group": group}), as_json, render)
