@@ -33,6 +33,7 @@ import heapq
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, cast
 
 import attrs
 import pytest
@@ -43,6 +44,7 @@ from plugmq.conformance._delay_harness import STORE_CANDIDATES, DelayHarness
 from plugmq.conformance._delay_kill import check_after_kill, child_window, run_child
 from plugmq.core import (
     DelayCapabilities,
+    DelayScheduler,
     DelayUnsupportedError,
     Family,
     ManualClock,
@@ -538,9 +540,13 @@ class DelayConformance:
         assert h.stored_uids() == counts
 
 
-def _reschedulable(h: DelayHarness) -> ReschedulableDelay:
+class _Movable(DelayScheduler, ReschedulableDelay, Protocol):
+    """A delay scheduler that offers reschedule."""
+
+
+def _reschedulable(h: DelayHarness) -> _Movable:
     """The opened scheduler as a ReschedulableDelay; a skip with the reason where it is not one."""
     scheduler = h.open()
     if not isinstance(scheduler, ReschedulableDelay):
         pytest.skip(f"{h.plugin} does not offer reschedule (plugmq.core.contracts.ReschedulableDelay)")
-    return scheduler
+    return cast(_Movable, scheduler)
