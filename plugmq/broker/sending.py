@@ -108,6 +108,10 @@ class Sender:
             props[Prop.KEYS] = " ".join(message.keys)
         if Prop.UNIQ_KEY not in props:
             props[Prop.UNIQ_KEY] = new_unique_id()
+        if message.message_group is not None:
+            props[Prop.SHARDING_KEY] = message.message_group
+        if message.priority is not None:
+            props[Prop.PRIORITY] = str(message.priority)
         if extra_properties:
             props.update(extra_properties)
         return AppendRequest.trusted(

@@ -11,7 +11,7 @@ from typing import Any
 from plugmq.client.ports import Sending
 from plugmq.core.errors import ClientError, ValidationError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import Message, MessageQueue, SendResult
+from plugmq.core.message import Message, MessageQueue, SendResult, message_group_queue
 from plugmq.core.names import validate_group
 
 __all__ = ["Producer", "QueueSelector", "select_queue"]
@@ -24,9 +24,12 @@ QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 
 def select_queue(queues: Sequence[MessageQueue], message: Message, selector: QueueSelector | None, arg: Any,
                  counter: Iterator[int]) -> MessageQueue:
-    """Round robin over ``queues`` (``counter`` is the producer's), or the ``selector``'s choice,
-    which must be one of the topic's queues."""
+    """The ``selector``'s choice, which must be one of the topic's queues; without one, the queue
+    of the message's ``message_group`` (one group, one queue) or round robin over ``queues``
+    (``counter`` is the producer's)."""
     if selector is None:
+        if message.message_group is not None:
+            return queues[message_group_queue(message.message_group, len(queues))]
         return queues[next(counter) % len(queues)]
     chosen = selector(queues, message, arg)
     if chosen not in queues:

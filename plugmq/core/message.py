@@ -38,6 +38,7 @@ __all__ = [
     "check_body_size",
     "decode_msg_id",
     "encode_msg_id",
+    "message_group_queue",
     "new_unique_id",
 ]
 
@@ -84,10 +85,38 @@ def _validate_properties(_inst: object, _attr: object, props: Mapping[str, str])
                 f"property {key!r} must be a string (RocketMQ properties are text), got {type(value).__name__}"
             )
         if key in SYSTEM_PROPERTY_KEYS:
-            raise ValidationError(
-                f"property {key!r} is a system property; set it through the Message fields instead"
-            )
+            field = _FIELD_OF_PROPERTY.get(key)
+            fix = (f"set Message({field}=...) instead" if field is not None
+                   else "the broker sets it; pick another property name")
+            raise ValidationError(f"property {key!r} is a system property; {fix}")
         _check_text(f"property {key!r}", key + value)
+
+
+# The Message field that sets each system property a producer may give (the rest are the broker's).
+_FIELD_OF_PROPERTY = {
+    Prop.TAGS: "tags",
+    Prop.KEYS: "keys",
+    Prop.DELAY_LEVEL: "delay_level",
+    Prop.DELIVER_AT_MS: "deliver_at_ms",
+    Prop.SHARDING_KEY: "message_group",
+    Prop.PRIORITY: "priority",
+}
+MAX_MESSAGE_GROUP_LENGTH = 128
+
+
+def _validate_message_group(_inst: object, _attr: object, group: str | None) -> None:
+    if group is None:
+        return
+    if not isinstance(group, str) or not group.strip():
+        raise ValidationError(f"message_group must be a non-blank string (or None), got {group!r}")
+    if len(group) > MAX_MESSAGE_GROUP_LENGTH:
+        raise ValidationError(f"message_group is {len(group)} characters; the limit is {MAX_MESSAGE_GROUP_LENGTH}")
+    _check_text("message_group", group)
+
+
+def _validate_priority(_inst: object, _attr: object, priority: int | None) -> None:
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool) or priority < 0):
+        raise ValidationError(f"priority must be an int >= 0 (higher is delivered first), got {priority!r}")
 
 
 def _validate_tags(_inst: object, _attr: object, tags: str | None) -> None:
@@ -120,6 +149,10 @@ class Message:
     ``tags`` is one tag (RocketMQ) or several joined by ``||`` (seed 000's multi-tag variant).
     ``keys`` are business keys (a space-separated string or an iterable) indexed for queries.
     A delay is either ``delay_level`` (1-based, RocketMQ's level list) or ``deliver_at_ms``.
+    ``message_group`` makes it a FIFO message: one group's messages go to one queue and a FIFO
+    consumer group gets them in order. ``priority`` (RocketMQ's RIP-80, an int >= 0) makes it a
+    priority message: under a backlog, higher priorities are delivered first. As in RocketMQ 5, a
+    message is one kind: a message group, a delay and a priority exclude each other.
     """
 
     topic: str = attrs.field(validator=_check_topic)
@@ -131,6 +164,18 @@ class Message:
     )
     delay_level: int | None = attrs.field(default=None)
     deliver_at_ms: int | None = attrs.field(default=None)
+    message_group: str | None = attrs.field(default=None, validator=_validate_message_group)
+    priority: int | None = attrs.field(default=None, validator=_validate_priority)
+
+    def __attrs_post_init__(self) -> None:
+        if self.message_group is None and self.priority is None:
+            return  # the common case costs one comparison each
+        kinds = [name for name, value in (("message_group", self.message_group), ("priority", self.priority),
+                                          ("a delay", self.delay_level if self.deliver_at_ms is None
+                                           else self.deliver_at_ms)) if value is not None]
+        if len(kinds) > 1:
+            raise ValidationError(f"a message is FIFO (message_group), priority or delayed, one of them; this one "
+                                  f"sets {' and '.join(kinds)}")
 
     @delay_level.validator
     def _check_level(self, _attr: object, level: int | None) -> None:
@@ -149,6 +194,12 @@ class Message:
     @property
     def is_delayed(self) -> bool:
         return self.delay_level is not None or self.deliver_at_ms is not None
+
+
+def message_group_queue(message_group: str, queue_count: int) -> int:
+    """The queue of a FIFO message group among ``queue_count`` queues: one group, one queue (the
+    same choice for in-process producers and plugmq serve's clients)."""
+    return zlib.crc32(message_group.encode()) % queue_count
 
 
 @attrs.frozen(order=True)

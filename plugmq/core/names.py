@@ -64,6 +64,14 @@ class Prop:
     TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
     CHECK_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     SHARDING_KEY = "__SHARDINGKEY"
+    # RIP-80 priority messages: the priority (an int >= 0, higher first) a producer gave the message.
+    PRIORITY = "__PRIORITY"
+    # RocketMQ 4.6 request-reply: the request's correlation id, the client to answer, the request's
+    # time to live (ms) and the message type ("request" or "reply").
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    MESSAGE_TTL = "TTL"
+    MESSAGE_TYPE = "MSG_TYPE"
     # The RocketMQ 5 protocol's trace_context (a W3C traceparent): kept with the message, handed to consumers.
     TRACE_CONTEXT = "TRACE_CONTEXT"
 

@@ -151,7 +151,7 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
         _check_kind(kind, group, deliver_at)
     try:
         message = Message(proto.topic.name, _body(proto, max_body), tags=tag, keys=keys, properties=user,
-                          deliver_at_ms=deliver_at if kind == MessageType.DELAY else None)
+                          deliver_at_ms=deliver_at if kind == MessageType.DELAY else None, message_group=group)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc
     except ValidationError as exc:
@@ -159,8 +159,6 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     extra = {Prop.UNIQ_KEY: message_id}
     if props.HasField("trace_context") and props.trace_context:
         extra[Prop.TRACE_CONTEXT] = props.trace_context  # kept with the message, handed to its consumers
-    if group is not None:
-        extra[Prop.SHARDING_KEY] = group
     return Outgoing(message, extra, kind, group, message_id)
 
 

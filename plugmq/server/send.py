@@ -15,13 +15,12 @@ import asyncio
 import itertools
 import queue
 import threading
-import zlib
 from collections.abc import Sequence
 
 import attrs
 
 from plugmq.broker.ports import Serving
-from plugmq.core.message import AppendStatus, SendResult, SendStatus
+from plugmq.core.message import AppendStatus, SendResult, SendStatus, message_group_queue
 from plugmq.core.names import is_system_topic
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing, outgoing
@@ -79,7 +78,7 @@ class Sender:
 
     def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
         if message_group is not None:
-            return zlib.crc32(message_group.encode()) % count  # one message group, one queue
+            return message_group_queue(message_group, count)  # one message group, one queue
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
