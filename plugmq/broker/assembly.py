@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals, Events
 from plugmq.broker.groups import GroupRegistry
@@ -31,6 +32,7 @@ from plugmq.broker.lifecycle import Lifecycle
 from plugmq.broker.offsets import ConsumerOffsets
 from plugmq.broker.pop import PopService
 from plugmq.broker.popstate import PopState, adopt_legacy_state
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.broker.reads import Reads
 from plugmq.broker.redelivery import Redelivery
 from plugmq.broker.replication import TopicFollower, open_replication
@@ -98,6 +100,8 @@ class Parts:
     replication: ReplicationService | None
     switch: RoleSwitch
     cluster: ClusterService | None
+    dedup: DedupWindows
+    limits: RateLimiter
 
 
 @attrs.frozen
@@ -141,7 +145,7 @@ class _PopBackend:
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
              consumer_group: str = "", client_id: str = "") -> PullResult:
         return self.reads.pull(queue, offset, max_nums, subscription, consumer_group=consumer_group,
-                               client_id=client_id)
+                               client_id=client_id, limited=False)  # pop receive takes from the limits itself
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         return self.reads.read_message(commit_log_offset, size)
@@ -221,12 +225,19 @@ def _assemble(base: _Base) -> Parts:
     ledger = _delay_ledger(base, roles, journals, copies)
     writeback = WriteBack(base.name, clock, store, table, roles, events, arrivals, traffic, ledger, copies)
     services = _services(base, writeback, copies, txn_journal)
+    limits = RateLimiter(clock, config.limits)
+    dedup = DedupWindows(config.topic_settings, clock, store,
+                         journals.open("dedup") if config.topic_settings.any_dedup else None, table.all)
+    if dedup.journal is not None:
+        journals.compact_with("dedup", dedup.compact)
+    if roles.writable():
+        dedup.load()
     sender = Sender(max_message_size=config.max_message_size, clock=clock, store=store, topics=topics, roles=roles,
                     services=services, ledger=ledger, events=events, arrivals=arrivals, traffic=traffic,
-                    check_open=lifecycle.check_open)
-    reads = Reads(base.name, store, filters, events, lifecycle.check_open)
+                    check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits)
+    reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits)
     redelivery = Redelivery(config.groups, table, sender, services, clock, events)
-    pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events), table, arrivals)
+    pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events), table, arrivals, limits)
     followed = FollowedState(base.name, roles, TopicFollower(store, table.ensure, table.get), offsets, pop, arrivals)
     replication = open_replication(plugins, base.context, store, role=roles.role, broker_id=config.broker_id,
                                    replicated=followed.replicated, truncated=followed.truncated,
@@ -235,14 +246,14 @@ def _assemble(base: _Base) -> Parts:
     roles.attach(replication)
     if replication is not None:
         lifecycle.on_close("replication", replication.close)
-    switch = RoleSwitch(base.name, roles, followed, offsets, pop, services, ledger, lifecycle.check_open)
+    switch = RoleSwitch(base.name, roles, followed, offsets, pop, services, ledger, dedup, lifecycle.check_open)
     _start(base, roles, offsets, pop, journals, services, replication)
     cluster = _join_name_service(base)
     if cluster is not None:
         lifecycle.on_close("cluster", cluster.close)
     return Parts(config, clock, plugins, store, filters, strategies, base.floor, base.retention, traffic, arrivals,
                  events, lifecycle, roles, topics, groups, journals, offsets, ledger, services, writeback, sender, reads,
-                 redelivery, pop, replication, switch, cluster)
+                 redelivery, pop, replication, switch, cluster, dedup, limits)
 
 
 def _delay_ledger(base: _Base, roles: Roles, journals: JournalSet, copies: DeliveredCopies) -> DelayLedger | None:
@@ -275,15 +286,15 @@ def _services(base: _Base, writeback: WriteBack, copies: DeliveredCopies, txn_jo
     return services
 
 
-def _pop(base: _Base, journals: JournalSet, backend: _PopBackend, topics: TopicTable, arrivals: Arrivals
-         ) -> PopService:
+def _pop(base: _Base, journals: JournalSet, backend: _PopBackend, topics: TopicTable, arrivals: Arrivals,
+         limits: RateLimiter) -> PopService:
     """Pop consumption over its durable state (imported once from older data dirs)."""
     config = base.config
     adopt_legacy_state(base.broker_dir / "pop", Path(config.data_dir) / "server")
     state = PopState(journals.open("pop"), fsync=config.pop_fsync, compact_bytes=config.pop_compact_bytes,
                      legacy_dir=base.broker_dir / "pop")
     journals.compact_with("pop", state.compact)
-    pop = PopService(backend, state)
+    pop = PopService(backend, state, limits, base.config.topic_settings)
     pop.collect(topics.all())
     pop.deadline_listeners.append(arrivals.wake)
     base.lifecycle.on_close("pop", pop.close)

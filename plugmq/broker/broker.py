@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from plugmq.broker.assembly import assemble
+from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.offsets import OffsetStore
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.client.consumer import PullConsumer, PushConsumer
 from plugmq.client.ports import GroupMember, Stoppable
 from plugmq.client.producer import Producer
@@ -100,19 +102,24 @@ class Broker:
         name: str = "broker-a",
         plugin_objects: Mapping[str, object] | None = None,
         groups: Mapping[str, Any] | None = None,
+        topics: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
         **broker_settings: Any,
     ) -> Broker:
         """Assemble a broker in ``data_dir`` from plugin names (default set when None).
 
         ``options`` are the plugins' tables (``[plugins.<name>]``), ``groups`` the ``[groups]``
-        table (defaults as keys, one table or :class:`GroupPolicy` per group), ``broker_settings``
-        the rest of ``[broker]``.
+        table (defaults as keys, one table or :class:`GroupPolicy` per group), ``topics`` the
+        ``[topics]`` table (dedup, priority), ``limits`` the ``[limits]`` table (rate limits),
+        ``broker_settings`` the rest of ``[broker]``.
         """
         mapping: dict[str, Any] = {
             "broker": {"name": name, "data_dir": str(data_dir),
                        "plugins": list(plugins if plugins is not None else DEFAULT_PLUGINS), **broker_settings},
             "plugins": dict(options or {}),
             "groups": dict(groups or {}),
+            "topics": dict(topics or {}),
+            "limits": dict(limits or {}),
         }
         return cls(load_config(mapping), clock=clock, plugin_objects=plugin_objects)
 
@@ -183,6 +190,11 @@ class Broker:
         """Create (or grow) a topic; returns its queues."""
         return self._parts.topics.create(topic, queue_count)
 
+    def is_priority_topic(self, topic: str) -> bool:
+        """Whether ``topic`` takes priority messages (``[topics.<t>] priority = true``): priority p
+        is stored on queue min(p, queues - 1) and consumers get the highest queues first."""
+        return self.config.topic_settings.settings(topic).priority
+
     def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
         """The queues of ``topic``; auto-creates it when allowed, else TopicError naming it."""
         return self._parts.topics.queues(topic, create=create)
@@ -198,23 +210,24 @@ class Broker:
 
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
             reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
-            await_slave: bool = True) -> SendResult:
+            await_slave: bool = True, account: str | None = None) -> SendResult:
         """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin).
 
         On a ``sync_master`` the answer waits for a slave, unless ``await_slave`` is False: then the
         caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
+        ``account``: who sends, for its rate limit (plugmq serve's ACL account).
         """
         return self._parts.sender.put(message, queue_id, allow_system_topic=allow_system_topic,
                                       reconsume_times=reconsume_times, extra_properties=extra_properties,
-                                      await_slave=await_slave)
+                                      await_slave=await_slave, account=account)
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
         """Store several messages of one topic on one queue in one store batch (``extra_properties``
-        per message, ``await_slave`` as for :meth:`put`)."""
+        per message, ``await_slave`` and ``account`` as for :meth:`put`)."""
         return self._parts.sender.put_batch(messages, queue_id, extra_properties=extra_properties,
-                                            await_slave=await_slave)
+                                            await_slave=await_slave, account=account)
 
     def send_back(self, message: StoredMessage, group: str, policy: RedeliveryPolicy | None = None) -> SendResult:
         """A consumer gave up on ``message`` for now: retry it later, or dead-letter it, as
@@ -269,9 +282,20 @@ class Broker:
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32,
              subscription: Filter | None = None, *, consumer_group: str = "", client_id: str = "") -> PullResult:
-        """Read up to ``max_nums`` matching messages from ``offset`` of ``queue``."""
+        """Read up to ``max_nums`` matching messages from ``offset`` of ``queue`` (RateLimitedError when
+        ``consumer_group`` is over its rate limit)."""
         return self._parts.reads.pull(queue, offset, max_nums, subscription, consumer_group=consumer_group,
                                       client_id=client_id)
+
+    @property
+    def rate_limits(self) -> RateLimiter:
+        """The rate limits in force (``[limits]``, changed at run time with ``set``)."""
+        return self._parts.limits
+
+    @property
+    def dedup(self) -> DedupWindows:
+        """The dedup windows of the topics that have one (``[topics.<t>] dedup``)."""
+        return self._parts.dedup
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message stored at ``commit_log_offset`` (None if retention removed it)."""

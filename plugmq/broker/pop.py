@@ -31,8 +31,10 @@ from typing import Any, Protocol
 import attrs
 
 from plugmq.broker.popstate import Inflight, Lane, PopState
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.client.values import ReceivedMessage
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
+from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import ConsumerHandover, Filter
 from plugmq.core.errors import InvalidNameError, ReceiptHandleError, TopicError, ValidationError
@@ -117,9 +119,12 @@ class PopService:
     last attempt timed out and tells ``deadline_listeners`` that messages became visible again.
     """
 
-    def __init__(self, backend: PopBackend, state: PopState) -> None:
+    def __init__(self, backend: PopBackend, state: PopState, limits: RateLimiter | None = None,
+                 topic_settings: TopicSettingsTable | None = None) -> None:
         self.backend = backend
         self.state = state
+        self._limits = limits
+        self._topic_settings = topic_settings or TopicSettingsTable()
         self._clock = backend.clock
         self._rotation: dict[tuple[str, str], itertools.count[int]] = {}
         self._timer_lock = threading.Lock()
@@ -132,16 +137,35 @@ class PopService:
     def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
                 *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
                 consume_timestamp_ms: int | None = None, only_queue: int | None = None,
-                client_id: str = "") -> list[ReceivedMessage]:
+                client_id: str = "", account: str | None = None) -> list[ReceivedMessage]:
         """Up to ``max_messages`` of ``topic`` for ``group``: redeliveries first, then new ones.
 
         ``consume_from`` places a queue the group has never received from: its first message
         (FIRST_OFFSET), messages sent from now on (LAST_OFFSET) or from ``consume_timestamp_ms``.
         ``only_queue``: read that queue alone (a consumer allocated queues rather than brokers).
         ``client_id``: the receiving client, for the delivered events (observers, message trace).
+        A priority topic's queues are read highest first (RIP-80: a backlog goes out by priority).
+        A group (or ``account``) with a rate limit gets at most what it may have now, and
+        RateLimitedError when that is nothing.
         """
         if max_messages < 1:
             raise ValidationError(f"max_messages must be >= 1, got {max_messages}")
+        limits = self._limits if self._limits is not None and self._limits.active else None
+        if limits is None:
+            return self._receive(group, topic, subscription, max_messages, invisible_ms, consume_from,
+                                 consume_timestamp_ms, only_queue, client_id)
+        granted = limits.grant(group, account, max_messages)
+        out: list[ReceivedMessage] = []
+        try:
+            out = self._receive(group, topic, subscription, granted, invisible_ms, consume_from, consume_timestamp_ms,
+                                only_queue, client_id)
+        finally:
+            limits.settle(group, account, granted, len(out), sum(len(m.body) for m in out))
+        return out
+
+    def _receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
+                 consume_from: ConsumeFrom, consume_timestamp_ms: int | None, only_queue: int | None,
+                 client_id: str) -> list[ReceivedMessage]:
         if invisible_ms <= 0:
             raise ValidationError(f"the invisible duration must be > 0, got {invisible_ms / 1000:g} s")
         if consume_from is ConsumeFrom.TIMESTAMP and consume_timestamp_ms is None:
@@ -153,12 +177,15 @@ class PopService:
         start = functools.partial(self.backend.start_offset, consume_from=consume_from,
                                   timestamp_ms=consume_timestamp_ms)
 
+        if self._topic_settings.settings(topic).priority:
+            order = sorted(queues, key=lambda q: -q.queue_id)  # the highest priority's queue first
+        else:
+            first = next(self._rotation.setdefault((group, topic), itertools.count()))
+            order = [queues[(first + i) % len(queues)] for i in range(len(queues))]
         out: list[ReceivedMessage] = []
         with self.state.lock:
             now = self._clock.now_ms()
-            first = next(self._rotation.setdefault((group, topic), itertools.count()))
-            for i in range(len(queues)):
-                queue = queues[(first + i) % len(queues)]
+            for queue in order:
                 lane = self.state.lane(group, topic, queue.queue_id, functools.partial(start, queue))
                 self._expire(lane, now, policy)
                 out.extend(self._take(lane, queue, subscription, max_messages - len(out), invisible_ms, now, policy,

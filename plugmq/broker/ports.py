@@ -137,6 +137,10 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
     def cancel_delayed(self, msg_id: str) -> bool:
         ...
 
+    def is_priority_topic(self, topic: str) -> bool:
+        """Whether ``topic`` takes priority messages (``[topics.<t>] priority``)."""
+        ...
+
     def check_writable(self, action: str = ...) -> None:
         """ReadOnlyBrokerError on a slave."""
         ...

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import attrs
 
 from plugmq.broker.events import Events
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing
 from plugmq.core.errors import FilterSyntaxError, ValidationError
 from plugmq.core.logs import get_logger
@@ -37,6 +38,7 @@ class Reads:
     _filters: dict[str, FilterCompiler]
     _events: Events
     _check_open: Callable[[], None]
+    _limits: RateLimiter
 
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         """Compile a subscription with this broker's filter plugins."""
@@ -51,9 +53,13 @@ class Reads:
 
     # ------------------------------------------------------------------------------ pull
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32,
-             subscription: Filter | None = None, *, consumer_group: str = "", client_id: str = "") -> PullResult:
+             subscription: Filter | None = None, *, consumer_group: str = "", client_id: str = "",
+             account: str | None = None, limited: bool = True) -> PullResult:
         """Read up to ``max_nums`` matching messages from ``offset`` of ``queue`` (for ``consumer_group``'s
-        client ``client_id``: the delivered events name them; no group, no event)."""
+        client ``client_id``: the delivered events name them; no group, no event).
+
+        A group (or ``account``) with a rate limit gets at most as many messages as it may have
+        now, and RateLimitedError when none (``limited=False``: the caller took them already)."""
         self._check_open()
         if max_nums < 1:
             raise ValidationError(f"max_nums must be >= 1, got {max_nums}")
@@ -63,7 +69,14 @@ class Reads:
             return PullResult(PullStatus.OFFSET_ILLEGAL, (), nxt, low, high)
         if offset == high:
             return PullResult(PullStatus.NO_NEW_MSG, (), offset, low, high)
-        found, next_offset = self._scan(queue, offset, high, max_nums, subscription)
+        limits = self._limits if limited and consumer_group and self._limits.active else None
+        granted = limits.grant(consumer_group, account, max_nums) if limits is not None else max_nums
+        found: list[StoredMessage] = []
+        try:
+            found, next_offset = self._scan(queue, offset, high, granted, subscription)
+        finally:
+            if limits is not None:  # what was not handed out goes back; the bytes handed out are charged
+                limits.settle(consumer_group, account, granted, len(found), sum(len(m.body) for m in found))
         self._events.delivered(consumer_group, found, client_id)
         status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
         return PullResult(status, tuple(found), next_offset, low, high)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import attrs
 
+from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals
 from plugmq.broker.offsets import ConsumerOffsets
@@ -159,6 +160,7 @@ class RoleSwitch:
     _pop: PopService
     _services: Services
     _ledger: DelayLedger | None
+    _dedup: DedupWindows
     _check_open: Callable[[], None]
 
     def promote(self, epoch: int) -> None:
@@ -172,6 +174,7 @@ class RoleSwitch:
             self._check_open()
             roles.failover_replication("become master").promote(epoch, roles.master_role)
             self._followed.follow()
+            self._dedup.load()  # the windows of what the log holds: a retry to this master is a duplicate too
             roles.role = roles.master_role
             self._offsets.compact()
             self._pop.state.compact()

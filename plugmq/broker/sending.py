@@ -12,12 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from plugmq.broker.dedup import Copy, DedupWindows, dedup_key
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals, Events
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.broker.roles import Roles
 from plugmq.broker.services import Services
 from plugmq.broker.topics import TopicQueues
 from plugmq.broker.traffic import Traffic
+from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock
 from plugmq.core.contracts import MessageStore
 from plugmq.core.errors import MessageTooLargeError, TopicError, ValidationError
@@ -89,6 +92,9 @@ class Sender:
     _arrivals: Arrivals
     _traffic: Traffic
     _check_open: Callable[[], None]
+    _topic_settings: TopicSettingsTable
+    _dedup: DedupWindows
+    _limits: RateLimiter
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
@@ -125,48 +131,100 @@ class Sender:
 
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
             reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
-            await_slave: bool = True) -> SendResult:
+            await_slave: bool = True, account: str | None = None) -> SendResult:
         """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin).
 
         On a ``sync_master`` the answer waits for a slave, unless ``await_slave`` is False: then the
         caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
+        On a priority topic the message goes to its priority's queue, whatever ``queue_id`` says; on
+        a dedup topic a key already stored within the window is answered with its first copy.
+        ``account``: who sends (plugmq serve's ACL account), for its rate limit.
         """
         self._check_open()
         self._roles.check_writable("store messages")
         if not allow_system_topic:
             _refuse_system_topic(message.topic)
+        queue_id = self._placed(message, queue_id)
         queue = self._topics.queue(message.topic, queue_id)
         request = self.build_request(message, queue_id, reconsume_times=reconsume_times,
                                      extra_properties=extra_properties)
+        settings = None if allow_system_topic else self._dedup.settings_for(message.topic)
+        key = dedup_key(settings, message, request) if settings is not None else None
+        if key is not None:
+            first = self._dedup.claim(message.topic, key)
+            if first is not None:
+                return self._duplicate(message.topic, first, await_slave)
+        try:
+            if not allow_system_topic:
+                self._limits.send(message.topic, account, 1, len(message.body))
+            result, replica = self._store_one(message, request, await_slave)
+        except BaseException:
+            if key is not None:
+                self._dedup.failed(message.topic, key)
+            raise
+        if key is not None:
+            end = -1 if message.is_delayed else result.commit_log_offset + result.size
+            self._dedup.stored(message.topic, key, Copy(result.msg_id, request.properties[Prop.UNIQ_KEY], queue_id,
+                                                        result.queue_offset, end, result.store_timestamp_ms),
+                               delayed=message.is_delayed)
+        return _send_result(result, request, queue, replica)
+
+    def _store_one(self, message: Message, request: AppendRequest, await_slave: bool
+                   ) -> tuple[AppendResult, SendStatus]:
         if message.is_delayed:
             result = self._schedule(message, request)
             self._traffic.sent(message.topic, "delay", 1, len(message.body))
-            replica = self._replica(await_slave)
-        else:
-            started = time.perf_counter()
-            result = self._store.append(request)
-            kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
-            self._traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
-            replica = self._replica(await_slave, result.commit_log_offset + result.size)
-            self._events.stored(result, request)
-            self._arrivals.wake()
-        return _send_result(result, request, queue, replica)
+            return result, self._replica(await_slave)
+        started = time.perf_counter()
+        result = self._store.append(request)
+        kind = "fifo" if Prop.SHARDING_KEY in request.properties else "normal"
+        self._traffic.sent(message.topic, kind, 1, len(message.body), time.perf_counter() - started)
+        replica = self._replica(await_slave, result.commit_log_offset + result.size)
+        self._events.stored(result, request)
+        self._arrivals.wake()
+        return result, replica
+
+    def _placed(self, message: Message, queue_id: int) -> int:
+        """The queue a message goes to: on a priority topic its priority's (RIP-80: priority p on
+        queue min(p, queues - 1), no priority on queue 0), else ``queue_id``."""
+        if not self._topic_settings.settings(message.topic).priority:
+            if message.priority is not None:
+                raise ValidationError(f"message to {message.topic!r} has a priority but the topic is not a priority "
+                                      f"topic; set [topics.{message.topic}] priority = true in the broker's config")
+            return queue_id
+        count = len(self._topics.queues(message.topic))
+        return min(message.priority or 0, count - 1)
+
+    def _duplicate(self, topic: str, first: Copy, await_slave: bool) -> SendResult:
+        """The answer to a send whose key is in the window: its first copy's, once that is safe."""
+        self._traffic.sent(topic, "duplicate", 1, 0)  # answered, not stored: counted apart from what was
+        replica = self._replica(await_slave, None if first.end_offset < 0 else first.end_offset)
+        status = SendStatus.SEND_OK if replica is SendStatus.SEND_OK else replica
+        return SendResult(status=status, msg_id=first.msg_id, unique_id=first.unique_id,
+                          queue=self._topics.queue(topic, first.queue_id), queue_offset=first.queue_offset)
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
         """Store several messages of one topic on one queue in one store batch.
 
         ``extra_properties``: per message, system properties to add (as ``put``'s argument);
-        ``await_slave``: as for ``put``.
+        ``await_slave`` and ``account``: as for ``put``. On a priority or dedup topic the messages
+        are sent one by one (each to its priority's queue; a duplicate answered by its first copy).
         """
         self._check_open()
         self._roles.check_writable("store messages")
         total = _batch_bytes(messages, extra_properties, self._max_message_size)
         topic = messages[0].topic
         _refuse_system_topic(topic)
-        queue = self._topics.queue(topic, queue_id)
         extras = extra_properties or [None] * len(messages)
+        if self._topic_settings.settings(topic).priority or self._dedup.settings_for(topic) is not None:
+            return [self.put(m, queue_id, extra_properties=x, await_slave=await_slave, account=account)
+                    for m, x in zip(messages, extras, strict=True)]
+        if any(m.priority is not None for m in messages):
+            self._placed(next(m for m in messages if m.priority is not None), queue_id)  # raises: not a priority topic
+        queue = self._topics.queue(topic, queue_id)
+        self._limits.send(topic, account, len(messages), total)
         requests = [self.build_request(m, queue_id, extra_properties=x) for m, x in zip(messages, extras, strict=True)]
         started = time.perf_counter()
         results = self._store.append_batch(requests)

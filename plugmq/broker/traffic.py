@@ -52,7 +52,8 @@ class TrafficSnapshot:
     """Totals since the broker opened.
 
     ``messages_in`` / ``bytes_in``: (topic, message type) -> messages sent and their body bytes;
-    the type is RocketMQ's label: ``normal``, ``fifo`` (a message group), ``delay``.
+    the type is RocketMQ's label: ``normal``, ``fifo`` (a message group), ``delay``, and
+    ``duplicate`` for sends a dedup window answered with their first copy (nothing stored).
     ``messages_out`` / ``bytes_out``: (topic, consumer group) -> messages handed to consumers
     (pulled, popped, redelivered) and their body bytes. ``append_latency``: the broker's store
     calls (one per append or batch append).

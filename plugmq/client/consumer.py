@@ -23,7 +23,7 @@ from plugmq.client.ports import GroupConsuming, Reading
 from plugmq.config.policy import RedeliveryPolicy
 from plugmq.core.clock import SystemClock, Timer
 from plugmq.core.contracts import Filter
-from plugmq.core.errors import ClientError, DelayUnsupportedError, ValidationError
+from plugmq.core.errors import ClientError, DelayUnsupportedError, RateLimitedError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
@@ -123,6 +123,7 @@ class PushConsumer:
         self._stopped = threading.Event()
         self._heartbeat: Timer | None = None
         self._thread: threading.Thread | None = None
+        self._limited_for_s = 0.0  # the group's rate limit refused a pull: wait this long before the next
         self.consumed = 0
 
     @property
@@ -210,8 +211,12 @@ class PushConsumer:
     def _run(self) -> None:
         while not self._stopped.is_set():
             try:
+                self._limited_for_s = 0.0
                 if self.consume_available() == 0:
-                    self.broker.wait_for_messages(0.5)
+                    if self._limited_for_s:  # arrivals would wake the wait at once: wait out the limit instead
+                        self._stopped.wait(self._limited_for_s)
+                    else:
+                        self.broker.wait_for_messages(0.5)
             except Exception:
                 log.exception("consume loop failed; retrying", group=self.group, client=self.client_id)
                 self.broker.wait_for_messages(0.5)
@@ -286,8 +291,12 @@ class PushConsumer:
             if offset is None or self._stopped.is_set():
                 return 0
             subscription = self._subscriptions[queue.topic]
-            result = self.broker.pull(queue, offset, self.pull_batch_size, subscription.filter,
-                                      consumer_group=self.group, client_id=self.client_id)
+            try:
+                result = self.broker.pull(queue, offset, self.pull_batch_size, subscription.filter,
+                                          consumer_group=self.group, client_id=self.client_id)
+            except RateLimitedError as exc:
+                self._limited_for_s = exc.retry_after_ms / 1000
+                return 0  # the group's rate limit: nothing more this round (the loop waits it out)
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("offset illegal; corrected", group=self.group, queue=str(queue),
                             offset=offset, corrected=result.next_begin_offset)

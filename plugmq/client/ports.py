@@ -82,9 +82,9 @@ class PopConsuming(Protocol):
     def receive(self, group: str, topic: str, subscription: Filter | None, max_messages: int, invisible_ms: int,
                 *, consume_from: ConsumeFrom = ConsumeFrom.FIRST_OFFSET,
                 consume_timestamp_ms: int | None = None, only_queue: int | None = None,
-                client_id: str = "") -> list[ReceivedMessage]:
+                client_id: str = "", account: str | None = None) -> list[ReceivedMessage]:
         """Up to ``max_messages`` of ``topic`` for ``group``, each invisible for ``invisible_ms``
-        (``client_id``: the receiving client, for the delivered events)."""
+        (``client_id``: the receiving client, for the delivered events; ``account``: its rate limit)."""
         ...
 
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
@@ -104,13 +104,14 @@ class TopicRouting(Protocol):
 
 class Sending(TopicRouting, Protocol):
     def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False, reconsume_times: int = 0,
-            extra_properties: Mapping[str, str] | None = None, await_slave: bool = True) -> SendResult:
+            extra_properties: Mapping[str, str] | None = None, await_slave: bool = True,
+            account: str | None = None) -> SendResult:
         """Store one message on a queue of its topic (delayed ones go to the delay plugin)."""
         ...
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
         """Store messages of one topic on one queue in one store batch."""
         ...
 

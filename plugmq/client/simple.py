@@ -27,7 +27,7 @@ from plugmq.client.consumer import default_client_id
 from plugmq.client.ports import PopConsuming, Subscribing
 from plugmq.client.values import ReceivedMessage
 from plugmq.core.contracts import Filter
-from plugmq.core.errors import ClientError, ReceiptHandleError, ValidationError
+from plugmq.core.errors import ClientError, RateLimitedError, ReceiptHandleError, ValidationError
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import validate_group, validate_topic
 
@@ -103,6 +103,7 @@ class SimpleConsumer:
         self._subscriptions: dict[str, tuple[FilterExpression, Filter | None]] = {}
         self._rotation = itertools.count()
         self._closed = False
+        self._limited = threading.Event()  # waits out a rate limit; set when closed
         for topic, expression in (subscriptions or {}).items():
             self.subscribe(topic, expression)
 
@@ -133,7 +134,9 @@ class SimpleConsumer:
         """Up to ``max_messages`` messages, each invisible to the group for ``invisible_duration_s``.
 
         Messages whose invisible time ran out unacked come first (``delivery_attempt`` > 1). An
-        empty answer waits up to ``await_duration_s`` (default: the consumer's) for arrivals.
+        empty answer waits up to ``await_duration_s`` (default: the consumer's) for arrivals. A
+        group over its rate limit (``[limits.groups.<g>]``) gets fewer messages, and when it may
+        have none within the wait, RateLimitedError saying when it may.
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise ValidationError(f"max_messages must be a whole number >= 1, got {max_messages!r}")
@@ -141,7 +144,14 @@ class SimpleConsumer:
         wait = self.await_duration_s if await_duration_s is None else await_duration_s
         deadline = time.monotonic() + wait
         while True:
-            got = self._receive_once(max_messages, invisible_ms)
+            try:
+                got = self._receive_once(max_messages, invisible_ms)
+            except RateLimitedError as exc:
+                left = deadline - time.monotonic()
+                if left * 1000 < exc.retry_after_ms:
+                    raise
+                self._limited.wait(exc.retry_after_ms / 1000)  # set by close(): a closing consumer stops waiting
+                continue
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
@@ -159,9 +169,15 @@ class SimpleConsumer:
         out: list[ReceivedMessage] = []
         for i in range(len(topics)):
             topic, (_, compiled) = topics[(first + i) % len(topics)]
-            out.extend(self._pop.receive(self.group, topic, compiled, max_messages - len(out),
-                                         invisible_ms, consume_from=self.consume_from,
-                                         consume_timestamp_ms=self.consume_timestamp_ms, client_id=self.client_id))
+            try:
+                out.extend(self._pop.receive(self.group, topic, compiled, max_messages - len(out),
+                                             invisible_ms, consume_from=self.consume_from,
+                                             consume_timestamp_ms=self.consume_timestamp_ms,
+                                             client_id=self.client_id))
+            except RateLimitedError:
+                if out:
+                    return out  # the group's limit ran out after some: those go now
+                raise
             if len(out) >= max_messages:
                 break
         return out
@@ -208,6 +224,7 @@ class SimpleConsumer:
         invisible time, to any consumer of the group."""
         with self._lock:
             self._closed = True
+        self._limited.set()
 
     def __enter__(self) -> SimpleConsumer:
         return self

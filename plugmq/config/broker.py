@@ -44,7 +44,9 @@ from typing import Annotated, Any
 import attrs
 
 from plugmq.config.datadir import data_dir_value_problem
+from plugmq.config.limits import RateLimits, parse_limits_table
 from plugmq.config.policy import GroupPolicies, GroupPolicy, parse_groups_table
+from plugmq.config.topics import TopicSettingsTable, parse_topics_table
 from plugmq.core.errors import ConfigError
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, _host_bytes
 from plugmq.core.names import validate_broker_name, validate_cluster_name, validate_room
@@ -119,6 +121,8 @@ class BrokerConfig:
     pop_fsync: bool = _pop_fsync(False)
     pop_compact_bytes: int = _pop_compact_bytes(8 << 20)
     groups: GroupPolicies = internal(factory=GroupPolicies, doc="the [groups] table")
+    topic_settings: TopicSettingsTable = internal(factory=TopicSettingsTable, doc="the [topics] table")
+    limits: RateLimits = internal(factory=RateLimits, doc="the [limits] table")
     room: str = setting("", doc="the broker's machine room (MACHINE_ROOM / MACHINE_ROOM_NEARBY allocation)",
                         validator=calls(lambda room: room and validate_room(room)))
     broker_id: int = setting(0, doc="0 for a master, above 0 for a slave (RocketMQ brokerId)",
@@ -186,6 +190,10 @@ class ConfigFile:
         factory=dict, doc="[plugins.<name>]: one table of options per plugin listed in broker.plugins",
         expected="a table of tables")
     groups: Mapping[str, Any] = setting(factory=dict, doc="consumer groups' policies", expected="a table")
+    topics: Mapping[str, Any] = setting(factory=dict, doc="[topics.<topic>]: dedup window, priority",
+                                        expected="a table")
+    limits: Mapping[str, Any] = setting(factory=dict, doc="[limits.groups|topics|accounts.<name>]: rate limits",
+                                        expected="a table")
     cluster: Mapping[str, Any] | None = setting(None, doc="the cluster a broker joins", expected="a table")
     server: Mapping[str, Any] = setting(factory=dict, doc="plugmq serve's table", expected="a table")
 
@@ -228,14 +236,31 @@ def _config(raw: Mapping[str, Any], name: str, base_dir: Path | None) -> BrokerC
                                  OldServerKeys, ("server",))
     cluster = found.structure(tables.cluster, ClusterTable, ("cluster",)) if tables.cluster is not None else None
     groups = _group_policies(tables.groups, old_broker, old_server, found)
+    topic_settings, limits = _topics_and_limits(tables, found)
     _check_across_tables(tables, broker, found)
     found.raise_any()
     assert broker is not None and old_server is not None
     moved = {key: getattr(old_server, key) for key in ("pop_fsync", "pop_compact_bytes")
              if getattr(old_server, key) is not None}
     data_dir = broker.data_dir if base_dir is None or broker.data_dir.is_absolute() else base_dir / broker.data_dir
-    return attrs.evolve(broker, **moved, data_dir=data_dir, groups=groups, plugin_options=dict(tables.plugins),
+    return attrs.evolve(broker, **moved, data_dir=data_dir, groups=groups, topic_settings=topic_settings,
+                        limits=limits, plugin_options=dict(tables.plugins),
                         cluster_name=cluster.name if cluster is not None else None, source=name)
+
+
+def _topics_and_limits(tables: ConfigFile, found: Problems) -> tuple[TopicSettingsTable, RateLimits]:
+    """``[topics]`` and ``[limits]`` (their problems recorded; empty tables in their place)."""
+    where = f"{found.source}: " if found.source else ""
+    topic_settings, limits = TopicSettingsTable(), RateLimits()
+    try:
+        topic_settings = parse_topics_table(tables.topics, path=f"{where}topics")
+    except ConfigError as exc:
+        found.extend(exc)
+    try:
+        limits = parse_limits_table(tables.limits, path=f"{where}limits")
+    except ConfigError as exc:
+        found.extend(exc)
+    return topic_settings, limits
 
 
 def _check_across_tables(tables: ConfigFile, broker: BrokerConfig | None, found: Problems) -> None:

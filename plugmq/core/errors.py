@@ -50,6 +50,7 @@ __all__ = [
     "PluginCardinalityError",
     "PluginError",
     "PlugmqError",
+    "RateLimitedError",
     "ReadOnlyBrokerError",
     "ReceiptHandleError",
     "ReplicationError",
@@ -171,6 +172,15 @@ class ReceiptHandleError(ClientError):
     """A receipt handle names no message in flight for the group: malformed, issued by another
     broker, superseded by a newer delivery or invisible-time change, or its message was acked or
     dead-lettered already. The message says which."""
+
+
+class RateLimitedError(ClientError):
+    """A send or receive over a configured rate limit (a topic's, a group's or an account's).
+    ``retry_after_ms`` says when the same request would pass."""
+
+    def __init__(self, message: str, *, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
 
 
 class ClusterError(PlugmqError):

@@ -105,7 +105,8 @@ def _check_sizes(props: definition_pb2.SystemProperties, user: Mapping[str, str]
 
 
 _BAD_TEXT = frozenset("\x01\x02\n\r")
-_SUPPORTED_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION))
+_SUPPORTED_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION,
+                              MessageType.PRIORITY))
 
 
 def _check_text(code: int, what: str, text: str) -> None:
@@ -147,11 +148,13 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
                              f"message_group is {len(group)} characters; the limit is {_MAX_GROUP_LENGTH}")
     deliver_at = _delivery_ms(props.delivery_timestamp) if props.HasField("delivery_timestamp") else None
     kind = props.message_type or MessageType.NORMAL
-    if kind != MessageType.NORMAL or group is not None or deliver_at is not None:
-        _check_kind(kind, group, deliver_at)
+    priority = props.priority if props.HasField("priority") else None
+    if kind != MessageType.NORMAL or group is not None or deliver_at is not None or priority is not None:
+        _check_kind(kind, group, deliver_at, priority)
     try:
         message = Message(proto.topic.name, _body(proto, max_body), tags=tag, keys=keys, properties=user,
-                          deliver_at_ms=deliver_at if kind == MessageType.DELAY else None, message_group=group)
+                          deliver_at_ms=deliver_at if kind == MessageType.DELAY else None, message_group=group,
+                          priority=priority if kind == MessageType.PRIORITY else None)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc
     except ValidationError as exc:
@@ -183,11 +186,21 @@ def _delivery_ms(stamp: timestamp_pb2.Timestamp) -> int:
                                            f"not a valid time: {exc}") from None
 
 
-def _check_kind(kind: int, group: str | None, deliver_at: int | None) -> None:
+def _check_kind(kind: int, group: str | None, deliver_at: int | None, priority: int | None) -> None:
     if kind not in _SUPPORTED_KINDS:
         name = MessageType.Name(kind) if kind in MessageType.values() else str(kind)
         raise RpcFailure(Code.UNSUPPORTED, f"message type {name} is not supported by plugmq; "
-                                           "send NORMAL, FIFO, DELAY or TRANSACTION messages")
+                                           "send NORMAL, FIFO, DELAY, TRANSACTION or PRIORITY messages")
+    if kind == MessageType.PRIORITY:
+        if priority is None or priority < 0:
+            raise RpcFailure(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a PRIORITY message needs a priority >= 0")
+        if group is not None or deliver_at is not None:
+            raise RpcFailure(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                             "a PRIORITY message may not have a message_group or a delivery_timestamp")
+        return
+    if priority is not None:
+        raise RpcFailure(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                         f"only a PRIORITY message has a priority; this one is {MessageType.Name(kind)}")
     if kind == MessageType.FIFO and group is None:
         raise RpcFailure(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message needs a message_group")
     if kind == MessageType.DELAY and deliver_at is None:
@@ -214,6 +227,8 @@ def body_digest(body: bytes) -> str:
 def message_type_of(stored: StoredMessage) -> int:
     if stored.properties.get(Prop.SHARDING_KEY):
         return MessageType.FIFO
+    if Prop.PRIORITY in stored.properties:
+        return MessageType.PRIORITY
     if stored.sys_flag & SysFlag.TRANSACTION_COMMIT:
         return MessageType.TRANSACTION
     return MessageType.NORMAL
@@ -245,6 +260,9 @@ def to_proto(stored: StoredMessage, *, namespace: str = "", receipt_handle: str 
     group = stored.properties.get(Prop.SHARDING_KEY)
     if group:
         props.message_group = group
+    priority = stored.properties.get(Prop.PRIORITY)
+    if priority is not None and priority.isdigit():
+        props.priority = int(priority)
     trace_context = stored.properties.get(Prop.TRACE_CONTEXT)
     if trace_context:
         props.trace_context = trace_context

@@ -89,7 +89,7 @@ class Sender:
         requests that go to one queue share store batches."""
         protos = [proto for request in requests for proto in request.messages]
         entries: list[service_pb2.SendResultEntry | None] = [None] * len(protos)
-        batches: dict[tuple[str, int], list[_Batch]] = {}
+        batches: dict[tuple[str, int, Account | None], list[_Batch]] = {}  # an account's rate limit: its own batches
         limit = self._max_batch_bytes
         slot = 0
         for request in requests:
@@ -104,7 +104,7 @@ class Sender:
                         continue
                     deliver_at = out.message.deliver_at_ms
                     if deliver_at is not None and deliver_at > self._broker.clock.now_ms():
-                        entries[slot] = self._delay(out, queue_id)
+                        entries[slot] = self._delay(out, queue_id, request.account)
                         slot += 1
                         continue
                     if deliver_at is not None:  # already due: a normal message
@@ -113,7 +113,7 @@ class Sender:
                     entries[slot] = _failed(proto, exc)
                     slot += 1
                     continue
-                queue_batches = batches.setdefault((topic, queue_id), [])
+                queue_batches = batches.setdefault((topic, queue_id, request.account), [])
                 body = len(out.message.body)
                 if not queue_batches or queue_batches[-1].size + body > limit:
                     queue_batches.append(_Batch())
@@ -122,9 +122,9 @@ class Sender:
                 batch.items.append(out)
                 batch.size += body
                 slot += 1
-        for (_topic, queue_id), queue_batches in batches.items():
+        for (_topic, queue_id, account), queue_batches in batches.items():
             for batch in queue_batches:
-                self._store(batch, queue_id, entries, protos)
+                self._store(batch, queue_id, entries, protos, account)
         self._await_slave(entries)
         answers: list[list[service_pb2.SendResultEntry]] = []
         start = 0
@@ -155,14 +155,17 @@ class Sender:
         return out
 
     def _store(self, batch: _Batch, queue_id: int, entries: list[service_pb2.SendResultEntry | None],
-               protos: Sequence[definition_pb2.Message]) -> None:
+               protos: Sequence[definition_pb2.Message], account: Account | None) -> None:
+        name = account.access_key if account is not None else None
         try:
             if len(batch.items) == 1:
                 out = batch.items[0]
-                results = [self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False)]
+                results = [self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
+                                            account=name)]
             else:
                 results = self._broker.put_batch([out.message for out in batch.items], queue_id,
-                                                 extra_properties=[out.extra for out in batch.items], await_slave=False)
+                                                 extra_properties=[out.extra for out in batch.items], await_slave=False,
+                                                 account=name)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
             for slot in batch.slots:
                 entries[slot] = _failed(protos[slot], exc)
@@ -170,8 +173,9 @@ class Sender:
         for slot, out, result in zip(batch.slots, batch.items, results, strict=True):
             entries[slot] = _entry(out.message_id, result)
 
-    def _delay(self, out: Outgoing, queue_id: int) -> service_pb2.SendResultEntry:
-        result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False)
+    def _delay(self, out: Outgoing, queue_id: int, account: Account | None) -> service_pb2.SendResultEntry:
+        result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
+                                  account=account.access_key if account is not None else None)
         entry = _entry(out.message_id, result)
         entry.recall_handle = f"{result.msg_id}:{out.message_id}"
         return entry

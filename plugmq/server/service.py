@@ -18,7 +18,7 @@ from plugmq.broker.ports import Serving
 from plugmq.broker.routes import RoutedQueue
 from plugmq.client.values import ReceivedMessage
 from plugmq.core.contracts import ClusterView, TopicPermission, TransactionDecision
-from plugmq.core.errors import InvalidNameError, TopicError
+from plugmq.core.errors import InvalidNameError, RateLimitedError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 from plugmq.core.modes import ConsumeFrom
@@ -204,6 +204,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         routed = await self._run(self._routed, topic)
         types = [t for t in _ALL_TYPES if (t != MessageType.DELAY or self.broker.delay is not None)
                  and (t != MessageType.TRANSACTION or self.broker.transactions is not None)]
+        if self.broker.is_priority_topic(topic):
+            types.append(MessageType.PRIORITY)
         response = service_pb2.QueryRouteResponse(status=ok())
         for queue in routed:
             entry = response.message_queues.add(id=queue.queue.queue_id, permission=_PERMISSIONS[queue.permission],
@@ -334,11 +336,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             deadline = loop.time() + polling
             client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
             only_queue = self._assigned_queue(group, client_id, request.message_queue.id)
+            account = self._account(context) if self.auth.enabled else None  # its rate limit, if it has one
+            account_name = account.access_key if account is not None else None
             while True:
                 generation = self.wakeup.generation
-                deliveries = await self._run(functools.partial(
-                    self.pop.receive, group, topic, subscription, batch, invisible_ms,
-                    consume_from=self._consume_from, only_queue=only_queue, client_id=client_id))
+                try:
+                    deliveries = await self._run(functools.partial(
+                        self.pop.receive, group, topic, subscription, batch, invisible_ms,
+                        consume_from=self._consume_from, only_queue=only_queue, client_id=client_id,
+                        account=account_name))
+                except RateLimitedError as exc:  # the group's (or account's) limit: wait it out within the poll
+                    if (deadline - loop.time()) * 1000 < exc.retry_after_ms or self.stopping.is_set():
+                        raise  # answered TOO_MANY_REQUESTS with the retry hint
+                    await asyncio.sleep(exc.retry_after_ms / 1000)
+                    continue
                 left = deadline - loop.time()
                 if deliveries or left <= 0 or self.stopping.is_set():
                     break

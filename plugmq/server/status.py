@@ -10,6 +10,7 @@ from plugmq.core.errors import (
     InvalidNameError,
     MessageTooLargeError,
     PlugmqError,
+    RateLimitedError,
     ReadOnlyBrokerError,
     ReceiptHandleError,
     StoreError,
@@ -50,6 +51,8 @@ def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
     text = str(exc)
     if isinstance(exc, ReceiptHandleError):
         return RpcFailure(Code.INVALID_RECEIPT_HANDLE, text)
+    if isinstance(exc, RateLimitedError):  # the text ends with the retry hint ("retry in N ms")
+        return RpcFailure(Code.TOO_MANY_REQUESTS, text)
     if isinstance(exc, ReadOnlyBrokerError):  # RocketMQ: a slave's store forbids puts
         return RpcFailure(Code.FORBIDDEN, text)
     if isinstance(exc, MessageTooLargeError):
