@@ -74,7 +74,8 @@ def serving(data_dir: Path, *, options: ServerOptions | None = None, **broker_se
     plugins = broker_settings.get("plugins", ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "txn"])
     broker_settings["plugins"] = plugins
     txn = {"txn": {"transaction_timeout_s": 5, "check_interval_s": 5}} if "txn" in plugins else {}
-    broker = Broker.open(data_dir, clock=clock, options=txn, groups=GROUPS, **broker_settings)
+    groups = broker_settings.pop("groups", GROUPS)
+    broker = Broker.open(data_dir, clock=clock, options=txn, groups=groups, **broker_settings)
     thread = ServerThread(broker, options or _options())
     try:
         address = thread.start()

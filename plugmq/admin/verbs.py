@@ -12,6 +12,7 @@ from typing import Any
 from plugmq.admin import delayed, deletion, insight
 from plugmq.admin.operations import BrokerAdmin
 from plugmq.admin.values import to_json
+from plugmq.config.limits import rate_limit
 from plugmq.core.errors import ValidationError
 
 __all__ = ["VERBS", "execute", "parse_time"]
@@ -156,6 +157,23 @@ def _group_delete(admin: BrokerAdmin, args: _Args) -> Any:
     return deletion.delete_group(admin.broker, admin.clients, _take(args, "group-delete", ["group"])["group"])
 
 
+def _rate_limits(admin: BrokerAdmin, args: _Args) -> Any:
+    _take(args, "rate-limits")
+    return admin.broker.rate_limits.views()
+
+
+def _rate_limit(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "rate-limit", ["kind", "name"], {"messages_per_s": None, "bytes_per_s": None, "burst_s": 1.0})
+    kind = a["kind"] if str(a["kind"]).endswith("s") else f"{a['kind']}s"  # "group" or "groups"
+    if a["messages_per_s"] is None and a["bytes_per_s"] is None:
+        admin.broker.rate_limits.set(kind, a["name"], None)
+    else:
+        limit = rate_limit({k: a[k] for k in ("messages_per_s", "bytes_per_s", "burst_s") if a[k] is not None},
+                           path=f"rate-limit {kind}.{a['name']}")
+        admin.broker.rate_limits.set(kind, a["name"], limit)
+    return admin.broker.rate_limits.views()
+
+
 VERBS = {
     "topic-list": _topic_list,
     "topic-status": _topic_status,
@@ -172,6 +190,8 @@ VERBS = {
     "delay-cancel": _delay_cancel,
     "delay-reschedule": _delay_reschedule,
     "group-delete": _group_delete,
+    "rate-limits": _rate_limits,
+    "rate-limit": _rate_limit,
 }
 """Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
 arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped

@@ -25,6 +25,7 @@ from typing import Protocol
 from plugmq.broker.groups import GroupRegistry
 from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
 from plugmq.broker.pop import PopService
+from plugmq.broker.ratelimit import RateLimiter
 from plugmq.broker.topics import TopicTable
 from plugmq.broker.traffic import Traffic
 from plugmq.client.ports import Sending, TransactionSending
@@ -115,6 +116,10 @@ class Administered(_Identity, _Services, Sending, Protocol):
         ...
 
     def delete_group(self, group: str) -> int:
+        ...
+
+    @property
+    def rate_limits(self) -> RateLimiter:
         ...
 
     def cancel_delayed(self, msg_id: str) -> bool:

@@ -4,8 +4,9 @@ A bucket fills at its rate up to ``burst_s`` seconds' worth and starts full. Sen
 store, all or nothing: a send over its topic's or account's limit is refused with the time after
 which it would pass. Consumption takes up to what a request asks for, by message count before
 reading (a receive or pull gets at most as many messages as there are tokens) and by bytes after
-reading (a bucket may go into debt for the bytes of what was handed out; the next request waits
-until the debt is paid). Tokens a request took and did not use are given back.
+reading (a request gets as many messages as the bytes left cover at the mean size handed out so
+far, and a bucket may go into debt for what they really weighed; the next request waits until the
+debt is paid). Tokens a request took and did not use are given back.
 
 Everything is off unless a limit is configured or set through admin: the send and receive paths
 ask one dict each (empty when there are no limits).
@@ -86,6 +87,21 @@ class _Limit:
                          if limit.messages_per_s is not None else None)
         self.bytes = (TokenBucket(clock, limit.bytes_per_s, limit.bytes_per_s * limit.burst_s)
                       if limit.bytes_per_s is not None else None)
+        self.message_bytes: float | None = None  # a moving mean of what consumers got: bytes -> messages
+
+    def messages_for_bytes(self) -> int:
+        """How many messages the byte bucket covers now, by the mean size handed out so far (one
+        while there is none): a byte limit caps how many a request gets before anything is read."""
+        assert self.bytes is not None
+        available = self.bytes.available()
+        if available < 1:
+            return 0
+        return 1 if self.message_bytes is None else max(1, math.floor(available / self.message_bytes))
+
+    def learn(self, delivered: int, body_bytes: int) -> None:
+        if delivered:
+            mean = body_bytes / delivered
+            self.message_bytes = mean if self.message_bytes is None else 0.8 * self.message_bytes + 0.2 * mean
 
     def wait_s(self, messages: int, body_bytes: int) -> float:
         return max(self.messages.wait_s(messages) if self.messages is not None else 0.0,
@@ -167,8 +183,8 @@ class RateLimiter:
         with self._lock:
             allowed = wanted
             for _kind, _name, lim in limits:
-                if lim.bytes is not None and lim.bytes.available() < 1:
-                    allowed = 0
+                if lim.bytes is not None:
+                    allowed = min(allowed, lim.messages_for_bytes())
                 if lim.messages is not None:
                     allowed = min(allowed, math.floor(lim.messages.available()))
             if allowed <= 0:
@@ -190,6 +206,7 @@ class RateLimiter:
                     lim.messages.give_back(granted - delivered)
                 if lim.bytes is not None and body_bytes:
                     lim.bytes.take(body_bytes)
+                    lim.learn(delivered, body_bytes)
 
     @staticmethod
     def _applicable(table: Mapping[tuple[str, str], _Limit], keys: Sequence[tuple[str, str | None]]

@@ -60,3 +60,37 @@ def group_delete(target: _Target, as_json: bool, group: str) -> None:
                    f"(pop progress on {result['pop_queues']} queues forgotten)")
 
     _emit(target.run("group-delete", {"group": group}), as_json, render)
+
+
+def _render_limits(rows: list[dict[str, Any]]) -> None:
+    from plugmq.cli.admin import _print_table, _table
+
+    table = _table("Kind", "Name", "Messages/s", "Bytes/s", "Burst (s)")
+    for row in rows:
+        table.add_row(row["kind"], row["name"], "-" if row["messages_per_s"] is None else f"{row['messages_per_s']:g}",
+                      "-" if row["bytes_per_s"] is None else f"{row['bytes_per_s']:g}", f"{row['burst_s']:g}")
+    _print_table(table)
+
+
+@command.command("rate-limits")
+@_target_options
+def rate_limits(target: _Target, as_json: bool) -> None:
+    """The rate limits in force: per consumer group, topic and account."""
+    _emit(target.run("rate-limits", {}), as_json, _render_limits)
+
+
+@command.command("rate-limit")
+@click.argument("kind", type=click.Choice(["group", "topic", "account"]))
+@click.argument("name")
+@click.option("--messages-per-s", type=float, help="Messages a second (leave out: no message limit).")
+@click.option("--bytes-per-s", type=float, help="Body bytes a second (leave out: no byte limit).")
+@click.option("--burst-s", type=float, default=1.0, show_default=True, help="Seconds of unused rate saved up.")
+@_target_options
+def rate_limit(target: _Target, as_json: bool, kind: str, name: str, messages_per_s: float | None,
+               bytes_per_s: float | None, burst_s: float) -> None:
+    """Set the rate limit of consumer group, topic or account NAME on a running broker (neither
+    --messages-per-s nor --bytes-per-s: remove it). Until the broker restarts: [limits] in its config
+    is where limits are kept."""
+    args = {"kind": kind, "name": name, "messages_per_s": messages_per_s, "bytes_per_s": bytes_per_s,
+            "burst_s": burst_s}
+    _emit(target.run("rate-limit", args), as_json, _render_limits)
