@@ -59,7 +59,7 @@ allocation = "MACHINE_ROOM"
 allocation_params = { rooms = ["r1"] }
 [groups.near-raw]
 allocation = "MACHINE_ROOM_NEARBY"
-allocation_params = { inner = "AVG" }
+allocation_params = { inner = "AVG", consumer_rooms = { r1 = ["10.1.0.0/16"], r2 = ["10.2.0.0/16"] } }
 """
 
 
@@ -244,11 +244,13 @@ def _stub_call(address: str, method: str, request: Any, client_id: str) -> Any:
         return getattr(stub, method)(request, metadata=(("x-mq-client-id", client_id),), timeout=5)
 
 
-def _join(address: str, group: str, client_id: str, access_point: str) -> None:
-    """What a push consumer tells a broker: its settings (with its access point), then a heartbeat."""
+def _join(address: str, group: str, client_id: str, access_point: str, host: str = "") -> None:
+    """What a push consumer tells a broker: its settings (with its access point and the host it runs
+    on), then a heartbeat."""
     command = service_pb2.TelemetryCommand()
     settings = command.settings
     settings.client_type = ClientType.PUSH_CONSUMER
+    settings.user_agent.hostname = host
     settings.access_point.scheme = definition_pb2.AddressScheme.IPv4
     host, _, port = access_point.rpartition(":")
     settings.access_point.addresses.add(host=host, port=int(port))
@@ -296,11 +298,12 @@ def test_machine_room_groups_across_brokers_get_rocketmqs_assignment(cluster: Cl
     for broker in ROOMS:  # every broker gives the same answer
         assert {k: _assignment(cluster.address(broker), topic, "room-raw", cid) for k, cid in ids.items()} == expected
 
-    # MACHINE_ROOM_NEARBY: a consumer is in the room of the broker it is configured with.
+    # MACHINE_ROOM_NEARBY: a consumer is in the room of the host it runs on (consumer_rooms). As the
+    # official clients do, each reports the broker it talks to as its access point: that is not its room.
     ids = {"east": "r1-consumer", "west": "r2-consumer"}
     for broker in ROOMS:
-        _join(cluster.address(broker), "near-raw", ids["east"], cluster.address("broker-b"))
-        _join(cluster.address(broker), "near-raw", ids["west"], cluster.address("broker-c"))
+        _join(cluster.address(broker), "near-raw", ids["east"], cluster.address(broker), host="10.1.3.4")
+        _join(cluster.address(broker), "near-raw", ids["west"], cluster.address(broker), host="10.2.5.6")
     expected = _rocketmq("MACHINE_ROOM_NEARBY", topic, ids, lambda b: f"{ROOMS[b]}-{b}")
     assert expected == {"east": [(b, i) for b in ("broker-a", "broker-b") for i in range(4)],
                         "west": [("broker-c", i) for i in range(4)]}

@@ -403,13 +403,38 @@ class Broker:
         log.info("consumer group deleted", group=group, pop_lanes=dropped)
         return dropped
 
-    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
-        """A new instance of the allocation strategy ``name`` (from the broker's allocation plugins)."""
+    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None, *,
+                            group: str | None = None) -> AllocateStrategy:
+        """A new instance of the allocation strategy ``name`` (from the broker's allocation plugins).
+
+        A room strategy (MACHINE_ROOM, MACHINE_ROOM_NEARBY) of ``group`` gets the rooms of the
+        brokers as configured (``[broker] room``, every broker of the cluster) and of the group's
+        consumers as each was configured (``PushConsumer(room=...)``), unless ``params`` give
+        resolvers of their own."""
         factory = self.strategies.get(name)
         if factory is None:
             raise ClientError(f"allocation strategy {name!r} is not offered by broker {self.name!r}; "
                               f"available: {', '.join(sorted(self.strategies)) or 'none (add the alloc plugin)'}")
-        return factory(**(params or {}))
+        given = dict(params or {})
+        strategy = factory(**given)
+        if not strategy.capabilities.room_aware or {"broker_room", "consumer_room", "resolver"} & set(given):
+            return strategy
+        rooms = self._broker_rooms()
+        members = self.groups
+        return factory(**given, broker_room=lambda broker: rooms().get(broker) or None,
+                       consumer_room=lambda client_id: members.room_of(group or "", client_id))
+
+    def _broker_rooms(self) -> Callable[[], dict[str, str]]:
+        """Broker name -> configured room: this broker's, and (in a cluster) every live broker's."""
+        def rooms() -> dict[str, str]:
+            found = {self.name: self.config.room} if self.config.room else {}
+            if self.cluster is not None:
+                for broker in sorted(self.cluster.view().brokers, key=lambda b: -b.broker_id):  # a master's wins
+                    if broker.room:
+                        found[broker.broker_name] = broker.room
+            return found
+
+        return rooms
 
     def join_group(self, member: GroupMember) -> None:
         """Add a clustering consumer to its group (rebalances the group)."""

@@ -121,6 +121,12 @@ class GroupRegistry:
             if any(self._groups.values()):
                 self._arm_expiry()
 
+    def room_of(self, group: str, client_id: str) -> str | None:
+        """The machine room the group's member ``client_id`` was configured with (None: none, or no such member)."""
+        with self._lock:
+            entry = self._groups.get(group, {}).get(client_id)
+            return entry.member.room if entry is not None else None
+
     def rebalance(self, group: str) -> None:
         """Recompute every member's queues; release everything lost before anything is taken."""
         with self._lock:
@@ -136,6 +142,7 @@ class GroupRegistry:
                     queues, sorted_ids = rocketmq_sorted(self._queues_of(topic), ids)
                     target.update(member.target_queues(topic, queues, sorted_ids))
                 plans[member.client_id] = target
+            self._warn_if_starved(group, members, plans)
             for member in members:
                 lost = member.owned_queues() - plans[member.client_id]
                 if lost:
@@ -144,6 +151,16 @@ class GroupRegistry:
                 gained = plans[member.client_id] - member.owned_queues()
                 if gained:
                     member.take_queues(gained)
+
+    def _warn_if_starved(self, group: str, members: list[GroupMember], plans: dict[str, set[MessageQueue]]) -> None:
+        """A strategy that hands the group none of a topic's queues (a room strategy whose rooms
+        match no broker's) starves its consumers silently: say so, once per rebalance."""
+        for topic in sorted({t for m in members for t in m.topics_to_balance()}):
+            queues = self._queues_of(topic)
+            if queues and not any(q.topic == topic for plan in plans.values() for q in plan):
+                log.warning("no consumer of the group was given any queue of the topic: it will receive nothing. A "
+                            "room strategy needs [broker] room on the brokers and the consumers' rooms to match",
+                            group=group, topic=topic, queues=len(queues), consumers=len(members))
 
     def close(self) -> None:
         with self._lock:

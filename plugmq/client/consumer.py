@@ -27,7 +27,7 @@ from plugmq.core.errors import ClientError, DelayUnsupportedError, RateLimitedEr
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue, PullResult, PullStatus, StoredMessage
 from plugmq.core.modes import ConsumeFrom, ConsumeStatus, MessageModel, OrderlyStatus
-from plugmq.core.names import RETRY_PREFIX, Prop, retry_topic, validate_group, validate_topic
+from plugmq.core.names import RETRY_PREFIX, Prop, retry_topic, validate_group, validate_room, validate_topic
 
 __all__ = [
     "ConsumeFrom",
@@ -65,6 +65,8 @@ class PushConsumer:
     an exception counts as RECONSUME_LATER / SUSPEND. Build it with ``broker.push_consumer``.
     Failed messages are retried and dead-lettered as ``policy`` says (default: the group's, from
     the broker's ``[groups]``); ``max_reconsume_times`` (RocketMQ's name) overrides its attempts.
+    ``room``: the machine room this consumer runs in, for room strategies (``MACHINE_ROOM_NEARBY``
+    gives it its room's queues first; the brokers' rooms are their ``[broker] room``).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class PushConsumer:
         max_reconsume_times: int | None = None,
         heartbeat_interval_s: float = 30.0,
         background: bool | None = None,
+        room: str | None = None,
     ) -> None:
         self.broker = broker
         self.group = validate_group(group)
@@ -110,7 +113,8 @@ class PushConsumer:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.background = isinstance(broker.clock, SystemClock) if background is None else background
         clustering = model is MessageModel.CLUSTERING
-        self._strategy = broker.allocation_strategy(strategy, strategy_params) if clustering else None
+        self.room = validate_room(room) if room is not None else None
+        self._strategy = broker.allocation_strategy(strategy, strategy_params, group=self.group) if clustering else None
         self._subscriptions: dict[str, Subscription] = {}
         self._owned: dict[MessageQueue, int] = {}  # queue -> next offset to pull
         self._suspended_until: dict[MessageQueue, float] = {}

@@ -64,6 +64,7 @@ class GroupMember(Protocol):
 
     group: str
     client_id: str
+    room: str | None  # its machine room, as configured (room strategies)
 
     def topics_to_balance(self) -> list[str]: ...
 
@@ -165,7 +166,8 @@ class GroupConsuming(Reading, Protocol):
         """Where the group starts on a queue it has no position on."""
         ...
 
-    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None) -> AllocateStrategy:
+    def allocation_strategy(self, name: str, params: Mapping[str, Any] | None = None, *,
+                            group: str | None = None) -> AllocateStrategy:
         ...
 
     def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:

@@ -9,26 +9,37 @@ group's live consumer ids, and the consumer reads only its own queues. Consumers
 broker of their routes, so every broker sees the same members once heartbeats have gone round.
 
 Room-aware strategies (MACHINE_ROOM, MACHINE_ROOM_NEARBY) get the rooms configured on the brokers
-(``[broker] room``); a consumer is in the room of the broker its client is configured with (its
-access point).
+(``[broker] room``). A consumer's room comes from the consumer itself, never from the broker it
+talks to (the official clients report each broker's own endpoint as their access point, which
+would put every consumer in every broker's room): the group's ``allocation_params.consumer_rooms``
+maps rooms to the hosts their consumers run on (``{ east = ["10.1.0.0/16"], west = ["web-w*"] }``:
+networks, or globs of the host a client reports or of its client id)::
+
+    [groups.billing]
+    allocation = "MACHINE_ROOM_NEARBY"
+    allocation_params = { consumer_rooms = { east = ["10.1.0.0/16"], west = ["10.2.0.0/16"] } }
 """
 
 from __future__ import annotations
 
+import fnmatch
+import ipaddress
 import threading
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from plugmq.broker.routes import RoutedQueue
 from plugmq.config.policy import GroupPolicies, GroupPolicy
 from plugmq.core.clock import Clock, Timer
-from plugmq.core.contracts import AllocateStrategy, AllocateStrategyFactory, BrokerRegistration, ClusterView
+from plugmq.core.contracts import AllocateStrategy, AllocateStrategyFactory, ClusterView
 from plugmq.core.errors import AllocationError, ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
 
-__all__ = ["Assigner", "ConsumerMembers", "access_point_address"]
+__all__ = ["Assigner", "ConsumerMembers", "ConsumerRooms", "access_point_address"]
 
 log = get_logger(__name__)
 
@@ -48,6 +59,7 @@ class ConsumerMembers:
         self._lock = threading.Lock()
         self._groups: dict[str, dict[str, int]] = {}
         self._access_points: dict[str, tuple[str, int]] = {}
+        self._hosts: dict[str, str] = {}  # client id -> the host it reports (its user agent): its room
         self._timer: Timer | None = None
         self._pruning = False
 
@@ -62,6 +74,16 @@ class ConsumerMembers:
         if client_id and address:
             with self._lock:
                 self._access_points[client_id] = (address, self._clock.now_ms())
+
+    def host(self, client_id: str, hostname: str) -> None:
+        """The host the client runs on, as it reports it (the official clients: their local address)."""
+        if client_id and hostname:
+            with self._lock:
+                self._hosts[client_id] = hostname
+
+    def host_of(self, client_id: str) -> str | None:
+        with self._lock:
+            return self._hosts.get(client_id)
 
     def access_point_of(self, client_id: str) -> str | None:
         with self._lock:
@@ -89,6 +111,8 @@ class ConsumerMembers:
             for client_id in [c for c, (_, seen) in self._access_points.items() if seen < oldest and c not in live]:
                 del self._access_points[client_id]
                 removed += 1
+            for client_id in [c for c in self._hosts if c not in live and c not in self._access_points]:
+                del self._hosts[client_id]
         return removed
 
     def start_pruning(self) -> None:
@@ -117,6 +141,7 @@ class ConsumerMembers:
             for members in self._groups.values():
                 members.pop(client_id, None)
             self._access_points.pop(client_id, None)
+            self._hosts.pop(client_id, None)
 
     def members(self, group: str) -> list[str]:
         """The group's live consumer ids (unsorted)."""
@@ -138,6 +163,7 @@ class Assigner:
         self._policies = policies
         self.members = members
         self._plain: dict[str, AllocateStrategy] = {}  # strategies without rooms, built once per group
+        self._starved: set[tuple[str, str]] = set()  # (group, topic) warned about: no consumer gets a queue
         for group, policy in {"": policies.default, **policies.groups}.items():
             if policy.allocation is not None:
                 self._check(group, policy)
@@ -171,9 +197,24 @@ class Assigner:
         except AllocationError as exc:
             raise AllocationError(
                 f"group {group!r} allocates with {policy.allocation}, which failed: {exc}. Room strategies need "
-                "[broker] room on every broker, and each consumer configured with the endpoint of a broker in "
-                "its own room") from exc
+                "[broker] room on every broker, and [groups.<g>] allocation_params.consumer_rooms naming the "
+                f"room of every consumer's host (this one reports {self.members.host_of(client_id)!r})") from exc
+        if strategy.capabilities.room_aware:
+            self._warn_if_starved(group, strategy, queues, consumers, bool(mine))
         return [readable[q] for q in mine if q in readable]
+
+    def _warn_if_starved(self, group: str, strategy: AllocateStrategy, queues: list[MessageQueue],
+                         consumers: list[str], got_some: bool) -> None:
+        """A room strategy that gives none of the group's consumers any queue of a topic (MACHINE_ROOM
+        whose rooms match no broker's) starves them silently: say so once, until it gives some again."""
+        topic = queues[0].topic
+        if got_some or any(strategy.allocate(group, other, queues, consumers) for other in consumers):
+            self._starved.discard((group, topic))
+        elif (group, topic) not in self._starved:
+            self._starved.add((group, topic))
+            log.warning("the group's room strategy gives its consumers no queue of the topic: they receive nothing. "
+                        "Check [broker] room on the brokers against the strategy's rooms and consumer_rooms",
+                        group=group, topic=topic, queues=len(queues), consumers=len(consumers))
 
     def _strategy(self, group: str, policy: GroupPolicy, view: ClusterView) -> AllocateStrategy:
         cached = self._plain.get(group)
@@ -181,21 +222,66 @@ class Assigner:
             return cached
         assert policy.allocation is not None
         factory = self._strategies[policy.allocation]
-        strategy = factory(**policy.allocation_params)
+        params = dict(policy.allocation_params)
+        consumer_rooms = ConsumerRooms.parse(params.pop("consumer_rooms", None), group)
+        strategy = factory(**params)
         if not strategy.capabilities.room_aware:
+            if consumer_rooms is not None:
+                raise AllocationError(f"consumer_rooms is for room strategies; {policy.allocation} does not use rooms")
             self._plain[group] = strategy  # keeps e.g. CONSISTENT_HASH's ring cache across calls
             return strategy
         # A broker name's room is its master's (id 0), else any of its brokers'.
         rooms = {b.broker_name: b.room for b in sorted(view.brokers, key=lambda b: -b.broker_id)}
-        return factory(**policy.allocation_params, broker_room=lambda name: rooms.get(name) or None,
-                       consumer_room=lambda cid: self._consumer_room(cid, view))
+        members = self.members
+        return factory(**params, broker_room=lambda name: rooms.get(name) or None,
+                       consumer_room=lambda cid: consumer_rooms.room_of(cid, members.host_of(cid))
+                       if consumer_rooms is not None else None)
 
-    def _consumer_room(self, client_id: str, view: ClusterView) -> str | None:
-        address = self.members.access_point_of(client_id)
-        broker: BrokerRegistration | None = next((b for b in view.brokers if b.endpoint == address), None)
-        if broker is None and len({b.broker_name for b in view.brokers}) == 1:
-            broker = view.brokers[0]  # one broker: whatever address the client used, it is this one
-        return broker.room if broker is not None and broker.room else None
+
+@attrs.frozen
+class ConsumerRooms:
+    """Rooms by the hosts their consumers run on: networks (CIDR) or globs of a host or client id."""
+
+    rooms: tuple[tuple[str, tuple[ipaddress.IPv4Network | ipaddress.IPv6Network | str, ...]], ...]
+
+    @classmethod
+    def parse(cls, table: Any, group: str) -> ConsumerRooms | None:
+        if table is None:
+            return None
+        where = f"groups.{group}.allocation_params.consumer_rooms" if group else "groups.allocation_params.consumer_rooms"
+        if not isinstance(table, Mapping) or not all(isinstance(v, list) and all(isinstance(p, str) for p in v)
+                                                     for v in table.values()):
+            raise AllocationError(f"{where} must map each room to a list of networks or host globs, e.g. "
+                                  f'{{ east = ["10.1.0.0/16"], west = ["web-w*"] }}, got {table!r}')
+        rooms = []
+        for room, patterns in table.items():
+            parsed: list[ipaddress.IPv4Network | ipaddress.IPv6Network | str] = []
+            for pattern in patterns:
+                try:
+                    parsed.append(ipaddress.ip_network(pattern, strict=False))
+                except ValueError:
+                    parsed.append(pattern)  # a glob
+            rooms.append((str(room), tuple(parsed)))
+        return cls(tuple(rooms))
+
+    def room_of(self, client_id: str, host: str | None) -> str | None:
+        """The first room one of whose patterns matches the client's host or id; None: no room."""
+        address = _address(host)
+        for room, patterns in self.rooms:
+            for pattern in patterns:
+                if isinstance(pattern, str):
+                    if fnmatch.fnmatchcase(host or "", pattern) or fnmatch.fnmatchcase(client_id, pattern):
+                        return room
+                elif address is not None and address.version == pattern.version and address in pattern:
+                    return room
+        return None
+
+
+def _address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host) if host else None
+    except ValueError:
+        return None
 
 
 def access_point_address(settings: Any) -> str:

@@ -499,10 +499,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             log.exception("telemetry stream failed", client=session.client_id)
 
     def _saw_settings(self, client_id: str, settings: Any, account: Account | None) -> None:
-        """A client's settings: where it was configured to connect (its room), and its group (when
-        its account may consume as that group: a stranger never joins a group's allocation)."""
+        """A client's settings: where it connects, the host it runs on (its room, for room strategies)
+        and its group (when its account may consume as that group: a stranger never joins a group's
+        allocation)."""
         members = self.assigner.members
         members.access_point(client_id, access_point_address(settings))
+        members.host(client_id, settings.user_agent.hostname)
         group = settings.subscription.group.name
         if settings.client_type in _CONSUMER_TYPES and group and (account is None or account.may_consume(group)):
             members.seen(group, client_id)
