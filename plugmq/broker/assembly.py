@@ -36,6 +36,7 @@ from plugmq.broker.ratelimit import RateLimiter
 from plugmq.broker.reads import Reads
 from plugmq.broker.redelivery import Redelivery
 from plugmq.broker.replication import TopicFollower, open_replication
+from plugmq.broker.replies import Replies
 from plugmq.broker.retention import RetentionSchedule, consumer_group_floor, pop_consumer_floor
 from plugmq.broker.roles import FollowedState, Roles, RoleSwitch
 from plugmq.broker.sending import Sender
@@ -102,6 +103,7 @@ class Parts:
     cluster: ClusterService | None
     dedup: DedupWindows
     limits: RateLimiter
+    replies: Replies
 
 
 @attrs.frozen
@@ -226,6 +228,7 @@ def _assemble(base: _Base) -> Parts:
     writeback = WriteBack(base.name, clock, store, table, roles, events, arrivals, traffic, ledger, copies)
     services = _services(base, writeback, copies, txn_journal)
     limits = RateLimiter(clock, config.limits)
+    replies = Replies()
     dedup = DedupWindows(config.topic_settings, clock, store,
                          journals.open("dedup") if config.topic_settings.any_dedup else None, table.all)
     if dedup.journal is not None:
@@ -234,7 +237,8 @@ def _assemble(base: _Base) -> Parts:
         dedup.load()
     sender = Sender(max_message_size=config.max_message_size, clock=clock, store=store, topics=topics, roles=roles,
                     services=services, ledger=ledger, events=events, arrivals=arrivals, traffic=traffic,
-                    check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits)
+                    check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits,
+                    replies=replies)
     reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits)
     redelivery = Redelivery(config.groups, table, sender, services, clock, events)
     pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events), table, arrivals, limits)
@@ -253,7 +257,7 @@ def _assemble(base: _Base) -> Parts:
         lifecycle.on_close("cluster", cluster.close)
     return Parts(config, clock, plugins, store, filters, strategies, base.floor, base.retention, traffic, arrivals,
                  events, lifecycle, roles, topics, groups, journals, offsets, ledger, services, writeback, sender, reads,
-                 redelivery, pop, replication, switch, cluster, dedup, limits)
+                 redelivery, pop, replication, switch, cluster, dedup, limits, replies)
 
 
 def _delay_ledger(base: _Base, roles: Roles, journals: JournalSet, copies: DeliveredCopies) -> DelayLedger | None:

@@ -24,6 +24,7 @@ from plugmq.client.ports import GroupMember, Stoppable
 from plugmq.client.producer import Producer
 from plugmq.client.simple import FilterExpression, SimpleConsumer
 from plugmq.client.transactions import LocalTransaction, TransactionProducer
+from plugmq.client.values import PendingReply
 from plugmq.config.broker import DEFAULT_PLUGINS, BrokerConfig, load_config
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock, SystemClock
@@ -286,6 +287,20 @@ class Broker:
         ``consumer_group`` is over its rate limit)."""
         return self._parts.reads.pull(queue, offset, max_nums, subscription, consumer_group=consumer_group,
                                       client_id=client_id)
+
+    # ------------------------------------------------------------------------------ request-reply
+    @property
+    def reply_cluster(self) -> str:
+        """Whose reply topic requests sent here name: the cluster's (the broker's outside a cluster);
+        replies go to ``<it>_REPLY_TOPIC``."""
+        return self.config.cluster_name or self.name
+
+    def expect_reply(self, correlation_id: str) -> PendingReply:
+        """Wait for the reply with ``correlation_id`` (``Producer.request``): set when it is stored."""
+        return self._parts.replies.expect(correlation_id)
+
+    def forget_reply(self, correlation_id: str) -> None:
+        self._parts.replies.forget(correlation_id)
 
     @property
     def rate_limits(self) -> RateLimiter:

@@ -16,6 +16,7 @@ from plugmq.broker.dedup import Copy, DedupWindows, dedup_key
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals, Events
 from plugmq.broker.ratelimit import RateLimiter
+from plugmq.broker.replies import Replies
 from plugmq.broker.roles import Roles
 from plugmq.broker.services import Services
 from plugmq.broker.topics import TopicQueues
@@ -95,6 +96,7 @@ class Sender:
     _topic_settings: TopicSettingsTable
     _dedup: DedupWindows
     _limits: RateLimiter
+    _replies: Replies
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
@@ -182,6 +184,8 @@ class Sender:
         replica = self._replica(await_slave, result.commit_log_offset + result.size)
         self._events.stored(result, request)
         self._arrivals.wake()
+        if self._replies.waiting:
+            self._replies.stored(result, request, self._store.read)
         return result, replica
 
     def _placed(self, message: Message, queue_id: int) -> int:

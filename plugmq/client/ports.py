@@ -9,7 +9,7 @@ client). What the server and admin use of a broker is in ``plugmq.broker.ports``
 =====================  ==========================================================
 port                   used by
 =====================  ==========================================================
-``Sending``            Producer
+``Sending``            Producer (``Requesting`` for its request-reply)
 ``TransactionSending`` TransactionProducer
 ``Reading``            PullConsumer (with ``QueueOffsets``)
 ``GroupConsuming``     PushConsumer (a ``GroupMember`` of its group)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from plugmq.client.values import ReceivedMessage
+from plugmq.client.values import PendingReply, ReceivedMessage
 from plugmq.config.policy import GroupPolicy, RedeliveryPolicy
 from plugmq.core.clock import Clock
 from plugmq.core.contracts import AllocateStrategy, Filter, TransactionService
@@ -35,6 +35,7 @@ __all__ = [
     "PopConsuming",
     "QueueOffsets",
     "Reading",
+    "Requesting",
     "Sending",
     "Stoppable",
     "Subscribing",
@@ -114,6 +115,25 @@ class Sending(TopicRouting, Protocol):
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
                   await_slave: bool = True, account: str | None = None) -> list[SendResult]:
         """Store messages of one topic on one queue in one store batch."""
+        ...
+
+
+class Requesting(Sending, Protocol):
+    """What a producer's request-reply uses: the reply topic, and a wait for one reply."""
+
+    clock: Clock
+
+    @property
+    def reply_cluster(self) -> str:
+        """The cluster (or broker) whose ``<it>_REPLY_TOPIC`` replies to requests sent here go to."""
+        ...
+
+    def expect_reply(self, correlation_id: str) -> PendingReply:
+        """Register a wait for the reply with ``correlation_id`` (before the request is sent)."""
+        ...
+
+    def forget_reply(self, correlation_id: str) -> None:
+        """Stop waiting (the request timed out or failed)."""
         ...
 
 

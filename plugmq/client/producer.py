@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from plugmq.client.ports import Sending
-from plugmq.core.errors import ClientError, ValidationError
+from plugmq.client.consumer import default_client_id
+from plugmq.client.ports import Requesting
+from plugmq.core.errors import ClientError, RequestTimeoutError, ValidationError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import Message, MessageQueue, SendResult, message_group_queue
-from plugmq.core.names import validate_group
+from plugmq.core.message import Message, MessageQueue, SendResult, StoredMessage, message_group_queue
+from plugmq.core.names import REPLY_MESSAGE, REQUEST_MESSAGE, Prop, reply_topic, validate_group
 
 __all__ = ["Producer", "QueueSelector", "select_queue"]
 
@@ -40,9 +42,10 @@ def select_queue(queues: Sequence[MessageQueue], message: Message, selector: Que
 class Producer:
     """Sends messages for one producer group. Thread-safe; ``close()`` waits for async sends."""
 
-    def __init__(self, broker: Sending, group: str, *, async_threads: int = 2) -> None:
+    def __init__(self, broker: Requesting, group: str, *, async_threads: int = 2) -> None:
         self.broker = broker
         self.group = validate_group(group)
+        self.client_id = default_client_id()
         self._counter = itertools.count()
         self._executor = ThreadPoolExecutor(max_workers=async_threads, thread_name_prefix=f"plugmq-send-{group}")
         self._closed = False
@@ -99,6 +102,49 @@ class Producer:
             raise ValidationError("send_batch needs at least one message")
         queue = self._choose(messages[0], selector, arg)
         return self.broker.put_batch(list(messages), queue.queue_id)
+
+    # -------------------------------------------------------------------------- request-reply
+    def request(self, message: Message, timeout_s: float = 3.0, *, selector: QueueSelector | None = None,
+                arg: Any = None) -> StoredMessage:
+        """Send ``message`` as a request and wait up to ``timeout_s`` (on the broker's clock) for the
+        reply a consumer sends with :meth:`reply` (RocketMQ 4.6's ``request``); RequestTimeoutError
+        when none comes in time."""
+        self._check_open()
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValidationError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
+        correlation_id = uuid.uuid4().hex
+        queue = self._choose(message, selector, arg)
+        clock = self.broker.clock
+        deadline = clock.now() + timeout_s  # from the request on, however long the send takes
+        pending = self.broker.expect_reply(correlation_id)
+        try:
+            self.broker.put(message, queue.queue_id, extra_properties={
+                Prop.CORRELATION_ID: correlation_id, Prop.REPLY_TO_CLIENT: self.client_id,
+                Prop.MESSAGE_TTL: str(round(timeout_s * 1000)), Prop.MESSAGE_TYPE: REQUEST_MESSAGE,
+                Prop.CLUSTER: self.broker.reply_cluster})
+            if not clock.wait(pending.done, max(0.0, deadline - clock.now())) or pending.reply is None:
+                raise RequestTimeoutError(f"no reply to the request to {message.topic!r} within {timeout_s:g} s "
+                                          f"(correlation id {correlation_id}); is a consumer of the topic answering "
+                                          "with Producer.reply?")
+            return pending.reply
+        finally:
+            self.broker.forget_reply(correlation_id)
+
+    def reply(self, request: StoredMessage, body: bytes, *, tags: str | None = None,
+              properties: Mapping[str, str] | None = None) -> SendResult:
+        """Answer ``request`` (a message sent with :meth:`request`) with ``body``: the reply goes to the
+        reply topic and on to the waiting requester. ValidationError for a message that is no request."""
+        self._check_open()
+        correlation_id = request.properties.get(Prop.CORRELATION_ID)
+        if correlation_id is None or request.properties.get(Prop.MESSAGE_TYPE) != REQUEST_MESSAGE:
+            raise ValidationError(f"message {request.unique_id or request.msg_id} is not a request "
+                                  "(Producer.request sends those); there is nobody to reply to")
+        reply = Message(reply_topic(request.properties.get(Prop.CLUSTER) or self.broker.reply_cluster), body,
+                        tags=tags, properties=properties or {})
+        queue = self._choose(reply, None, None)
+        return self.broker.put(reply, queue.queue_id, extra_properties={
+            Prop.CORRELATION_ID: correlation_id, Prop.MESSAGE_TYPE: REPLY_MESSAGE,
+            Prop.REPLY_TO_CLIENT: request.properties.get(Prop.REPLY_TO_CLIENT, "")})
 
     def close(self) -> None:
         with self._lock:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 
 from plugmq.core.message import StoredMessage
 from plugmq.core.names import Prop
 
-__all__ = ["ReceivedMessage"]
+__all__ = ["PendingReply", "ReceivedMessage"]
 
 _STORED_FIELDS = tuple(field.name for field in attrs.fields(StoredMessage))
 
@@ -38,3 +40,11 @@ class ReceivedMessage(StoredMessage):
     def message_group(self) -> str | None:
         """The FIFO message group the producer gave (``None`` for a normal message)."""
         return self.properties.get(Prop.SHARDING_KEY)
+
+
+class PendingReply:
+    """A request's wait for its reply (``Producer.request``): ``done`` is set once the reply is stored."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: StoredMessage | None = None

@@ -54,6 +54,7 @@ __all__ = [
     "ReadOnlyBrokerError",
     "ReceiptHandleError",
     "ReplicationError",
+    "RequestTimeoutError",
     "StoreError",
     "StoreFullError",
     "TopicError",
@@ -181,6 +182,10 @@ class RateLimitedError(ClientError):
     def __init__(self, message: str, *, retry_after_ms: int) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+
+
+class RequestTimeoutError(ClientError):
+    """A request (``Producer.request``) got no reply within its timeout."""
 
 
 class ClusterError(PlugmqError):

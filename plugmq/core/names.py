@@ -69,11 +69,21 @@ class Prop:
     # RocketMQ 4.6 request-reply: the request's correlation id, the client to answer, the request's
     # time to live (ms) and the message type ("request" or "reply").
     CORRELATION_ID = "CORRELATION_ID"
+    CLUSTER = "CLUSTER"  # the requester's cluster (or broker): its reply topic is <CLUSTER>_REPLY_TOPIC
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     MESSAGE_TTL = "TTL"
     MESSAGE_TYPE = "MSG_TYPE"
     # The RocketMQ 5 protocol's trace_context (a W3C traceparent): kept with the message, handed to consumers.
     TRACE_CONTEXT = "TRACE_CONTEXT"
+
+
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"  # request-reply: replies go to <cluster>_REPLY_TOPIC (RocketMQ 4.6)
+REQUEST_MESSAGE, REPLY_MESSAGE = "request", "reply"  # the values of Prop.MESSAGE_TYPE
+
+
+def reply_topic(cluster: str) -> str:
+    """The topic replies to a request of ``cluster`` (or a broker outside a cluster) go to."""
+    return validate_topic(cluster + REPLY_TOPIC_SUFFIX)
 
 
 SYSTEM_PROPERTY_KEYS = frozenset(
