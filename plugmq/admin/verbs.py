@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from plugmq.admin import delayed, deletion, insight
+from plugmq.admin import delayed, deletion, insight, messaging
 from plugmq.admin.operations import BrokerAdmin
 from plugmq.admin.values import to_json
 from plugmq.config.limits import rate_limit
@@ -174,6 +174,31 @@ def _rate_limit(admin: BrokerAdmin, args: _Args) -> Any:
     return admin.broker.rate_limits.views()
 
 
+def _send_message(admin: BrokerAdmin, args: _Args) -> Any:
+    verb = "send-message"
+    a = _take(args, verb, ["topic"], {"body": "", "body_encoding": "utf-8", "tags": None, "keys": [],
+                                      "properties": {}, "deliver_at_ms": None, "message_group": None,
+                                      "priority": None})
+    if not isinstance(a["body"], str):
+        raise ValidationError(f"{verb}: body must be a string (text, or base64 with body_encoding), got {a['body']!r}")
+    keys, properties = a["keys"], a["properties"]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ValidationError(f"{verb}: keys must be a list of strings, got {keys!r}")
+    if not isinstance(properties, Mapping) or not all(isinstance(v, str) for v in properties.values()):
+        raise ValidationError(f"{verb}: properties must be an object of strings, got {properties!r}")
+    return messaging.send_message(admin.broker, a["topic"], a["body"], body_encoding=a["body_encoding"],
+                                  tags=a["tags"], keys=tuple(keys), properties=properties,
+                                  deliver_at_ms=_int_or_none(verb, "deliver_at_ms", a["deliver_at_ms"]),
+                                  message_group=a["message_group"], priority=a["priority"])
+
+
+def _consume_message(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "consume-message", ["topic"], {"group": messaging.CONSOLE_GROUP, "count": 1, "from_first": True})
+    if not isinstance(a["from_first"], bool):
+        raise ValidationError(f"consume-message: from_first must be true or false, got {a['from_first']!r}")
+    return messaging.consume_messages(admin.broker, a["topic"], a["group"], a["count"], from_first=a["from_first"])
+
+
 VERBS = {
     "topic-list": _topic_list,
     "topic-status": _topic_status,
@@ -192,6 +217,8 @@ VERBS = {
     "group-delete": _group_delete,
     "rate-limits": _rate_limits,
     "rate-limit": _rate_limit,
+    "send-message": _send_message,
+    "consume-message": _consume_message,
 }
 """Every admin verb: its name (``plugmq admin <name>``) -> a function of the admin and the verb's
 arguments (a JSON object), returning admin values. The server's endpoint and the CLI on a stopped

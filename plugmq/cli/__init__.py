@@ -71,6 +71,8 @@ _COMMANDS = {
     "admin": "plugmq.cli.admin:command",
     "chaos": "plugmq.cli.chaos:command",
     "console": "plugmq.cli.console:command",
+    "send": "plugmq.cli.messaging:send",
+    "consume": "plugmq.cli.messaging:consume",
 }
 
 
