@@ -71,9 +71,13 @@ def _stored_key(settings: TopicSettings, message: StoredMessage) -> str | None:
 
 
 class _Pending:
+    """A key being stored; sends of the same key wait on the windows' condition (no Event per send)."""
+
+    __slots__ = ("copy", "waiters")
+
     def __init__(self) -> None:
-        self.done = threading.Event()
         self.copy: Copy | None = None
+        self.waiters = 0
 
 
 class _Window:
@@ -109,6 +113,7 @@ class DedupWindows:
         self.journal = journal
         self._topics = topics
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # a pending key was stored or failed
         self._windows: dict[str, _Window] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._delayed: dict[tuple[str, str], Copy] = {}  # journaled: delayed sends within their window
@@ -121,8 +126,8 @@ class DedupWindows:
     def claim(self, topic: str, key: str) -> Copy | None:
         """The first copy of ``key`` on ``topic`` within the window, or None: then the caller
         stores it and must call :meth:`stored` or :meth:`failed` for the key."""
-        while True:
-            with self._lock:
+        with self._lock:
+            while True:
                 window = self._window(topic)
                 window.expire(self._clock.now_ms())
                 found = window.copies.get(key)
@@ -132,9 +137,12 @@ class DedupWindows:
                 if pending is None:
                     self._pending[(topic, key)] = _Pending()
                     return None
-            pending.done.wait()  # another send of the key is being stored: its outcome decides
-            if pending.copy is not None:
-                return pending.copy
+                # Another send of the key is being stored: its outcome decides.
+                pending.waiters += 1
+                while self._pending.get((topic, key)) is pending:
+                    self._settled.wait()
+                if pending.copy is not None:
+                    return pending.copy
 
     def stored(self, topic: str, key: str, copy: Copy, *, delayed: bool = False) -> None:
         """The claimed key's message is stored (or scheduled: ``delayed``, journaled as well)."""
@@ -145,18 +153,19 @@ class DedupWindows:
             if delayed:
                 self._delayed[(topic, key)] = copy
             pending = self._pending.pop((topic, key), None)
+            if pending is not None:
+                pending.copy = copy
+                if pending.waiters:
+                    self._settled.notify_all()
         if delayed and self.journal is not None and self.journal.bytes_since_snapshot >= _COMPACT_BYTES:
             self.compact()
-        if pending is not None:
-            pending.copy = copy
-            pending.done.set()
 
     def failed(self, topic: str, key: str) -> None:
         """The claimed key's send failed: the next send of it stores it."""
         with self._lock:
             pending = self._pending.pop((topic, key), None)
-        if pending is not None:
-            pending.done.set()
+            if pending is not None and pending.waiters:
+                self._settled.notify_all()
 
     def _window(self, topic: str) -> _Window:
         window = self._windows.get(topic)
