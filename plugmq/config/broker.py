@@ -253,7 +253,7 @@ def _topics_and_limits(tables: ConfigFile, found: Problems) -> tuple[TopicSettin
     where = f"{found.source}: " if found.source else ""
     topic_settings, limits = TopicSettingsTable(), RateLimits()
     try:
-        topic_settings = parse_topics_table(tables.topics, path=f"{where}topics")
+        topic_settings = parse_topics_table(tables.topics, source=found.source)
     except ConfigError as exc:
         found.extend(exc)
     try:

@@ -27,10 +27,10 @@ import attrs
 
 from plugmq.core.errors import ConfigError, InvalidNameError, ValidationError
 from plugmq.core.names import validate_group, validate_topic
+from plugmq.core.schema import setting, table_keys
 
 __all__ = ["LIMIT_KEYS", "LIMIT_KINDS", "RateLimit", "RateLimits", "parse_limits_table", "rate_limit"]
 
-LIMIT_KINDS = ("groups", "topics", "accounts")
 
 
 def _positive_or_none(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -50,9 +50,12 @@ class RateLimit:
     """At most ``messages_per_s`` messages and ``bytes_per_s`` body bytes a second (None: no limit
     of that kind); up to ``burst_s`` seconds' worth of unused rate is saved up."""
 
-    messages_per_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    bytes_per_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    burst_s: float = attrs.field(default=1.0, validator=_burst)
+    messages_per_s: float | None = setting(None, doc="messages a second (left out: no message limit)",
+                                           expected="a number > 0", validator=_positive_or_none)
+    bytes_per_s: float | None = setting(None, doc="body bytes a second (left out: no byte limit)",
+                                        expected="a number > 0", validator=_positive_or_none)
+    burst_s: float = setting(1.0, doc="seconds' worth of unused rate saved up (a bucket starts full)",
+                             expected="a number of seconds in (0, 60]", validator=_burst)
 
     def __attrs_post_init__(self) -> None:
         if self.messages_per_s is None and self.bytes_per_s is None:
@@ -63,15 +66,20 @@ class RateLimit:
 class RateLimits:
     """The configured limits by kind (``groups``, ``topics``, ``accounts``) and name."""
 
-    groups: Mapping[str, RateLimit] = attrs.field(factory=dict)
-    topics: Mapping[str, RateLimit] = attrs.field(factory=dict)
-    accounts: Mapping[str, RateLimit] = attrs.field(factory=dict)
+    groups: Mapping[str, RateLimit] = setting(
+        factory=dict, doc="[limits.groups.<group>]: what the group's consumers receive, every way of consuming "
+                          "together (pop, pull, push)")
+    topics: Mapping[str, RateLimit] = setting(factory=dict, doc="[limits.topics.<topic>]: what producers send to it")
+    accounts: Mapping[str, RateLimit] = setting(
+        factory=dict, doc="[limits.accounts.<account>]: what a plugmq serve ACL account sends, and separately "
+                          "receives")
 
     def of(self, kind: str) -> Mapping[str, RateLimit]:
         return {"groups": self.groups, "topics": self.topics, "accounts": self.accounts}[kind]
 
 
-LIMIT_KEYS = tuple(f.name for f in attrs.fields(RateLimit))
+LIMIT_KEYS = tuple(table_keys(RateLimit))
+LIMIT_KINDS = tuple(table_keys(RateLimits))
 
 
 def check_limit_name(kind: str, name: str) -> str:

@@ -19,7 +19,9 @@ from typing import Any
 import attrs
 
 from plugmq.config.broker import BrokerConfig, ClusterTable, ConfigFile, OldBrokerKeys, OldServerKeys
+from plugmq.config.limits import RateLimits
 from plugmq.config.policy import GroupTable
+from plugmq.config.topics import TopicTable
 from plugmq.core.schema import describe_type, table_keys
 
 __all__ = ["CONFIG_TABLES", "reference"]
@@ -31,6 +33,8 @@ CONFIG_TABLES: tuple[tuple[str, type], ...] = (
     ("broker", OldBrokerKeys),
     ("cluster", ClusterTable),
     ("groups", GroupTable),
+    ("topics", TopicTable),
+    ("limits", RateLimits),
     ("server", OldServerKeys),
 )
 

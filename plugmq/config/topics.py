@@ -21,7 +21,6 @@ retrying after an error, a batch job run twice.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,8 +28,9 @@ import attrs
 
 from plugmq.core.errors import ConfigError, InvalidNameError
 from plugmq.core.names import is_system_topic, validate_topic
+from plugmq.core.schema import Refusal, dotted, one_of, setting, shown, structure, table_keys
 
-__all__ = ["DEDUP_BY", "TOPIC_KEYS", "TopicSettings", "TopicSettingsTable", "parse_topics_table"]
+__all__ = ["DEDUP_BY", "TOPIC_KEYS", "TopicSettings", "TopicSettingsTable", "TopicTable", "parse_topics_table"]
 
 DEDUP_BY = ("id", "keys")
 MAX_DEDUP_WINDOW_S = 7 * 24 * 3600.0
@@ -73,49 +73,64 @@ class TopicSettingsTable:
         return self.default.dedup or any(s.dedup for s in self.topics.values())
 
 
-TOPIC_KEYS = tuple(f.name for f in attrs.fields(TopicSettings))
+def _window(_inst: object, _attr: object, value: float | None) -> None:
+    if value is not None and not 0 < value <= MAX_DEDUP_WINDOW_S:
+        raise Refusal(f"must be a number of seconds in (0, {MAX_DEDUP_WINDOW_S:g}] (a week), got {shown(value)}")
 
 
-def _value(path: str, key: str, value: Any) -> Any:
-    where = f"{path}.{key}"
-    if key in ("dedup", "priority"):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if key == "dedup_window_s":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DEDUP_WINDOW_S:
-            raise ConfigError(f"{where} must be a number of seconds in (0, {MAX_DEDUP_WINDOW_S:g}] (a week), "
-                              f"got {value!r}")
-        return float(value)
-    if key == "dedup_by":
-        if value not in DEDUP_BY:
-            raise ConfigError(f"{where} must be one of {', '.join(repr(v) for v in DEDUP_BY)}, got {value!r}")
-        return value
-    close = difflib.get_close_matches(key, TOPIC_KEYS, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"{where}: unknown key.{hint} Known keys: {', '.join(TOPIC_KEYS)}")
+@attrs.frozen
+class TopicTable:
+    """The keys of ``[topics]`` (every topic's defaults) and of each ``[topics.<topic>]`` table.
+
+    A key left out keeps the default (plugmq's, or for a topic, ``[topics]``'s). System topics
+    (retry, dead-letter, ...) take none of them.
+    """
+
+    dedup: bool | None = setting(None, doc="a send whose key was stored on the topic within the window is answered "
+                                           "with the first copy and not stored again (default false)")
+    dedup_window_s: float | None = setting(None, doc="how long a key is remembered (default 600 s, at most a week)",
+                                           expected="a number of seconds", validator=_window)
+    dedup_by: str | None = setting(None, doc='the key: "id", the message id the official clients resend, or "keys", '
+                                             'the message\'s keys (default "id")',
+                                   expected='"id" or "keys"', validator=attrs.validators.optional(one_of(*DEDUP_BY)))
+    priority: bool | None = setting(None, doc="RIP-80: priority p is stored on queue min(p, queues - 1) and the "
+                                              "highest queue is read first (default false)")
+
+    def over(self, base: TopicSettings) -> TopicSettings:
+        """``base`` with the keys this table sets."""
+        return attrs.evolve(base, **{k: v for k, v in attrs.asdict(self).items() if v is not None})
 
 
-def _settings(path: str, table: Mapping[str, Any], base: TopicSettings) -> TopicSettings:
-    return attrs.evolve(base, **{key: _value(path, key, value) for key, value in table.items()})
+TOPIC_KEYS = tuple(table_keys(TopicTable))
 
 
-def parse_topics_table(table: Any, *, path: str = "topics") -> TopicSettingsTable:
-    """Validate a ``[topics]`` table: scalar keys are every topic's defaults, sub-tables are topics."""
+def parse_topics_table(table: Any, *, source: str = "", path: tuple[str, ...] = ("topics",)) -> TopicSettingsTable:
+    """Validate a ``[topics]`` table: scalar keys are every topic's defaults, sub-tables are topics.
+    A ConfigError lists every problem, each naming its key path."""
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{path} must be a table, got {table!r}")
-    defaults = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
-    default = _settings(path, defaults, TopicSettings())
+        raise ConfigError(f"{dotted(path, source)} must be a table, got {table!r}")
+    problems: list[str] = []
+    default = TopicSettings()
+    try:
+        default = structure({k: v for k, v in table.items() if not isinstance(v, Mapping)}, TopicTable, source,
+                            path).over(default)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
     topics: dict[str, TopicSettings] = {}
     for name, entry in table.items():
-        if name in defaults:
+        if not isinstance(entry, Mapping):
             continue
-        where = f"{path}.{name}"
         try:
             validate_topic(name)
+            if is_system_topic(name):
+                problems.append(f"{dotted((*path, name), source)}: {name!r} is a system topic; dedup and priority "
+                                "are for producers' topics")
+                continue
+            topics[name] = structure(entry, TopicTable, source, (*path, name)).over(default)
         except InvalidNameError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        if is_system_topic(name):
-            raise ConfigError(f"{where}: {name!r} is a system topic; dedup and priority are for producers' topics")
-        topics[name] = _settings(where, entry, default)
+            problems.append(f"{dotted((*path, name), source)}: {exc}")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(*problems)
     return TopicSettingsTable(default, topics)
