@@ -47,7 +47,7 @@ def test_send_and_consume_on_a_stopped_data_dir(tmp_path: Path) -> None:
     assert len(_cli(config, "consume", TOPIC, "--group", "other", "-n", "10")) == 3, "another group reads all"
 
     result = CliRunner().invoke(main, ["send", TOPIC, "x", "--property", "novalue", "--config", str(config)])
-    assert result.exit_code != 0 and "'novalue' is not KEY=VALUE" in result.output
+    assert result.exit_code != 0 and "'novalue' is not NAME=VALUE" in result.output
     result = CliRunner().invoke(main, ["send", "bad topic!", "x", "--config", str(config)])
     assert result.exit_code != 0 and "bad topic!" in result.output
 

@@ -22,7 +22,7 @@ from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message, MessageQueue, Prop, SendStatus
 from plugmq.testing import WAIT_S, wait_for
 from tests.helpers.children import ROOT, child_command
-from tests.helpers.replication import end_of
+from tests.helpers.replication import end_of, following_pair
 
 TOPIC = "Payments"
 START = 1_700_000_000
@@ -164,22 +164,7 @@ def test_resends_after_a_kill_9_of_the_broker_store_nothing_twice(tmp_path: Path
 # ------------------------------------------------------------------------------------------ failover
 def test_a_resend_to_the_promoted_slave_is_a_duplicate(tmp_path: Path) -> None:
     clock = ManualClock(START)
-    ha = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "reconnect_ms": 20, "reconnect_max_ms": 200,
-          "sync_timeout_ms": 2000}
-    opened: list[Broker] = []
-
-    def open_broker(name: str, broker_id: int) -> Broker:
-        broker = Broker.open(tmp_path / name, plugins=["store_mmap", "delay_wheel", "ha"], role="sync_master",
-                             failover=True, broker_id=broker_id, clock=clock, topics=TOPICS,
-                             store_host=f"127.0.0.{broker_id + 1}:10911", options={"ha": ha})
-        opened.append(broker)
-        return broker
-
-    try:
-        a, b = open_broker("a", 1), open_broker("b", 2)
-        a.promote(1)
-        b.follow(a.replication.master_address)  # type: ignore[union-attr]
-        wait_for(lambda: a.replication.status().slaves, WAIT_S, "the slave to connect")  # type: ignore[union-attr]
+    with following_pair(tmp_path, clock, topics=TOPICS) as (a, b):
         a.create_topic(TOPIC, 1)
         sent = {f"id-{i}": _send(a, f"id-{i}") for i in range(20)}
         later = a.put(Message(TOPIC, b"later", deliver_at_ms=clock.now_ms() + 30_000), 0,
@@ -195,9 +180,6 @@ def test_a_resend_to_the_promoted_slave_is_a_duplicate(tmp_path: Path) -> None:
         wait_for(lambda: _stored(b)["later-1"] == 1, WAIT_S, "the delayed message from the new master")
         assert _stored(b) == {**dict.fromkeys(sent, 1), "later-1": 1}
         assert b.pull(MessageQueue(TOPIC, b.name, 0), 0, 100).next_begin_offset == 21
-    finally:
-        for broker in reversed(opened):
-            broker.close()
 
 
 @pytest.mark.parametrize("table", [{"Bad": {"dedup_by": "body"}}, {"dedup_window_s": 0}, {"Bad": {"dedupe": True}}])

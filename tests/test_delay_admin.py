@@ -14,7 +14,7 @@ from plugmq.broker.broker import Broker
 from plugmq.cli import main
 from plugmq.core import DelayUnsupportedError, ManualClock, Message, MessageQueue, ValidationError
 from plugmq.testing import WAIT_S, wait_for
-from tests.helpers.replication import end_of
+from tests.helpers.replication import end_of, following_pair
 
 TOPIC = "Later"
 START = 1_700_000_000
@@ -78,22 +78,7 @@ def test_cli_reschedules_and_deletes_a_group_on_a_stopped_data_dir(tmp_path: Pat
 
 def test_a_moved_message_keeps_its_new_time_across_a_failover(tmp_path: Path) -> None:
     clock = ManualClock(START)
-    ha = {"heartbeat_ms": 100, "peer_timeout_ms": 3000, "reconnect_ms": 20, "reconnect_max_ms": 200,
-          "sync_timeout_ms": 2000}
-    opened: list[Broker] = []
-
-    def open_broker(name: str, broker_id: int) -> Broker:
-        broker = Broker.open(tmp_path / name, plugins=["store_mmap", "delay_wheel", "ha"], role="sync_master",
-                             failover=True, broker_id=broker_id, clock=clock,
-                             store_host=f"127.0.0.{broker_id + 1}:10911", options={"ha": ha})
-        opened.append(broker)
-        return broker
-
-    try:
-        a, b = open_broker("a", 1), open_broker("b", 2)
-        a.promote(1)
-        b.follow(a.replication.master_address)  # type: ignore[union-attr]
-        wait_for(lambda: a.replication.status().slaves, WAIT_S, "the slave to connect")  # type: ignore[union-attr]
+    with following_pair(tmp_path, clock) as (a, b):
         a.create_topic(TOPIC, 1)
         queue = MessageQueue(TOPIC, a.name, 0)
         now = clock.now_ms()
@@ -112,6 +97,3 @@ def test_a_moved_message_keeps_its_new_time_across_a_failover(tmp_path: Path) ->
         wait_for(lambda: _bodies(b, queue) == [b"sooner", b"later"], WAIT_S, "the put-off message at its new time")
         clock.advance(60)
         assert _bodies(b, queue) == [b"sooner", b"later"], "a moved message was delivered twice"
-    finally:
-        for broker in reversed(opened):
-            broker.close()

@@ -41,12 +41,13 @@ def render_syntax_error(error: FilterSyntaxError) -> str:
     return "\n".join(lines)
 
 
-def _parse_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+def parse_pairs(pairs: tuple[str, ...], param_hint: str = "properties") -> dict[str, str]:
+    """``NAME=VALUE`` words as a dict (also ``plugmq send --property``); BadParameter for a word without "="."""
     props: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="properties")
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=param_hint)
         props[name] = value
     return props
 
@@ -70,7 +71,7 @@ def check(expression_type: str, expression: str, pairs: tuple[str, ...], props_f
     """Compile EXPRESSION and evaluate it on a message with the given properties and tags."""
     from plugmq.core.pluginmanager import installed_filter_compilers
 
-    properties = _parse_pairs(pairs + prop_options)
+    properties = parse_pairs(pairs + prop_options)
     compilers = installed_filter_compilers()
     compiler = compilers.get(expression_type.upper())
     if compiler is None:

@@ -12,18 +12,9 @@ from typing import Any
 import click
 
 from plugmq.cli.admin import _emit, _render_messages, _Target, _target_options, _time_option, _when
+from plugmq.cli.filter import parse_pairs
 
 __all__ = ["consume", "send"]
-
-
-def _properties(pairs: tuple[str, ...]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--property")
-        found[key] = value
-    return found
 
 
 @click.command("send")
@@ -47,7 +38,7 @@ def send(target: _Target, as_json: bool, topic: str, body: str | None, tags: str
     if deliver_at is not None and at_ms is None:
         raise click.BadParameter("'now' is no delay; leave --at out", param_hint="--at")
     args: dict[str, Any] = {"topic": topic, "body": text, "body_encoding": "base64" if is_base64 else "utf-8",
-                            "tags": tags, "keys": list(keys), "properties": _properties(properties),
+                            "tags": tags, "keys": list(keys), "properties": parse_pairs(properties, "--property"),
                             "deliver_at_ms": at_ms, "message_group": message_group, "priority": priority}
 
     def render(result: dict[str, Any]) -> None:
