@@ -46,12 +46,25 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_its_full_path(where: tuple
     for key, field in table_keys(schema).items():
         base = {"name": "c"} if schema is ClusterTable and key != "name" else {}
         for wrong in _wrong_values(field):
+            if where == ("groups",) and isinstance(wrong, dict):
+                continue  # [groups.<key>] is a group of that name (test_a_group_may_be_named_like_a_policy_key)
             lines = _problems(_mapping(where, {**base, key: wrong}))
             path = ".".join((*where, key))
             assert len(lines) == 1 and lines[0].startswith(f"<mapping>: {path}"), lines  # broker.plugins[0] too
             assert " must be " in lines[0] and ", got " in lines[0], lines
             checked += 1
     assert checked >= len(table_keys(schema))
+
+
+def test_a_group_may_be_named_like_a_policy_key() -> None:
+    config = load_config({"groups": {"fifo": {"fifo": True}, "max_delivery_attempts": 5,
+                                     "backoff_s": {"max_delivery_attempts": 2}}})
+    groups = config.groups
+    assert groups.default.redelivery.max_attempts == 5
+    assert groups.groups["fifo"].fifo and groups.groups["fifo"].redelivery.max_attempts == 5
+    assert groups.groups["backoff_s"].redelivery.max_attempts == 2
+    (line,) = _problems({"groups": {"fifo": {"a": 1}}})
+    assert line.startswith("<mapping>: groups.fifo.a: unknown key."), line
 
 
 @settings(max_examples=40, deadline=None)

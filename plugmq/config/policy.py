@@ -204,11 +204,17 @@ GROUP_POLICY_KEYS = tuple(table_keys(GroupTable))
 def split_groups_table(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``[groups]`` as (every group's defaults, the groups' own tables by name).
 
-    A key of a group table is a default even when its value is a table (``allocation_params``, or
-    a mistake the defaults' schema reports); any other table is a group's.
+    A table is a group's, named by its key, unless the key is one whose value is a table
+    (``allocation_params``): a group may be called ``fifo`` or ``backoff_s`` like any other.
     """
-    defaults = {k: v for k, v in table.items() if not isinstance(v, (Mapping, GroupPolicy)) or k in GROUP_POLICY_KEYS}
+    defaults = {k: v for k, v in table.items()
+                if not isinstance(v, (Mapping, GroupPolicy)) or k in _TABLE_VALUED_KEYS}
     return defaults, {k: v for k, v in table.items() if k not in defaults}
+
+
+#: Keys of a group table whose value is itself a table (so ``[groups] allocation_params = {...}``
+#: is every group's default, not a group of that name).
+_TABLE_VALUED_KEYS = frozenset({"allocation_params"})
 
 
 def parse_groups_table(table: Any, *, source: str = "", path: tuple[str, ...] = ("groups",),
