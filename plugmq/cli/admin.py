@@ -4,15 +4,14 @@
 The verbs are RocketMQ mqadmin's topicList, topicStatus, updateTopic, consumerProgress,
 queryMsgById/ByKey, resetOffsetByTime, plus resend-dlq and broker-status; the work is
 :mod:`plugmq.admin`'s either way. Output is a table for people, or ``--json`` for scripts.
-Tables are as wide as their content needs, so an id is never broken across lines, whatever the
-terminal's width and when the output goes to a pipe.
+In a terminal a table keeps within its width without breaking an id across lines
+(:mod:`plugmq.cli.layout`); into a pipe it is as wide as its content needs, a row a line.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +21,9 @@ import click
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
+from plugmq.cli.layout import print_table
 from plugmq.core.errors import PlugmqError, StoreError, ValidationError
 
 __all__ = ["command"]
@@ -136,18 +137,25 @@ def _target_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------------------------------- output
+_WRAPPED = ("Body", "Details", "Keys", "Topics", "Value")
+
+
 def _print_table(table: Table) -> None:
-    """Print ``table`` as wide as its content needs, so no cell is wrapped or cut."""
+    """Print ``table`` for a person: within the terminal's width, an id never broken (see
+    :mod:`plugmq.cli.layout`); into a pipe, as wide as its content needs, a row a line."""
     console = Console(highlight=False, soft_wrap=False)
+    if console.is_terminal:
+        print_table(table, console)
+        return
     needed = Measurement.get(console, console.options.update(max_width=1 << 16), table).maximum
-    width = max(needed, shutil.get_terminal_size((80, 24)).columns) if console.is_terminal else needed
-    Console(highlight=False, width=width, soft_wrap=False).print(table)
+    Console(highlight=False, width=needed, soft_wrap=False).print(table)
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column, no_wrap=True, overflow="ignore")
+        # Free text wraps between words (and a body preview folds); every other column is an id.
+        table.add_column(column, no_wrap=column not in _WRAPPED, overflow="fold" if column == "Body" else "ellipsis")
     return table
 
 
@@ -294,7 +302,7 @@ def _render_messages(messages: list[dict[str, Any]]) -> None:
             table.add_row(name, str(value))
         for key, value in sorted(m["properties"].items()):
             table.add_row(f"Property {key}", value)
-        table.add_row(f"Body ({m['body_encoding']})", _preview(m["body"], 200))
+        table.add_row(f"Body ({m['body_encoding']})", Text(_preview(m["body"], 200), overflow="fold"))
         _print_table(table)
         return
     table = _table("Msg Id", "Unique Id", "Topic", "QID", "Offset", "Tags", "Keys", "Stored", "Reconsume", "Body")

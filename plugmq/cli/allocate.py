@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from plugmq.broker.allocation_api import unknown_strategy_error
+from plugmq.cli.layout import print_table
 from plugmq.core.errors import AllocationError
 from plugmq.core.message import MessageQueue
 from plugmq.core.rebalance_order import rocketmq_sorted
@@ -166,13 +167,13 @@ def _arguments(queue_specs: tuple[str, ...], consumers: str, param_items: tuple[
 def _print_table(title: str, assignment: dict[str, list[MessageQueue]], unassigned: list[MessageQueue]) -> None:
     # Text cells: broker names like "b:x:" must not turn into emoji or markup.
     table = Table(title=title)
-    table.add_column("consumer")
-    table.add_column("#", justify="right")
+    table.add_column("consumer", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
     table.add_column("queues")
     for cid, share in assignment.items():
         table.add_row(Text(cid), str(len(share)), Text(format_queues(share) or "-"))
     if unassigned:
         table.add_row("(unassigned)", str(len(unassigned)), Text(format_queues(unassigned)), style="yellow")
     console = Console()
-    console.print(table)
+    print_table(table, console)
     console.print("inputs sorted as RocketMQ's rebalance sorts them", style="dim")

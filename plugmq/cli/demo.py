@@ -20,6 +20,7 @@ from rich.table import Table
 
 from plugmq.broker.broker import Broker
 from plugmq.broker.topics import write_json_atomically
+from plugmq.cli.layout import print_table
 from plugmq.config.broker import DEFAULT_PLUGINS
 from plugmq.core.clock import ManualClock
 from plugmq.core.contracts import Family, TransactionDecision
@@ -106,11 +107,11 @@ def run_demo(data_dir: Path, console: Console) -> Broker:
             console.print(f"run {run.number} on {data_dir}: topics and groups get the suffix -r{run.number}; "
                           "the earlier runs' messages are still in the store")
         table = Table(title=f"broker {broker.name!r} in {data_dir} (virtual clock)")
-        table.add_column("plugin")
+        table.add_column("plugin", no_wrap=True)
         table.add_column("families")
         for name, decl in broker.plugins.declarations.items():
             table.add_row(name, ", ".join(sorted(f.value for f in decl.families)))
-        console.print(table)
+        print_table(table, console)
         queues = broker.create_topic(orders, 4)
         sent = []
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from plugmq.cli.layout import print_table
 from plugmq.core.contracts import BloomPrecheck, DescribedFilter, Filter, PropertyRequirements
 from plugmq.core.errors import FilterEvaluationError, FilterSyntaxError
 from plugmq.core.hashing import tags_code
@@ -88,8 +89,8 @@ def check(expression_type: str, expression: str, pairs: tuple[str, ...], props_f
 
 def _report(flt: Filter, properties: dict[str, str], tags: str | None) -> None:
     table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()  # wraps between words: a property name or tag stays whole
     table.add_row("type", escape(flt.expression_type))
     table.add_row("expression", escape(flt.expression))
     table.add_row("parsed", escape(flt.describe() if isinstance(flt, DescribedFilter) else str(flt)))
@@ -110,4 +111,4 @@ def _report(flt: Filter, properties: dict[str, str], tags: str | None) -> None:
         table.add_row("result", shown + ("" if result is True else "  (not delivered)"))
     except FilterEvaluationError as exc:
         table.add_row("result", f"[red]EVALUATION ERROR[/red]: {escape(str(exc))}  (not delivered)")
-    Console(highlight=False).print(table)
+    print_table(table, Console(highlight=False))

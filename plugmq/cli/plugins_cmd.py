@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plugmq.cli import ERROR_PREFIX
+from plugmq.cli.layout import print_table
 from plugmq.core.errors import ConfigError
 from plugmq.core.pluginmanager import installed_plugins
 from plugmq.kit.native import KernelStatus, kernel_statuses
@@ -60,14 +61,14 @@ def plugins(as_json: bool) -> None:
         return
     table = Table(title="plugmq plugins (entry points in group plugmq.plugins)")
     for column in ("name", "family", "version", "distribution", "capabilities"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, no_wrap=column in ("name", "version", "distribution"))
     for row in rows:
         caps = row["capabilities"] if not row["error"] else f"[red]not loadable: {row['error']}[/red]"
         table.add_row(row["name"], ", ".join(row["families"]) or "?", row["version"], row["distribution"], caps)
     console = Console()
-    console.print(table)
+    print_table(table, console)
     if kernels:
-        console.print(_kernel_table(kernels))
+        print_table(_kernel_table(kernels), console)
 
 
 def _kernel_row(status: KernelStatus) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def _kernel_row(status: KernelStatus) -> dict[str, Any]:
 def _kernel_table(statuses: list[KernelStatus]) -> Table:
     table = Table(title="compiled kernels (C, each with a Python twin that runs when it is not in use)")
     for column in ("kernel", "used by", "in use", "without it"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, no_wrap=column == "kernel")
     for status in statuses:
         kernel = status.kernel
         without = f"{kernel.fallback}; {kernel.cost}"
@@ -116,14 +117,14 @@ def check_config(config_file: Path | None, reference: bool, builtin_only: bool) 
         raise SystemExit(1)
     config = check.config
     table = Table(title=f"broker {config.name!r} from {config.source}")
-    table.add_column("plugin")
+    table.add_column("plugin", no_wrap=True)
     table.add_column("families")
-    table.add_column("options", overflow="fold")
+    table.add_column("options")
     for name, declaration in check.declarations.items():
         table.add_row(name, ", ".join(sorted(f.value for f in declaration.families)),
                       json.dumps(config.plugin_options.get(name, {})) or "{}")
     console = Console()
-    console.print(table)
+    print_table(table, console)
     console.print(f"data_dir={config.data_dir} default_queue_count={config.default_queue_count} "
                   f"auto_create_topic={config.auto_create_topic} max_message_size={config.max_message_size}")
     if server_checked is not None:

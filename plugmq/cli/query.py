@@ -6,14 +6,17 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from plugmq.broker.broker import Broker
+from plugmq.cli.layout import print_table
 from plugmq.core.message import MessageQueue, StoredMessage
 
 _config_option = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                               required=True, help="The broker's config file (the broker must not be running).")
+
+
+_COLUMNS = ("msg_id", "topic", "queue", "offset", "tags", "keys", "stored_ms", "body")
 
 
 def _print(messages: list[StoredMessage], as_json: bool) -> None:
@@ -24,11 +27,12 @@ def _print(messages: list[StoredMessage], as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table()
-    for column in ("msg_id", "topic", "queue", "offset", "tags", "keys", "stored_ms", "body"):
-        table.add_column(column, overflow="fold")
+    for column in _COLUMNS:
+        # Identifiers whole; keys wrap between keys, never inside one; a body preview may fold anywhere.
+        table.add_column(column, no_wrap=column not in ("keys", "body"), overflow="fold" if column == "body" else "ellipsis")
     for row in rows:
-        table.add_row(*(str(row[c]) for c in ("msg_id", "topic", "queue", "offset", "tags", "keys", "stored_ms", "body")))
-    Console().print(table)
+        table.add_row(*(str(row[c]) for c in _COLUMNS))
+    print_table(table)
 
 
 def _open(config_file: Path) -> Broker:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from plugmq.cli.layout import print_table
 from plugmq.core.errors import ConfigError
 
 __all__ = ["command"]
@@ -70,14 +71,14 @@ def command(experiments_file: Path, out: Path, master: str, seed: int | None, on
         raise click.ClickException(str(exc)) from exc
     experiments = expand_matrix(spec, seed=seed)
     if dry_run:
-        table = Table(title=f"{len(experiments)} experiments in run order")
-        for column in ("order", "experiment", "clock", "store / flush", "delay"):
-            table.add_column(column, overflow="fold")
+        table = Table(title=f"{len(experiments)} experiments in run order", show_edge=False)
+        for column in ("#", "experiment", "clock", "store, flush, delay"):
+            table.add_column(column, no_wrap=column in ("#", "experiment"))
         for e in experiments:
-            clock = f"{e.workload.clock} (lane)" if e.workload.clock == "real" and perf_isolation != "none" else e.workload.clock
-            table.add_row(str(e.order), e.experiment_id, clock, f"{e.plugin_set.store} / {e.effective_flush}",
-                          e.plugin_set.delay or "-")
-        console.print(table)
+            in_lane = e.workload.clock == "real" and perf_isolation != "none"
+            table.add_row(str(e.order), e.experiment_id, f"{e.workload.clock}{' (lane)' if in_lane else ''}",
+                          f"{e.plugin_set.store} {e.effective_flush} {e.plugin_set.delay or 'no-delay'}")
+        print_table(table, console)
         sweep = sweep_spec(spec, sweep_max)
         console.print(f"sweep: {f'{sweep.max_queues} x {sweep.max_consumers}' if sweep else 'off'}")
         return
