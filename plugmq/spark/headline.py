@@ -1,23 +1,52 @@
-"""The headline table: for every comparison, scenario and headline measure, who wins and by how much.
+"""The headline table: for every comparison, scenario and headline measure, who wins and by how much,
+and whether that is a finding at all.
 
 Computed from the medians over repetitions (``summary``) and their run-to-run range (min-max),
-never from a single run when there are several. A win is "clear" only when the winner's range and
-the runner-up's do not overlap; with one run the spread is unknown and the row says so.
+never from a single run when there are several. A row is **headlined** only when it is a finding
+a team can act on; otherwise it says why not (``why_not``), first reason that applies:
+
+* **capped**: the winner's or the runner-up's value sits at a known wait or timeout
+  (:mod:`plugmq.spark.caps`): it measured the wait, not the plugins;
+* **identical at a bound**: on the real clock, the top contenders read exactly the same non-zero
+  value (one histogram bucket, a cap, a timeout), so neither was measured apart from the other;
+* **a tie**;
+* **about zero**: both values are below the measure's noise floor (:class:`~plugmq.spark.kinds.Measure`),
+  where a ratio means nothing (a "1226.81x" of 0.001 ms against 1.23 ms);
+* **below the noise floor**: the difference is smaller than the floor, or than the measure's
+  relative resolution (a histogram bucket for percentiles, 5 % for timed rates and costs);
+* **within the run-to-run spread**: the ranges over repetitions overlap.
+
+With one run the spread is unknown; the row is headlined and says so. ``flags`` name every
+contender (not only the top two) whose value sits at a cap.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import pandas as pd
 
+from plugmq.spark.caps import Cap, at_cap, caps_of
 from plugmq.spark.experiments import Matrix
-from plugmq.spark.kinds import KINDS, Kind, Measure
+from plugmq.spark.kinds import KINDS, PERCENTILE, Kind, Measure
 
-__all__ = ["HeadlineRow", "headline_rows", "sweep_headline_rows"]
+__all__ = ["Contender", "HeadlineRow", "headline_rows", "judge", "sweep_headline_rows"]
+
+
+@attrs.frozen
+class Contender:
+    """One plugin set's (or filter type's) figure for a measure: median, min-max over ``runs``."""
+
+    label: str
+    value: float
+    low: float
+    high: float
+    runs: int = 1
+    cap: Cap | None = None  # the known wait or timeout the value sits at
+    measured: bool = True  # on the real clock (False: a deterministic figure of a virtual clock or a model)
 
 
 @attrs.frozen
@@ -39,12 +68,18 @@ class HeadlineRow:
     margin: str
     spread: str
     ranking: tuple[tuple[str, float], ...]
+    headlined: bool = True
+    why_not: str = ""  # why the row is not headlined ("" when it is)
+    flags: tuple[str, ...] = ()  # contenders whose values sit at a known cap
 
     def text(self) -> str:
         """One line for a terminal."""
         against = f" vs {self.runner_up} {_num(self.runner_up_value)} {self.unit}" if self.runner_up else ""
-        return (f"[{self.comparison}] {self.scenario}: {self.measure} ({self.better} is better): {self.winner} "
-                f"{_num(self.value)} {self.unit}{against} — {self.margin}; {self.spread}")
+        line = (f"[{self.comparison}] {self.scenario}: {self.measure} ({self.better} is better): {self.winner} "
+                f"{_num(self.value)} {self.unit}{against}")
+        if not self.headlined:
+            return f"{line} — not headlined: {self.why_not}"
+        return f"{line} — {self.margin}; {self.spread}"
 
 
 def _num(value: float | None) -> str:
@@ -58,6 +93,11 @@ def _num(value: float | None) -> str:
     if abs(v) >= 1:
         return f"{v:.2f}"
     return f"{v:.3g}"
+
+
+def _amount(measure: Measure, value: float) -> str:
+    unit = f" {measure.unit}" if measure.unit and measure.unit != "x" else ""
+    return f"{_num(value)}{unit}"
 
 
 def _label(kind: Kind, info: pd.Series, plugin_set: str, many_sets: bool) -> str:
@@ -78,16 +118,16 @@ def _scenario(kind: Kind, info: pd.Series, workload: str) -> str:
 
 
 def margin_text(measure: Measure, best: float, second: float) -> str:
-    """How much better the winner is than the runner-up: a factor when both are positive, and the difference."""
+    """How much better the winner is than the runner-up: the difference, and a factor when both
+    values are above the noise floor (a ratio of two figures about zero means nothing)."""
     diff = abs(second - best)
     if diff == 0:
         return "tie"
-    unit = f" {measure.unit}" if measure.unit and measure.unit != "x" else ""
     word = "less" if measure.better == "lower" else "more"
-    if best > 0 and second > 0:
+    if min(best, second) > 0 and min(best, second) >= measure.floor:
         factor = second / best if measure.better == "lower" else best / second
-        return f"{factor:.2f}x ({_num(diff)}{unit} {word})"
-    return f"{_num(diff)}{unit} {word}"
+        return f"{factor:.2f}x ({_amount(measure, diff)} {word})"
+    return f"{_amount(measure, diff)} {word}"
 
 
 def spread_text(runs: int, low: float, high: float, second_low: float | None, second_high: float | None) -> str:
@@ -102,8 +142,68 @@ def spread_text(runs: int, low: float, high: float, second_low: float | None, se
     return f"within the run-to-run spread ({runs} runs): not a clear win"
 
 
-def _rank(measure: Measure, candidates: list[tuple[str, float, float, float, int]]) -> list[tuple[str, float, float, float, int]]:
-    return sorted(candidates, key=lambda c: (c[1] if measure.better == "lower" else -c[1], c[0]))
+def _noise(measure: Measure, best: Contender, second: Contender) -> str:
+    """Why the difference of the top two is noise, or ""."""
+    diff = abs(second.value - best.value)
+    if max(abs(best.value), abs(second.value)) < measure.floor:
+        return (f"about zero: both below the noise floor of {_amount(measure, measure.floor)} "
+                f"({best.label} {_amount(measure, best.value)}, {second.label} {_amount(measure, second.value)}), "
+                "where no ratio means anything")
+    if diff < measure.floor:
+        return f"the difference, {_amount(measure, diff)}, is below the noise floor of {_amount(measure, measure.floor)}"
+    low = min(abs(best.value), abs(second.value))
+    if measure.resolution and low > 0 and diff / low < measure.resolution:
+        what = ("one histogram bucket" if measure.resolution == PERCENTILE
+                else "what a timed figure moves between runs on a shared host")
+        return f"{diff / low:.1%} apart, within the {measure.resolution:.0%} the measurement resolves ({what})"
+    runs = min(best.runs, second.runs)
+    if runs > 1 and not (best.high < second.low or best.low > second.high):
+        return f"within the run-to-run spread: the {runs} runs' ranges overlap"
+    return ""
+
+
+def judge(measure: Measure, ranked: Sequence[Contender]) -> tuple[str, tuple[str, ...]]:
+    """Why the row of ``ranked`` (best first, at least two) is not headlined ("" when it is), and
+    the flags of contenders at a cap."""
+    flags = tuple(f"{c.label}: {_amount(measure, c.value)} is at {c.cap.text()}" for c in ranked if c.cap)
+    best, second = ranked[0], ranked[1]
+    capped = [c for c in (best, second) if c.cap is not None]
+    if capped:
+        return ("capped: " + "; ".join(f"{c.label}'s {_amount(measure, c.value)} is {c.cap.text()}" for c in capped
+                                        if c.cap) + " — it measured the wait, not the plugins", flags)
+    same = [c for c in ranked if c.value == best.value]
+    if len(same) > 1 and best.value != 0 and all(c.measured for c in same):
+        return (f"identical at a bound: {', '.join(c.label for c in same)} all read exactly "
+                f"{_amount(measure, best.value)} on the real clock (one histogram bucket, a cap or a timeout), "
+                "so none was measured apart from the others", flags)
+    if best.value == second.value:
+        return f"a tie: {best.label} and {second.label} both {_amount(measure, best.value)}", flags
+    return _noise(measure, best, second), flags
+
+
+def _rank(measure: Measure, candidates: list[Contender]) -> list[Contender]:
+    return sorted(candidates, key=lambda c: (c.value if measure.better == "lower" else -c.value, c.label))
+
+
+def _row(comparison: str, scenario: str, measure: Measure, candidates: list[Contender]) -> HeadlineRow:
+    ranked = _rank(measure, candidates)
+    best, second = ranked[0], ranked[1]
+    why_not, flags = judge(measure, ranked)
+    return HeadlineRow(
+        comparison=comparison, scenario=scenario, measure=measure.label, better=measure.better, unit=measure.unit,
+        winner=best.label, value=best.value, low=best.low, high=best.high, runs=best.runs,
+        runner_up=second.label, runner_up_value=second.value, runner_up_low=second.low, runner_up_high=second.high,
+        margin=margin_text(measure, best.value, second.value),
+        spread=spread_text(min(best.runs, second.runs), best.low, best.high, second.low, second.high),
+        ranking=tuple((c.label, c.value) for c in ranked), headlined=not why_not, why_not=why_not, flags=flags)
+
+
+def _contender(label: str, row: Mapping[str, Any], metric: str, caps: tuple[Cap, ...], measured: bool) -> Contender:
+    value = float(row["value"])
+    low = float(row["low"]) if not pd.isna(row["low"]) else value
+    high = float(row["high"]) if not pd.isna(row["high"]) else value
+    runs = int(row["runs"]) if not pd.isna(row["runs"]) else 1
+    return Contender(label, value, low, high, runs, at_cap(metric, value, caps), measured)
 
 
 def headline_rows(matrices: Sequence[Matrix], summary: pd.DataFrame, experiments: pd.DataFrame) -> list[HeadlineRow]:
@@ -116,35 +216,20 @@ def headline_rows(matrices: Sequence[Matrix], summary: pd.DataFrame, experiments
             continue
         info = experiments[experiments["matrix"] == matrix.name].groupby(["workload", "plugin_set"]).first()
         many_sets = len(set(part["plugin_set"])) > 1
-        scenarios: dict[str, list[tuple[str, tuple[str, str]]]] = {}
+        scenarios: dict[str, list[tuple[str, tuple[str, str], tuple[Cap, ...], bool]]] = {}
         for workload, plugin_set in sorted(set(zip(part["workload"], part["plugin_set"], strict=True))):
             meta = info.loc[(workload, plugin_set)] if (workload, plugin_set) in info.index else pd.Series(dtype=object)
             scenarios.setdefault(_scenario(kind, meta, workload), []).append(
-                (_label(kind, meta, plugin_set, many_sets), (workload, plugin_set)))
+                (_label(kind, meta, plugin_set, many_sets), (workload, plugin_set), caps_of(meta),
+                 meta.get("clock") == "real"))
         figures = {(r["workload"], r["plugin_set"], r["metric"]): r for r in part.to_dict("records")}
         for scenario, contenders in scenarios.items():
             for measure in kind.headline:
-                candidates = []
-                for label, (workload, plugin_set) in contenders:
-                    row = figures.get((workload, plugin_set, measure.metric))
-                    if row is None or pd.isna(row["value"]):
-                        continue
-                    value = float(row["value"])
-                    low = float(row["low"]) if not pd.isna(row["low"]) else value
-                    high = float(row["high"]) if not pd.isna(row["high"]) else value
-                    runs = int(row["runs"]) if not pd.isna(row["runs"]) else 1
-                    candidates.append((label, value, low, high, runs))
-                if len(candidates) < 2:
-                    continue  # nothing to compare (the others failed or were unsupported: see the notes)
-                ranked = _rank(measure, candidates)
-                (name, value, low, high, runs), second = ranked[0], ranked[1]
-                rows.append(HeadlineRow(
-                    comparison=matrix.name, scenario=scenario, measure=measure.label, better=measure.better,
-                    unit=measure.unit, winner=name, value=value, low=low, high=high, runs=runs,
-                    runner_up=second[0], runner_up_value=second[1], runner_up_low=second[2], runner_up_high=second[3],
-                    margin=margin_text(measure, value, second[1]),
-                    spread=spread_text(min(runs, second[4]), low, high, second[2], second[3]),
-                    ranking=tuple((c[0], c[1]) for c in ranked)))
+                candidates = [_contender(label, figures[(*key, measure.metric)], measure.metric, caps, measured)
+                              for label, key, caps, measured in contenders
+                              if (*key, measure.metric) in figures and not pd.isna(figures[(*key, measure.metric)]["value"])]
+                if len(candidates) >= 2:  # else nothing to compare (the others failed or were unsupported: see the notes)
+                    rows.append(_row(matrix.name, scenario, measure, candidates))
     return rows
 
 
@@ -159,19 +244,13 @@ def sweep_headline_rows(summary: pd.DataFrame | None, note: str = "") -> list[He
     if summary is None or summary.empty:
         return rows
     for measure in _SWEEP_MEASURES:
-        candidates: list[tuple[str, float, float, float, int]] = [
-            (str(r["strategy"]), float(r[measure.metric]), float(r[measure.metric]), float(r[measure.metric]), 1)
-            for _, r in summary.iterrows() if not pd.isna(r[measure.metric])]
+        candidates = [Contender(str(r["strategy"]), float(r[measure.metric]), float(r[measure.metric]),
+                                float(r[measure.metric]), measured=False)
+                      for _, r in summary.iterrows() if not pd.isna(r[measure.metric])]
         if len(candidates) < 2:
             continue
-        ranked = _rank(measure, candidates)
-        best, second = ranked[0], ranked[1]
-        rows.append(HeadlineRow(
-            comparison="allocation sweep", scenario=note or "every (queues, consumers) pair", measure=measure.label,
-            better=measure.better, unit=measure.unit, winner=best[0], value=best[1], low=best[1], high=best[1], runs=1,
-            runner_up=second[0], runner_up_value=second[1], runner_up_low=second[1], runner_up_high=second[1],
-            margin=margin_text(measure, best[1], second[1]), spread="exact (computed, not measured)",
-            ranking=tuple((c[0], c[1]) for c in ranked)))
+        row = _row("allocation sweep", note or "every (queues, consumers) pair", measure, candidates)
+        rows.append(attrs.evolve(row, spread="exact (computed, not measured)"))
     return rows
 
 
@@ -181,5 +260,6 @@ def as_frame(rows: Sequence[HeadlineRow]) -> pd.DataFrame:
     for row in rows:
         record = attrs.asdict(row)
         record["ranking"] = "; ".join(f"{name} {_num(value)}" for name, value in row.ranking)
+        record["flags"] = "; ".join(row.flags)
         records.append(record)
     return pd.DataFrame.from_records(records, columns=[f.name for f in attrs.fields(HeadlineRow)])
