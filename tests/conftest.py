@@ -6,7 +6,7 @@ import pytest
 
 from plugmq.core.clock import ManualClock
 
-pytest_plugins = ["tests.fixtures.brokers", "tests.fixtures.spark", "tests.fixtures.zookeeper"]
+pytest_plugins = ["tests.fixtures.brokers", "tests.fixtures.browser", "tests.fixtures.spark", "tests.fixtures.zookeeper"]
 
 
 @pytest.fixture

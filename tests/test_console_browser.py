@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +26,6 @@ pytest.importorskip("starlette", reason="needs the console extra (starlette, jin
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the test extra)")
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
@@ -59,8 +56,6 @@ groups = ["billing", "fragile"]
 max_delivery_attempts = 1
 """
 _CLI = "from plugmq.cli import main; main()"
-CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,800")
 
 
 def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
@@ -212,27 +207,6 @@ def _receive_into(consumer: SimpleConsumer, into: list[Any], invisible_s: int, e
 
 def _has_dlq(rig: Rig, broker: str) -> bool:
     return any(t["topic"] == "%DLQ%fragile" for t in rig.admin(broker, "topic-list"))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    profile = tempfile.mkdtemp(prefix="plugmq-chromium-")
-    for flag in (*CHROME_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    made = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    # The viewport itself at 1280x800 (a headless window of that size leaves less to the page).
-    made.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                         {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
-    try:
-        yield made
-    finally:
-        made.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def shot(browser: Any, name: str) -> None:

@@ -33,7 +33,7 @@ from plugmq.spark.caps import Cap, at_cap, caps_of
 from plugmq.spark.experiments import Matrix
 from plugmq.spark.kinds import KINDS, PERCENTILE, Kind, Measure
 
-__all__ = ["Contender", "HeadlineRow", "headline_rows", "judge", "sweep_headline_rows"]
+__all__ = ["Contender", "HeadlineRow", "headline_rows", "judge", "number_text", "sweep_headline_rows"]
 
 
 @attrs.frozen
@@ -74,15 +74,16 @@ class HeadlineRow:
 
     def text(self) -> str:
         """One line for a terminal."""
-        against = f" vs {self.runner_up} {_num(self.runner_up_value)} {self.unit}" if self.runner_up else ""
+        against = f" vs {self.runner_up} {number_text(self.runner_up_value)} {self.unit}" if self.runner_up else ""
         line = (f"[{self.comparison}] {self.scenario}: {self.measure} ({self.better} is better): {self.winner} "
-                f"{_num(self.value)} {self.unit}{against}")
+                f"{number_text(self.value)} {self.unit}{against}")
         if not self.headlined:
             return f"{line} — not headlined: {self.why_not}"
         return f"{line} — {self.margin}; {self.spread}"
 
 
-def _num(value: float | None) -> str:
+def number_text(value: float | None) -> str:
+    """A figure as the report prints it: thousands separated, 2-3 significant decimals, "–" for none."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     v = float(value)
@@ -97,7 +98,7 @@ def _num(value: float | None) -> str:
 
 def _amount(measure: Measure, value: float) -> str:
     unit = f" {measure.unit}" if measure.unit and measure.unit != "x" else ""
-    return f"{_num(value)}{unit}"
+    return f"{number_text(value)}{unit}"
 
 
 def _label(kind: Kind, info: pd.Series, plugin_set: str, many_sets: bool) -> str:
@@ -134,7 +135,7 @@ def spread_text(runs: int, low: float, high: float, second_low: float | None, se
     if runs <= 1:
         return "1 run: spread not measured"
     if second_low is None or second_high is None:
-        return f"{runs} runs, range {_num(low)}–{_num(high)}"
+        return f"{runs} runs, range {number_text(low)}–{number_text(high)}"
     if low == high and second_low == second_high:
         return f"identical in all {runs} runs"
     if high < second_low or low > second_high:
@@ -259,7 +260,7 @@ def as_frame(rows: Sequence[HeadlineRow]) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for row in rows:
         record = attrs.asdict(row)
-        record["ranking"] = "; ".join(f"{name} {_num(value)}" for name, value in row.ranking)
+        record["ranking"] = "; ".join(f"{name} {number_text(value)}" for name, value in row.ranking)
         record["flags"] = "; ".join(row.flags)
         records.append(record)
     return pd.DataFrame.from_records(records, columns=[f.name for f in attrs.fields(HeadlineRow)])
