@@ -22,7 +22,7 @@ import attrs
 
 from plugmq.kit.histogram import bucket_of
 
-__all__ = ["Cap", "at_cap", "caps_of"]
+__all__ = ["Cap", "at_cap", "caps_of", "lower_bound"]
 
 _LATENCIES = ("end_to_end_latency", "publish_latency", "delay_lateness")
 
@@ -30,14 +30,25 @@ _LATENCIES = ("end_to_end_latency", "publish_latency", "delay_lateness")
 @attrs.frozen
 class Cap:
     """A wait or timeout of ``ms`` milliseconds that can stick the metrics named by ``bounds``
-    (prefixes such as ``end_to_end_latency``)."""
+    (prefixes such as ``end_to_end_latency``); ``verb`` and ``meaning`` word a value held by it."""
 
     ms: float
     what: str
     bounds: tuple[str, ...] = _LATENCIES
+    verb: str = "is at"
+    meaning: str = "it measured the wait, not the plugins"
 
     def text(self) -> str:
-        return f"{self.what} ({self.ms:g} ms)"
+        amount = f"{self.ms / 1000:g} s" if self.ms >= 1000 else f"{self.ms:g} ms"
+        return f"{self.what} ({amount})"
+
+
+def lower_bound(metric: str, value: float, unmet: float) -> Cap:
+    """A figure only known to be at least ``value`` (in ``metric``'s unit, ``_s``: seconds): ``unmet``
+    rounds never showed what it times (a recovery never seen counts as the time it was watched)."""
+    ms = value * 1000 if metric.endswith("_s") else value
+    return Cap(ms, f"the time watched, {unmet:g} round(s) never recovered", (metric,), "is a lower bound:",
+               "a recovery never seen counts as the time it was watched")
 
 
 def _option_timeouts(plugins: list[str], options: Mapping[str, Any]) -> list[Cap]:

@@ -31,6 +31,7 @@ Format (TOML, or YAML when PyYAML is installed)::
     # filter = { type = "TAG", selectivity = 0.1 }
     # churn = { joins_per_minute = 2, leaves_per_minute = 2 }
     # serve = { receive_batch = 16 }   # through `plugmq serve` and the official Python client (real clock)
+    # chaos = { faults = ["kill-master"], rounds = 2 }   # a plugmq chaos schedule per plugin set (kind = "chaos")
 
     [plugin_sets.replicated]       # a master and its slave: the runner starts the slave itself
     plugins = ["store_mmap", "ha"]
@@ -81,10 +82,20 @@ from plugmq.core.schema import (
     setting,
 )
 from plugmq.spark.kinds import KINDS as _KINDS
-from plugmq.spark.workload_tables import Churn, DelayMix, FilterSpec, FilterTable, Finite, ServeSpec, Workload
+from plugmq.spark.workload_tables import (
+    ChaosSpec,
+    Churn,
+    DelayMix,
+    FilterSpec,
+    FilterTable,
+    Finite,
+    ServeSpec,
+    Workload,
+)
 
 __all__ = [
     "EXPERIMENT_TABLES",
+    "ChaosSpec",
     "Churn",
     "DelayMix",
     "Experiment",
@@ -350,12 +361,19 @@ def _check_matrix(i: int, matrices: list[Matrix], tables: ExperimentsTables, wor
 
 def _check_clocks(m: Matrix, path: tuple[str | int, ...], named: list[Workload],
                   plugin_sets: Mapping[str, PluginSet | None], found: Problems) -> None:
-    """Real-clock kinds and plugin sets (a slave in another process) need real-clock workloads."""
+    """Real-clock kinds and plugin sets (a slave in another process) need real-clock workloads; a
+    chaos matrix runs chaos workloads and only it does."""
     for w in named if m.kind == "delay_precision" else ():
         if w.clock != "real" or w.delay is None or w.delay.fraction <= 0:
             found.add_at((*path, "workloads"), f"kind \"delay_precision\" measures delays on the real clock; "
                          f"workload {w.name!r} needs clock = \"real\" and a delay mix (compare virtual-clock "
                          "delays with kind = \"delay\")", colon=True)
+    for w in named:
+        if (w.chaos is None) == (m.kind == "chaos"):
+            found.add_at((*path, "workloads"), f"workload {w.name!r} " + (
+                "has no chaos table; kind = \"chaos\" runs a plugmq chaos schedule per plugin set" if m.kind == "chaos"
+                else f"is a chaos schedule; compare it in a matrix of kind = \"chaos\" (this one is {m.kind!r})"),
+                colon=True)
     virtual = [w.name for w in named if w.clock == "virtual"]
     for s in [s for s in m.plugin_sets if virtual and getattr(plugin_sets.get(s), "replication", None)]:
         found.add_at((*path, "workloads"), f"plugin set {s!r} replicates to a slave in another process, which "

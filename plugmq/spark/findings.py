@@ -124,7 +124,8 @@ def findings_html(rows: Sequence[HeadlineRow], notes: Sequence[str]) -> str:
     if capped:
         parts.append("<h3>Values at a known cap</h3><p class=note>A latency at a wait or timeout measured that "
                      "wait, not the plugins (a percentile reads the upper edge of its histogram bucket: 500 ms "
-                     "reads 501.19 ms).</p>")
+                     "reads 501.19 ms). A failover recovery that was never seen counts as the time it was watched: "
+                     "a lower bound.</p>")
         parts.append("<ul>" + "".join(f"<li><span class=cap>cap</span> {html.escape(c)}</li>" for c in capped)
                      + "</ul>")
     if notes:

@@ -6,7 +6,8 @@ never from a single run when there are several. A row is **headlined** only when
 a team can act on; otherwise it says why not (``why_not``), first reason that applies:
 
 * **capped**: the winner's or the runner-up's value sits at a known wait or timeout
-  (:mod:`plugmq.spark.caps`): it measured the wait, not the plugins;
+  (:mod:`plugmq.spark.caps`): it measured the wait, not the plugins; or it is only a lower bound
+  (a failover round that never recovered counts as the time it was watched);
 * **identical at a bound**: on the real clock, the top contenders read exactly the same non-zero
   value (one histogram bucket, a cap, a timeout), so neither was measured apart from the other;
 * **a tie**;
@@ -29,7 +30,7 @@ from typing import Any
 import attrs
 import pandas as pd
 
-from plugmq.spark.caps import Cap, at_cap, caps_of
+from plugmq.spark.caps import Cap, at_cap, caps_of, lower_bound
 from plugmq.spark.experiments import Matrix
 from plugmq.spark.kinds import KINDS, PERCENTILE, Kind, Measure
 
@@ -166,12 +167,13 @@ def _noise(measure: Measure, best: Contender, second: Contender) -> str:
 def judge(measure: Measure, ranked: Sequence[Contender]) -> tuple[str, tuple[str, ...]]:
     """Why the row of ``ranked`` (best first, at least two) is not headlined ("" when it is), and
     the flags of contenders at a cap."""
-    flags = tuple(f"{c.label}: {_amount(measure, c.value)} is at {c.cap.text()}" for c in ranked if c.cap)
+    flags = tuple(f"{c.label}: {_amount(measure, c.value)} {c.cap.verb} {c.cap.text()}" for c in ranked if c.cap)
     best, second = ranked[0], ranked[1]
-    capped = [c for c in (best, second) if c.cap is not None]
+    capped = [(c, c.cap) for c in (best, second) if c.cap is not None]
     if capped:
-        return ("capped: " + "; ".join(f"{c.label}'s {_amount(measure, c.value)} is {c.cap.text()}" for c in capped
-                                        if c.cap) + " — it measured the wait, not the plugins", flags)
+        said = [f"{c.label}'s {_amount(measure, c.value)} {cap.verb} {cap.text()}" for c, cap in capped]
+        meanings = dict.fromkeys(cap.meaning for _, cap in capped)
+        return "capped: " + "; ".join(said) + " — " + "; ".join(meanings), flags
     same = [c for c in ranked if c.value == best.value]
     if len(same) > 1 and best.value != 0 and all(c.measured for c in same):
         return (f"identical at a bound: {', '.join(c.label for c in same)} all read exactly "
@@ -199,12 +201,20 @@ def _row(comparison: str, scenario: str, measure: Measure, candidates: list[Cont
         ranking=tuple((c.label, c.value) for c in ranked), headlined=not why_not, why_not=why_not, flags=flags)
 
 
-def _contender(label: str, row: Mapping[str, Any], metric: str, caps: tuple[Cap, ...], measured: bool) -> Contender:
+def _contender(label: str, row: Mapping[str, Any], metric: str, caps: tuple[Cap, ...], measured: bool,
+               unmet: float = 0.0) -> Contender:
     value = float(row["value"])
     low = float(row["low"]) if not pd.isna(row["low"]) else value
     high = float(row["high"]) if not pd.isna(row["high"]) else value
     runs = int(row["runs"]) if not pd.isna(row["runs"]) else 1
-    return Contender(label, value, low, high, runs, at_cap(metric, value, caps), measured)
+    cap = lower_bound(metric, value, unmet) if unmet > 0 else at_cap(metric, value, caps)
+    return Contender(label, value, low, high, runs, cap, measured)
+
+
+def _unmet(measure: Measure, figures: Mapping[tuple[str, str, str], Mapping[str, Any]], key: tuple[str, str]) -> float:
+    """The value of the measure's ``bound_by`` count (0 when it has none)."""
+    row = figures.get((*key, measure.bound_by)) if measure.bound_by else None
+    return 0.0 if row is None or pd.isna(row["value"]) else float(row["value"])
 
 
 def headline_rows(matrices: Sequence[Matrix], summary: pd.DataFrame, experiments: pd.DataFrame) -> list[HeadlineRow]:
@@ -226,7 +236,8 @@ def headline_rows(matrices: Sequence[Matrix], summary: pd.DataFrame, experiments
         figures = {(r["workload"], r["plugin_set"], r["metric"]): r for r in part.to_dict("records")}
         for scenario, contenders in scenarios.items():
             for measure in kind.headline:
-                candidates = [_contender(label, figures[(*key, measure.metric)], measure.metric, caps, measured)
+                candidates = [_contender(label, figures[(*key, measure.metric)], measure.metric, caps, measured,
+                                         _unmet(measure, figures, key))
                               for label, key, caps, measured in contenders
                               if (*key, measure.metric) in figures and not pd.isna(figures[(*key, measure.metric)]["value"])]
                 if len(candidates) >= 2:  # else nothing to compare (the others failed or were unsupported: see the notes)

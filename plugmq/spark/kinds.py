@@ -6,8 +6,8 @@ This registry is the one place a new comparison dimension is declared. Adding on
 
 1. the metrics, emitted by the replay (``result.metric("failover_s", ...)``) - from a probe in
    :meth:`plugmq.spark.replay.Replay.finish` or a replay of its own;
-2. if the workload needs new knobs, a sub-table parsed in :mod:`plugmq.spark.experiments`
-   (like ``delay``/``filter``/``churn``);
+2. if the workload needs new knobs, a sub-table schema in :mod:`plugmq.spark.workload_tables`
+   (like ``delay``/``filter``/``churn``/``chaos``);
 3. a :class:`Kind` here: its columns, its headline :class:`Measure` s (which direction is better,
    and below what difference it is noise), and the bar charts to draw. The report, the headline
    table and the ``kind = "..."`` accepted by experiments files all follow from this entry.
@@ -32,6 +32,7 @@ MS = 2.0  # lateness: two whole-millisecond times (deliver-at, delivered) each o
 CALL_MS = 0.01  # one in-process call timed with perf_counter: the interpreter's own jitter is ~10 µs
 WAKE_MS = 1.0  # end to end: a consumer thread woken on a busy host
 POLL_MS = 5.0  # replication catch-up: the probe polls the master's status every 5 ms
+ROLE_S = 0.25  # failover: plugmq chaos samples every broker's role every 0.25 s
 
 
 @attrs.frozen
@@ -50,6 +51,9 @@ class Measure:
     unit: str = ""
     floor: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
     resolution: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
+    # A count metric: when above 0, the value is only a lower bound (a recovery never seen counts
+    # as the time it was watched), and the report flags it like a value at a cap.
+    bound_by: str = ""
 
 
 @attrs.frozen
@@ -162,6 +166,23 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
         bars=(("publish_rate_msg_s", "send rate (msg/s)"), ("publish_latency_p99_ms", "send latency p99 (ms)"),
               ("replication_lag_messages_max", "slave lag, max (messages)")),
         bars_title="replication: no slave vs async vs sync double-write",
+    ),
+    Kind(
+        "chaos",
+        columns=("chaos_lost_acked", "chaos_redelivered_after_ack", "chaos_send_recovery_s",
+                 "chaos_send_recovery_max_s", "chaos_receive_recovery_s", "chaos_receive_recovery_max_s",
+                 "chaos_send_never_recovered", "chaos_receive_never_recovered", "chaos_split_brain_s",
+                 "chaos_acked_by_deposed_master", "chaos_acked", "chaos_send_failures", "chaos_rounds"),
+        headline=(Measure("chaos_lost_acked", "acknowledged messages lost to the faults", "lower", "msg", 1.0),
+                  Measure("chaos_send_recovery_s", "send recovery after a fault (median of rounds)", "lower", "s",
+                          ROLE_S, TIMED, bound_by="chaos_send_never_recovered"),
+                  Measure("chaos_receive_recovery_s", "receive recovery after a fault (median of rounds)", "lower",
+                          "s", ROLE_S, TIMED, bound_by="chaos_receive_never_recovered"),
+                  Measure("chaos_split_brain_s", "longest a deposed master went on acking", "lower", "s", ROLE_S)),
+        bars=(("chaos_send_recovery_s", "send recovery (s, median of rounds)"),
+              ("chaos_receive_recovery_s", "receive recovery (s, median of rounds)"),
+              ("chaos_lost_acked", "acknowledged messages lost")),
+        bars_title="failover: the workload's plugmq chaos schedule per plugin set (official client, ZooKeeper)",
     ),
     Kind(
         "general",

@@ -8,8 +8,9 @@ Two replays share the broker wiring here (:class:`Replay`): on the virtual clock
 (:mod:`plugmq.spark.replay_virtual`, for logic metrics: lateness, balance, churn) and on the real
 clock (:mod:`plugmq.spark.replay_real`, for throughput and latency). A workload with ``serve``
 has a replay of its own (:mod:`plugmq.spark.replay_served`: the broker behind ``plugmq serve`` in
-a child process, the official client). A replicating plugin set gets its slave in a child process
-(:mod:`plugmq.spark.replication`).
+a child process, the official client), and so has a workload with ``chaos``
+(:mod:`plugmq.spark.replay_chaos`: a plugmq chaos schedule on a failover cluster). A replicating
+plugin set gets its slave in a child process (:mod:`plugmq.spark.replication`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def run_experiment(exp: Experiment, *, work_dir: str | Path | None = None, windo
     data_dir = Path(tempfile.mkdtemp(prefix="plugmq-exp-", dir=work_dir))
     result.info["data_dir"] = str(data_dir)
     try:
-        if exp.workload.serve is not None:
-            from plugmq.spark.replay_served import ServedReplay as replay_type
+        if exp.workload.chaos is not None:
+            from plugmq.spark.replay_chaos import ChaosReplay as replay_type
+        elif exp.workload.serve is not None:
+            from plugmq.spark.replay_served import ServedReplay as replay_type  # type: ignore[assignment]
         elif exp.workload.clock == "virtual":
             from plugmq.spark.replay_virtual import VirtualReplay as replay_type  # type: ignore[assignment]
         else:

@@ -67,7 +67,8 @@ def notes(matrix: Matrix, wide: pd.DataFrame, status: pd.DataFrame, errors: dict
     if matrix.kind == "delay" and "delay_early_deliveries" in wide:
         early = wide["delay_early_deliveries"].sum()
         found.append(f"early deliveries over all runs: {fmt(early)}" + (" (must be 0)" if early else ""))
-    for column in ("consume_missing", "consume_duplicates"):
+    # Broken promises: an acknowledged message lost, or delivered again after its OK ack.
+    for column in ("consume_missing", "consume_duplicates", "chaos_lost_acked", "chaos_redelivered_after_ack"):
         if column in wide and wide[column].fillna(0).sum() > 0:
             bad = wide[wide[column].fillna(0) > 0]
             found.append("<span class=bad>" + ", ".join(f"{r.plugin_set} on {r.workload}: {fmt(getattr(r, column))}"

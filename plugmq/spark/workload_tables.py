@@ -1,6 +1,6 @@
 """The ``[workloads.<name>]`` tables of an experiments file: what is sent and received.
 
-Each table (and its ``delay``, ``filter``, ``churn`` and ``serve`` sub-tables) is an attrs schema the
+Each table (and its ``delay``, ``filter``, ``churn``, ``serve`` and ``chaos`` sub-tables) is an attrs schema the
 configuration engine (:mod:`plugmq.core.schema`) checks: a doc and validators per key, the rules
 between keys in ``__attrs_post_init__`` (a :class:`Refusal` naming the key it blames).
 """
@@ -26,10 +26,11 @@ from plugmq.core.schema import (
     setting,
 )
 
-__all__ = ["CLOCKS", "FLUSH_MODES", "Churn", "DelayMix", "FilterSpec", "FilterTable", "Finite", "ServeSpec",
+__all__ = ["CHAOS_MODES", "CLOCKS", "FLUSH_MODES", "ChaosSpec", "Churn", "DelayMix", "FilterSpec", "FilterTable", "Finite", "ServeSpec",
            "Weight", "Workload"]
 
 CLOCKS = ("virtual", "real")
+CHAOS_MODES = ("sync", "async")
 FLUSH_MODES = ("sync", "async")
 Finite = Annotated[float, Expect("a finite number", math.isfinite)]
 Weight = Annotated[float, Expect("a weight >= 0", lambda w: math.isfinite(w) and w >= 0)]
@@ -189,6 +190,37 @@ class ServeSpec:
                                      validator=at_least(1))
 
 
+def _known_faults(_inst: object, _attr: object, faults: tuple[str, ...]) -> None:
+    from plugmq.chaos.faults import FAULTS
+
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise Refusal(f"has unknown fault {unknown[0]!r}; plugmq chaos knows {', '.join(FAULTS)}")
+    if not faults:
+        raise Refusal("must name at least one fault")
+
+
+@attrs.frozen
+class ChaosSpec:
+    """A ``plugmq chaos`` schedule run against each plugin set (``kind = "chaos"``): a failover
+    cluster of ``brokers`` brokers on a ZooKeeper of its own, each fault of ``faults`` injected
+    ``rounds`` times under load, then every acknowledged message checked. The load is the
+    workload's: ``producers_per_topic`` producer threads, ``subscriptions_per_topic`` groups of
+    ``consumers_per_subscription`` consumers, ``message_size`` bytes a body."""
+
+    faults: tuple[str, ...] = setting(("kill-master",), doc="plugmq chaos fault names, each run `rounds` times",
+                                      validator=_known_faults)
+    rounds: int = setting(1, doc="injections of each fault", validator=at_least(1))
+    mode: str = setting("sync", doc="the master's replication mode (sync or async), unless the plugin set "
+                                    "replicates with a broker.role of its own", validator=one_of(*CHAOS_MODES))
+    brokers: int = setting(2, doc="brokers of the failover cluster (a master and its slaves)", validator=at_least(2))
+    session_timeout_s: Finite = setting(2.0, doc="ZooKeeper session timeout: how soon a dead master is noticed",
+                                        validator=at_least(1.0))
+    steady_s: Finite = setting(3.0, doc="load before each fault and after the last heal", validator=at_least(0.0))
+    recover_s: Finite = setting(60.0, doc="longest wait for the cluster and the clients to recover after a heal",
+                                validator=above(0.0))
+
+
 def _default_clock(workload: Workload) -> str:
     return "virtual" if (workload.delay is not None or workload.churn is not None) else "real"
 
@@ -219,6 +251,7 @@ class Workload:
         "doc": "a filtered subscription", "schema": FilterTable, "expected": "a table"})
     churn: Churn | None = setting(None, doc="consumers joining and leaving")
     serve: ServeSpec | None = setting(None, doc="through plugmq serve and the official Python client (real clock)")
+    chaos: ChaosSpec | None = setting(None, doc="a plugmq chaos schedule per plugin set (kind = \"chaos\")")
     clock: str = attrs.field(default=attrs.Factory(_default_clock, takes_self=True), validator=one_of(*CLOCKS),
                              metadata={"doc": '"virtual" (ManualClock) or "real"; default virtual with delay or churn'})
     step_ms: int = setting(1000, doc="virtual-clock step", validator=at_least(1))
@@ -227,6 +260,7 @@ class Workload:
 
     def __attrs_post_init__(self) -> None:
         refusal = self._served_refusal() if self.serve is not None else None
+        refusal = refusal or (self._chaos_refusal() if self.chaos is not None else None)
         refusal = refusal or self._timing_refusal()
         if refusal is not None:
             raise refusal
@@ -244,6 +278,21 @@ class Workload:
             if used:
                 return Refusal(f"not measured through plugmq serve; compare {key} on an embedded broker (a "
                                "workload without serve)", key=key, colon=True)
+        return None
+
+    def _chaos_refusal(self) -> Refusal | None:
+        """A chaos schedule drives brokers in child processes with the official client."""
+        if self.serve is not None:
+            return Refusal("a workload is served or a chaos schedule, not both", key="chaos", colon=True)
+        if self.clock != "real":
+            return Refusal("a chaos schedule runs on the real clock (brokers in child processes); remove "
+                           "clock = \"virtual\"", key="chaos", colon=True)
+        for key, used in (("delay", self.delay is not None and self.delay.fraction > 0),
+                          ("filter", self.filter is not None), ("churn", self.churn is not None),
+                          ("topics", self.topics != 1)):
+            if used:
+                return Refusal(f"not measured under a chaos schedule (one topic, plain messages); compare {key} "
+                               "in a workload without chaos", key=key, colon=True)
         return None
 
     def _timing_refusal(self) -> Refusal | None:
