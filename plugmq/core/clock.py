@@ -43,6 +43,12 @@ class Clock(Protocol):
     def now_ms(self) -> int:
         """Current time in whole milliseconds since the epoch (RocketMQ's timestamp unit)."""
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (no wall-clock steps): for leases and timeouts.
+
+        Only differences between two readings mean anything.
+        """
+
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Timer:
         """Run ``callback`` once when the clock reaches ``deadline`` (seconds since the epoch)."""
 
@@ -99,6 +105,9 @@ class ManualClock:
 
     def now_ms(self) -> int:
         return int(self._now * 1000)
+
+    def monotonic(self) -> float:
+        return self._now
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(float(deadline), callback)
@@ -167,6 +176,9 @@ class SystemClock:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(float(deadline), callback)

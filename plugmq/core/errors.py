@@ -29,6 +29,8 @@ everything the broker reports with one ``except``. Messages say what was wrong a
      +-- ClusterError                the cluster's name service cannot be reached or refused a registration
      +-- ReplicationError            master / slave replication refused or failed (peer, format, offsets)
           +-- ReadOnlyBrokerError        a write reached a slave; only its master takes writes
+          +-- FencedError                a master that cannot be sure it still leads refused to ack or serve
+          +-- NotEnoughReplicasError     a sync_master's in-sync set is below min_in_sync_replicas: not stored
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ __all__ = [
     "DelayError",
     "DelayUnsupportedError",
     "DescriptorLimitError",
+    "FencedError",
     "FilterError",
     "FilterEvaluationError",
     "FilterSyntaxError",
     "InvalidNameError",
     "MessageTooLargeError",
+    "NotEnoughReplicasError",
     "PluginCardinalityError",
     "PluginError",
     "PlugmqError",
@@ -199,3 +203,15 @@ class ReplicationError(PlugmqError):
 
 class ReadOnlyBrokerError(ReplicationError):
     """A send (or anything that writes the store) reached a slave broker; send to its master."""
+
+
+class FencedError(ReplicationError):
+    """A master could not be sure it is still the master of its name (its name-service session is
+    suspended or its lease lapsed, or a newer master was elected): it took no write and served no
+    read. The message says which; clients retry, and reach the current master."""
+
+
+class NotEnoughReplicasError(ReplicationError):
+    """A ``sync_master`` refused a send before storing it: its in-sync set holds fewer brokers than
+    ``min_in_sync_replicas`` (RocketMQ 5's IN_SYNC_REPLICAS_NOT_ENOUGH). Nothing was stored, so
+    a retry stores it once."""

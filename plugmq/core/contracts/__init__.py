@@ -4,7 +4,7 @@ The hook specs (``plugmq.core.hookspecs``) say *when* a plugin is asked; these P
 *what* the returned components must do. The modules follow the hookspec banners:
 ``declaration`` (the declaration and the contexts every factory gets), ``storage``, ``journal``
 (a service's state in the commit log), ``delay``, ``filter``, ``allocation``, ``transaction``,
-``cluster``, ``replication`` and ``events`` (what observers get). This package exports every name
+``cluster``, ``replication``, ``leadership`` (what an elected master holds: its lease, its in-sync set, the commit point) and ``events`` (what observers get). This package exports every name
 of them.
 
 Capabilities are frozen attrs values a plugin declares so the broker and the conformance suite
@@ -71,6 +71,14 @@ from plugmq.core.contracts.journal import (
     JournalReplay,
     StateJournal,
 )
+from plugmq.core.contracts.leadership import (
+    CommitPointReplication,
+    Eligibility,
+    InSyncCluster,
+    InSyncSet,
+    Leadership,
+    LocalLeadership,
+)
 from plugmq.core.contracts.replication import (
     ConsumerHandover,
     FailoverReplication,
@@ -117,6 +125,7 @@ __all__ = [
     "ClusterService",
     "ClusterTopic",
     "ClusterView",
+    "CommitPointReplication",
     "ConsumerHandover",
     "DelayCapabilities",
     "DelayContext",
@@ -124,6 +133,7 @@ __all__ = [
     "Deliver",
     "DeliverBatch",
     "DescribedFilter",
+    "Eligibility",
     "FailoverReplication",
     "Family",
     "Filter",
@@ -131,8 +141,12 @@ __all__ = [
     "FilterCompiler",
     "FilterExample",
     "FilterSample",
+    "InSyncCluster",
+    "InSyncSet",
     "JournalReplay",
     "LaneProgress",
+    "Leadership",
+    "LocalLeadership",
     "LogChunk",
     "LogListener",
     "LogPositioned",

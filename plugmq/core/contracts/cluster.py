@@ -16,6 +16,7 @@ import attrs
 
 from plugmq.core.contracts._checks import non_negative_int
 from plugmq.core.contracts.declaration import PluginContext
+from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.errors import ValidationError
 from plugmq.core.names import validate_broker_name, validate_cluster_name, validate_room
 
@@ -130,7 +131,8 @@ class BrokerRegistration:
     ``replication``: where this broker's slaves connect while it is master (its replication
     plugin's address; "" when it serves none), so a failover slave finds the elected master.
     ``log_epoch``: the newest master epoch its log knows (failover: who may stand when no broker
-    of the name is caught up).
+    of the name is caught up). ``failover``: it stands in its name's elections and, while not the
+    master, forwards clients to the one that is (routes may list it beside the master).
     """
 
     cluster: str = attrs.field(validator=_checked_name(validate_cluster_name))
@@ -145,6 +147,7 @@ class BrokerRegistration:
     epoch: int = attrs.field(default=0, validator=non_negative_int)
     replication: str = ""
     log_epoch: int = attrs.field(default=0, validator=non_negative_int)
+    failover: bool = False
 
     @property
     def key(self) -> str:
@@ -161,7 +164,7 @@ class BrokerRegistration:
         return {
             "cluster": self.cluster, "broker_name": self.broker_name, "broker_id": self.broker_id,
             "endpoint": self.endpoint, "room": self.room, "role": self.role.value, "epoch": self.epoch,
-            "replication": self.replication, "log_epoch": self.log_epoch,
+            "replication": self.replication, "log_epoch": self.log_epoch, "failover": self.failover,
             "auto_create_topics": self.auto_create_topics, "default_queue_count": self.default_queue_count,
             "topics": {name: {"queues": t.queue_count, "perm": int(t.permission)}
                        for name, t in sorted(self.topics.items())},
@@ -178,7 +181,8 @@ class BrokerRegistration:
                        role=data.get("role", BrokerRole.ASYNC_MASTER.value), topics=topics,
                        auto_create_topics=bool(data.get("auto_create_topics", True)),
                        default_queue_count=data.get("default_queue_count", 4), epoch=data.get("epoch", 0),
-                       replication=str(data.get("replication", "")), log_epoch=data.get("log_epoch", 0))
+                       replication=str(data.get("replication", "")), log_epoch=data.get("log_epoch", 0),
+                       failover=bool(data.get("failover", False)))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValidationError(f"not a broker registration ({type(exc).__name__}: {exc}): {dict(data)!r:.200}") from exc
 
@@ -188,12 +192,15 @@ class Mastership:
     """An election won: this broker is the master of ``broker_name`` for ``epoch``.
 
     Epochs of a broker name only grow, by one per election won, so anything stamped with an older
-    epoch comes from a master that has lost its place since (a fencing token).
+    epoch comes from a master that has lost its place since (a fencing token). ``leadership``:
+    the lease and in-sync set the win holds (:class:`~plugmq.core.contracts.leadership.Leadership`),
+    from a cluster service that keeps them (None from one that does not).
     """
 
     broker_name: str
     broker_id: int
     epoch: int
+    leadership: Leadership | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

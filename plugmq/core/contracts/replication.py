@@ -17,6 +17,7 @@ import attrs
 from plugmq.core.contracts._checks import non_negative_int
 from plugmq.core.contracts.cluster import BrokerRole
 from plugmq.core.contracts.declaration import PluginContext
+from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.contracts.storage import ReplicableStore
 from plugmq.core.errors import ValidationError
 from plugmq.core.message import (
@@ -257,9 +258,11 @@ class FailoverReplication(ReplicationService, Protocol):
     def epoch(self) -> int:
         """The newest master epoch this broker's log knows (0 before any election)."""
 
-    def promote(self, epoch: int, role: BrokerRole) -> None:
+    def promote(self, epoch: int, role: BrokerRole, leadership: Leadership | None = None) -> None:
         """Become the master for ``epoch`` (a master ``role``): stop following, note that ``epoch``
-        begins at the log's end, accept slaves. Returns without waiting for a slave."""
+        begins at the log's end, accept slaves. Returns without waiting for a slave.
+        ``leadership``: the won election's lease and in-sync set (the cluster service keeps them):
+        the master acks and serves only while it holds, and changes the set through it."""
 
     def follow(self, master: str) -> None:
         """Become (or stay) a slave of the master whose replication address is ``master``: stop
@@ -271,8 +274,8 @@ class FailoverReplication(ReplicationService, Protocol):
 
     @property
     def caught_up(self) -> bool:
-        """Whether this broker may stand for master: it is the master, or a slave whose master
-        last reported it within the plugin's in-sync gap (also after that master died)."""
+        """Whether this broker holds what its master last said was committed (or is the master).
+        For status only: elections trust the in-sync set the cluster service keeps."""
 
     @property
     def master_address(self) -> str:

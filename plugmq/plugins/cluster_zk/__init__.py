@@ -45,4 +45,4 @@ def plugmq_make_cluster_service(context: ClusterContext) -> ClusterService:
     except ModuleNotFoundError as exc:
         raise PluginError(f"plugin 'cluster_zk' needs {exc.name!r}: pip install 'plugmq[cluster]'") from exc
     options = context.options_for("cluster_zk") or ZkOptions()
-    return ZkClusterService(options, context.cluster_name, context.broker_name)
+    return ZkClusterService(options, context.cluster_name, context.broker_name, context.clock)

@@ -43,6 +43,11 @@ def _check_seconds(low: float, high: float) -> Any:
     return check
 
 
+def _check_fraction(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.1 <= value <= 0.9:
+        raise ValueError(f"{attribute.name} must be a fraction of the session timeout from 0.1 to 0.9, got {value!r}")
+
+
 @attrs.frozen
 class ZkOptions:
     """``hosts``: the ensemble, "host:port,host:port". ``chroot``: the path every cluster lives under.
@@ -50,9 +55,13 @@ class ZkOptions:
     ``session_timeout_s``: how long a broker may be silent before ZooKeeper ends its session, which
     removes it from every route (the server bounds it to 2..20 of its ``tickTime``; the value it
     grants is logged). ``connect_timeout_s``: how long a starting broker waits for the ensemble.
+    ``lease_fraction``: an elected master acks and serves only while its last confirmed contact
+    with ZooKeeper is younger than this fraction of the session timeout (the one ZooKeeper granted
+    when smaller), so it stops before its session can expire and a successor be elected.
     """
 
     hosts: str = attrs.field(default="127.0.0.1:2181", validator=_check_hosts)
     chroot: str = attrs.field(default="/plugmq", validator=_check_chroot)
     session_timeout_s: float = attrs.field(default=10.0, validator=_check_seconds(1, 600))
     connect_timeout_s: float = attrs.field(default=15.0, validator=_check_seconds(0.5, 600))
+    lease_fraction: float = attrs.field(default=0.6, validator=_check_fraction)

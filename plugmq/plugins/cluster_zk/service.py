@@ -24,10 +24,13 @@ from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from plugmq.core import BrokerRegistration, ClusterView, ValidationError
+from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.contracts.cluster import ClusterListener, ClusterTopic, MastershipListener, TopicRegistration
+from plugmq.core.contracts.leadership import Eligibility, InSyncSet
 from plugmq.core.errors import ClusterError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.cluster_zk.election import Campaign
+from plugmq.plugins.cluster_zk.leadership import Claim, claim, parse_in_sync
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.paths import ZkPaths
 
@@ -42,8 +45,10 @@ _ZK_ERRORS = (KazooException, KazooTimeoutError)
 class ZkClusterService:
     """A broker's session with ZooKeeper: registration, the cluster view, topics, elections."""
 
-    def __init__(self, options: ZkOptions, cluster: str, broker_name: str) -> None:
+    def __init__(self, options: ZkOptions, cluster: str, broker_name: str, clock: Clock | None = None) -> None:
         self._options = options
+        self.clock: Clock = clock or SystemClock()
+        self._negotiated_s = options.session_timeout_s
         self._cluster = cluster
         self._broker_name = broker_name
         self.paths = ZkPaths(options.chroot, cluster)
@@ -70,6 +75,7 @@ class ZkClusterService:
             command_retry={"max_tries": 3, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
         )
         self.client.add_listener(self._state_changed)
+        self._note_negotiated_timeout()
         try:
             self.client.start(timeout=options.connect_timeout_s)
         except _ZK_ERRORS as exc:
@@ -83,9 +89,9 @@ class ZkClusterService:
         self._worker.start()
         try:
             for path in self.paths.directories():
-                self._wait(self.client.ensure_path_async(path))
+                self.wait(self.client.ensure_path_async(path))
             try:
-                self._wait(self.client.create_async(self.paths.changes, b"0"))
+                self.wait(self.client.create_async(self.paths.changes, b"0"))
             except NodeExistsError:
                 pass
         except _ZK_ERRORS as exc:
@@ -105,8 +111,37 @@ class ZkClusterService:
                        session_timeout_s=options.session_timeout_s)
 
     # ------------------------------------------------------------------------------ plumbing
-    def _wait(self, result: Any) -> Any:
+    def _note_negotiated_timeout(self) -> None:
+        """Keep the session timeout ZooKeeper grants: a lease must be shorter than that one, and
+        the server may grant less than asked (its maxSessionTimeout). kazoo only logs it, so the
+        connection's handshake (which returns two thirds of it as its read timeout) is wrapped."""
+        connection = getattr(self.client, "_connection", None)
+        handshake = getattr(connection, "_connect", None)
+        if handshake is None:
+            self._log.warning("cannot see the session timeout ZooKeeper grants (kazoo changed); the lease "
+                              "assumes the one asked for", session_timeout_s=self._options.session_timeout_s)
+            return
+
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            result = handshake(*args, **kwargs)
+            granted = float(result[0]) * 1.5 / 1000
+            if abs(granted - self._negotiated_s) > 0.01:
+                self._log.info("ZooKeeper granted a session timeout", asked_s=self._options.session_timeout_s,
+                               granted_s=round(granted, 3))
+            self._negotiated_s = granted
+            return result
+
+        connection._connect = connect  # type: ignore[union-attr]
+
+    @property
+    def lease_s(self) -> float:
+        """How long an elected master's last confirmed contact with ZooKeeper stays good for acks."""
+        return min(self._options.session_timeout_s, self._negotiated_s) * self._options.lease_fraction
+
+    def wait(self, result: Any) -> Any:
+        """The result of a kazoo async call, waiting at most the call timeout."""
         return result.get(timeout=self._op_timeout)
+
 
     def _submit(self, task: Callable[[], None]) -> None:
         self._tasks.put(task)
@@ -191,9 +226,9 @@ class ZkClusterService:
             return
         path = self.paths.broker(registration.key)
         try:
-            stat = self._wait(self.client.exists_async(path))
+            stat = self.wait(self.client.exists_async(path))
             if stat is not None and stat.ephemeralOwner == self._session_id():
-                self._wait(self.client.delete_async(path))
+                self.wait(self.client.delete_async(path))
             self._log.info("unregistered from the cluster")
         except (NoNodeError, *_ZK_ERRORS) as exc:
             self._log.warning("could not delete the registration; it goes when the session ends", error=repr(exc))
@@ -217,10 +252,10 @@ class ZkClusterService:
         path = self.paths.broker(registration.key)
         data = json.dumps(registration.as_dict(), sort_keys=True).encode()
         session = self._session_id()
-        stat = self._wait(self.client.exists_async(path, watch=self._own_node_event))
+        stat = self.wait(self.client.exists_async(path, watch=self._own_node_event))
         if stat is None:
             try:
-                self._wait(self.client.create_async(path, data, ephemeral=True))
+                self.wait(self.client.create_async(path, data, ephemeral=True))
             except NodeExistsError:
                 self._submit(self._publish)  # raced with an earlier session's node: look again
                 return
@@ -230,7 +265,7 @@ class ZkClusterService:
             self._published_by = session
             self._waiting_for = None
         elif stat.ephemeralOwner == session:
-            current, _ = self._wait(self.client.get_async(path))
+            current, _ = self.wait(self.client.get_async(path))
             if current != data:  # our own write fires the watch too: never write the same data again
                 self._commit([(path, data, -1), (self.paths.changes, b"", -1)])
         elif self._waiting_for != stat.ephemeralOwner:
@@ -249,7 +284,7 @@ class ZkClusterService:
         transaction = self.client.transaction()
         for path, data, version in writes:
             transaction.set_data(path, data, version=version)
-        results = self._wait(transaction.commit_async())
+        results = self.wait(transaction.commit_async())
         failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failures:
             raise failures[0]
@@ -266,10 +301,10 @@ class ZkClusterService:
         try:
             for _ in range(16):  # compare-and-set against concurrent declarations
                 try:
-                    raw, stat = self._wait(self.client.get_async(path))
+                    raw, stat = self.wait(self.client.get_async(path))
                 except NoNodeError:
                     try:
-                        self._wait(self.client.create_async(path, data))
+                        self.wait(self.client.create_async(path, data))
                         return
                     except NodeExistsError:
                         continue
@@ -298,18 +333,18 @@ class ZkClusterService:
         if self._closed:
             return
         brokers: list[BrokerRegistration] = []
-        for key in self._wait(self.client.get_children_async(self.paths.brokers)):
+        for key in self.wait(self.client.get_children_async(self.paths.brokers)):
             try:
-                raw, _ = self._wait(self.client.get_async(self.paths.broker(key)))
+                raw, _ = self.wait(self.client.get_async(self.paths.broker(key)))
                 brokers.append(BrokerRegistration.from_dict(json.loads(raw)))
             except NoNodeError:
                 continue  # gone between the listing and the read
             except (ValueError, ValidationError) as exc:
                 self._log.warning("unreadable broker registration ignored", node=self.paths.broker(key), error=str(exc))
         topics: dict[str, ClusterTopic] = {}
-        for name in self._wait(self.client.get_children_async(self.paths.topics)):
+        for name in self.wait(self.client.get_children_async(self.paths.topics)):
             try:
-                raw, _ = self._wait(self.client.get_async(self.paths.topic(name)))
+                raw, _ = self.wait(self.client.get_async(self.paths.topic(name)))
             except NoNodeError:
                 continue
             declaration = _declaration(raw)
@@ -365,14 +400,37 @@ class ZkClusterService:
 
     # ------------------------------------------------------------------------------ elections
     def campaign(self, listener: MastershipListener) -> None:
+        self._start_campaign(listener, None)
+
+    def _start_campaign(self, listener: MastershipListener, eligible: Eligibility | None) -> None:
         with self._lock:
             registration = self._registration
         if registration is None:
             raise ClusterError("campaign before register: register the broker first, its name and id stand")
         if self._campaign is not None:
             raise ClusterError(f"broker {registration.key} already stands for master; withdraw first")
-        self._campaign = Campaign(self, registration.broker_name, registration.broker_id, listener)
+        self._campaign = Campaign(self, registration.broker_name, registration.broker_id, listener, eligible)
         self._campaign.start()
+
+    def stand(self, listener: MastershipListener, eligible: Eligibility) -> None:
+        self._start_campaign(listener, eligible)
+
+    def in_sync_set(self, broker_name: str) -> InSyncSet | None:
+        try:
+            raw, stat = self.wait(self.client.get_async(self.paths.insync(broker_name)))
+        except NoNodeError:
+            return None
+        except _ZK_ERRORS as exc:
+            raise ClusterError(f"cannot read the in-sync set of {broker_name!r} from ZooKeeper at "
+                               f"{self._options.hosts}: {exc!r}") from exc
+        try:
+            return parse_in_sync(raw, stat.version)
+        except ValidationError as exc:
+            raise ClusterError(f"the in-sync set of {broker_name!r} in ZooKeeper is unreadable: {exc}") from exc
+
+    def claim(self, broker_name: str, broker_id: int, eligible: Eligibility, *, lock_node: str) -> Claim | str:
+        """See :func:`plugmq.plugins.cluster_zk.leadership.claim` (the campaign's thread)."""
+        return claim(self, broker_name, broker_id, eligible, lock_node=lock_node)
 
     def withdraw(self) -> None:
         campaign, self._campaign = self._campaign, None
@@ -384,23 +442,23 @@ class ZkClusterService:
         path = self.paths.epoch(broker_name)
         while True:
             try:
-                raw, stat = self._wait(self.client.get_async(path))
+                raw, stat = self.wait(self.client.get_async(path))
             except NoNodeError:
                 try:
-                    self._wait(self.client.create_async(path, b"1"))
+                    self.wait(self.client.create_async(path, b"1"))
                     return 1
                 except NodeExistsError:
                     continue
             epoch = int(raw or b"0") + 1
             try:
-                self._wait(self.client.set_async(path, str(epoch).encode(), version=stat.version))
+                self.wait(self.client.set_async(path, str(epoch).encode(), version=stat.version))
                 return epoch
             except BadVersionError:
                 continue
 
     def current_epoch(self, broker_name: str) -> int:
         try:
-            raw, _ = self._wait(self.client.get_async(self.paths.epoch(broker_name)))
+            raw, _ = self.wait(self.client.get_async(self.paths.epoch(broker_name)))
         except NoNodeError:
             return 0
         except _ZK_ERRORS as exc:
