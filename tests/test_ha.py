@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from plugmq.broker.broker import Broker
 from plugmq.core import BrokerRole, ConfigError, Message, MessageQueue, ReplicableStore, SendStatus
-from plugmq.core.errors import PluginError, ReadOnlyBrokerError, ReplicationError
+from plugmq.core.errors import NotEnoughReplicasError, PluginError, ReadOnlyBrokerError, ReplicationError
 from plugmq.testing import WAIT_S, wait_for
 from tests.fixtures.brokers import BrokerFactory
 from tests.helpers.replication import end_of
@@ -110,33 +110,61 @@ def test_slave_is_read_only_and_runs_no_delay_service(brokers: Brokers) -> None:
 
 def test_sync_master_statuses(brokers: Brokers) -> None:
     master = brokers.master(role="sync_master", sync_timeout_ms=300)
-    alone = master.put(Message("Orders", b"alone"), 0)
-    assert alone.status is SendStatus.SLAVE_NOT_AVAILABLE  # stored on the master all the same
+    with pytest.raises(NotEnoughReplicasError, match="not stored"):
+        master.put(Message("Orders", b"alone"), 0)  # min_in_sync_replicas = 2: refused, not stored
+    assert end_of(master) == 0
     slave = brokers.slave(master)
-    wait_for(lambda: master.put(Message("Orders", b"probe"), 0).status, WAIT_S, "a slave to confirm",
-             until=lambda status: status is SendStatus.SEND_OK)
+    wait_for(lambda: master.replication.in_sync_members, WAIT_S, "the slave to join the in-sync set",  # type: ignore[union-attr]
+             until=lambda members: members == {0, 1})
     results = send(master, 50)
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     assert end_of(slave) >= results[-1].queue_offset  # confirmed means the slave holds it
     assert slave.query_by_id(results[-1].msg_id) == master.query_by_id(results[-1].msg_id)
-    assert slave.query_by_id(alone.msg_id) == master.query_by_id(alone.msg_id)
     batch = master.put_batch([Message("Orders", b"b1"), Message("Orders", b"b2")], 1)
     assert {r.status for r in batch} == {SendStatus.SEND_OK}
     slave.close()
-    wait_for(lambda: master.replication.status().slaves, WAIT_S,  # type: ignore[union-attr]
-             "the master to notice the slave left", until=lambda slaves: not slaves)
-    assert master.put(Message("Orders", b"gone"), 0).status is SendStatus.SLAVE_NOT_AVAILABLE
+    wait_for(lambda: not master.replication.status().slaves, WAIT_S, "the master to notice the slave left")  # type: ignore[union-attr]
+    wait_for(lambda: len(master.replication.in_sync_members) == 1, WAIT_S, "the slave to leave the in-sync set")  # type: ignore[union-attr]
+    with pytest.raises(NotEnoughReplicasError):
+        master.put(Message("Orders", b"gone"), 0)
+
+
+def test_a_stalled_slave_leaves_the_in_sync_set_and_a_min_one_master_acks_alone_after(brokers: Brokers) -> None:
+    """A slave that stops confirming (frozen, cut off) holds sends only until in_sync_lag_ms: then
+    it leaves the set and a master with min_in_sync_replicas = 1 acks alone; back, it joins again."""
+    master = brokers.master(role="sync_master", sync_timeout_ms=3000, in_sync_lag_ms=400, min_in_sync_replicas=1)
+    host, port = master.replication.status().address.split(":")  # type: ignore[union-attr]
+    from plugmq.plugins.ha import frames
+
+    connecting = time.monotonic()  # the mute slave's lag is counted from its handshake, after this
+    with socket.create_connection((host, int(port))) as mute:
+        mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
+            "version": frames.PROTOCOL_VERSION, "broker_name": "broker-a", "broker_id": 1,
+            "format": master.store.log_format, "end": 0, "min": 0, "epoch": 0}))  # type: ignore[attr-defined]
+        wait_for(lambda: master.replication.in_sync_members == {0, 1}, WAIT_S, "the mute slave to join")  # type: ignore[union-attr]
+        result = master.put(Message("Orders", b"waits for the laggard to leave"), 0)
+        acked_after = time.monotonic() - connecting
+        assert result.status is SendStatus.SEND_OK
+        assert 0.4 <= acked_after < 3.0, f"acked {acked_after:.2f} s after the slave came: once it left, not before"
+        assert master.replication.in_sync_members == {0}  # type: ignore[union-attr]
+    slave = brokers.slave(master)
+    caught_up(slave, master)
+    wait_for(lambda: master.replication.in_sync_members == {0, 1}, WAIT_S, "the real slave to join")  # type: ignore[union-attr]
+    results = send(master, 20)
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert all(slave.query_by_id(r.msg_id) is not None for r in results), "every acked send is on the member"
 
 
 def test_sync_master_times_out_on_a_slave_that_stops_answering(brokers: Brokers) -> None:
-    """A peer that accepts the stream but never ACKs (a stalled process) gives FLUSH_SLAVE_TIMEOUT."""
-    master = brokers.master(role="sync_master", sync_timeout_ms=200)
+    """A peer that accepts the stream but never ACKs (a stalled process) gives FLUSH_SLAVE_TIMEOUT
+    (while it is still in the in-sync set: it leaves it only after in_sync_lag_ms)."""
+    master = brokers.master(role="sync_master", sync_timeout_ms=200, in_sync_lag_ms=5000)
     host, port = master.replication.status().address.split(":")  # type: ignore[union-attr]
     from plugmq.plugins.ha import frames
 
     with socket.create_connection((host, int(port))) as mute:
         mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
-            "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
+            "version": frames.PROTOCOL_VERSION, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
             "end": 0, "min": 0, "epoch": 0}))
         wait_for(lambda: master.replication.status().slaves, WAIT_S, "the mute slave to be admitted")  # type: ignore[union-attr]
         started = time.monotonic()
@@ -154,7 +182,7 @@ def test_async_master_never_waits_for_a_mute_slave(brokers: Brokers) -> None:
     with socket.create_connection((host, int(port))) as mute:
         mute.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         mute.sendall(frames.json_frame(frames.FrameType.HELLO, {
-            "version": 1, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
+            "version": frames.PROTOCOL_VERSION, "broker_name": "broker-a", "broker_id": 1, "format": master.store.log_format,  # type: ignore[attr-defined]
             "end": 0, "min": 0, "epoch": 0}))
         wait_for(lambda: master.replication.status().slaves, WAIT_S, "the mute slave to be admitted")  # type: ignore[union-attr]
         results = send(master, 3000)  # far more than the socket buffers hold: the stream blocks, sends do not
@@ -254,7 +282,7 @@ def test_a_torn_transfer_leaves_nothing_torn(brokers: Brokers, tmp_path: Path) -
         log_format = source.log_format
     finally:
         source.close()
-    whole = frames.data_frame(chunk.start, chunk.end, chunk.records, chunk.data)
+    whole = frames.data_frame(chunk.start, chunk.end, chunk.end, chunk.records, chunk.data)
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"
     slave = brokers.slave(address)

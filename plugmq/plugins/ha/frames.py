@@ -8,8 +8,9 @@
     WELCOME master -> slave, JSON: where the stream starts, the master's offsets (and
             ``consumer_progress_taken`` once the master adopted the slave's readers' progress)
     REFUSE  master -> slave, JSON: why the master will not serve this slave (then it closes)
-    DATA    master -> slave: start:u64 | master end:u64 | records:u32 | whole records of the log
-            (no records: a heartbeat carrying the master's end)
+    DATA    master -> slave: start:u64 | master end:u64 | commit point:u64 | records:u32 | whole
+            records of the log (no records: a heartbeat carrying the master's end); the commit point
+            is what every in-sync broker holds (a slave's readers see no further)
     ACK     slave -> master: end:u64, the slave's log end once the chunk is appended (and
             flushed with sync flush)
 
@@ -31,9 +32,9 @@ from plugmq.core.errors import ReplicationError
 __all__ = ["PROTOCOL_VERSION", "FrameType", "Reader", "ack_frame", "data_frame", "frame", "json_frame", "parse_ack",
            "parse_data", "parse_json"]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: DATA carries the master's commit point
 _HEAD = struct.Struct(">BII")
-_DATA = struct.Struct(">QQI")
+_DATA = struct.Struct(">QQQI")
 _ACK = struct.Struct(">Q")
 MAX_FRAME = 64 * 1024 * 1024  # above any transfer batch; a larger length is a broken stream
 
@@ -54,8 +55,8 @@ def json_frame(kind: FrameType, body: dict[str, Any]) -> bytes:
     return frame(kind, json.dumps(body, separators=(",", ":")).encode())
 
 
-def data_frame(start: int, master_end: int, records: int, data: bytes) -> bytes:
-    return frame(FrameType.DATA, _DATA.pack(start, master_end, records) + data)
+def data_frame(start: int, master_end: int, commit: int, records: int, data: bytes) -> bytes:
+    return frame(FrameType.DATA, _DATA.pack(start, master_end, commit, records) + data)
 
 
 def ack_frame(end: int) -> bytes:
@@ -72,12 +73,12 @@ def parse_json(payload: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_data(payload: bytes) -> tuple[int, int, int, bytes]:
-    """start, master end, records, log bytes."""
+def parse_data(payload: bytes) -> tuple[int, int, int, int, bytes]:
+    """start, master end, commit point, records, log bytes."""
     if len(payload) < _DATA.size:
         raise ReplicationError(f"DATA frame of {len(payload)} bytes is shorter than its header")
-    start, master_end, records = _DATA.unpack_from(payload)
-    return start, master_end, records, payload[_DATA.size:]
+    start, master_end, commit, records = _DATA.unpack_from(payload)
+    return start, master_end, commit, records, payload[_DATA.size:]
 
 
 def parse_ack(payload: bytes) -> int:

@@ -4,15 +4,14 @@ Per slave two threads, as RocketMQ's HAConnection has: the writer streams chunks
 slave's offset on, woken by the store's log listener the moment records are readable (before a
 sync-flush append waits for its flush, so shipping overlaps the flush); the reader takes the
 slave's ACKs. A slow slave fills its own socket buffer and blocks only its own writer; a dead
-one is dropped after ``peer_timeout_ms`` of silence. Sync double-write (:meth:`await_replicated`)
-waits on the highest confirmed offset, like RocketMQ's GroupTransferService: one ACK releases
-every send it covers, so concurrent sends share one round trip.
+one is dropped after ``peer_timeout_ms`` of silence. What each slave confirms feeds the in-sync
+set and the commit point (:mod:`plugmq.plugins.ha.insync`): a sync send is acked once every
+in-sync slave holds it, like RocketMQ's GroupTransferService one ACK releases every send it
+covers, so concurrent sends share one round trip; consumers read below the commit point only.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import socket
 import threading
 import time
@@ -21,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from plugmq.core import PlugmqError, ReplicableStore, SendStatus, StoreError, ValidationError
+from plugmq.core.contracts.leadership import Leadership, LocalLeadership
 from plugmq.core.contracts.replication import ConsumerHandover, ReplicaStatus
 from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
 from plugmq.plugins.ha.frames import FrameType
+from plugmq.plugins.ha.insync import InSync
 from plugmq.plugins.ha.options import HaOptions, parse_address
 
 __all__ = ["MasterSide"]
@@ -102,12 +103,17 @@ class _Slave:
                 if position < end:
                     chunk = store.read_log(position, batch)
                     if chunk.data:
-                        self.sock.sendall(frames.data_frame(chunk.start, end, chunk.records, chunk.data))
+                        master.in_sync.sent(self.broker_id, end)
+                        self.sock.sendall(frames.data_frame(chunk.start, end, master.commit_point(), chunk.records,
+                                                            chunk.data))
                         position = self.sent = chunk.end
                         last_sent = time.monotonic()
                         continue
+                # Idle: a heartbeat when due; it carries the commit point too.
                 if not master.wait_for_append(position, last_sent + heartbeat):
-                    self.sock.sendall(frames.data_frame(position, store.log_end_offset(), 0, b""))
+                    end = store.log_end_offset()
+                    master.in_sync.sent(self.broker_id, end)
+                    self.sock.sendall(frames.data_frame(position, end, master.commit_point(), 0, b""))
                     last_sent = time.monotonic()
         except (OSError, StoreError) as exc:
             if self.alive and not master.closed:
@@ -120,10 +126,12 @@ class _Slave:
 class MasterSide:
     """Listens for slaves of this broker name and streams them the commit log."""
 
-    def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, plugin_dir: Path,
-                 sync: bool, epochs: EpochFile,
-                 adopt: Callable[[ConsumerHandover, int], int] | None = None) -> None:
+    def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
+                 plugin_dir: Path, sync: bool, epochs: EpochFile,
+                 adopt: Callable[[ConsumerHandover, int], int] | None = None,
+                 leadership: Leadership | None = None) -> None:
         self.store = store
+        self.broker_id = broker_id
         self._adopt = adopt
         self.epochs = epochs
         self.options = options
@@ -137,12 +145,8 @@ class MasterSide:
         # Writers wait here for records; the store's listener wakes them.
         self._appended = threading.Condition()
         self._idle_writers = 0
-        # Sync double-write: sends wait for the highest confirmed offset, each on its own event,
-        # queued by the offset it needs; an ACK releases exactly the sends it covers.
-        self._confirmed = threading.Lock()
-        self._best = 0
-        self._waiting: list[tuple[int, int, threading.Event]] = []
-        self._tickets = itertools.count()
+        self._current: dict[int, _Slave] = {}  # broker id -> its live connection
+        self.in_sync = self._in_sync_of(leadership or LocalLeadership(broker_id))
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
 
@@ -152,7 +156,7 @@ class MasterSide:
         host, port = parse_address(self.options.listen, what="plugins.ha.listen", port_zero_ok=True)
         sock = socket.create_server((host, port), reuse_port=False)
         bound_host, bound_port = sock.getsockname()[:2]
-        self.address = f"{bound_host}:{bound_port}"
+        self.address = self.options.advertise or f"{bound_host}:{bound_port}"
         self._listener = sock
         (self._plugin_dir / "listen.addr").write_text(self.address + "\n", encoding="utf-8")
         self.store.set_log_listener(self._on_append)
@@ -178,7 +182,7 @@ class MasterSide:
             slave.close()
         with self._appended:
             self._appended.notify_all()
-        self._release(None)
+        self.in_sync.close()
         if self._accepting is not None:
             self._accepting.join(timeout=5)
 
@@ -252,6 +256,7 @@ class MasterSide:
         slave.broker_id = hello["broker_id"]
         slave.confirmed = slave.sent = slave_end
         with self._lock:
+            self._current[slave.broker_id] = slave
             for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
                 old.alive = False  # a reconnect replaces a half-open connection of the same slave
                 threading.Thread(target=old.close, daemon=True).start()
@@ -263,8 +268,8 @@ class MasterSide:
         if cut is not None and cut < int(hello["end"]):
             welcome["truncate"] = cut
         slave.sock.sendall(frames.json_frame(FrameType.WELCOME, welcome))
+        self.in_sync.connected(slave.broker_id, slave_end)
         slave.ready = True
-        self.confirm(slave, slave_end)
         log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,
                  master_end=end, lag_bytes=end - slave_end)
         return start
@@ -299,11 +304,11 @@ class MasterSide:
         with self._lock:
             if slave in self._slaves:
                 self._slaves.remove(slave)
-        ready = self._ready_slaves()
-        with self._confirmed:
-            self._best = max((s.confirmed for s in ready), default=0)
-        if not ready:  # the sends still waiting cannot be confirmed by anyone: answer them now
-            self._release(None)
+            current = self._current.get(slave.broker_id) is slave
+            if current:
+                del self._current[slave.broker_id]
+        if current and slave.ready:
+            self.in_sync.disconnected(slave.broker_id)
 
     def _ready_slaves(self) -> list[_Slave]:
         with self._lock:
@@ -311,20 +316,33 @@ class MasterSide:
 
     def confirm(self, slave: _Slave, offset: int) -> None:
         slave.confirmed = max(slave.confirmed, offset)
-        if offset > self._best:
-            with self._confirmed:
-                self._best = max(self._best, offset)
-            self._release(offset)
+        self.in_sync.confirmed(slave.broker_id, offset)
 
-    def _release(self, upto: int | None) -> None:
-        """Wake the sends waiting for offsets up to ``upto`` (every one when None: closing)."""
-        ready: list[threading.Event] = []
-        with self._confirmed:
-            waiting = self._waiting
-            while waiting and (upto is None or waiting[0][0] <= upto):
-                ready.append(heapq.heappop(waiting)[2])
-        for event in ready:
-            event.set()
+    # -- the in-sync set and the commit point -------------------------------------------------
+
+    def _in_sync_of(self, leadership: Leadership) -> InSync:
+        options = self.options
+        return InSync(leadership, me=self.broker_id, log_end=self.store.log_end_offset,
+                      min_in_sync=options.min_in_sync_replicas, max_lag_s=options.lag_limit_ms / 1000,
+                      join_gap_bytes=options.join_gap_bytes, broker_name=self.broker_name)
+
+    def lead(self, leadership: Leadership) -> None:
+        """A new election won: its set starts over (the slaves connected join it again)."""
+        old, self.in_sync = self.in_sync, self._in_sync_of(leadership)
+        old.close()
+        for slave in self._ready_slaves():
+            self.in_sync.connected(slave.broker_id, slave.confirmed)
+
+    def commit_point(self) -> int:
+        return self.in_sync.commit_point()
+
+    def committed_offset(self) -> int | None:
+        """The commit point while the leadership holds; None when this master may not serve."""
+        in_sync = self.in_sync
+        return in_sync.commit_point() if in_sync.leadership.holds() else None
+
+    def admit_write(self) -> SendStatus:
+        return self.in_sync.admit(self.sync)
 
     # -- writers wait for records -------------------------------------------------------------
 
@@ -350,34 +368,24 @@ class MasterSide:
     # -- sync double-write --------------------------------------------------------------------
 
     def await_replicated(self, end_offset: int) -> SendStatus:
-        if self._best >= end_offset:
-            return SendStatus.SEND_OK
-        gap = self.options.max_gap_bytes
-        if not any(end_offset - s.confirmed < gap for s in self._ready_slaves()):
-            # The in-sync set is this master alone: enough where one copy is allowed.
-            return SendStatus.SEND_OK if self.options.min_in_sync_replicas <= 1 else SendStatus.SLAVE_NOT_AVAILABLE
-        event = threading.Event()
-        with self._confirmed:
-            if self._best >= end_offset:
-                return SendStatus.SEND_OK
-            heapq.heappush(self._waiting, (end_offset, next(self._tickets), event))
-        # A send given up on stays queued until an ACK or close pops it: setting its event is harmless.
-        if event.wait(self.options.sync_timeout_ms / 1000) and self._best >= end_offset and not self.closed:
-            return SendStatus.SEND_OK
-        return SendStatus.FLUSH_SLAVE_TIMEOUT
+        return self.in_sync.await_commit(end_offset, self.options.sync_timeout_ms / 1000, sync=self.sync)
+
+    def await_committed(self, end_offset: int) -> bool:
+        return self.in_sync.await_committed(end_offset, self.options.sync_timeout_ms / 1000)
 
     # -- status -------------------------------------------------------------------------------
 
     @property
     def confirmed_offset(self) -> int:
-        return self._best
+        return self.in_sync.commit_point()
 
     def slave_statuses(self, count: Callable[[int, int], int | None]) -> tuple[ReplicaStatus, ...]:
         end = self.store.log_end_offset()
+        members = self.in_sync.members
         return tuple(
             ReplicaStatus(broker_id=s.broker_id, address=s.address, confirmed_offset=s.confirmed,
                           lag_bytes=max(0, end - s.confirmed), lag_messages=count(s.confirmed, end),
-                          in_sync=end - s.confirmed < self.options.max_gap_bytes)
+                          in_sync=s.broker_id in members)
             for s in sorted(self._ready_slaves(), key=lambda s: s.broker_id))
 
     def count_records(self, start: int, end: int) -> int | None:

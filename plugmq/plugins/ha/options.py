@@ -23,9 +23,9 @@ def _listen(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
     parse_address(value, what="listen", port_zero_ok=True)
 
 
-def _master(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
+def _master(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
     if value:
-        parse_address(value, what="master")
+        parse_address(value, what=attr.name)
 
 
 @attrs.frozen
@@ -33,17 +33,22 @@ class HaOptions:
     """How a broker replicates (its role and id come from ``[broker] role`` and ``broker_id``).
 
     On a master: ``listen`` is where slaves connect (port 0 picks a free port; the bound address
-    is logged and written to ``<data_dir>/ha/listen.addr``). ``sync_timeout_ms``: how long a send
-    of a ``sync_master`` waits for a slave before it is answered FLUSH_SLAVE_TIMEOUT (RocketMQ's
-    syncFlushTimeout). ``max_gap_bytes``: a slave further behind than this does not count as
-    available; with none available a ``sync_master`` answers SLAVE_NOT_AVAILABLE at once
-    (haMaxGapNotInSync). ``transfer_batch_bytes``: the most bytes of log one transfer frame
-    carries (haTransferBatchSize). ``min_in_sync_replicas``: the copies (the master's own
-    counted) a ``sync_master`` send needs (RocketMQ 5's minInSyncReplicas): 2, the default,
-    waits for a slave and answers SLAVE_NOT_AVAILABLE without one; 1 lets a master whose slaves
-    are all gone or out of sync ack alone - the in-sync set shrank to itself, as a new master just
-    elected by failover is until its old master returns - and wait for a slave again once one is
-    in sync.
+    is logged and written to ``<data_dir>/ha/listen.addr``); ``advertise``, when set, is the
+    address slaves are told to use instead (behind NAT or a relay; with failover it is what the
+    elected master registers). ``sync_timeout_ms``: how long a send
+    of a ``sync_master`` waits for its in-sync slaves before it is answered FLUSH_SLAVE_TIMEOUT
+    (RocketMQ's syncFlushTimeout). The in-sync set (:mod:`plugmq.plugins.ha.insync`): a slave
+    joins it once it is within ``join_gap_bytes`` of the log end (and holds all that was committed
+    before it joined); a member whose connection is gone, or that has not caught up with the log
+    for ``in_sync_lag_ms`` (0: half of ``sync_timeout_ms``, at least twice ``heartbeat_ms``),
+    leaves it - with failover, only through a successful ZooKeeper write. A ``sync_master`` acks a
+    send once every member holds it; consumers read what every member holds.
+    ``transfer_batch_bytes``: the most bytes of log one transfer frame carries
+    (haTransferBatchSize). ``min_in_sync_replicas``: the members (the master counted) the in-sync
+    set must have for a ``sync_master`` to take a send (RocketMQ 5's minInSyncReplicas): 2, the
+    default, answers SLAVE_NOT_AVAILABLE (before storing the message) while no slave is in the set;
+    1 lets a master whose slaves are all gone ack alone - once its set shrank to itself, as a new
+    master just elected by failover is until its old master catches up again.
 
     On a slave: ``master`` is the master's replication address (its ``listen``). The slave
     reconnects by itself after ``reconnect_ms``, doubling up to ``reconnect_max_ms``.
@@ -54,9 +59,11 @@ class HaOptions:
     """
 
     listen: str = attrs.field(default="127.0.0.1:0", validator=_listen)
+    advertise: str = attrs.field(default="", validator=_master)  # "" or host:port, as master
     master: str = attrs.field(default="", validator=_master)
     sync_timeout_ms: int = attrs.field(default=5000, validator=[v.instance_of(int), v.ge(1)])
-    max_gap_bytes: int = attrs.field(default=256 * _MIB, validator=[v.instance_of(int), v.ge(1)])
+    join_gap_bytes: int = attrs.field(default=_MIB, validator=[v.instance_of(int), v.ge(0)])
+    in_sync_lag_ms: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
     transfer_batch_bytes: int = attrs.field(default=256 * 1024, validator=[v.instance_of(int), v.ge(1024)])
     heartbeat_ms: int = attrs.field(default=1000, validator=[v.instance_of(int), v.ge(10)])
     peer_timeout_ms: int = attrs.field(default=10_000, validator=[v.instance_of(int), v.ge(100)])
@@ -69,5 +76,13 @@ class HaOptions:
         if self.peer_timeout_ms <= self.heartbeat_ms:
             raise ValueError(f"peer_timeout_ms ({self.peer_timeout_ms}) must be above heartbeat_ms "
                              f"({self.heartbeat_ms}), or every idle peer is taken for dead")
+        if self.in_sync_lag_ms and self.in_sync_lag_ms <= self.heartbeat_ms:
+            raise ValueError(f"in_sync_lag_ms ({self.in_sync_lag_ms}) must be above heartbeat_ms ({self.heartbeat_ms}), "
+                             "or an idle slave leaves the in-sync set between two heartbeats")
         if self.reconnect_max_ms < self.reconnect_ms:
             raise ValueError(f"reconnect_max_ms ({self.reconnect_max_ms}) must be >= reconnect_ms ({self.reconnect_ms})")
+
+    @property
+    def lag_limit_ms(self) -> int:
+        """``in_sync_lag_ms``, or its default: half the sync timeout, at least two heartbeats."""
+        return self.in_sync_lag_ms or max(self.sync_timeout_ms // 2, 2 * self.heartbeat_ms)

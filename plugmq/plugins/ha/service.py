@@ -14,7 +14,8 @@ from plugmq.core import (
     ReplicationStatus,
     SendStatus,
 )
-from plugmq.core.errors import ReplicationError
+from plugmq.core.contracts.leadership import Leadership
+from plugmq.core.errors import ReadOnlyBrokerError, ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.master import MasterSide
@@ -56,10 +57,11 @@ class HaService:
             self._master = self._master_side(context.role)
         self._started = self._closed = False
 
-    def _master_side(self, role: BrokerRole) -> MasterSide:
+    def _master_side(self, role: BrokerRole, leadership: Leadership | None = None) -> MasterSide:
         return MasterSide(self.store, self._options, broker_name=self._context.broker_name,
-                          plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER, epochs=self._epochs,
-                          adopt=self._context.adopt)
+                          broker_id=self.broker_id, plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER,
+                          epochs=self._epochs, adopt=self._context.adopt,
+                          leadership=leadership)
 
     def _slave_of(self, master: str) -> SlaveSide:
         return SlaveSide(self.store, self._options, broker_name=self._context.broker_name,
@@ -87,7 +89,7 @@ class HaService:
     def epoch(self) -> int:
         return self._epochs.last_epoch
 
-    def promote(self, epoch: int, role: BrokerRole) -> None:
+    def promote(self, epoch: int, role: BrokerRole, leadership: Leadership | None = None) -> None:
         if not role.is_master:
             raise ReplicationError(f"promote needs a master role (async_master or sync_master), got {role.value!r}")
         with self._lock:
@@ -107,7 +109,9 @@ class HaService:
             master = self._master
             fresh = master is None
             if master is None:
-                master = self._master = self._master_side(role)
+                master = self._master = self._master_side(role, leadership)
+            elif leadership is not None:
+                master.lead(leadership)
             master.sync = role is BrokerRole.SYNC_MASTER
             self.role = role
             started = self._started
@@ -150,6 +154,12 @@ class HaService:
         return slave is not None and slave.in_sync
 
     @property
+    def in_sync_members(self) -> frozenset[int]:
+        """The broker ids of this master's in-sync set (itself included); empty on a slave."""
+        master = self._master
+        return master.in_sync.members if master is not None else frozenset()
+
+    @property
     def master_address(self) -> str:
         master = self._master
         return master.address if master is not None else ""
@@ -165,9 +175,30 @@ class HaService:
 
     def await_replicated(self, end_offset: int) -> SendStatus:
         master = self._master
-        if master is None or not master.sync:
-            return SendStatus.SEND_OK
+        if master is None:
+            return SendStatus.SEND_OK  # demoted meanwhile: the broker answers the send
         return master.await_replicated(end_offset)
+
+    # ------------------------------------------------------------------------------ commit point
+    def committed_offset(self) -> int | None:
+        master, slave = self._master, self._slave
+        if master is not None:
+            return master.committed_offset()
+        end = self.store.log_end_offset()
+        if not self._context.failover:
+            return end  # no election ever cuts a slave's log: all of it stays
+        return min(end, slave.master_commit) if slave is not None else None
+
+    def admit_write(self) -> SendStatus:
+        master = self._master
+        if master is None:
+            raise ReadOnlyBrokerError(f"broker {self._context.broker_name!r} (id {self.broker_id}) is a slave now: "
+                                      "it takes no writes; send to its master")
+        return master.admit_write()
+
+    def await_committed(self, end_offset: int) -> bool:
+        master = self._master
+        return master.await_committed(end_offset) if master is not None else False
 
     def status(self) -> ReplicationStatus:
         end = self.store.log_end_offset()

@@ -49,12 +49,13 @@ class SlaveSide:
         self._truncated = truncated
         self._handover = handover
         self._handed_over = handed_over
-        self.in_sync = False  # the last thing heard from the master: this slave was within max_gap_bytes
+        self.in_sync = False  # as last heard from the master: this slave held its commit point
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"ha-follow-{broker_name}-{broker_id}")
         self.connected = False
         self.master_end: int | None = None
+        self.master_commit = 0  # the last commit point the master sent: this slave's readers see no further
         self.connects = 0
         self.chunks = 0  # chunks appended since start
         self.last_error = ""
@@ -158,9 +159,10 @@ class SlaveSide:
             kind, payload = reader.read()
             if kind is not FrameType.DATA:
                 raise ReplicationError(f"master {self.address} sent {kind.name} while streaming")
-            start, master_end, records, data = frames.parse_data(payload)
+            start, master_end, commit, records, data = frames.parse_data(payload)
             self.master_end = master_end
-            self.in_sync = master_end - (start + len(data)) <= self.options.max_gap_bytes
+            self.master_commit = commit
+            self.in_sync = start + len(data) >= commit
             if data:
                 try:
                     end = store.append_log(LogChunk(start, data, records))
