@@ -382,6 +382,7 @@ class BrokerAdmin:
         return BrokerStatus(
             broker=broker.name, role=broker.role.value if broker.replication is not None else "standalone",
             epoch=broker.epoch, replication=replication, data_dir=str(broker.data_dir),
+            acked_by_epoch={str(epoch): count for epoch, count in broker.acked_by_epoch().items()},
             plugins=tuple(broker.config.plugins), topics=len(broker.topics.all()), groups=len(self.group_names()),
             pop_inflight=broker.pop.inflight_count(),
             delay_pending=broker.delay.pending() if broker.delay is not None else None,

@@ -199,7 +199,8 @@ class BrokerStatus:
     else its role now (``async_master``, ``sync_master``, ``slave``); ``epoch`` the master epoch
     its log knows (0 without failover); ``replication`` what its replication plugin reports
     (``ReplicationStatus.as_dict``: address, ends, each slave's lag in bytes and messages; {}
-    without one)."""
+    without one); ``acked_by_epoch``: sends this broker answered OK itself (not forwarded), by the
+    master epoch it held then (str keys: JSON), so a checker can tell whether a deposed master acked."""
 
     broker: str
     role: str
@@ -216,6 +217,7 @@ class BrokerStatus:
     delay: Mapping[str, float]
     epoch: int = 0
     replication: Mapping[str, Any] = attrs.field(factory=dict)
+    acked_by_epoch: Mapping[str, int] = attrs.field(factory=dict)
 
 
 def to_json(value: Any) -> Any:

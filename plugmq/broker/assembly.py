@@ -140,9 +140,13 @@ class _PopBackend:
     reads: Reads
     redelivery: Redelivery
     events: Events
+    roles: Roles
 
     def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]:
         return self.topics.queues(topic, create=create)
+
+    def check_serving(self) -> None:
+        self.roles.check_serving()
 
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
              consumer_group: str = "", client_id: str = "") -> PullResult:
@@ -215,7 +219,7 @@ def _assemble(base: _Base) -> Parts:
                          auto_create=config.auto_create_topic)
     groups = GroupRegistry(clock, config.heartbeat_timeout_s, topics.queues)
     # Service state rides in the commit log (plugmq.broker.journal): one order, one cut.
-    journals = JournalSet(store, writable=roles.writable, settle=roles.await_replication, broker_name=base.name,
+    journals = JournalSet(store, writable=roles.writable, settle=roles.settle_state, broker_name=base.name,
                           floor=base.floor, clock=clock)
     offsets = ConsumerOffsets(journals.open("offsets"), legacy_root=base.broker_dir)
     journals.compact_with("offsets", offsets.compact)
@@ -239,9 +243,9 @@ def _assemble(base: _Base) -> Parts:
                     services=services, ledger=ledger, events=events, arrivals=arrivals, traffic=traffic,
                     check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits,
                     replies=replies)
-    reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits)
+    reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits, roles.commit.visible_end)
     redelivery = Redelivery(config.groups, table, sender, services, clock, events)
-    pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events), table, arrivals, limits)
+    pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events, roles), table, arrivals, limits)
     followed = FollowedState(base.name, roles, TopicFollower(store, table.ensure, table.get), offsets, pop, arrivals)
     replication = open_replication(plugins, base.context, store, role=roles.role, broker_id=config.broker_id,
                                    replicated=followed.replicated, truncated=followed.truncated,

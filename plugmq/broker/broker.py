@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from plugmq.broker.assembly import assemble
+from plugmq.broker.commit import CommitGate
 from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.offsets import OffsetStore
@@ -36,6 +37,7 @@ from plugmq.core.contracts import (
     TransactionChecker,
     TransactionService,
 )
+from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.errors import ClientError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import (
@@ -255,9 +257,33 @@ class Broker:
         """The newest master epoch this broker's log knows (0 without failover)."""
         return self._parts.roles.epoch
 
-    def promote(self, epoch: int) -> None:
-        """Become the master of this broker name for ``epoch`` (the election was won)."""
-        self._parts.switch.promote(epoch)
+    def promote(self, epoch: int, leadership: Leadership | None = None) -> None:
+        """Become the master of this broker name for ``epoch`` (the election was won);
+        ``leadership``: the win's lease and in-sync set, for the replication plugin."""
+        self._parts.switch.promote(epoch, leadership)
+
+    @property
+    def promoted_at(self) -> float | None:
+        """When (monotonic seconds) this broker last became master by election; None if never."""
+        return self._parts.roles.promoted_at
+
+    @property
+    def commit(self) -> CommitGate:
+        """What the replication plugin's commit point means here (plugmq.broker.commit)."""
+        return self._parts.roles.commit
+
+    def check_serving(self) -> None:
+        """FencedError while this broker may hand out no messages (a failover slave, a master not
+        sure it still leads)."""
+        self._parts.roles.check_serving()
+
+    def count_acked(self, sends: int) -> None:
+        """The server answered ``sends`` sends OK as this broker (reported by epoch)."""
+        self._parts.roles.count_acked(sends)
+
+    def acked_by_epoch(self) -> dict[int, int]:
+        """Sends this broker answered OK itself, by the master epoch it held then."""
+        return self._parts.roles.acked_by_epoch()
 
     def demote(self, master: str | None) -> None:
         """Stop being master and follow the master at replication address ``master`` (None: later)."""

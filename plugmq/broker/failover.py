@@ -1,20 +1,21 @@
 """Automatic failover: the cluster's election picks the master of a broker name.
 
 With ``[broker] failover = true`` every broker of one name starts as a slave and stands for
-master through its cluster service (:meth:`ClusterService.campaign`: on ZooKeeper, kazoo's
-election recipe, each win granting the next epoch of the name). :class:`Failover` turns what the
-election and the live view say into role switches of the broker:
+master through its cluster service, which keeps the name's in-sync set and the master's lease
+(:class:`~plugmq.core.InSyncCluster`: on ZooKeeper, kazoo's election recipe; each claimed win
+grants the next epoch and writes the set ``{winner}`` in one step). :class:`Failover` decides who
+may claim a win and turns what the election and the live view say into role switches:
 
-* election won: the broker becomes master for the granted epoch (:meth:`Broker.promote`) if it
-  may stand - it holds its old master's log up to the replication plugin's in-sync gap
-  (``caught_up``), or no master of the name was ever elected, or it was itself the master of the
-  newest epoch any live broker of the name knows (the last master, restarted: its log holds all
-  that was acked). A broker that may not stand gives the election up and stands again later: a
-  slave that lagged behind a master that never returns is not elected (RocketMQ 5's controller
-  elects from the in-sync replicas alone) - unless ``[broker] failover_unclean_after_s`` is set:
-  once no master of the name has been live that long, such a slave may stand anyway (an unclean
-  election, RocketMQ 5's ``enableElectUncleanMaster``: the acked records it lacks are lost, and
-  the old master, if it returns, is cut back to the new master's log);
+* election won: only a member of the stored in-sync set may claim it (:meth:`Failover.eligible`):
+  every member holds everything acknowledged, so no acked record is lost (Kafka's clean leader
+  election, RocketMQ 5's SyncStateSet). Without a stored set (a cluster from before in-sync
+  sets) the name's first election, or the broker that led the newest epoch any live broker knows,
+  may claim it. Anyone else lets the win go and stands again a moment later - unless ``[broker]
+  failover_unclean_after_s`` is set: once no master of the name has been live that long, any
+  broker may claim (an unclean election, RocketMQ 5's ``enableElectUncleanMaster``: acked records
+  it lacks are lost, and the old master, if it returns, is cut back to the new master's log);
+  the claimed win hands the broker its :class:`~plugmq.core.Leadership` (lease and set) with
+  :meth:`Broker.promote`;
 * election lost (session expired, withdrawn): the broker stops taking writes at once;
 * live view: a slave follows the elected master of its name (the registration names its
   replication address); a master that sees a newer epoch than its own demotes itself. A
@@ -41,6 +42,7 @@ from plugmq.core.contracts import (
     FailoverReplication,
     Mastership,
 )
+from plugmq.core.contracts.leadership import InSyncCluster, InSyncSet
 from plugmq.core.errors import PlugmqError
 from plugmq.core.logs import get_logger
 
@@ -71,8 +73,12 @@ class Failover:
         replication = broker.replication
         if not isinstance(replication, FailoverReplication):
             raise PlugmqError(f"broker {broker.name!r}: failover needs a replication plugin that switches roles")
+        if not isinstance(service, InSyncCluster):
+            raise PlugmqError(f"broker {broker.name!r}: failover needs a cluster plugin that keeps in-sync sets and "
+                              f"leases ({type(service).__name__} does not); use cluster_zk")
         self.broker = broker
         self.service = service
+        self._in_sync: InSyncCluster = service
         self.replication: FailoverReplication = replication
         self._republish = republish
         self._restand_s = restand_s
@@ -96,7 +102,7 @@ class Failover:
     def start(self) -> None:
         """Stand for master and follow the live view (call after the broker registered)."""
         self._unsubscribe = self.service.subscribe(self.view_changed)
-        self.service.campaign(self.mastership_changed)
+        self._in_sync.stand(self.mastership_changed, self.eligible)
 
     def close(self) -> None:
         """Stop standing and switching (the broker keeps its present role until it closes)."""
@@ -136,28 +142,36 @@ class Failover:
             self._log.exception("failover step failed; the next election or view tries again")
 
     # ------------------------------------------------------------------------------ switches
-    def may_stand(self) -> tuple[bool, str]:
-        """Whether this broker may become master now, and why (or why not)."""
-        if self.replication.caught_up:
-            return True, "caught up with the last master"
-        if self.service.current_epoch(self.broker.name) <= 1:
-            return True, "first election of this broker name"  # 1: our own win, just granted
-        others = [b for b in self.service.view().brokers
-                  if b.broker_name == self.broker.name and b.broker_id != self.broker.config.broker_id]
-        mine = self.replication.epoch
-        if mine > 0 and self.replication.led_epoch == mine and all(b.log_epoch <= mine for b in others):
-            # Nobody is caught up (every broker restarted): the last master's log holds everything
-            # acked under its epoch, and no live log knows a newer one.
-            return True, f"it was the master of epoch {mine}, the newest any live broker of the name knows"
-        why_not = (f"not caught up with the last master (its log knows epoch {mine}, led {self.replication.led_epoch})"
-                   f" while {', '.join(f'{b.key} (epoch {b.log_epoch})' for b in others)} may be")
+    def eligible(self, stored: InSyncSet | None) -> tuple[bool, str]:
+        """Whether this broker may claim a won election given the stored in-sync set, and why (or
+        why not). Asked on the election's thread, before the win is claimed."""
+        me = self.broker.config.broker_id
+        if stored is not None:
+            if me in stored.members:
+                return True, f"a member of the in-sync set {sorted(stored.members)} of epoch {stored.epoch}"
+            why_not = (f"not in the in-sync set {sorted(stored.members)} of epoch {stored.epoch}: it may lack records "
+                       "that master acknowledged")
+        else:
+            if self.service.current_epoch(self.broker.name) == 0:
+                return True, "first election of this broker name"
+            others = [b for b in self.service.view().brokers if b.broker_name == self.broker.name and b.broker_id != me]
+            mine = self.replication.epoch
+            if mine > 0 and self.replication.led_epoch == mine and all(b.log_epoch <= mine for b in others):
+                # No set stored yet (a cluster from before in-sync sets): the last master's log holds
+                # everything acked under its epoch, and no live log knows a newer one.
+                return True, f"it was the master of epoch {mine}, the newest any live broker of the name knows"
+            why_not = (f"no in-sync set is stored and it was not the last master (its log knows epoch {mine}, led "
+                       f"{self.replication.led_epoch})")
         with self._lock:
             since = self._masterless_since
         if self._unclean_after_s > 0 and since is not None:
             masterless_s = self.broker.clock.now() - since
             if masterless_s >= self._unclean_after_s:
-                return True, (f"unclean election: no master for {masterless_s:.1f} s "
-                              f"(failover_unclean_after_s = {self._unclean_after_s:g}); {why_not}")
+                why = (f"unclean election: no master for {masterless_s:.1f} s "
+                       f"(failover_unclean_after_s = {self._unclean_after_s:g}); {why_not}")
+                self._log.error("becoming master without the last master's whole log: acked records it held "
+                                "beyond this broker's log, if any, are lost", reason=why)
+                return True, why
             why_not += f"; an unclean election is allowed in {self._unclean_after_s - masterless_s:.1f} s"
         return False, why_not
 
@@ -174,23 +188,14 @@ class Failover:
                 self._following = ""
                 self._republish()
             return
-        allowed, why = self.may_stand()
-        if not allowed:
-            self._log.warning("won the election but may not be master; giving it up and standing again",
-                              epoch=mastership.epoch, reason=why)
-            self.service.withdraw()
-            self._schedule_restand()
-            return
-        if why.startswith("unclean election"):
-            self._log.error("becoming master without the last master's whole log: acked records it held "
-                            "beyond this broker's log, if any, are lost", epoch=mastership.epoch, reason=why)
-        self.broker.promote(mastership.epoch)
+        if mastership.leadership is not None and mastership.leadership.lost:
+            return  # lost before the broker got to it: the None that follows demotes nothing
+        self.broker.promote(mastership.epoch, mastership.leadership)
         with self._lock:
             self._mastership = mastership
             self._masterless_since = None
         self._following = ""
-        self._log.warning("elected master", epoch=mastership.epoch, reason=why,
-                          replication=self.replication.master_address)
+        self._log.warning("elected master", epoch=mastership.epoch, replication=self.replication.master_address)
         self._republish()
 
     def _schedule_restand(self) -> None:
@@ -201,7 +206,7 @@ class Failover:
                 self._restand = None
             self._submit(lambda view: self._publish_log_epoch(view), self.service.view())
             try:
-                self.service.campaign(self.mastership_changed)
+                self._in_sync.stand(self.mastership_changed, self.eligible)
             except PlugmqError as exc:
                 self._log.warning("could not stand for master again", error=str(exc))
 

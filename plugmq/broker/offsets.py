@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from plugmq.broker.journal import Journal
-from plugmq.core.errors import CorruptRecordError, StoreError
+from plugmq.core.errors import CorruptRecordError, ReplicationError, StoreError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import MessageQueue
+from plugmq.core.message import MessageQueue, SendStatus
 from plugmq.core.names import validate_group
 
 __all__ = ["BROADCASTING", "CLUSTERING", "DLQ_RESEND", "ConsumerOffsets", "OffsetStore"]
@@ -116,15 +116,21 @@ class ConsumerOffsets:
             return
         kind, group, member = owner
         with self._lock:
-            self._commit([["=", kind, group, member, dict(changes)]])
+            end = self._commit([["=", kind, group, member, dict(changes)]])
+        # Confirmed to the consumer only once replicated (committed): a failover never moves it back.
+        if end is not None and self.journal.settle(end) is not SendStatus.SEND_OK:
+            raise ReplicationError(f"{self.journal.topic}: the offsets of group {group!r} are recorded on this broker "
+                                   "but were not replicated in time; they are written again with the next commit")
 
-    def _commit(self, ops: list[list[Any]]) -> None:
+    def _commit(self, ops: list[list[Any]]) -> int | None:
+        end = None
         if self.journal.writable:
-            self.journal.append([json.dumps(ops, separators=(",", ":")).encode()])
+            end = self.journal.append([json.dumps(ops, separators=(",", ":")).encode()])
         for op in ops:
             self._apply(op)
         if self.journal.writable and self.journal.bytes_since_snapshot >= _COMPACT_BYTES:
             self.compact()
+        return end
 
     def _apply(self, op: list[Any]) -> None:
         if op[0] == "=":

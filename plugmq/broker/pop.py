@@ -89,6 +89,9 @@ class PopBackend(Protocol):
 
     def topic_queues(self, topic: str, *, create: bool | None = None) -> list[MessageQueue]: ...
 
+    def check_serving(self) -> None:
+        """Raise (FencedError) while the broker may hand out no messages."""
+
     def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, subscription: Filter | None = None, *,
              consumer_group: str = "", client_id: str = "") -> PullResult: ...
 
@@ -170,6 +173,7 @@ class PopService:
             raise ValidationError(f"the invisible duration must be > 0, got {invisible_ms / 1000:g} s")
         if consume_from is ConsumeFrom.TIMESTAMP and consume_timestamp_ms is None:
             raise ValidationError("consume_from=TIMESTAMP needs consume_timestamp_ms")
+        self.backend.check_serving()  # a master not sure it leads hands out nothing, not even redeliveries
         queues = self.backend.topic_queues(topic, create=False)
         if only_queue is not None:
             queues = [q for q in queues if q.queue_id == only_queue]
@@ -365,6 +369,7 @@ class PopService:
 
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
         """The group is done with the message: it never comes back. ``client_id``: who acked."""
+        self.backend.check_serving()  # a failover slave or a fenced master could not keep that promise
         with self.state.lock:
             lane, entry, _ = self._find(group, topic, receipt_handle)
             end = self.state.commit([["A", lane.id, [entry.offset]]])
@@ -380,6 +385,7 @@ class PopService:
         """
         if invisible_ms < 0:
             raise ValidationError(f"the invisible duration must be >= 0, got {invisible_ms / 1000:g} s")
+        self.backend.check_serving()
         retried: StoredMessage | None = None
         with self.state.lock:
             lane, entry, handle = self._find(group, topic, receipt_handle)
@@ -402,6 +408,7 @@ class PopService:
 
     def forward_to_dead_letter_queue(self, group: str, topic: str, receipt_handle: str) -> None:
         """Move the message to the group's dead-letter topic now (a client that gives up for good)."""
+        self.backend.check_serving()
         with self.state.lock:
             lane, entry, _ = self._find(group, topic, receipt_handle)
             self._dead_letter(lane, entry, self.backend.group_policy(group), reason="the consumer forwarded it")

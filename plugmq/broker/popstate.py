@@ -43,8 +43,9 @@ import attrs
 
 from plugmq.broker.journal import Journal
 from plugmq.core.contracts import ConsumerHandover
-from plugmq.core.errors import ClientError, CorruptRecordError
+from plugmq.core.errors import ClientError, CorruptRecordError, ReplicationError
 from plugmq.core.logs import get_logger
+from plugmq.core.message import SendStatus
 from plugmq.kit.fdlimit import fsync_dir
 
 __all__ = ["Inflight", "Lane", "PopState", "adopt_legacy_state"]
@@ -228,9 +229,12 @@ class PopState(_Lanes):
         return end
 
     def settle(self, end: int | None) -> None:
-        """Wait (on a ``sync_master``) for a slave to hold what a commit wrote; call without ``lock``."""
-        if end is not None:
-            self.journal.settle(end)
+        """Wait until what a commit wrote is replicated (committed) before the client hears of it;
+        call without ``lock``. ReplicationError when it was not in time: the client is told the
+        operation failed (it took effect here, but a failover could still forget it)."""
+        if end is not None and self.journal.settle(end) is not SendStatus.SEND_OK:
+            raise ReplicationError("the consumer state change is recorded on this broker but was not replicated to "
+                                   "its in-sync slaves in time; a failover could forget it, so it is not confirmed")
 
     # ------------------------------------------------------------------------------ journal
     def _reset(self) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from plugmq.broker.commit import CommitGate
 from plugmq.broker.groups import GroupRegistry
 from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
 from plugmq.broker.pop import PopService
@@ -43,6 +44,7 @@ from plugmq.core.contracts import (
     ReplicationService,
     TransactionService,
 )
+from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.message import AppendResult, MessageQueue, SendStatus, StoredMessage
 
 __all__ = ["Administered", "Electable", "Served", "Serving"]
@@ -95,6 +97,10 @@ class Administered(_Identity, _Services, Sending, Protocol):
     def offsets(self, group: str, member: str | None = None) -> OffsetStore:
         ...
 
+    def acked_by_epoch(self) -> dict[int, int]:
+        """Sends this broker answered OK itself, by the master epoch it held then."""
+        ...
+
     def query_by_id(self, msg_id: str) -> StoredMessage | None:
         ...
 
@@ -136,6 +142,19 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
     filters: dict[str, FilterCompiler]
     pop: PopService
 
+    @property
+    def promoted_at(self) -> float | None:
+        """When (monotonic seconds) this broker last became master by election; None if never."""
+        ...
+
+    def count_acked(self, sends: int) -> None:
+        """The server answered ``sends`` sends OK as this broker (reported by epoch)."""
+        ...
+
+    def query_by_key(self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0,
+                     end_ms: int | None = None) -> list[StoredMessage]:
+        ...
+
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         ...
 
@@ -158,7 +177,7 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
 class Electable(_Identity, Protocol):
     """What failover changes of a broker as its cluster's election moves the master."""
 
-    def promote(self, epoch: int) -> None:
+    def promote(self, epoch: int, leadership: Leadership | None = None) -> None:
         ...
 
     def demote(self, master: str | None) -> None:
@@ -174,6 +193,11 @@ class Served(Serving, Administered, Electable, Protocol):
     cluster: ClusterService | None
     strategies: dict[str, AllocateStrategyFactory]
     arrival_listeners: list[Callable[[], None]]
+
+    @property
+    def commit(self) -> CommitGate:
+        """What the replication plugin's commit point means here (a fenced master forwards)."""
+        ...
 
     def add_observer(self, observer: object, name: str) -> None:
         """Register an observer's event hooks (metrics) as ``name``."""

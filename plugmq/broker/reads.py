@@ -39,6 +39,9 @@ class Reads:
     _events: Events
     _check_open: Callable[[], None]
     _limits: RateLimiter
+    #: The log offset consumers see up to (None: everything); raises FencedError while the
+    #: broker may hand out nothing (plugmq.broker.commit).
+    _visible_end: Callable[[], int | None] = attrs.field(default=lambda: None)
 
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         """Compile a subscription with this broker's filter plugins."""
@@ -67,24 +70,26 @@ class Reads:
         if offset < low or offset > high:
             nxt = low if offset < low else high
             return PullResult(PullStatus.OFFSET_ILLEGAL, (), nxt, low, high)
+        visible = self._visible_end()  # consumers see committed messages only
         if offset == high:
             return PullResult(PullStatus.NO_NEW_MSG, (), offset, low, high)
         limits = self._limits if limited and consumer_group and self._limits.active else None
         granted = limits.grant(consumer_group, account, max_nums) if limits is not None else max_nums
         found: list[StoredMessage] = []
         try:
-            found, next_offset = self._scan(queue, offset, high, granted, subscription)
+            found, next_offset = self._scan(queue, offset, high, granted, subscription, visible)
         finally:
             if limits is not None:  # what was not handed out goes back; the bytes handed out are charged
                 limits.settle(consumer_group, account, granted, len(found), sum(len(m.body) for m in found))
         self._events.delivered(consumer_group, found, client_id)
-        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        status = PullStatus.FOUND if found else (PullStatus.NO_MATCHED_MSG if next_offset > offset
+                                                 else PullStatus.NO_NEW_MSG)
         return PullResult(status, tuple(found), next_offset, low, high)
 
     def _scan(self, queue: MessageQueue, offset: int, high: int, max_nums: int,
-              subscription: Filter | None) -> tuple[list[StoredMessage], int]:
-        """The matching messages from ``offset`` (at most ``max_nums``, within the scan budget)
-        and the offset the next pull starts at."""
+              subscription: Filter | None, visible: int | None = None) -> tuple[list[StoredMessage], int]:
+        """The matching messages from ``offset`` (at most ``max_nums``, within the scan budget,
+        below the log offset ``visible``) and the offset the next pull starts at."""
         found: list[StoredMessage] = []
         budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
         next_offset = offset
@@ -93,6 +98,8 @@ class Reads:
             if not entries:
                 break
             for entry in entries:
+                if visible is not None and entry.commit_log_offset + entry.size > visible:
+                    return found, next_offset  # not committed yet: the rest of the queue waits too
                 next_offset = entry.queue_offset + 1
                 budget -= 1
                 message, reread = self._match(queue, entry, subscription)

@@ -9,11 +9,14 @@ promotes and demotes the broker when its cluster's election says so (``plugmq.br
 
 from __future__ import annotations
 
+import collections
 import threading
+import time
 from collections.abc import Callable
 
 import attrs
 
+from plugmq.broker.commit import CommitGate
 from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals
@@ -30,7 +33,8 @@ from plugmq.core.contracts import (
     MessageStore,
     ReplicationService,
 )
-from plugmq.core.errors import ReplicationError
+from plugmq.core.contracts.leadership import Leadership
+from plugmq.core.errors import FencedError, ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import SendStatus
 
@@ -56,6 +60,10 @@ class Roles:
         self.role = BrokerRole.SLAVE if config.failover else self.master_role
         self.lock = threading.RLock()
         self.replication: ReplicationService | None = None
+        self.commit = CommitGate(broker_name, lambda: self.replication, lambda: self.role)
+        self.promoted_at: float | None = None  # monotonic time of the last promotion (failover)
+        self._acked: collections.Counter[int] = collections.Counter()  # sends answered OK, by epoch
+        self._acked_lock = threading.Lock()
 
     def attach(self, replication: ReplicationService | None) -> None:
         """The broker's replication service (None: it has none)."""
@@ -76,6 +84,9 @@ class Roles:
         SEND_OK at once on any other broker."""
         if self.replication is None:
             return SendStatus.SEND_OK
+        if self.role is BrokerRole.ASYNC_MASTER and self.commit.source() is not None:
+            # Acked at once, but only while this master is sure it leads (FencedError otherwise).
+            return self.replication.await_replicated(end_offset or 0)
         if self.role is not BrokerRole.SYNC_MASTER:
             # A send stored just before a failover demotion: no slave will confirm it here.
             lost_race = self._failover and self.master_role is BrokerRole.SYNC_MASTER
@@ -83,6 +94,31 @@ class Roles:
         if end_offset is None:
             end_offset = self._store.log_end_offset() if isinstance(self._store, LogPositioned) else 0
         return self.replication.await_replicated(end_offset)
+
+    def settle_state(self, end_offset: int) -> SendStatus:
+        """A state journal's record must be confirmed (consumer acks, offsets, pop progress): once
+        committed where the replication keeps a commit point (plugmq.broker.commit)."""
+        return self.commit.settle(end_offset, self.await_replication)
+
+    def check_serving(self) -> None:
+        """FencedError while this broker may hand out no messages (see plugmq.broker.commit).
+
+        A failover slave hands out none either: the progress its readers made would live in its
+        memory only, and the broker elected next (maybe another) would deliver again what they
+        acknowledged. Its clients are forwarded to the master once one is elected."""
+        if self._failover and self.role is BrokerRole.SLAVE:
+            raise FencedError(f"broker {self._name!r} is a failover slave: it hands out no messages itself; "
+                              "consumers read from the elected master (being elected now if none is up)")
+        self.commit.visible_end()
+
+    def count_acked(self, sends: int) -> None:
+        """The server answered ``sends`` sends OK as this master (status: ``acked_by_epoch``)."""
+        with self._acked_lock:
+            self._acked[self.epoch] += sends
+
+    def acked_by_epoch(self) -> dict[int, int]:
+        with self._acked_lock:
+            return dict(self._acked)
 
     @property
     def epoch(self) -> int:
@@ -163,16 +199,21 @@ class RoleSwitch:
     _dedup: DedupWindows
     _check_open: Callable[[], None]
 
-    def promote(self, epoch: int) -> None:
+    def promote(self, epoch: int, leadership: Leadership | None = None) -> None:
         """Become the master of this broker name for ``epoch`` (the election was won): take the
         rest of the followed state, write it as the services' first snapshots (the changes this
         broker's own readers made as a slave become durable), start the delay and transaction
         services (they replay their journals: what the old master decided stays decided, what
-        it had open is checked back), and take writes as the master role."""
+        it had open is checked back), and take writes as the master role. ``leadership``: the
+        won election's lease and in-sync set, for the replication plugin."""
         roles = self._roles
         with roles.lock:
             self._check_open()
-            roles.failover_replication("become master").promote(epoch, roles.master_role)
+            replication = roles.failover_replication("become master")
+            if leadership is None:
+                replication.promote(epoch, roles.master_role)
+            else:
+                replication.promote(epoch, roles.master_role, leadership)
             self._followed.follow()
             self._dedup.load()  # the windows of what the log holds: a retry to this master is a duplicate too
             roles.role = roles.master_role
@@ -187,6 +228,7 @@ class RoleSwitch:
             if ledger is not None and delay is not None and taken_over:
                 ledger.schedule_taken_over(delay, taken_over)
             self._pop.start()  # dead-letter what ran out of attempts while no master could
+            roles.promoted_at = time.monotonic()
         log.warning("broker promoted to master", broker=self._name, epoch=epoch, mode=roles.master_role.value)
 
     def demote(self, master: str | None) -> None:

@@ -144,6 +144,7 @@ class Sender:
         """
         self._check_open()
         self._roles.check_writable("store messages")
+        self._roles.commit.admit_send()
         if not allow_system_topic:
             _refuse_system_topic(message.topic)
         queue_id = self._placed(message, queue_id)
@@ -218,6 +219,7 @@ class Sender:
         """
         self._check_open()
         self._roles.check_writable("store messages")
+        self._roles.commit.admit_send()
         total = _batch_bytes(messages, extra_properties, self._max_message_size)
         topic = messages[0].topic
         _refuse_system_topic(topic)
