@@ -58,7 +58,8 @@ class Cluster:
         return child
 
     def master(self, role: str = "sync_master") -> ServeProcess:
-        return self._start(self._config("master", role, 0, MASTER_HOST, "sync_timeout_ms = 800\n"))
+        # A slave that stalls stays in the in-sync set for 5 s: past the sync timeout, sends wait for it.
+        return self._start(self._config("master", role, 0, MASTER_HOST, "sync_timeout_ms = 800\nin_sync_lag_ms = 5000\n"))
 
     def replication_address(self) -> str:
         return (self.root / "master" / "data" / "ha" / "listen.addr").read_text().strip()

@@ -130,6 +130,18 @@ def test_concurrent_calls_are_all_stored_once(served: tuple[Broker, Any]) -> Non
     assert sorted(stored) == sorted(f"c{n}-{i}{s}" for n in range(8) for i in range(25) for s in ("", "b"))
 
 
+def test_a_retried_send_is_answered_with_the_stored_message_not_stored_twice(served: tuple[Broker, Any]) -> None:
+    """The official clients retry a failed or timed-out send with the same message id; a retry of
+    what this broker stored already (its answer lost, or not confirmed in time) is answered from it."""
+    broker, stub = served
+    first = _send(stub, _message("retried", b"once"))
+    again = _send(stub, _message("retried", b"once"), _message("fresh", b"new"))
+    assert first.status.code == Code.OK and [e.status.code for e in again.entries] == [Code.OK, Code.OK]
+    assert again.entries[0].offset == first.entries[0].offset
+    stored = [str(m.unique_id) for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 1000).messages]
+    assert sorted(stored) == ["fresh", "retried"]
+
+
 def test_delivered_messages_carry_the_md5_digest(served: tuple[Broker, Any]) -> None:
     broker, stub = served
     assert _send(stub, _message("digest", b"\x00\x01payload")).status.code == Code.OK

@@ -142,6 +142,8 @@ class PlugmqServer:
         self.service.stopping.set()
         self.wakeup.notify()  # long polls answer now instead of at their deadline
         await self._server.stop(self.options.shutdown_grace_s if grace is None else grace)
+        if self.service.forward is not None:
+            await self.service.forward.close()
         self._release()
         log.info("server stopped", address=self.address)
 

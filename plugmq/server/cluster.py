@@ -96,7 +96,7 @@ class ClusterMember:
             cluster=self.cluster, broker_name=self.broker.name, endpoint=self.endpoint, broker_id=config.broker_id,
             room=config.room, role=self.broker.role, topics=registered_topics(self.broker.topics.all()),
             auto_create_topics=config.auto_create_topic, default_queue_count=config.default_queue_count, epoch=epoch,
-            replication=address, log_epoch=self.broker.epoch)
+            replication=address, log_epoch=self.broker.epoch, failover=config.failover)
 
     def join(self) -> None:
         """Register, follow the view, stand for master (masters only)."""
@@ -211,6 +211,12 @@ class ClusterMember:
         """The live master of this broker's name, when it is another broker (None while none is up)."""
         return next((b for b in self.service.view().brokers if b.broker_name == self.broker.name and b.is_master
                      and b.broker_id != self.broker.config.broker_id), None)
+
+    def failover_peers(self, master: BrokerRegistration) -> list[BrokerRegistration]:
+        """The other live brokers of ``master``'s name that forward clients to their master
+        (failover): routes list them beside it, so a client whose master dies reaches one."""
+        return [b for b in self.view().brokers if b.broker_name == master.broker_name
+                and b.broker_id != master.broker_id and b.failover]
 
     def check_consumer_reads(self) -> None:
         """ReadOnlyBrokerError on a slave whose master is up: its consumers read from the master.

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 import attrs
 
 from plugmq.broker.ports import Serving
-from plugmq.core.message import AppendStatus, SendResult, SendStatus, message_group_queue
+from plugmq.core.message import AppendStatus, SendResult, SendStatus, StoredMessage, message_group_queue
 from plugmq.core.names import is_system_topic
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing, outgoing
+from plugmq.server.dedupe import RecentSends
 from plugmq.server.options import Account
 from plugmq.server.protocol import Code, MessageType, definition_pb2, service_pb2
 from plugmq.server.status import RpcFailure, ok, status_of
@@ -43,8 +44,8 @@ _NOT_PERSISTED = {
         "client may store it twice"),
     SendStatus.SLAVE_NOT_AVAILABLE: (
         Code.HA_NOT_AVAILABLE,
-        "the message is stored on the master but no slave is connected to copy it (sync_master); start or "
-        "reconnect a slave; a retry by the client may store it twice"),
+        "the message is stored on the master but its in-sync set fell below min_in_sync_replicas before a slave "
+        "confirmed it (sync_master); start or reconnect a slave; a retry by the client may store it twice"),
 }
 
 
@@ -75,6 +76,11 @@ class Sender:
         self._sessions = sessions
         self._auth = auth
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._recent = RecentSends(broker.name, broker.clock, lambda: broker.promoted_at, self._stored_copy)
+
+    def _stored_copy(self, topic: str, message_id: str, since_ms: int) -> StoredMessage | None:
+        found = self._broker.query_by_key(topic, message_id, max_results=1, begin_ms=since_ms)
+        return found[0] if found else None
 
     def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
         if message_group is not None:
@@ -109,6 +115,11 @@ class Sender:
                         continue
                     if deliver_at is not None:  # already due: a normal message
                         out = attrs.evolve(out, message=attrs.evolve(out.message, deliver_at_ms=None))
+                    retried = self._recent.find(out.message_id, topic)
+                    if retried is not None:  # stored by an earlier try: answered with it, not stored again
+                        entries[slot] = _entry(out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
+                        slot += 1
+                        continue
                 except Exception as exc:  # noqa: BLE001 - answered as this entry's status
                     entries[slot] = _failed(proto, exc)
                     slot += 1
@@ -145,6 +156,8 @@ class Sender:
         if replica is not SendStatus.SEND_OK:
             for entry in stored:
                 _set_status(entry, replica)
+        else:
+            self._broker.count_acked(len(stored))
 
     def _check(self, proto: definition_pb2.Message, account: Account | None) -> Outgoing:
         out = outgoing(proto, self._max_batch_bytes)
@@ -172,6 +185,7 @@ class Sender:
             return
         for slot, out, result in zip(batch.slots, batch.items, results, strict=True):
             entries[slot] = _entry(out.message_id, result)
+            self._recent.stored(out.message_id, result)
 
     def _delay(self, out: Outgoing, queue_id: int, account: Account | None) -> service_pb2.SendResultEntry:
         result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,

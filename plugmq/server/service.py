@@ -17,7 +17,7 @@ import grpc
 from plugmq.broker.ports import Serving
 from plugmq.broker.routes import RoutedQueue
 from plugmq.client.values import ReceivedMessage
-from plugmq.core.contracts import ClusterView, TopicPermission, TransactionDecision
+from plugmq.core.contracts import BrokerRegistration, ClusterView, TopicPermission, TransactionDecision
 from plugmq.core.errors import InvalidNameError, RateLimitedError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
@@ -27,6 +27,7 @@ from plugmq.server.assignment import Assigner, access_point_address
 from plugmq.server.auth import Authenticator
 from plugmq.server.cluster import ClusterMember, LocalRoutes
 from plugmq.server.convert import to_proto, topic_name
+from plugmq.server.forward import MasterForwarder
 from plugmq.server.options import Account, ServerOptions
 from plugmq.server.protocol import (
     ClientType,
@@ -55,6 +56,7 @@ log = get_logger(__name__)
 T = TypeVar("T")
 _ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 CLIENT_ID_HEADER = "x-mq-client-id"
+LANGUAGE_HEADER = "x-mq-language"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
 _CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
 _PERMISSIONS = {TopicPermission.READ_WRITE: Permission.READ_WRITE, TopicPermission.READ: Permission.READ,
@@ -63,6 +65,17 @@ _PERMISSIONS = {TopicPermission.READ_WRITE: Permission.READ_WRITE, TopicPermissi
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+def _failover_routes(context: grpc.aio.ServicerContext) -> str:
+    """How routes name a failover master's peers (brokers that forward to it) for this client:
+    ``list``: in the master's Endpoints (the Python client dials ``ipv4:a,b`` and keeps the first
+    address that answers); ``entries``: as queue entries of their own (the Node.js client - it
+    says ``HTTP`` - joins an address list without the ``ipv4:`` scheme, which grpc-js cannot
+    resolve; it sets aside the endpoints a send failed on and its simple consumer reads the
+    route's entries in turn); ``none`` for clients not measured with either."""
+    language = _metadata(context).get(LANGUAGE_HEADER, "").upper()
+    return {"PYTHON": "list", "HTTP": "entries"}.get(language, "none")
 
 
 def _group(resource: definition_pb2.Resource) -> str:
@@ -93,6 +106,19 @@ def _answering(response: type, action: str) -> Callable[[Callable[..., Any]], Ca
     return wrap
 
 
+def _forwarding(response: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A unary handler that a failover slave passes on to its master (plugmq.server.forward)."""
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        async def handler(self: MessagingService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if self.forward is not None and (master := self.forward.target(context)) is not None:
+                return await self.forward.unary(master, method.__name__, request, context,
+                                                lambda status: response(status=status))
+            return await method(self, request, context)
+        return handler
+    return wrap
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """apache.rocketmq.v2.MessagingService over a plugmq broker."""
 
@@ -105,6 +131,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.assigner = assigner
         self.local = local  # this broker alone (no cluster), also as a one-broker view
         self.cluster = cluster
+        # A failover slave passes sends, receives and acks on to its master (plugmq.server.forward).
+        self.forward = MasterForwarder(cluster) if cluster is not None else None
         self.options = options
         self.pop = broker.pop  # pop consumption is the broker's; these RPCs only translate it
         self._consume_from = (ConsumeFrom.LAST_OFFSET if options.new_group_from == "last"
@@ -178,7 +206,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _view(self) -> ClusterView:
         return self.cluster.view() if self.cluster is not None else self.local.view()
 
-    def _broker_proto(self, target: definition_pb2.Broker, queue: RoutedQueue, asked: definition_pb2.Endpoints) -> None:
+    def _broker_groups(self, queue: RoutedQueue, style: str) -> list[list[BrokerRegistration]]:
+        """The endpoints each route entry of ``queue`` gets: one group per entry (see
+        :func:`_failover_routes`)."""
+        peers = (self.cluster.failover_peers(queue.broker) if self.cluster is not None and style != "none"
+                 and queue.broker.failover and (queue.broker.is_master or queue.standing_in) else [])
+        if style == "list":
+            return [[queue.broker, *peers]]
+        return [[queue.broker], *([peer] for peer in peers)]
+
+    def _broker_proto(self, target: definition_pb2.Broker, queue: RoutedQueue, asked: definition_pb2.Endpoints,
+                      brokers: list[BrokerRegistration] | None = None) -> None:
         target.name = queue.broker.broker_name
         if self.cluster is None:
             # Alone, the broker is the one its clients must use: id 0, the only id the official
@@ -190,9 +228,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # whatever its configured id, and so is a slave standing in for a missing master (its queues
         # are read-only, so producers still never send there); any other slave never is.
         target.id = 0 if queue.broker.is_master or queue.standing_in else max(queue.broker.broker_id, 1)
-        host, _, port = queue.broker.endpoint.rpartition(":")
         target.endpoints.scheme = definition_pb2.AddressScheme.IPv4
-        target.endpoints.addresses.add(host=host, port=int(port))
+        # With failover peers, whichever of them a client reaches forwards to the master
+        # (plugmq.server.forward).
+        for broker in brokers or [queue.broker]:
+            host, _, port = broker.endpoint.rpartition(":")
+            target.endpoints.addresses.add(host=host, port=int(port))
 
     @_answering(service_pb2.QueryRouteResponse, "query route")
     async def QueryRoute(self, request: service_pb2.QueryRouteRequest,
@@ -207,11 +248,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if self.broker.is_priority_topic(topic):
             types.append(MessageType.PRIORITY)
         response = service_pb2.QueryRouteResponse(status=ok())
+        style = _failover_routes(context)
         for queue in routed:
-            entry = response.message_queues.add(id=queue.queue.queue_id, permission=_PERMISSIONS[queue.permission],
-                                                accept_message_types=types)
-            entry.topic.CopyFrom(request.topic)
-            self._broker_proto(entry.broker, queue, request.endpoints)
+            for brokers in self._broker_groups(queue, style):
+                entry = response.message_queues.add(id=queue.queue.queue_id, permission=_PERMISSIONS[queue.permission],
+                                                    accept_message_types=types)
+                entry.topic.CopyFrom(request.topic)
+                self._broker_proto(entry.broker, queue, request.endpoints, brokers)
         return response
 
     @_answering(service_pb2.HeartbeatResponse, "heartbeat")
@@ -249,11 +292,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             queue.topic.CopyFrom(request.topic)
             queue.id = routed_queue.queue.queue_id if allocating else -1
             queue.permission = _PERMISSIONS[routed_queue.permission]
-            self._broker_proto(queue.broker, routed_queue, request.endpoints)
+            style = "list" if _failover_routes(context) == "list" else "none"  # one assignment per queue
+            self._broker_proto(queue.broker, routed_queue, request.endpoints, self._broker_groups(routed_queue, style)[0])
             queue.accept_message_types.extend(_ALL_TYPES)
         return response
 
     # ------------------------------------------------------------------------------ send
+    @_forwarding(service_pb2.SendMessageResponse)
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
         metadata = _metadata(context)
@@ -266,6 +311,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
         return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
 
+    @_forwarding(service_pb2.RecallMessageResponse)
     @_answering(service_pb2.RecallMessageResponse, "recall")
     async def RecallMessage(self, request: service_pb2.RecallMessageRequest,
                             context: grpc.aio.ServicerContext) -> service_pb2.RecallMessageResponse:
@@ -281,6 +327,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                              "already, recalled before, or is unknown to this broker")
         return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)
 
+    @_forwarding(service_pb2.EndTransactionResponse)
     @_answering(service_pb2.EndTransactionResponse, "end transaction")
     async def EndTransaction(self, request: service_pb2.EndTransactionRequest,
                              context: grpc.aio.ServicerContext) -> service_pb2.EndTransactionResponse:
@@ -313,6 +360,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: service_pb2.ReceiveMessageRequest,
                              context: grpc.aio.ServicerContext) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
+        if self.forward is not None and (master := self.forward.target(context)) is not None:
+            async for response in self.forward.stream(master, "ReceiveMessage", request, context,
+                                                      lambda status: service_pb2.ReceiveMessageResponse(status=status)):
+                yield response
+            return
         loop = asyncio.get_running_loop()
         waiting = False
         try:
@@ -400,6 +452,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         receipt_handle=self.receipts.seal(group, topic, received.receipt_handle),
                         attempt=received.delivery_attempt, invisible_ms=received.invisible_duration_ms)
 
+    @_forwarding(service_pb2.AckMessageResponse)
     async def AckMessage(self, request: service_pb2.AckMessageRequest,
                          context: grpc.aio.ServicerContext) -> service_pb2.AckMessageResponse:
         try:
@@ -427,6 +480,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                              receipt_handle=entry.receipt_handle, status=status))
         return results
 
+    @_forwarding(service_pb2.ChangeInvisibleDurationResponse)
     @_answering(service_pb2.ChangeInvisibleDurationResponse, "change invisible duration")
     async def ChangeInvisibleDuration(self, request: service_pb2.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext
@@ -445,6 +499,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return service_pb2.ChangeInvisibleDurationResponse(status=ok(),
                                                            receipt_handle=self.receipts.seal(group, topic, renewed))
 
+    @_forwarding(service_pb2.ForwardMessageToDeadLetterQueueResponse)
     @_answering(service_pb2.ForwardMessageToDeadLetterQueueResponse, "forward to dead-letter queue")
     async def ForwardMessageToDeadLetterQueue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
                                               context: grpc.aio.ServicerContext

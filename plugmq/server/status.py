@@ -6,9 +6,11 @@ from plugmq.core.errors import (
     ClientError,
     DelayError,
     DelayUnsupportedError,
+    FencedError,
     FilterError,
     InvalidNameError,
     MessageTooLargeError,
+    NotEnoughReplicasError,
     PlugmqError,
     RateLimitedError,
     ReadOnlyBrokerError,
@@ -55,6 +57,8 @@ def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
         return RpcFailure(Code.TOO_MANY_REQUESTS, text)
     if isinstance(exc, ReadOnlyBrokerError):  # RocketMQ: a slave's store forbids puts
         return RpcFailure(Code.FORBIDDEN, text)
+    if isinstance(exc, (FencedError, NotEnoughReplicasError)):  # not stored / not served: the client retries
+        return RpcFailure(Code.HA_NOT_AVAILABLE, text)
     if isinstance(exc, MessageTooLargeError):
         return RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, text)
     if isinstance(exc, InvalidNameError):

@@ -1,0 +1,69 @@
+"""A client's retry of a send this broker already stored is answered, not stored a second time.
+
+The official clients retry a failed or timed-out send at once with the same message id. When the
+first try was stored but not confirmed in time (a slave slow to confirm, an answer lost with a
+frozen or dying master), the retry would store the message twice. So the broker remembers the
+message ids it stored lately (:class:`RecentSends`), and for a while after it became master it
+also looks a message id up in the store's key index, where the old master's stores it holds are
+(the unique id is a key): a retry found either way is answered with the stored message's offset
+once the round's replication wait covers it.
+
+A retry that arrives after both windows, or lands on a broker whose store does not index unique
+ids, is stored again (at-least-once sending, as RocketMQ).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+
+from plugmq.core.clock import Clock
+from plugmq.core.message import MessageQueue, SendResult, SendStatus, StoredMessage
+
+__all__ = ["RecentSends"]
+
+#: How many stored sends are remembered (a retry comes within a few request timeouts).
+REMEMBERED = 65536
+#: How long after becoming master this broker looks retried sends up in its store (the official
+#: clients retry at once, three tries of a request timeout each).
+AFTER_PROMOTION_S = 10.0
+#: How far back that lookup reaches (store time).
+LOOKBACK_MS = 60_000
+
+
+class RecentSends:
+    """The message ids this broker stored lately, and a store lookup after a promotion. Thread-safe."""
+
+    def __init__(self, broker_name: str, clock: Clock, promoted_at: Callable[[], float | None],
+                 lookup: Callable[[str, str, int], StoredMessage | None], remembered: int = REMEMBERED) -> None:
+        self._broker_name = broker_name
+        self._clock = clock
+        self._promoted_at = promoted_at
+        self._lookup = lookup
+        self._remembered = remembered
+        self._lock = threading.Lock()
+        self._sent: collections.OrderedDict[str, SendResult] = collections.OrderedDict()
+
+    def stored(self, message_id: str, result: SendResult) -> None:
+        """A send was stored (whatever its replication status said)."""
+        with self._lock:
+            self._sent[message_id] = result
+            if len(self._sent) > self._remembered:
+                self._sent.popitem(last=False)
+
+    def find(self, message_id: str, topic: str) -> SendResult | None:
+        """The stored send this one retries; None when it is new."""
+        with self._lock:
+            known = self._sent.get(message_id)
+        if known is not None:
+            return known
+        promoted = self._promoted_at()
+        if promoted is None or self._clock.monotonic() - promoted > AFTER_PROMOTION_S:
+            return None
+        since_ms = self._clock.now_ms() - LOOKBACK_MS
+        stored = self._lookup(topic, message_id, since_ms)
+        if stored is None:
+            return None
+        queue = MessageQueue(stored.topic, self._broker_name, stored.queue_id)
+        return SendResult(SendStatus.SEND_OK, stored.msg_id, message_id, queue, stored.queue_offset)
