@@ -191,6 +191,23 @@ def test_an_ack_by_a_master_after_a_newer_master_was_seen_is_split_brain() -> No
     assert [a.body for a in check(again).stale_acks] == ["p0-2", "p0-4"]
 
 
+def test_acks_counted_by_the_brokers_say_who_acked_whatever_broker_the_client_addressed() -> None:
+    """Brokers that forward clients to their master report the sends they acked themselves, by
+    epoch: a send addressed to a slave but acked by the master is not split brain; acks a broker
+    counted under an old epoch after a newer master was seen are."""
+    def at(t: float, seq: int, broker: str) -> Send:
+        return attrs.evolve(send(t, seq), broker=broker)
+
+    roles = [RoleSample(0.0, "n1", "sync_master", 1, {"1": 0}), RoleSample(0.0, "n2", "slave", 1, {}),
+             RoleSample(3.0, "n1", "sync_master", 1, {"1": 2}),
+             RoleSample(5.0, "n2", "sync_master", 2, {}), RoleSample(5.2, "n1", "sync_master", 1, {"1": 3}),
+             RoleSample(6.0, "n1", "slave", 2, {"1": 5}), RoleSample(6.5, "n2", "sync_master", 2, {"2": 4})]
+    # Every send addressed to n1 (the route's first address): n2, master since 5.0, acked the late ones.
+    result = check([*roles, at(1.0, 0, "n1"), at(2.0, 1, "n1"), at(5.5, 2, "n1"), at(5.7, 3, "n1")])
+    assert [(a.broker, a.epoch, a.acked_at, a.newer_since) for a in result.stale_acks] == [("n1", 1, 6.0, 5.0)] * 2
+    assert result.split_brain_s == pytest.approx(1.0)  # an upper bound: the sample that showed the acks
+
+
 def test_a_history_file_round_trips(tmp_path: Path) -> None:
     history = History(tmp_path / "history.jsonl")
     events = [*clean_history(), FaultWindow(1.0, 2.0, "kill", 1, "n1", "SIGKILL")]

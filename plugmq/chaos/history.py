@@ -97,10 +97,15 @@ class FaultWindow:
 
 @attrs.frozen
 class RoleSample:
+    """A broker's role and epoch as sampled; ``acked``: the sends it answered OK itself so far, by
+    the epoch it held (str keys), when its status says (brokers that forward clients to their
+    master make the broker a client addressed a poor guess of who acked)."""
+
     t: float
     broker: str
     role: str
     epoch: int | None = None
+    acked: dict[str, int] | None = None
 
 
 @attrs.frozen

@@ -56,24 +56,26 @@ class ChaosResult:
 
 
 class _RoleSampler:
-    """Records each broker's role and epoch into the history whenever they change."""
+    """Records each broker's role, epoch and acks by epoch into the history whenever they change."""
 
     def __init__(self, cluster: ChaosCluster, history: History, interval_s: float = 0.25) -> None:
         self._cluster = cluster
         self._history = history
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._last: dict[str, tuple[str, int | None]] = {}
+        self._last: dict[str, tuple[str, int | None, dict[str, int] | None]] = {}
         self._thread = threading.Thread(target=self._run, name="chaos-roles", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             for name, status in self._cluster.statuses(timeout_s=self._interval_s * 2).items():
-                now = ("down", None) if status is None else (str(status.get("role")), status.get("epoch"))
+                acked = None if status is None else status.get("acked_by_epoch")
+                now = ("down", None, None) if status is None else (str(status.get("role")), status.get("epoch"),
+                                                                    dict(acked) if acked is not None else None)
                 if self._last.get(name) != now:
                     self._last[name] = now
-                    self._history.record(RoleSample(self._history.now(), name, now[0], now[1]))
+                    self._history.record(RoleSample(self._history.now(), name, now[0], now[1], now[2]))
             self._stop.wait(self._interval_s)
 
     def stop(self) -> None:
