@@ -61,13 +61,15 @@ class ServeProcess:
     """``plugmq serve`` as a child process; ``address`` once it listens. Always stopped by the caller.
 
     ``fd_limit``: the child's RLIMIT_NOFILE (``ulimit -n``), set before it starts: one number for
-    the soft and hard limits, or (soft, hard); ``env``: extra environment variables. Its log
+    the soft and hard limits, or (soft, hard); ``env``: extra environment variables; ``listen``: its
+    client port (a fixed one lets a restarted broker come back where clients look). Its log
     (stderr) is appended to ``log_path`` (default: the config's name with ``.log``), so a restarted
     child continues the same file; ``log_json`` logs JSON lines (``--log-json``).
     """
 
     def __init__(self, config: Path, wait_s: float = 60.0, *, fd_limit: int | tuple[int, int] | None = None,
-                 env: dict[str, str] | None = None, log_path: Path | None = None, log_json: bool = False) -> None:
+                 env: dict[str, str] | None = None, log_path: Path | None = None, log_json: bool = False,
+                 listen: str = "127.0.0.1:0") -> None:
         self.config = config
         self.log_path = config.with_suffix(".log") if log_path is None else log_path
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
@@ -76,7 +78,7 @@ class ServeProcess:
                  if fd_limit is not None else "")
         self.process = subprocess.Popen(
             [sys.executable, "-c", limit + _SERVE, *(["--log-json"] if log_json else []), "--log-level", "info",
-             "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
+             "serve", "--config", str(config), "--listen", listen],
             stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, cwd=config.parent,
             env={**os.environ, **(env or {})})
         self._wait_s = wait_s

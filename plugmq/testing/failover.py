@@ -22,7 +22,7 @@ from plugmq.testing.cluster import CLUSTER_PLUGINS, ServeProcess, broker_status,
 from plugmq.testing.wait import seconds_until, wait_for
 from plugmq.testing.zookeeper import ZooKeeperServer
 
-__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "run_kill",
+__all__ = ["FAILOVER_PLUGINS", "KillRun", "PauseRun", "RestartRun", "UncleanRun", "read_all", "run_kill",
            "run_pause", "run_restart_all", "run_unclean", "write_failover_config"]
 
 FAILOVER_PLUGINS = [*CLUSTER_PLUGINS, "ha"]
@@ -138,11 +138,13 @@ def _send_one(address: str) -> bool:
             pass
 
 
-def _read_all(address: str, group: str) -> set[bytes]:
+def read_all(address: str, group: str, topic: str = TOPIC) -> set[bytes]:
+    """Every body of ``topic`` the broker name at ``address`` holds, read by ``group`` (a fresh group
+    reads from the first offset) with the official client, until three receives come back empty."""
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
     consumer = SimpleConsumer(ClientConfiguration(address, Credentials(), request_timeout=3), group,
-                              {TOPIC: FilterExpression()}, await_duration=1)
+                              {topic: FilterExpression()}, await_duration=1)
     consumer.startup()
     held: set[bytes] = set()
     empty = 0
@@ -202,7 +204,7 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
         errors = tuple(sorted(set(senders.errors)))
         senders = None
         new_epoch = int(broker_status(survivor)["epoch"])
-        held = frozenset(b for b in _read_all(survivor, f"check-{uuid.uuid4().hex[:6]}") if not b.startswith(b"probe-"))
+        held = frozenset(b for b in read_all(survivor, f"check-{uuid.uuid4().hex[:6]}") if not b.startswith(b"probe-"))
 
         processes[master_index] = ServeProcess(configs[master_index])
         returned = processes[master_index].await_address()
