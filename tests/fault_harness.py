@@ -250,9 +250,11 @@ class Traffic:
 
 
 def _position(receipt_handle: str) -> tuple[int, int]:
+    """(queue id, queue offset) a receipt handle names: the pop service's ``queue:offset:seq``, which
+    the server seals with a MAC after ``~`` (plugmq.server.receipts)."""
     from plugmq.broker.pop import ReceiptHandle
 
-    handle = ReceiptHandle.parse(receipt_handle)
+    handle = ReceiptHandle.parse(receipt_handle.split("~", 1)[0])
     return handle.queue_id, handle.offset
 
 
