@@ -22,6 +22,7 @@ TOPIC = "ChaosTopic"
 _REQUEST_TIMEOUT_S = 3
 _INVISIBLE_S = 10
 _FAILED_PAUSE_S = 0.05  # after a failed call, so a dead broker is not asked thousands of times a second
+_DRAIN_FAILURES = 50  # failed calls the read-back survives (half a second apart)
 
 
 def _error(exc: BaseException) -> str:
@@ -42,7 +43,9 @@ def _name(received: Any) -> str:
 def _position(received: Any) -> tuple[int | None, int | None]:
     """(queue id, queue offset) of a delivery, from its receipt handle (None if it does not say)."""
     try:
-        handle = ReceiptHandle.parse(received.receipt_handle)
+        # The server seals the pop service's ``queue:offset:seq`` with a MAC after ``~``
+        # (plugmq.server.receipts).
+        handle = ReceiptHandle.parse(received.receipt_handle.split("~", 1)[0])
     except ReceiptHandleError:
         return None, None
     return handle.queue_id, handle.offset
@@ -184,16 +187,26 @@ def drain(endpoints: str, history: History, *, group: str = "chaos-readback", em
 
     consumer = SimpleConsumer(_configuration(endpoints), group, {TOPIC: FilterExpression()}, await_duration=1)
     consumer.startup()
-    count = empty = 0
+    count = empty = failed = 0
     try:
         while empty < empty_polls:
-            batch = consumer.receive(32, 60)
+            try:
+                batch = consumer.receive(32, 60)
+            except Exception:  # a broker between two roles: asked again, a bounded number of times
+                failed += 1
+                if failed > _DRAIN_FAILURES:
+                    raise
+                threading.Event().wait(_FAILED_PAUSE_S * 10)
+                continue
             empty = 0 if batch else empty + 1
             for received in batch:
                 queue, offset = _position(received)
                 history.record(Readback(history.now(), _name(received),
                                         received.message_id, queue, offset))
-                consumer.ack(received)
+                try:
+                    consumer.ack(received)
+                except Exception:  # noqa: BLE001 - read back all the same; it is received again or not
+                    failed += 1
                 count += 1
     finally:
         consumer.shutdown()
