@@ -126,8 +126,11 @@ def test_an_allocating_group_shares_the_cluster_wide_sorted_queues() -> None:
     assert a.allocating("g") and not a.allocating("other")
 
 
-def test_room_strategies_get_the_configured_rooms_and_the_consumers_access_points() -> None:
-    a = assigner(g=GroupPolicy(allocation="MACHINE_ROOM_NEARBY"))
+def test_room_strategies_get_the_brokers_rooms_and_the_consumers_own() -> None:
+    # A consumer's room is its own (allocation_params.consumer_rooms: networks, or globs of its host or
+    # client id), not the room of the broker it happens to talk to.
+    rooms = {"consumer_rooms": {"east": ["c-east"], "west": ["c-west"]}}
+    a = assigner(g=GroupPolicy(allocation="MACHINE_ROOM_NEARBY", allocation_params=rooms))
     view = ClusterView("c", (broker("broker-a", 1, {"T": 2}, room="east"), broker("broker-b", 2, {"T": 2}, room="west")))
     route = topic_route(view, "T")
     a.members.access_point("c-east", "127.0.0.1:1")
@@ -136,10 +139,11 @@ def test_room_strategies_get_the_configured_rooms_and_the_consumers_access_point
     assert {r.queue.broker_name for r in a.assign("g", "c-east", route, view)} == {"broker-a"}
     assert {r.queue.broker_name for r in a.assign("g", "c-west", route, view)} == {"broker-b"}
     with pytest.raises(ValueError, match=r"allocates with MACHINE_ROOM_NEARBY.*\[broker\] room on every broker"):
-        a.assign("g", "c-nowhere", route, view)  # configured with no broker's endpoint
+        a.assign("g", "c-nowhere", route, view)  # in no configured room
     alone = assigner(g=GroupPolicy(allocation="MACHINE_ROOM_NEARBY"))
     lone = ClusterView("c", (broker("broker-a", 1, {"T": 2}, room="east"),))
-    assert len(alone.assign("g", "c-nowhere", topic_route(lone, "T"), lone)) == 2  # one broker: its room
+    with pytest.raises(ValueError, match=r"consumer_rooms naming the room"):  # one broker: still no room of its own
+        alone.assign("g", "c-nowhere", topic_route(lone, "T"), lone)
 
 
 @pytest.mark.parametrize(("policy", "message"), [
