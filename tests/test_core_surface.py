@@ -15,7 +15,7 @@ from plugmq.core.contracts import ConsumerHandover, LaneProgress
 from plugmq.core.errors import ValidationError
 
 FAMILY_MODULES = ("declaration", "storage", "journal", "delay", "filter", "allocation", "transaction", "cluster",
-                  "replication", "events")
+                  "replication", "leadership", "events")
 
 
 def test_the_author_surface_is_sixty_names_or_fewer_and_imports_cleanly() -> None:
