@@ -164,7 +164,8 @@ def test_resends_after_a_kill_9_of_the_broker_store_nothing_twice(tmp_path: Path
 # ------------------------------------------------------------------------------------------ failover
 def test_a_resend_to_the_promoted_slave_is_a_duplicate(tmp_path: Path) -> None:
     clock = ManualClock(START)
-    with following_pair(tmp_path, clock, topics=TOPICS) as (a, b):
+    # min_in_sync_replicas = 1: the promoted slave, alone, takes the resends (2 would refuse them).
+    with following_pair(tmp_path, clock, ha={"min_in_sync_replicas": 1}, topics=TOPICS) as (a, b):
         a.create_topic(TOPIC, 1)
         sent = {f"id-{i}": _send(a, f"id-{i}") for i in range(20)}
         later = a.put(Message(TOPIC, b"later", deliver_at_ms=clock.now_ms() + 30_000), 0,

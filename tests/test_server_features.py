@@ -42,10 +42,14 @@ def test_a_send_the_client_retries_after_a_timeout_is_stored_once(tmp_path: Path
                 with ThreadPoolExecutor(1) as pool:
                     sending = time.monotonic()
                     receipt = pool.submit(producer.send, _message("Pay", b"payment 42"))
-                    # Stored; its answer is on its way, too late. The client's retry (the same message id)
-                    # finds the link healed.
+                    # Stored; its answer is held back 1.5 s, past the client's 2 s. Heal only once the
+                    # client gave up (healing earlier lets an answer written after it through in time);
+                    # a retry (the same message id) then finds the link healed, the third try if not the
+                    # second.
                     wait_for(lambda: any(m.body == b"payment 42" for m in _stored(served, "Pay")), WAIT_S,
                              "the first attempt to be stored")
+                    wait_for(lambda: time.monotonic() - sending > 2.05, WAIT_S,
+                             "the client's request timeout to pass")
                     link.heal()
                     message_id = receipt.result(timeout=WAIT_S).message_id
                     assert time.monotonic() - sending >= 2, "the first attempt did not time out"

@@ -281,6 +281,10 @@ class Broker:
         """The server answered ``sends`` sends OK as this broker (reported by epoch)."""
         self._parts.roles.count_acked(sends)
 
+    def count_duplicate(self, topic: str) -> None:
+        """The server answered a client's retry with the copy an earlier try stored (traffic)."""
+        self.traffic.sent(topic, "duplicate", 1, 0)
+
     def acked_by_epoch(self) -> dict[int, int]:
         """Sends this broker answered OK itself, by the master epoch it held then."""
         return self._parts.roles.acked_by_epoch()

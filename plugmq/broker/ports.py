@@ -151,6 +151,10 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
         """The server answered ``sends`` sends OK as this broker (reported by epoch)."""
         ...
 
+    def count_duplicate(self, topic: str) -> None:
+        """The server answered a client's retry with the copy an earlier try stored (traffic)."""
+        ...
+
     def query_by_key(self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0,
                      end_ms: int | None = None) -> list[StoredMessage]:
         ...

@@ -117,6 +117,7 @@ class Sender:
                         out = attrs.evolve(out, message=attrs.evolve(out.message, deliver_at_ms=None))
                     retried = self._recent.find(out.message_id, topic)
                     if retried is not None:  # stored by an earlier try: answered with it, not stored again
+                        self._broker.count_duplicate(topic)
                         entries[slot] = _entry(out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
                         slot += 1
                         continue

@@ -23,15 +23,17 @@ def end_of(broker: Broker) -> int:
 
 
 @contextmanager
-def following_pair(tmp_path: Path, clock: Clock, **settings: Any) -> Iterator[tuple[Broker, Broker]]:
+def following_pair(tmp_path: Path, clock: Clock, *, ha: dict[str, Any] | None = None,
+                   **settings: Any) -> Iterator[tuple[Broker, Broker]]:
     """Brokers a (master, epoch 1) and b (its slave, connected) in ``tmp_path``: store_mmap,
-    delay_wheel and ha, sync_master with failover; ``settings`` go to both ``Broker.open``."""
+    delay_wheel and ha, sync_master with failover; ``ha`` adds to the ha plugin's options,
+    ``settings`` go to both ``Broker.open``."""
     opened: list[Broker] = []
     try:
         for name, broker_id in (("a", 1), ("b", 2)):
             opened.append(Broker.open(tmp_path / name, plugins=["store_mmap", "delay_wheel", "ha"],
                                       role="sync_master", failover=True, broker_id=broker_id, clock=clock,
-                                      store_host=f"127.0.0.{broker_id + 1}:10911", options={"ha": _HA}, **settings))
+                                      store_host=f"127.0.0.{broker_id + 1}:10911", options={"ha": {**_HA, **(ha or {})}}, **settings))
         a, b = opened
         a.promote(1)
         b.follow(a.replication.master_address)  # type: ignore[union-attr]
