@@ -59,7 +59,7 @@ class PlugmqServer:
         # Checked before anything is opened: a bad allocation strategy or parameter is a config error.
         self.assigner = Assigner(self.broker.strategies, self.broker.config.groups,
                                  ConsumerMembers(self.broker.clock, self.broker.config.heartbeat_timeout_s))
-        receipts = ReceiptSealer.for_data_dir(self.broker.data_dir)
+        receipts = ReceiptSealer.for_broker(self.broker.data_dir, self.broker.replication)
         self.wakeup = Wakeup(loop)
         self.pop = self.broker.pop
         # Stored messages (sends, retries, DLQ copies, delayed and committed write-backs, replicated

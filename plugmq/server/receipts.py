@@ -6,7 +6,10 @@ messages by guessing. The server hands out ``queue:offset:seq~MAC`` instead, whe
 HMAC-SHA256 over the group, the topic and the handle with a key of this broker's, and accepts
 back only a handle whose MAC matches the group and topic of the call. The key is 32 random bytes
 in ``<data_dir>/server/receipt.key`` (mode 0600), made once and kept across restarts, so handles
-given out before a restart still work after it.
+given out before a restart still work after it. With a cluster secret (``[plugins.ha]
+secret_file``) the key is derived from it instead (HKDF with the broker name), so every broker of
+the same name has the same key and handles given out by a master still work on the slave
+promoted after it fails.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import secrets
 from pathlib import Path
 
+from plugmq.core.contracts.replication import ClusterKeys
 from plugmq.core.errors import ReceiptHandleError, StoreError
 from plugmq.core.logs import get_logger
 from plugmq.kit.fdlimit import fsync_dir
@@ -65,6 +69,16 @@ class ReceiptSealer:
         if len(key) < 16:
             raise ValueError("a receipt-handle key needs at least 16 bytes")
         self._key = key
+
+    @classmethod
+    def for_broker(cls, data_dir: Path, replication: object) -> ReceiptSealer:
+        """The key derived from the cluster secret when the replication service holds one, else
+        the broker's own key in ``data_dir``."""
+        if isinstance(replication, ClusterKeys):
+            key = replication.cluster_key("receipt handles")
+            if key is not None:
+                return cls(key)
+        return cls.for_data_dir(data_dir)
 
     @classmethod
     def for_data_dir(cls, data_dir: Path) -> ReceiptSealer:

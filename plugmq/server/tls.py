@@ -18,7 +18,6 @@ of :class:`plugmq.server.admin.AdminClient` and ``plugmq admin --server``.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ import attrs
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.schema import dotted, non_empty, setting, structure
+from plugmq.kit.addresses import beyond_loopback
 
 if TYPE_CHECKING:
     import grpc
@@ -181,17 +181,6 @@ class ClientTls:
 
     def channel_options(self) -> list[tuple[str, Any]]:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
-
-
-def beyond_loopback(host: str) -> bool:
-    """Whether a listening ``host`` is reachable from other machines (anything but loopback)."""
-    host = host.strip("[]")
-    if host in ("localhost", "ip6-localhost"):
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True  # a host name: whatever it resolves to may be public
 
 
 def warn_when_exposed(port: str, address: str, *, tls: bool, authenticated: bool) -> None:

@@ -80,6 +80,7 @@ from plugmq.core.contracts.leadership import (
     LocalLeadership,
 )
 from plugmq.core.contracts.replication import (
+    ClusterKeys,
     ConsumerHandover,
     FailoverReplication,
     LaneProgress,
@@ -121,6 +122,7 @@ __all__ = [
     "BrokerRole",
     "CleansExpired",
     "ClusterContext",
+    "ClusterKeys",
     "ClusterListener",
     "ClusterService",
     "ClusterTopic",

@@ -25,6 +25,7 @@ from plugmq.core.message import (
 )
 
 __all__ = [
+    "ClusterKeys",
     "ConsumerHandover",
     "FailoverReplication",
     "LaneProgress",
@@ -241,6 +242,20 @@ class ReplicationService(Protocol):
 
     def close(self) -> None:
         """Stop listening / streaming and close connections. Idempotent."""
+
+
+@runtime_checkable
+class ClusterKeys(Protocol):
+    """A replication service that holds the cluster secret (optional capability).
+
+    The server seals receipt handles with ``cluster_key("receipt handles")`` when it is not None:
+    every broker of the same broker name derives the same key, so a handle given out by a master
+    is still accepted by the slave promoted in its place.
+    """
+
+    def cluster_key(self, purpose: str) -> bytes | None:
+        """A 32-byte key for ``purpose``, the same on every broker of this broker name; None
+        without a cluster secret."""
 
 
 @runtime_checkable

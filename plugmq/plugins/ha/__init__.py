@@ -13,9 +13,12 @@ store appends the records at the same offsets and rebuilds its consume queues an
     plugins = ["store_mmap", "delay_wheel", "filter_tag", "filter_sql", "alloc", "txn", "ha"]
 
     [plugins.ha]
-    listen = "0.0.0.0:10912"        # where slaves connect
+    listen = "10.0.0.5:10912"               # where slaves connect (default: loopback, a free port)
+    secret_file = "/etc/plugmq/cluster.secret"  # master and slaves prove it to each other
 
-and on the slave ``role = "slave"``, ``broker_id = 1`` and ``[plugins.ha] master = "host:10912"``.
+and on the slave ``role = "slave"``, ``broker_id = 1``, ``[plugins.ha] master = "10.0.0.5:10912"`` and
+the same ``secret_file``. Without a secret anyone who reaches the port can pull the log, ack for a
+slave or pose as the master (:mod:`plugmq.plugins.ha.auth`): keep it on loopback then.
 """
 
 from __future__ import annotations

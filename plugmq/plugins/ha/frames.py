@@ -13,6 +13,8 @@
             is what every in-sync broker holds (a slave's readers see no further)
     ACK     slave -> master: end:u64, the slave's log end once the chunk is appended (and
             flushed with sync flush)
+    AUTH, CHALLENGE, PROVE  the handshake with the cluster secret before HELLO
+            (:mod:`plugmq.plugins.ha.auth`); after it every frame is followed by a 16-byte tag
 
 A frame is used only once it arrived whole and its CRC holds: a connection torn mid-frame loses
 that frame, never half of it, and the slave's store checks every record again.
@@ -25,9 +27,12 @@ import json
 import socket
 import struct
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plugmq.core.errors import ReplicationError
+
+if TYPE_CHECKING:
+    from plugmq.plugins.ha.auth import Session
 
 __all__ = ["PROTOCOL_VERSION", "FrameType", "Reader", "ack_frame", "data_frame", "frame", "json_frame", "parse_ack",
            "parse_data", "parse_json"]
@@ -37,6 +42,7 @@ _HEAD = struct.Struct(">BII")
 _DATA = struct.Struct(">QQQI")
 _ACK = struct.Struct(">Q")
 MAX_FRAME = 64 * 1024 * 1024  # above any transfer batch; a larger length is a broken stream
+MAX_HANDSHAKE_FRAME = 4096  # before a peer authenticated, it cannot make the reader allocate more
 
 
 class FrameType(enum.IntEnum):
@@ -45,6 +51,9 @@ class FrameType(enum.IntEnum):
     REFUSE = 3
     DATA = 4
     ACK = 5
+    AUTH = 6
+    CHALLENGE = 7
+    PROVE = 8
 
 
 def frame(kind: FrameType, payload: bytes) -> bytes:
@@ -88,12 +97,17 @@ def parse_ack(payload: bytes) -> int:
 
 
 class Reader:
-    """Reads whole frames from a blocking socket (its timeout applies to each receive)."""
+    """Reads whole frames from a blocking socket (its timeout applies to each receive).
 
-    def __init__(self, sock: socket.socket, peer: str) -> None:
+    ``limit``: the largest frame taken (lowered while a peer has not authenticated yet).
+    ``session``: once set, every frame must be followed by its authentication tag."""
+
+    def __init__(self, sock: socket.socket, peer: str, *, limit: int = MAX_FRAME) -> None:
         self._sock = sock
         self._peer = peer
         self._head = bytearray(_HEAD.size)
+        self.limit = limit
+        self.session: Session | None = None
 
     def _fill(self, buffer: bytearray | memoryview) -> None:
         view = memoryview(buffer)
@@ -107,11 +121,15 @@ class Reader:
     def read(self) -> tuple[FrameType, bytes]:
         self._fill(self._head)
         kind, length, crc = _HEAD.unpack(self._head)
-        if length > MAX_FRAME:
+        if length > self.limit:
             raise ReplicationError(f"replication peer {self._peer} announced a frame of {length} bytes; the stream is "
                                    "broken (or the peer is not a plugmq replication endpoint)")
         payload = bytearray(length)
         self._fill(payload)
+        if self.session is not None:
+            tag = bytearray(16)
+            self._fill(tag)
+            self.session.check(self._head, payload, tag, self._peer)
         if zlib.crc32(payload) != crc:
             raise ReplicationError(f"frame from replication peer {self._peer} failed its CRC check; dropping the "
                                    "connection (it is set up again from the last confirmed offset)")

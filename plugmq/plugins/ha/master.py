@@ -24,7 +24,9 @@ from plugmq.core.contracts.leadership import Leadership, LocalLeadership
 from plugmq.core.contracts.replication import ConsumerHandover, ReplicaStatus
 from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
+from plugmq.kit.addresses import beyond_loopback
 from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.auth import Authenticator, Session, parse_nonce
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.insync import InSync
@@ -49,6 +51,17 @@ class _Slave:
         self.sent = 0
         self.alive = True
         self.ready = False  # handshake done: counts for sync double-write
+        self.session: Session | None = None  # set once the slave proved the cluster secret
+
+    def send(self, data: bytes) -> None:
+        """One frame to the slave (tagged on an authenticated connection)."""
+        self.sock.sendall(data if self.session is None else self.session.seal(data))
+
+    def refuse(self, reason: str) -> None:
+        """REFUSE and log why; a peer that did not authenticate learns nothing from the answer."""
+        log.error("replication slave refused", slave=self.address, reason=reason)
+        told = reason if self.session is not None else "refused; the master's log says why"
+        self.send(frames.json_frame(FrameType.REFUSE, {"reason": told}))
 
     def close(self) -> None:
         if not self.alive:
@@ -65,10 +78,21 @@ class _Slave:
 
     def run_reader(self) -> None:
         master = self.master
-        reader = frames.Reader(self.sock, self.address)
+        auth = master.authenticator
+        reader = frames.Reader(self.sock, self.address,
+                               limit=frames.MAX_FRAME if auth is None else frames.MAX_HANDSHAKE_FRAME)
         try:
             self.sock.settimeout(master.options.peer_timeout_ms / 1000)
             kind, payload = reader.read()
+            if auth is not None:
+                if not self._authenticate(auth, reader, kind, payload):
+                    return
+                reader.limit = frames.MAX_FRAME
+                kind, payload = reader.read()
+            elif kind is FrameType.AUTH:
+                self.refuse("the slave authenticates with a cluster secret but this master has none; give both "
+                            "the same [plugins.ha] secret_file")
+                return
             if kind is not FrameType.HELLO:
                 raise ConnectionError(f"expected HELLO, got {kind.name}")
             start = master.admit(self, frames.parse_json(payload))
@@ -89,6 +113,25 @@ class _Slave:
         finally:
             self.close()
 
+    def _authenticate(self, auth: Authenticator, reader: frames.Reader, kind: FrameType, payload: bytes) -> bool:
+        """The master's side of the handshake (plugmq.plugins.ha.auth); False once refused."""
+        slave_nonce = parse_nonce(frames.parse_json(payload).get("nonce")) if kind is FrameType.AUTH else None
+        if slave_nonce is None:
+            self.refuse(f"it sent {kind.name} without authenticating first (is its [plugins.ha] secret_file set?)")
+            return False
+        master_nonce = auth.nonce()
+        self.send(frames.json_frame(FrameType.CHALLENGE, {"nonce": master_nonce.hex()}))
+        kind, payload = reader.read()
+        proof = frames.parse_json(payload) if kind is FrameType.PROVE else {}
+        if not auth.verify("slave", slave_nonce, master_nonce, proof.get("epoch"), proof.get("proof")):
+            self.refuse("its proof of the cluster secret is wrong: another secret, or a broker of another name")
+            return False
+        epoch = self.master.epochs.last_epoch
+        self.send(frames.json_frame(FrameType.PROVE, {
+            "epoch": epoch, "proof": auth.proof("master", slave_nonce, master_nonce, epoch).hex()}))
+        self.session = reader.session = auth.session(slave_nonce, master_nonce, master=True)
+        return True
+
     # -- writer thread: the log from the slave's offset on -----------------------------------
 
     def run_writer(self, position: int) -> None:
@@ -104,8 +147,8 @@ class _Slave:
                     chunk = store.read_log(position, batch)
                     if chunk.data:
                         master.in_sync.sent(self.broker_id, end)
-                        self.sock.sendall(frames.data_frame(chunk.start, end, master.commit_point(), chunk.records,
-                                                            chunk.data))
+                        self.send(frames.data_frame(chunk.start, end, master.commit_point(), chunk.records,
+                                                    chunk.data))
                         position = self.sent = chunk.end
                         last_sent = time.monotonic()
                         continue
@@ -113,7 +156,7 @@ class _Slave:
                 if not master.wait_for_append(position, last_sent + heartbeat):
                     end = store.log_end_offset()
                     master.in_sync.sent(self.broker_id, end)
-                    self.sock.sendall(frames.data_frame(position, end, master.commit_point(), 0, b""))
+                    self.send(frames.data_frame(position, end, master.commit_point(), 0, b""))
                     last_sent = time.monotonic()
         except (OSError, StoreError) as exc:
             if self.alive and not master.closed:
@@ -129,8 +172,9 @@ class MasterSide:
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
                  plugin_dir: Path, sync: bool, epochs: EpochFile,
                  adopt: Callable[[ConsumerHandover, int], int] | None = None,
-                 leadership: Leadership | None = None) -> None:
+                 leadership: Leadership | None = None, authenticator: Authenticator | None = None) -> None:
         self.store = store
+        self.authenticator = authenticator
         self.broker_id = broker_id
         self._adopt = adopt
         self.epochs = epochs
@@ -159,6 +203,11 @@ class MasterSide:
         self.address = self.options.advertise or f"{bound_host}:{bound_port}"
         self._listener = sock
         (self._plugin_dir / "listen.addr").write_text(self.address + "\n", encoding="utf-8")
+        if self.authenticator is None and beyond_loopback(bound_host):
+            log.warning(f"SECURITY: the ha replication port listens on {bound_host}:{bound_port}, beyond loopback, "
+                        "without authentication: anyone who reaches it can pull the whole commit log, ack for a "
+                        "slave and move consumers; set [plugins.ha] secret_file on master and slaves, or listen "
+                        "on 127.0.0.1", broker=self.broker_name, address=f"{bound_host}:{bound_port}")
         self.store.set_log_listener(self._on_append)
         self._accepting = threading.Thread(target=self._accept_loop, daemon=True, name=f"ha-accept-{self.broker_name}")
         self._accepting.start()
@@ -248,8 +297,7 @@ class MasterSide:
                         dropped_bytes=slave_end - cut, slave_epochs=theirs, master_epochs=mine)
             slave_end = cut
         if reason is not None:
-            log.error("replication slave refused", slave=slave.address, reason=reason)
-            slave.sock.sendall(frames.json_frame(FrameType.REFUSE, {"reason": reason}))
+            slave.refuse(reason)
             return None
         assert isinstance(slave_end, int)
         start = max(slave_end, low)
@@ -267,7 +315,7 @@ class MasterSide:
             welcome["consumer_progress_taken"] = True
         if cut is not None and cut < int(hello["end"]):
             welcome["truncate"] = cut
-        slave.sock.sendall(frames.json_frame(FrameType.WELCOME, welcome))
+        slave.send(frames.json_frame(FrameType.WELCOME, welcome))
         self.in_sync.connected(slave.broker_id, slave_end)
         slave.ready = True
         log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,

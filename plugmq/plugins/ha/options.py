@@ -28,6 +28,13 @@ def _master(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
         parse_address(value, what=attr.name)
 
 
+def _secret_file(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+    if value:
+        from plugmq.plugins.ha.auth import read_secret
+
+        read_secret(value, what=f"plugins.ha.{attr.name}")
+
+
 @attrs.frozen
 class HaOptions:
     """How a broker replicates (its role and id come from ``[broker] role`` and ``broker_id``).
@@ -53,7 +60,11 @@ class HaOptions:
     On a slave: ``master`` is the master's replication address (its ``listen``). The slave
     reconnects by itself after ``reconnect_ms``, doubling up to ``reconnect_max_ms``.
 
-    Both: ``heartbeat_ms``: an idle master sends its end offset this often and the slave
+    Both: ``secret_file``: the cluster secret (at least 32 bytes; the same file on every broker):
+    master and slave prove to each other that they hold it and are of the same broker name before
+    anything else crosses the connection, and every frame after that is authenticated
+    (:mod:`plugmq.plugins.ha.auth`). Without it the channel is open to anyone who reaches it (keep
+    ``listen`` on loopback then). ``heartbeat_ms``: an idle master sends its end offset this often and the slave
     answers with its own; a peer silent for ``peer_timeout_ms`` is taken for dead and its
     connection closed.
     """
@@ -71,6 +82,7 @@ class HaOptions:
     reconnect_max_ms: int = attrs.field(default=5000, validator=[v.instance_of(int), v.ge(1)])
     connect_timeout_ms: int = attrs.field(default=3000, validator=[v.instance_of(int), v.ge(1)])
     min_in_sync_replicas: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1), v.le(2)])
+    secret_file: str = attrs.field(default="", validator=_secret_file, metadata={"expected": "a file path"})
 
     def __attrs_post_init__(self) -> None:
         if self.peer_timeout_ms <= self.heartbeat_ms:

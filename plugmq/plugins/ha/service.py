@@ -17,6 +17,7 @@ from plugmq.core import (
 from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.errors import ReadOnlyBrokerError, ReplicationError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.ha.auth import Authenticator, derive_key, read_secret
 from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.master import MasterSide
 from plugmq.plugins.ha.options import HaOptions
@@ -47,6 +48,8 @@ class HaService:
         self._options = options
         self._plugin_dir = plugin_dir
         self._epochs = EpochFile(plugin_dir / "epochs")
+        self._secret = read_secret(options.secret_file) if options.secret_file else None
+        self._auth = Authenticator(self._secret, context.broker_name) if self._secret is not None else None
         self._lock = threading.Lock()
         self._master: MasterSide | None = None
         self._slave: SlaveSide | None = None
@@ -61,13 +64,14 @@ class HaService:
         return MasterSide(self.store, self._options, broker_name=self._context.broker_name,
                           broker_id=self.broker_id, plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER,
                           epochs=self._epochs, adopt=self._context.adopt,
-                          leadership=leadership)
+                          leadership=leadership, authenticator=self._auth)
 
     def _slave_of(self, master: str) -> SlaveSide:
         return SlaveSide(self.store, self._options, broker_name=self._context.broker_name,
                          broker_id=self._context.broker_id, replicated=self._context.replicated,
                          epochs=self._epochs, master=master, truncated=self._context.truncated,
-                         handover=self._context.handover, handed_over=self._context.handed_over)
+                         handover=self._context.handover, handed_over=self._context.handed_over,
+                         authenticator=self._auth)
 
     def start(self) -> None:
         with self._lock:
@@ -163,6 +167,13 @@ class HaService:
     def master_address(self) -> str:
         master = self._master
         return master.address if master is not None else ""
+
+    def cluster_key(self, purpose: str) -> bytes | None:
+        """A key for ``purpose`` derived from the cluster secret, the same on every broker of this
+        broker name (so a promoted slave opens what its master sealed); None without a secret."""
+        if self._secret is None:
+            return None
+        return derive_key(self._secret, purpose, self._context.broker_name)
 
     # ------------------------------------------------------------------------------ contract
     @property

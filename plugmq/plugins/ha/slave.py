@@ -19,6 +19,7 @@ from plugmq.core.contracts.replication import ConsumerHandover, Replicated
 from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.ha import frames
+from plugmq.plugins.ha.auth import Authenticator, Session, parse_nonce
 from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.options import HaOptions, parse_address
@@ -35,11 +36,14 @@ class SlaveSide:
                  replicated: Replicated | None, epochs: EpochFile, master: str,
                  truncated: Callable[[int], None] | None = None,
                  handover: Callable[[], ConsumerHandover] | None = None,
-                 handed_over: Callable[[ConsumerHandover], None] | None = None) -> None:
+                 handed_over: Callable[[ConsumerHandover], None] | None = None,
+                 authenticator: Authenticator | None = None) -> None:
         if not master:
             raise ReplicationError(f"broker {broker_name!r} is a slave but [plugins.ha] names no master; "
                                    'add master = "host:port" (the master\'s [plugins.ha] listen address)')
         self.store = store
+        self._auth = authenticator
+        self._session: Session | None = None
         self.options = options
         self.broker_name = broker_name
         self.broker_id = broker_id
@@ -106,6 +110,40 @@ class SlaveSide:
         except PlugmqError:
             return None
 
+    def _send(self, data: bytes) -> None:
+        assert self._sock is not None
+        session = self._session
+        self._sock.sendall(data if session is None else session.seal(data))
+
+    def _authenticate(self, auth: Authenticator, reader: frames.Reader) -> None:
+        """The slave's side of the handshake (plugmq.plugins.ha.auth): prove the cluster secret,
+        then follow only a master that proves it back; ReplicationError otherwise."""
+        slave_nonce = auth.nonce()
+        self._send(frames.json_frame(FrameType.AUTH, {"nonce": slave_nonce.hex()}))
+        reader.limit = frames.MAX_HANDSHAKE_FRAME
+        kind, payload = reader.read()
+        body = frames.parse_json(payload) if kind in (FrameType.CHALLENGE, FrameType.REFUSE) else {}
+        if kind is FrameType.REFUSE:
+            raise ReplicationError(f"master {self.address} refused this slave: {body.get('reason')}")
+        master_nonce = parse_nonce(body.get("nonce"))
+        if master_nonce is None:
+            raise ReplicationError(f"the peer at {self.address} answered {kind.name} instead of a challenge: it is "
+                                   "no master holding the cluster secret (or it has no [plugins.ha] secret_file); "
+                                   "not following it")
+        epoch = self.epochs.last_epoch
+        self._send(frames.json_frame(FrameType.PROVE, {
+            "epoch": epoch, "proof": auth.proof("slave", slave_nonce, master_nonce, epoch).hex()}))
+        kind, payload = reader.read()
+        body = frames.parse_json(payload) if kind in (FrameType.PROVE, FrameType.REFUSE) else {}
+        if kind is FrameType.REFUSE:
+            raise ReplicationError(f"master {self.address} refused this slave: {body.get('reason')}")
+        if not auth.verify("master", slave_nonce, master_nonce, body.get("epoch"), body.get("proof")):
+            raise ReplicationError(f"the peer at {self.address} failed to prove the cluster secret for broker "
+                                   f"{self.broker_name!r}: not following it (another secret, another broker name, "
+                                   "or not a master of this cluster)")
+        reader.limit = frames.MAX_FRAME
+        self._session = reader.session = auth.session(slave_nonce, master_nonce, master=False)
+
     def _follow(self) -> None:
         """One connection's life (it ends with an exception, or when the slave closes)."""
         host, port = parse_address(self.address, what="plugins.ha.master")
@@ -126,8 +164,11 @@ class SlaveSide:
         handover = self._handover() if self._handover is not None else ConsumerHandover()
         if handover:
             hello["consumer_progress"] = handover.as_rows()
-        sock.sendall(frames.json_frame(FrameType.HELLO, hello))
         reader = frames.Reader(sock, self.address)
+        self._session = None
+        if self._auth is not None:
+            self._authenticate(self._auth, reader)
+        self._send(frames.json_frame(FrameType.HELLO, hello))
         kind, payload = reader.read()
         body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
         if kind is FrameType.REFUSE:
@@ -178,5 +219,5 @@ class SlaveSide:
                     self._replicated(end)
             elif time.monotonic() - last_ack < heartbeat / 2:
                 continue  # a heartbeat soon after an ACK: the master knows where we are
-            sock.sendall(frames.ack_frame(end))
+            self._send(frames.ack_frame(end))
             last_ack = time.monotonic()
