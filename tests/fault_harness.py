@@ -46,9 +46,10 @@ class Pair:
     """Two failover brokers of ``BROKER`` (see the module doc). Stopped by :meth:`close`."""
 
     def __init__(self, directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
-                 min_in_sync: int = 1) -> None:
+                 min_in_sync: int = 1, secret: Path | None = None) -> None:
         assert zookeeper.port is not None
         self.directory = directory
+        self.secret = secret  # the cluster secret file ([plugins.ha] secret_file), if any
         self.session_timeout_s = session_timeout_s
         self.cluster = f"x{uuid.uuid4().hex[:8]}"
         self.zk_links = [Forwarder(f"zk-{i}", ("127.0.0.1", zookeeper.port)) for i in range(2)]
@@ -73,7 +74,8 @@ class Pair:
             f'[plugins.ha]\nlisten = "127.0.0.1:{ha_port}"\nadvertise = "{self.ha_links[i].address}"\n'
             "heartbeat_ms = 100\npeer_timeout_ms = 3000\nreconnect_ms = 20\nreconnect_max_ms = 200\n"
             f"sync_timeout_ms = 3000\nin_sync_lag_ms = 600\nmin_in_sync_replicas = {min_in_sync}\n"
-            "[server]\nlong_polling_s = 1\n", encoding="utf-8")
+            + (f'secret_file = "{self.secret}"\n' if self.secret else "")
+            + "[server]\nlong_polling_s = 1\n", encoding="utf-8")
         return path
 
     # ------------------------------------------------------------------------------ state
@@ -140,10 +142,10 @@ class Pair:
 
 
 @contextlib.contextmanager
-def running_pair(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0
-                 ) -> Iterator[Pair]:
+def running_pair(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
+                 secret: Path | None = None) -> Iterator[Pair]:
     """A :class:`Pair`, closed when the block ends."""
-    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s)
+    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s, secret=secret)
     try:
         yield pair
     finally:
