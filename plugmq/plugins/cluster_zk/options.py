@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from plugmq.kit.clustersecret import read_secret
+
 __all__ = ["ZkOptions"]
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
@@ -48,6 +50,13 @@ def _check_fraction(_inst: object, attribute: attrs.Attribute[Any], value: objec
         raise ValueError(f"{attribute.name} must be a fraction of the session timeout from 0.1 to 0.9, got {value!r}")
 
 
+def _check_secret_file(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{attribute.name} must be a file path (a string), got {value!r}")
+    if value:
+        read_secret(value, what=f"plugins.cluster_zk.{attribute.name}")
+
+
 @attrs.frozen
 class ZkOptions:
     """``hosts``: the ensemble, "host:port,host:port". ``chroot``: the path every cluster lives under.
@@ -58,6 +67,9 @@ class ZkOptions:
     ``lease_fraction``: an elected master acks and serves only while its last confirmed contact
     with ZooKeeper is younger than this fraction of the session timeout (the one ZooKeeper granted
     when smaller), so it stops before its session can expire and a successor be elected.
+    ``secret_file``: the cluster secret (the same file as ``[plugins.ha] secret_file``): the
+    session authenticates with it and every node the cluster writes is readable and writable
+    only with it; registrations are signed with it (:mod:`plugmq.plugins.cluster_zk.security`).
     """
 
     hosts: str = attrs.field(default="127.0.0.1:2181", validator=_check_hosts)
@@ -65,3 +77,4 @@ class ZkOptions:
     session_timeout_s: float = attrs.field(default=10.0, validator=_check_seconds(1, 600))
     connect_timeout_s: float = attrs.field(default=15.0, validator=_check_seconds(0.5, 600))
     lease_fraction: float = attrs.field(default=0.6, validator=_check_fraction)
+    secret_file: str = attrs.field(default="", validator=_check_secret_file, metadata={"expected": "a file path"})

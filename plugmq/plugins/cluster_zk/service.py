@@ -18,7 +18,14 @@ from typing import Any
 
 import attrs
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -29,10 +36,12 @@ from plugmq.core.contracts.cluster import ClusterListener, ClusterTopic, Masters
 from plugmq.core.contracts.leadership import Eligibility, InSyncSet
 from plugmq.core.errors import ClusterError
 from plugmq.core.logs import get_logger
+from plugmq.kit.clustersecret import read_secret
 from plugmq.plugins.cluster_zk.election import Campaign
 from plugmq.plugins.cluster_zk.leadership import Claim, claim, parse_in_sync
 from plugmq.plugins.cluster_zk.options import ZkOptions
 from plugmq.plugins.cluster_zk.paths import ZkPaths
+from plugmq.plugins.cluster_zk.security import OPEN_ACL, ZkSecurity
 
 __all__ = ["ZkClusterService"]
 
@@ -52,6 +61,8 @@ class ZkClusterService:
         self._cluster = cluster
         self._broker_name = broker_name
         self.paths = ZkPaths(options.chroot, cluster)
+        self._security = ZkSecurity(read_secret(options.secret_file, what="plugins.cluster_zk.secret_file")
+                                    if options.secret_file else None, cluster)
         # A call that gets no answer within this is given up (and retried when the session is back).
         self._op_timeout = min(max(options.session_timeout_s, 5.0), 10.0)
         self._log = log.bind(cluster=cluster, broker=broker_name, zookeeper=options.hosts)
@@ -73,6 +84,7 @@ class ZkClusterService:
             hosts=options.hosts, timeout=options.session_timeout_s,
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
             command_retry={"max_tries": 3, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+            auth_data=self._security.auth_data, default_acl=self._security.acl,
         )
         self.client.add_listener(self._state_changed)
         self._note_negotiated_timeout()
@@ -88,12 +100,21 @@ class ZkClusterService:
         self._worker = threading.Thread(target=self._work, name=f"plugmq-zk-{broker_name}", daemon=True)
         self._worker.start()
         try:
+            # The chroot may hold other clusters: it stays open; the cluster's own nodes carry its ACL.
+            self.wait(self.client.ensure_path_async(options.chroot, acl=OPEN_ACL))
             for path in self.paths.directories():
                 self.wait(self.client.ensure_path_async(path))
             try:
                 self.wait(self.client.create_async(self.paths.changes, b"0"))
             except NodeExistsError:
                 pass
+            if self._security.enabled and not self._has_cluster_acl(self.paths.base):
+                self._protect(self.paths.base)
+        except NoAuthError as exc:
+            self.close()
+            raise ClusterError(f"ZooKeeper at {options.hosts} refused this broker's credential on {self.paths.base} "
+                               "(NoAuth): the cluster's nodes were made with another secret_file, or without one "
+                               "by a stranger; give every broker the cluster's [plugins.cluster_zk] secret_file") from exc
         except _ZK_ERRORS as exc:
             self.close()
             raise ClusterError(f"ZooKeeper at {options.hosts} refused to create {self.paths.base}: {exc!r}; "
@@ -111,6 +132,21 @@ class ZkClusterService:
                        session_timeout_s=options.session_timeout_s)
 
     # ------------------------------------------------------------------------------ plumbing
+    def _has_cluster_acl(self, path: str) -> bool:
+        acls, _ = self.wait(self.client.get_acls_async(path))
+        return list(acls) == self._security.acl
+
+    def _protect(self, path: str) -> None:
+        """Give ``path`` and every node below it the cluster's ACL when it has another one (a
+        cluster that ran without a secret before, or nodes created by hand)."""
+        acls, _ = self.wait(self.client.get_acls_async(path))
+        if list(acls) != self._security.acl:
+            self.wait(self.client.set_acls_async(path, self._security.acl))
+            self._log.warning("ZooKeeper node had another ACL; only the cluster's credential may use it now",
+                              node=path, was=[str(a) for a in acls])
+        for child in self.wait(self.client.get_children_async(path)):
+            self._protect(f"{path}/{child}")
+
     def _note_negotiated_timeout(self) -> None:
         """Keep the session timeout ZooKeeper grants: a lease must be shorter than that one, and
         the server may grant less than asked (its maxSessionTimeout). kazoo only logs it, so the
@@ -250,9 +286,16 @@ class ZkClusterService:
         if registration is None or self._closed or not self.connected:
             return
         path = self.paths.broker(registration.key)
-        data = json.dumps(registration.as_dict(), sort_keys=True).encode()
+        data = self._security.seal(registration.as_dict())
         session = self._session_id()
         stat = self.wait(self.client.exists_async(path, watch=self._own_node_event))
+        if stat is not None and not stat.ephemeralOwner:
+            # Registrations are ephemeral: a persistent node under our name was never a broker's
+            # session (forged, or made by hand); it must not keep our routes.
+            self._log.warning("a persistent node held this broker's registration; deleted", node=path)
+            self.wait(self.client.delete_async(path, version=stat.version))
+            self._submit(self._publish)
+            return
         if stat is None:
             try:
                 self.wait(self.client.create_async(path, data, ephemeral=True))
@@ -335,12 +378,18 @@ class ZkClusterService:
         brokers: list[BrokerRegistration] = []
         for key in self.wait(self.client.get_children_async(self.paths.brokers)):
             try:
-                raw, _ = self.wait(self.client.get_async(self.paths.broker(key)))
-                brokers.append(BrokerRegistration.from_dict(json.loads(raw)))
+                raw, stat = self.wait(self.client.get_async(self.paths.broker(key)))
+                if not stat.ephemeralOwner:
+                    raise ValidationError("a persistent node: a broker registers with its session (ephemeral)")
+                registration = BrokerRegistration.from_dict(self._security.open(raw))
+                if registration.key != key or registration.cluster != self._cluster:
+                    raise ValidationError(f"it names {registration.key} of cluster {registration.cluster!r}")
+                brokers.append(registration)
             except NoNodeError:
                 continue  # gone between the listing and the read
             except (ValueError, ValidationError) as exc:
-                self._log.warning("unreadable broker registration ignored", node=self.paths.broker(key), error=str(exc))
+                self._log.warning("broker registration ignored (never routed)", node=self.paths.broker(key),
+                                  error=str(exc))
         topics: dict[str, ClusterTopic] = {}
         for name in self.wait(self.client.get_children_async(self.paths.topics)):
             try:

@@ -30,7 +30,7 @@ def _master(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
 
 def _secret_file(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
     if value:
-        from plugmq.plugins.ha.auth import read_secret
+        from plugmq.kit.clustersecret import read_secret
 
         read_secret(value, what=f"plugins.ha.{attr.name}")
 
