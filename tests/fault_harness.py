@@ -49,7 +49,7 @@ class Pair:
                  min_in_sync: int = 1, secret: Path | None = None) -> None:
         assert zookeeper.port is not None
         self.directory = directory
-        self.secret = secret  # the cluster secret file ([plugins.ha] secret_file), if any
+        self.secret = secret  # the cluster secret file (ha's and cluster_zk's secret_file), if any
         self.session_timeout_s = session_timeout_s
         self.cluster = f"x{uuid.uuid4().hex[:8]}"
         self.zk_links = [Forwarder(f"zk-{i}", ("127.0.0.1", zookeeper.port)) for i in range(2)]
@@ -71,7 +71,8 @@ class Pair:
             f"plugins = {json.dumps([*CLUSTER_PLUGINS, 'ha'])}\n"
             f'[cluster]\nname = "{self.cluster}"\n'
             f'[plugins.cluster_zk]\nhosts = "{self.zk_links[i].address}"\nsession_timeout_s = {self.session_timeout_s}\n'
-            f'[plugins.ha]\nlisten = "127.0.0.1:{ha_port}"\nadvertise = "{self.ha_links[i].address}"\n'
+            + (f'secret_file = "{self.secret}"\n' if self.secret else "")
+            + f'[plugins.ha]\nlisten = "127.0.0.1:{ha_port}"\nadvertise = "{self.ha_links[i].address}"\n'
             "heartbeat_ms = 100\npeer_timeout_ms = 3000\nreconnect_ms = 20\nreconnect_max_ms = 200\n"
             f"sync_timeout_ms = 3000\nin_sync_lag_ms = 600\nmin_in_sync_replicas = {min_in_sync}\n"
             + (f'secret_file = "{self.secret}"\n' if self.secret else "")
