@@ -239,3 +239,88 @@ def test_bad_secret_files_are_config_errors(tmp_path: Path) -> None:
                           (tmp_path, "directory")):
         with pytest.raises(ConfigError, match=message):
             Broker.open(tmp_path / "b", plugins=PLUGINS, options={"ha": {"secret_file": str(path)}})
+
+
+class TamperingRelay:
+    """Sits between a slave and its master (the slave follows the relay's address), passes the
+    handshake through untouched, then swaps the records of every DATA frame for forged ones with a
+    correct CRC, keeping the frame's tag: only the tag can tell."""
+
+    def __init__(self, master: tuple[str, int], forged: bytes) -> None:
+        self.master = master
+        self.forged = forged
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.tampered = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                slave, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.master)
+            threading.Thread(target=self._pipe, args=(slave, upstream), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, slave), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with source, sink:
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _exactly(sock: socket.socket, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            more = sock.recv(size - len(data))
+            if not more:
+                raise ConnectionError("closed")
+            data += more
+        return data
+
+    def _down(self, master: socket.socket, slave: socket.socket) -> None:
+        sealed = False
+        with master, slave:
+            try:
+                while True:
+                    head = self._exactly(master, 9)
+                    kind, length = head[0], int.from_bytes(head[1:5], "big")
+                    payload = self._exactly(master, length)
+                    tag = self._exactly(master, 16) if sealed else b""
+                    if kind == FrameType.PROVE:
+                        sealed = True  # the master proved itself: its next frames carry tags
+                    if kind == FrameType.DATA and len(payload) > 28:
+                        start = frames.parse_data(payload)[0]
+                        forged = frames.data_frame(start, start + len(self.forged), start + len(self.forged), 4,
+                                                   self.forged)
+                        head, payload = forged[:9], forged[9:]
+                        self.tampered += 1
+                    slave.sendall(head + payload + tag)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_relay_in_the_middle_cannot_alter_what_the_master_streams(rig: Rig, secret: str) -> None:
+    forger = rig.master()
+    send(forger, 4)
+    forged = forger.store.read_log(0, 1 << 20).data  # type: ignore[attr-defined]
+    master = rig.master(secret)
+    send(master, 64)
+    relay = TamperingRelay(address_of(master), forged)
+    try:
+        with capture_logs() as logs:
+            slave = rig.slave(relay.address, secret)
+            wait_for(lambda: relay.tampered, WAIT_S, "the relay to alter DATA frames", until=lambda n: n >= 2)
+        reasons = " ".join(e.get("reason", "") for e in logs)
+    finally:
+        relay.close()
+    assert end_of(slave) == 0, "nothing forged was appended"
+    assert "authentication tag" in reasons, reasons
