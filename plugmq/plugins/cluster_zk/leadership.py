@@ -30,6 +30,7 @@ from plugmq.core import Clock, ValidationError
 from plugmq.core.contracts.leadership import Eligibility, InSyncSet
 from plugmq.core.errors import ClusterError, FencedError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.cluster_zk.security import json_object
 
 if TYPE_CHECKING:
     from plugmq.plugins.cluster_zk.service import ZkClusterService
@@ -43,13 +44,7 @@ _ZK_ERRORS = (KazooException, KazooTimeoutError)
 
 def parse_in_sync(raw: bytes | None, version: int) -> InSyncSet:
     """The stored set; ValidationError when the node holds something else."""
-    try:
-        data = json.loads(raw or b"")
-    except ValueError as exc:
-        raise ValidationError(f"in-sync set node is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValidationError(f"in-sync set node holds {type(data).__name__}, not an object")
-    return InSyncSet.from_dict(data, version)
+    return InSyncSet.from_dict(json_object(raw, "in-sync set node"), version)
 
 
 def encode_in_sync(in_sync: InSyncSet) -> bytes:

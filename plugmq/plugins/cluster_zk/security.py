@@ -26,11 +26,22 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_digest_acl
 from plugmq.core import ValidationError
 from plugmq.kit.clustersecret import derive_key
 
-__all__ = ["OPEN_ACL", "ZkSecurity"]
+__all__ = ["OPEN_ACL", "ZkSecurity", "json_object"]
 
 OPEN_ACL: list[ACL] = list(OPEN_ACL_UNSAFE)
 _USER = "plugmq"
 _SIGNATURE = "signature"
+
+
+def json_object(raw: bytes | None, what: str) -> dict[str, Any]:
+    """The JSON object a node holds; ValidationError naming ``what`` when it holds something else."""
+    try:
+        body = json.loads(raw or b"")
+    except ValueError as exc:
+        raise ValidationError(f"{what} is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValidationError(f"{what} holds {type(body).__name__}, not an object")
+    return body
 
 
 class ZkSecurity:
@@ -67,12 +78,7 @@ class ZkSecurity:
     def open(self, raw: bytes | None) -> dict[str, Any]:
         """The JSON object in a registration's node; ValidationError when it is not one, or (with a
         secret) when its signature is missing or does not hold."""
-        try:
-            body = json.loads(raw or b"")
-        except ValueError as exc:
-            raise ValidationError(f"not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ValidationError(f"holds {type(body).__name__}, not an object")
+        body = json_object(raw, "registration node")
         signature = body.pop(_SIGNATURE, None)
         if self.enabled and not (isinstance(signature, str)
                                  and hmac.compare_digest(signature.encode(), self._mac(body).encode())):
