@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from plugmq.core import MessageQueue
+import attrs
+
+from plugmq.core import AllocationCapabilities, MessageQueue
 from plugmq.core.errors import AllocationError
 from plugmq.core.logs import get_logger
 
@@ -35,6 +37,47 @@ def check_inputs(
         )
         return False
     return True
+
+
+@attrs.frozen
+class Round:
+    """One consumer's question in a rebalance, asked once the input checks passed."""
+
+    consumer_group: str
+    current_id: str
+    queues: Sequence[MessageQueue]
+    consumer_ids: Sequence[str]
+
+    @property
+    def index(self) -> int:
+        """The current consumer's position in ``consumer_ids``.
+
+        list.index is the first occurrence, like Java's indexOf: a duplicated id always takes
+        the first one's share, and the duplicate's share stays unowned.
+        """
+        return list(self.consumer_ids).index(self.current_id)
+
+
+class CheckedStrategy:
+    """A strategy that runs RocketMQ's input checks (:func:`check_inputs`) before its ``share``."""
+
+    __slots__ = ()
+    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities()
+
+    def allocate(
+        self,
+        consumer_group: str,
+        current_id: str,
+        all_queues: Sequence[MessageQueue],
+        all_consumer_ids: Sequence[str],
+    ) -> list[MessageQueue]:
+        if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
+            return []
+        return self.share(Round(consumer_group, current_id, all_queues, all_consumer_ids))
+
+    def share(self, round_: Round) -> list[MessageQueue]:
+        """The queues of ``round_.current_id``, a member of a non-empty group over some queues."""
+        raise NotImplementedError
 
 
 def java_split(text: str, separator: str) -> list[str]:

@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 import attrs
 
-from plugmq.core import AllocationCapabilities, MessageQueue
+from plugmq.core import MessageQueue
 from plugmq.core.errors import AllocationError
-from plugmq.plugins.alloc._common import check_inputs, take_params
+from plugmq.plugins.alloc._common import CheckedStrategy, Round, take_params
 
 HashFunction = Callable[[str], int]
 
@@ -73,7 +73,7 @@ def build_ring(consumer_ids: Sequence[str], virtual_nodes: int, hash_function: H
 
 
 @attrs.define(eq=False)
-class ConsistentHash:
+class ConsistentHash(CheckedStrategy):
     """Consumers as nodes with virtual nodes on an MD5 ring; a queue goes to the next node clockwise.
 
     The ring depends only on the consumer list, so it is cached for the last list seen: every
@@ -81,7 +81,6 @@ class ConsistentHash:
     """
 
     name: ClassVar[str] = "CONSISTENT_HASH"
-    capabilities: ClassVar[AllocationCapabilities] = AllocationCapabilities()
 
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     hash_function: HashFunction = md5_hash
@@ -125,22 +124,15 @@ class ConsistentHash:
             result.append(h)
         return result
 
-    def allocate(
-        self,
-        consumer_group: str,
-        current_id: str,
-        all_queues: Sequence[MessageQueue],
-        all_consumer_ids: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
-            return []
-        ring = self._ring(all_consumer_ids)
+    def share(self, round_: Round) -> list[MessageQueue]:
+        ring = self._ring(round_.consumer_ids)
         if not ring.hashes:
             return []
         # Ring.route inlined: this loop runs once per queue, 10,000 times on a big topic.
         ring_hashes, owners, size, first_at_or_after = ring.hashes, ring.owners, len(ring.hashes), bisect.bisect_left
         result = []
-        for queue, h in zip(all_queues, self._queue_hashes_of(all_queues)):
+        current_id = round_.current_id
+        for queue, h in zip(round_.queues, self._queue_hashes_of(round_.queues)):
             i = first_at_or_after(ring_hashes, h)
             if owners[i if i < size else 0] == current_id:
                 result.append(queue)

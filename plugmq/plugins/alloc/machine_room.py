@@ -3,7 +3,7 @@ AllocateMessageQueueByMachineRoom."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -11,7 +11,7 @@ import attrs
 from plugmq.core import AllocateStrategy, AllocateStrategyFactory, AllocationCapabilities, MessageQueue
 from plugmq.core.errors import AllocationError
 from plugmq.core.rebalance_order import java_string_key
-from plugmq.plugins.alloc._common import check_inputs, java_split, take_params
+from plugmq.plugins.alloc._common import CheckedStrategy, Round, java_split, take_params
 
 Resolver = Callable[[str], "str | None"]
 """A room resolver: the machine room of a broker name or consumer id, None (or "") for none."""
@@ -31,7 +31,7 @@ def at_sign_room(broker_name: str) -> str | None:
 
 
 @attrs.frozen
-class MachineRoomNearby:
+class MachineRoomNearby(CheckedStrategy):
     """Queues go to consumers of their own room first; rooms without consumers are shared by all.
 
     Every step uses ``inner`` on a sub-list, so its answer is RocketMQ's for the same inner
@@ -57,46 +57,37 @@ class MachineRoomNearby:
             )
         return room
 
-    def allocate(
-        self,
-        consumer_group: str,
-        current_id: str,
-        all_queues: Sequence[MessageQueue],
-        all_consumer_ids: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
-            return []
+    def share(self, round_: Round) -> list[MessageQueue]:
         broker_resolver = self.resolver
         consumer_resolver = self.consumer_resolver or self.resolver
         queues_by_room: dict[str, list[MessageQueue]] = {}
         # One resolver call per broker, not per queue: a big topic has thousands of queues on
         # a few dozen brokers. The first failing queue is still the one named, as in RocketMQ.
         broker_rooms: dict[str, str] = {}
-        for queue in all_queues:
+        for queue in round_.queues:
             room = broker_rooms.get(queue.broker_name)
             if room is None:
                 room = broker_rooms[queue.broker_name] = self._room(broker_resolver, queue.broker_name, f"mq {queue}")
             queues_by_room.setdefault(room, []).append(queue)
         consumers_by_room: dict[str, list[str]] = {}
-        for cid in all_consumer_ids:
+        for cid in round_.consumer_ids:
             consumers_by_room.setdefault(self._room(consumer_resolver, cid, f"consumer id {cid}"), []).append(cid)
 
+        group, current_id = round_.consumer_group, round_.current_id
         current_room = self._room(consumer_resolver, current_id, f"consumer id {current_id}")
         result: list[MessageQueue] = []
         own_queues = queues_by_room.pop(current_room, None)
         if own_queues:
-            result += self.inner.allocate(
-                consumer_group, current_id, own_queues, consumers_by_room[current_room]
-            )
+            result += self.inner.allocate(group, current_id, own_queues, consumers_by_room[current_room])
         # RocketMQ walks the rest in a TreeMap: room names in Java string order.
         orphan_rooms = [room for room in queues_by_room if room not in consumers_by_room]
         for room in sorted(orphan_rooms, key=java_string_key(orphan_rooms)):
-            result += self.inner.allocate(consumer_group, current_id, queues_by_room[room], all_consumer_ids)
+            result += self.inner.allocate(group, current_id, queues_by_room[room], round_.consumer_ids)
         return result
 
 
 @attrs.frozen
-class MachineRoom:
+class MachineRoom(CheckedStrategy):
     """Only queues on brokers in one of ``rooms``; contiguous split, the remainder dealt one each
     to the first consumers.
 
@@ -126,25 +117,17 @@ class MachineRoom:
             )
         return room in self.rooms
 
-    def allocate(
-        self,
-        consumer_group: str,
-        current_id: str,
-        all_queues: Sequence[MessageQueue],
-        all_consumer_ids: Sequence[str],
-    ) -> list[MessageQueue]:
-        if not check_inputs(consumer_group, current_id, all_queues, all_consumer_ids):
-            return []
-        index = list(all_consumer_ids).index(current_id)
+    def share(self, round_: Round) -> list[MessageQueue]:
+        index = round_.index
         rooms: dict[str, bool] = {}  # one resolver call per broker
         qualifying = []
-        for queue in all_queues:
+        for queue in round_.queues:
             ok = rooms.get(queue.broker_name)
             if ok is None:
                 ok = rooms[queue.broker_name] = self._qualifies(queue)
             if ok:
                 qualifying.append(queue)
-        c = len(all_consumer_ids)
+        c = len(round_.consumer_ids)
         mod, rem = divmod(len(qualifying), c)
         result = qualifying[index * mod : index * mod + mod]
         if index < rem:
