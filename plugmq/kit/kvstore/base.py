@@ -26,7 +26,6 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -165,26 +164,15 @@ class KeyValueMessageStore(KeyValueReplicaLog, ABC, Generic[O]):
     def _close_engine(self) -> None:
         """Sync and close the engine; set ``self._closed`` at the point readers must stop."""
 
-    @abstractmethod
-    def _write_appends(
-        self, msg: list[tuple[bytes, bytes]], cq: list[tuple[bytes, bytes]], idx: list[tuple[bytes, bytes]],
-        queues: list[tuple[bytes, bytes]], state: bytes,
-    ) -> None:
-        """Write one group of appends atomically (``state`` goes under STATE_KEY in meta)."""
+    # _write_appends, _write_tail_cut and _reading are engine methods too: KeyValueReplicaLog,
+    # which needs them as well, declares them.
 
     @abstractmethod
     def _apply(self, changes: WriteSet) -> None:
         """Write ``changes`` atomically, with the flush mode's durability."""
 
     @abstractmethod
-    def _write_tail_cut(self, changes: WriteSet) -> None:
-        """Write ``changes`` atomically and durably (it repairs the store at open)."""
-
-    @abstractmethod
     def _point_get(self, family: str, key: bytes) -> bytes | None: ...
-
-    @abstractmethod
-    def _reading(self) -> AbstractContextManager[KVReader]: ...
 
     @abstractmethod
     def _read_entries(self, prefix: bytes, start: int, limit: int) -> list[ConsumeQueueEntry]:

@@ -54,18 +54,18 @@ class KeyValueReplicaLog:
 
     @abstractmethod
     def _reading(self) -> AbstractContextManager[KVReader]:
-        """The store's read view."""
+        """The engine's read view (:class:`KVReader`)."""
 
     @abstractmethod
     def _write_appends(
         self, msg: list[tuple[bytes, bytes]], cq: list[tuple[bytes, bytes]], idx: list[tuple[bytes, bytes]],
         queues: list[tuple[bytes, bytes]], state: bytes,
     ) -> None:
-        """The store's one atomic write of a group of appends."""
+        """Write one group of appends atomically (``state`` goes under STATE_KEY in meta)."""
 
     @abstractmethod
     def _write_tail_cut(self, changes: WriteSet) -> None:
-        """The store's atomic, durable repair write."""
+        """Write ``changes`` atomically and durably (it repairs the store at open)."""
 
     @abstractmethod
     def _truncate(self, cut: int) -> None:
