@@ -26,6 +26,7 @@ delay_wheel or delay_schedule.
 from __future__ import annotations
 
 from plugmq.core import DelayContext, Family, PluginDeclaration, hookimpl
+from plugmq.kit.options import options_or_default
 from plugmq.plugins.delay_level.options import DelayLevelOptions
 from plugmq.plugins.delay_level.scheduler import (
     NAME,
@@ -49,9 +50,4 @@ def plugmq_declare() -> PluginDeclaration:
 
 @hookimpl
 def plugmq_make_delay_scheduler(context: DelayContext) -> LevelDelayScheduler:
-    options = context.options_for(NAME)
-    if options is None:
-        options = DelayLevelOptions()
-    elif not isinstance(options, DelayLevelOptions):
-        options = DelayLevelOptions(**dict(options))
-    return LevelDelayScheduler(context, options)
+    return LevelDelayScheduler(context, options_or_default(context, NAME, DelayLevelOptions))

@@ -6,9 +6,10 @@ from typing import Any
 
 import attrs
 
-from plugmq.core import ConfigError, validate_topic
+from plugmq.core import ConfigError
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from plugmq.core.plugin_options import apply_renamed_options
+from plugmq.kit.options import topic_name
 from plugmq.plugins.delay_level.offsets import MAX_QUEUES
 
 __all__ = ["DEFAULT_DEAD_LETTER_TOPIC", "DEPRECATED_NAMES", "DelayLevelOptions"]
@@ -50,13 +51,6 @@ def _int_at_least(low: int) -> Any:
     return check
 
 
-def _topic(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    try:
-        validate_topic(value)
-    except Exception as exc:
-        raise ConfigError(f"plugins.delay_level.{attr.name}: {exc}") from exc
-
-
 @attrs.frozen
 class DelayLevelOptions:
     """RocketMQ 4.x fixed delay levels (the delay family's common names: ``clamp_to_max_delay``,
@@ -91,7 +85,7 @@ class DelayLevelOptions:
     dispatch_batch: int = attrs.field(default=1000, validator=_int_at_least(1))
     fsync: bool = attrs.field(default=False, validator=_bool)
     dead_letter_older_than_ms: int = attrs.field(default=0, validator=_int_at_least(0))
-    dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=_topic)
+    dead_letter_topic: str = attrs.field(default=DEFAULT_DEAD_LETTER_TOPIC, validator=topic_name("delay_level"))
     retry_after_error_ms: int = attrs.field(default=1000, validator=_int_at_least(1))
     clamp_over_max: bool | None = attrs.field(default=None, validator=_optional_bool)
     fsync_offsets: bool | None = attrs.field(default=None, validator=_optional_bool)

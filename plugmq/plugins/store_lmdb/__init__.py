@@ -7,6 +7,7 @@ group of concurrent appends is one write transaction. Options: :class:`LmdbOptio
 from __future__ import annotations
 
 from plugmq.core import Family, MessageStore, PluginContext, PluginDeclaration, hookimpl
+from plugmq.kit.options import options_or_default
 from plugmq.plugins.store_lmdb.options import LmdbOptions
 from plugmq.plugins.store_lmdb.store import CAPABILITIES, LmdbStore
 
@@ -28,5 +29,4 @@ def plugmq_declare() -> PluginDeclaration:
 
 @hookimpl
 def plugmq_make_store(context: PluginContext) -> MessageStore | None:
-    options = context.options_for(NAME)
-    return LmdbStore(context, options if options is not None else LmdbOptions(), plugin_name=NAME)
+    return LmdbStore(context, options_or_default(context, NAME, LmdbOptions), plugin_name=NAME)

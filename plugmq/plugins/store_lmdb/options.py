@@ -5,12 +5,9 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
+from plugmq.kit.options import positive_number
+
 _MIB = 1024 * 1024
-
-
-def _positive(_inst: object, attr: attrs.Attribute, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{attr.name} must be a positive number, got {value!r}")
 
 
 @attrs.frozen
@@ -32,12 +29,12 @@ class LmdbOptions:
     """
 
     flush: str = attrs.field(default="async", validator=v.in_(("sync", "async")))
-    flush_interval_ms: int = attrs.field(default=500, validator=[v.instance_of(int), _positive])
+    flush_interval_ms: int = attrs.field(default=500, validator=[v.instance_of(int), positive_number])
     map_size: int = attrs.field(default=256 * _MIB, validator=[v.instance_of(int), v.ge(_MIB)])
     max_map_size: int = attrs.field(default=1 << 40, validator=[v.instance_of(int), v.ge(_MIB)])
     writemap: bool = attrs.field(default=False, validator=v.instance_of(bool))
     max_readers: int = attrs.field(default=126, validator=[v.instance_of(int), v.ge(1)])
-    file_reserved_hours: float = attrs.field(default=72.0, validator=_positive)
+    file_reserved_hours: float = attrs.field(default=72.0, validator=positive_number)
     verify_tail_records: int = attrs.field(default=1024, validator=[v.instance_of(int), v.ge(0)])
     verify_tail_bytes: int = attrs.field(default=64 * _MIB, validator=[v.instance_of(int), v.ge(0)])
     retention_batch: int = attrs.field(default=1000, validator=[v.instance_of(int), v.ge(1)])

@@ -7,6 +7,7 @@ concurrent appends is one atomic WriteBatch. Options: :class:`RocksOptions`.
 from __future__ import annotations
 
 from plugmq.core import Family, MessageStore, PluginContext, PluginDeclaration, hookimpl
+from plugmq.kit.options import options_or_default
 from plugmq.plugins.store_rocks.options import RocksOptions
 from plugmq.plugins.store_rocks.store import CAPABILITIES, RocksStore
 
@@ -28,5 +29,4 @@ def plugmq_declare() -> PluginDeclaration:
 
 @hookimpl
 def plugmq_make_store(context: PluginContext) -> MessageStore | None:
-    options = context.options_for(NAME)
-    return RocksStore(context, options if options is not None else RocksOptions(), plugin_name=NAME)
+    return RocksStore(context, options_or_default(context, NAME, RocksOptions), plugin_name=NAME)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
+from plugmq.kit.options import positive_number
+
 _MIB = 1024 * 1024
-
-
-def _positive(_inst: object, attr: attrs.Attribute, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{attr.name} must be a positive number, got {value!r}")
 
 
 @attrs.frozen
@@ -33,11 +30,11 @@ class RocksOptions:
     """
 
     flush: str = attrs.field(default="async", validator=v.in_(("sync", "async")))
-    flush_interval_ms: int = attrs.field(default=500, validator=[v.instance_of(int), _positive])
+    flush_interval_ms: int = attrs.field(default=500, validator=[v.instance_of(int), positive_number])
     disable_wal: bool = attrs.field(default=False, validator=v.instance_of(bool))
     write_buffer_size: int = attrs.field(default=64 * _MIB, validator=[v.instance_of(int), v.ge(_MIB)])
     compression: str = attrs.field(default="none", validator=v.in_(("none", "lz4", "zstd", "snappy")))
-    file_reserved_hours: float = attrs.field(default=72.0, validator=_positive)
+    file_reserved_hours: float = attrs.field(default=72.0, validator=positive_number)
     verify_tail_records: int = attrs.field(default=1024, validator=[v.instance_of(int), v.ge(0)])
     verify_tail_bytes: int = attrs.field(default=64 * _MIB, validator=[v.instance_of(int), v.ge(0)])
     retention_batch: int = attrs.field(default=1000, validator=[v.instance_of(int), v.ge(1)])

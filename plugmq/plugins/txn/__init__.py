@@ -17,6 +17,7 @@ from plugmq.core import (
     TransactionService,
     hookimpl,
 )
+from plugmq.kit.options import options_or_default
 from plugmq.plugins.txn.options import TxnOptions
 from plugmq.plugins.txn.service import PLUGIN_NAME, TxnService, capabilities_for
 
@@ -36,5 +37,4 @@ def plugmq_declare() -> PluginDeclaration:
 
 @hookimpl
 def plugmq_make_transaction_service(context: TransactionContext) -> TransactionService | None:
-    options = context.options_for(PLUGIN_NAME)
-    return TxnService(context, options if options is not None else TxnOptions())
+    return TxnService(context, options_or_default(context, PLUGIN_NAME, TxnOptions))
