@@ -136,21 +136,21 @@ def command(store: str, flush: str, sends: int, halves: int, body_size: int) -> 
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)
-    send_rates = measure_sends(store, flush, sends, body_size)
-    table = Table(title=f"transactional sends: {store} flush={flush}, {sends:,} x {body_size} B, 1 thread, "
-                        "batch size 1")
-    for column in ("send", "msg/s", "vs plain send"):
-        table.add_column(column, justify="right" if column != "send" else "left")
-    base = send_rates["plain send"]
-    for label, rate in send_rates.items():
+    console.print(_ratio_table(
+        f"transactional sends: {store} flush={flush}, {sends:,} x {body_size} B, 1 thread, batch size 1",
+        ("send", "msg/s", "vs plain send"), measure_sends(store, flush, sends, body_size), "plain send"))
+    console.print(_ratio_table(
+        f"check-back: {halves:,} UNKNOWN half messages, {store} flush={flush}, op log fsync on, ManualClock",
+        ("step", "messages/s", "vs raw read"), measure_checks(store, flush, halves, body_size),
+        "raw read of the halves (baseline)"))
+
+
+def _ratio_table(title: str, columns: tuple[str, str, str], rates: dict[str, float], baseline: str) -> Table:
+    """One row per measurement: its rate, and the ratio to ``rates[baseline]`` of the same run."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column == columns[0] else "right")
+    base = rates[baseline]
+    for label, rate in rates.items():
         table.add_row(label, f"{rate:,.0f}", f"{rate / base:.3f}")
-    console.print(table)
-    check_rates = measure_checks(store, flush, halves, body_size)
-    table = Table(title=f"check-back: {halves:,} UNKNOWN half messages, {store} flush={flush}, op log fsync on, "
-                        "ManualClock")
-    for column in ("step", "messages/s", "vs raw read"):
-        table.add_column(column, justify="right" if column != "step" else "left")
-    base = check_rates["raw read of the halves (baseline)"]
-    for label, rate in check_rates.items():
-        table.add_row(label, f"{rate:,.0f}", f"{rate / base:.3f}")
-    console.print(table)
+    return table
