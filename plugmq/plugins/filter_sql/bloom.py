@@ -18,20 +18,7 @@ import zlib
 from collections.abc import Mapping
 
 from plugmq.core.names import Prop
-from plugmq.plugins.filter_sql.nodes import (
-    Between,
-    BooleanCast,
-    Compare,
-    Constant,
-    In,
-    IsNull,
-    JType,
-    Logic,
-    Node,
-    Not,
-    Property,
-    StringMatch,
-)
+from plugmq.plugins.filter_sql import nodes
 
 __all__ = ["BLOOM_BITS_PER_NAME", "name_bits", "property_bloom", "required_properties"]
 
@@ -59,59 +46,59 @@ _Need = tuple[frozenset[str], frozenset[str]]  # (needed for TRUE, needed for FA
 _NONE: frozenset[str] = frozenset()
 
 
-def required_properties(node: Node) -> frozenset[str]:
+def required_properties(node: nodes.Node) -> frozenset[str]:
     """Property names that must be present for ``node`` to evaluate TRUE."""
     return _need(node)[0]
 
 
-def _props(node: Node) -> frozenset[str]:
-    return frozenset((node.name,)) if isinstance(node, Property) else _NONE
+def _props(node: nodes.Node) -> frozenset[str]:
+    return frozenset((node.name,)) if isinstance(node, nodes.Property) else _NONE
 
 
-def _never_null(node: Node) -> bool:
-    return isinstance(node, Constant) and node.jtype is not JType.NULL
+def _never_null(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.Constant) and node.jtype is not nodes.JType.NULL
 
 
-def _need(node: Node) -> _Need:
-    if isinstance(node, Constant):
+def _need(node: nodes.Node) -> _Need:
+    if isinstance(node, nodes.Constant):
         return _NONE, _NONE
-    if isinstance(node, BooleanCast):
+    if isinstance(node, nodes.BooleanCast):
         present = _props(node.operand)
         return present, present
-    if isinstance(node, Not):
+    if isinstance(node, nodes.Not):
         true, false = _need(node.operand)
         return false, true
-    if isinstance(node, Logic):
+    if isinstance(node, nodes.Logic):
         parts = [_need(o) for o in node.operands]
         trues = [t for t, _ in parts]
         falses = [f for _, f in parts]
         if node.op == "AND":  # TRUE needs every operand TRUE; FALSE needs one operand FALSE
             return frozenset().union(*trues), frozenset.intersection(*falses)
         return frozenset.intersection(*trues), frozenset().union(*falses)
-    if isinstance(node, Compare):
+    if isinstance(node, nodes.Compare):
         if node.op in ("=", "<>"):
             equal = _equal_need(node.left, node.right)
             return equal if node.op == "=" else (equal[1], equal[0])
         both = _props(node.left) | _props(node.right)  # NULL unless both sides are present
         return both, both
-    if isinstance(node, IsNull):
+    if isinstance(node, nodes.IsNull):
         present = _props(node.operand)
         return (present, _NONE) if node.negated else (_NONE, present)
-    if isinstance(node, Between):
+    if isinstance(node, nodes.Between):
         if node.negated:
-            return _need(Logic(node.pos, "OR", (Compare(node.pos, "<", node.value, node.low),
-                                                Compare(node.pos, ">", node.value, node.high))))
-        return _need(Logic(node.pos, "AND", (Compare(node.pos, ">=", node.value, node.low),
-                                             Compare(node.pos, "<=", node.value, node.high))))
-    if isinstance(node, In):
+            return _need(nodes.Logic(node.pos, "OR", (nodes.Compare(node.pos, "<", node.value, node.low),
+                                                      nodes.Compare(node.pos, ">", node.value, node.high))))
+        return _need(nodes.Logic(node.pos, "AND", (nodes.Compare(node.pos, ">=", node.value, node.low),
+                                                   nodes.Compare(node.pos, "<=", node.value, node.high))))
+    if isinstance(node, nodes.In):
         present = _props(node.operand)
         return present, present
-    if isinstance(node, StringMatch):
+    if isinstance(node, nodes.StringMatch):
         return _props(node.operand), _NONE  # missing is FALSE, never TRUE
     return _NONE, _NONE
 
 
-def _equal_need(left: Node, right: Node) -> _Need:
+def _equal_need(left: nodes.Node, right: nodes.Node) -> _Need:
     # TRUE: both missing or both present. FALSE: the left side is present.
     true = _NONE
     if _never_null(left):

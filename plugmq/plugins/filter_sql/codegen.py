@@ -22,21 +22,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from plugmq.core.errors import FilterEvaluationError
+from plugmq.plugins.filter_sql import nodes
 from plugmq.plugins.filter_sql.javanum import MEMOS
-from plugmq.plugins.filter_sql.nodes import (
-    BooleanCast,
-    Compare,
-    Constant,
-    In,
-    IsNull,
-    JType,
-    Node,
-    Property,
-)
 
 __all__ = ["generate_logic"]
 
-_MEMO_TAG = {JType.INT: "I", JType.LONG: "L"}
+_MEMO_TAG = {nodes.JType.INT: "I", nodes.JType.LONG: "L"}
 _FAST_DIGITS = {"I": 9, "L": 18}  # up to this many ASCII digits always parse and fit the type
 _PY_OP = {"=": "==", "<>": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _INLINE_LIMIT = 8  # beyond this many operands, track "unknown" with a flag instead of one test
@@ -84,26 +75,27 @@ class _Locals:
         return var
 
 
-def _inline(node: Node, i: int, ns: dict[str, Any], local: _Locals, body: list[str]) -> bool:
+def _inline(node: nodes.Node, i: int, ns: dict[str, Any], local: _Locals, body: list[str]) -> bool:
     """Append statements setting ``r{i}`` for a simple operand; False when it needs its closure."""
-    if isinstance(node, IsNull) and isinstance(node.operand, Property):
+    if isinstance(node, nodes.IsNull) and isinstance(node.operand, nodes.Property):
         value = local.value(node.operand.name, body)
         body.append(f"r{i} = {value} is {'not ' if node.negated else ''}None")
         return True
-    if isinstance(node, BooleanCast):
+    if isinstance(node, nodes.BooleanCast):
         value = local.value(node.operand.name, body)
         body.append(f"r{i} = None if {value} is None else False")  # a string is never a Boolean
         return True
-    if isinstance(node, In):
+    if isinstance(node, nodes.In):
         value = local.value(node.operand.name, body)
         ns[f"K{i}"] = frozenset(node.values)
         body.append(f"r{i} = None if {value} is None else {value} {'not in' if node.negated else 'in'} K{i}")
         return True
-    if isinstance(node, Compare) and isinstance(node.left, Property) and isinstance(node.right, Constant):
+    if (isinstance(node, nodes.Compare) and isinstance(node.left, nodes.Property)
+            and isinstance(node.right, nodes.Constant)):
         ns[f"K{i}"] = node.right.value
         op = _PY_OP[node.op]
         jtype = node.right.jtype
-        if jtype is JType.STRING and node.op in ("=", "<>"):
+        if jtype is nodes.JType.STRING and node.op in ("=", "<>"):
             value = local.value(node.left.name, body)
             body.append(f"r{i} = None if {value} is None else {value} {op} K{i}")
             return True
@@ -114,7 +106,7 @@ def _inline(node: Node, i: int, ns: dict[str, Any], local: _Locals, body: list[s
     return False
 
 
-def generate_logic(op: str, operands: Sequence[Node], compile_operand: Callable[[Node], Callable[..., Any]],
+def generate_logic(op: str, operands: Sequence[nodes.Node], compile_operand: Callable[[nodes.Node], Callable[..., Any]],
                    *, as_matches: bool = False) -> Callable[..., Any]:
     """One function evaluating ``operands[0] op operands[1] op ...`` (op is AND or OR).
 

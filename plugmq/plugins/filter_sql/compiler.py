@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from plugmq.core.errors import FilterEvaluationError
+from plugmq.plugins.filter_sql import nodes
 from plugmq.plugins.filter_sql.codegen import generate_logic
 from plugmq.plugins.filter_sql.javanum import (
     INT_MAX,
@@ -43,21 +44,6 @@ from plugmq.plugins.filter_sql.javanum import (
     java_long_value_of,
     make_compare,
 )
-from plugmq.plugins.filter_sql.nodes import (
-    Between,
-    BooleanCast,
-    Compare,
-    Constant,
-    In,
-    IsNull,
-    JType,
-    Logic,
-    Negate,
-    Node,
-    Not,
-    Property,
-    StringMatch,
-)
 
 __all__ = ["Condition", "compile_condition"]
 
@@ -65,7 +51,8 @@ Props = Mapping[str, str]
 Condition = Callable[..., "bool | None"]  # (properties, tags=None)
 Getter = Callable[..., Any]
 
-_TAG = {JType.INT: "I", JType.LONG: "L", JType.DOUBLE: "D", JType.STRING: "S", JType.BOOLEAN: "B", JType.NULL: "N"}
+_TAG = {nodes.JType.INT: "I", nodes.JType.LONG: "L", nodes.JType.DOUBLE: "D", nodes.JType.STRING: "S",
+        nodes.JType.BOOLEAN: "B", nodes.JType.NULL: "N"}
 # The class of a non-None runtime value, per static tag.
 _RUNTIME = {"P": "S", "X": "B", "I": "I", "L": "L", "D": "D", "S": "S", "B": "B"}
 _CONSTANT_TAGS = frozenset("ILDSB")
@@ -86,19 +73,19 @@ class _Value:
     name: str = ""  # the property name, when tag is P
 
 
-def compile_condition(node: Node) -> Condition:
+def compile_condition(node: nodes.Node) -> Condition:
     """The closure for a condition node (the parser guarantees ``node.is_boolean`` or a cast)."""
     kind = type(node)
-    if kind is Constant:
+    if kind is nodes.Constant:
         value = node.value  # type: ignore[attr-defined]
         return lambda _p, _tags=None: value
-    if kind is BooleanCast:
+    if kind is nodes.BooleanCast:
         return _boolean_cast(node.operand.name)  # type: ignore[attr-defined]
-    if kind is Not:
+    if kind is nodes.Not:
         return _not(compile_condition(node.operand))  # type: ignore[attr-defined]
-    if kind is Logic:
+    if kind is nodes.Logic:
         return generate_logic(node.op, list(node.operands), compile_condition)  # type: ignore[attr-defined]
-    if kind is Compare:
+    if kind is nodes.Compare:
         left, right = _value(node.left), _value(node.right)  # type: ignore[attr-defined]
         op = node.op  # type: ignore[attr-defined]
         if op == "=":
@@ -106,18 +93,18 @@ def compile_condition(node: Node) -> Condition:
         if op == "<>":
             return _not_equal(left, right)
         return _ordering(op, left, right)
-    if kind is IsNull:
+    if kind is nodes.IsNull:
         return _is_null(_value(node.operand), node.negated)  # type: ignore[attr-defined]
-    if kind is Between:
+    if kind is nodes.Between:
         value, low, high = node.value, node.low, node.high  # type: ignore[attr-defined]
         if node.negated:  # type: ignore[attr-defined]
-            parts = [Compare(node.pos, "<", value, low), Compare(node.pos, ">", value, high)]
+            parts = [nodes.Compare(node.pos, "<", value, low), nodes.Compare(node.pos, ">", value, high)]
             return generate_logic("OR", parts, compile_condition)
-        parts = [Compare(node.pos, ">=", value, low), Compare(node.pos, "<=", value, high)]
+        parts = [nodes.Compare(node.pos, ">=", value, low), nodes.Compare(node.pos, "<=", value, high)]
         return generate_logic("AND", parts, compile_condition)
-    if kind is In:
+    if kind is nodes.In:
         return _in(node.operand.name, frozenset(node.values), node.negated)  # type: ignore[attr-defined]
-    if kind is StringMatch:
+    if kind is nodes.StringMatch:
         return _string_match(node.op, _value(node.operand), node.search, node.negated)  # type: ignore[attr-defined]
     raise TypeError(f"not a condition node: {node!r}")  # the parser never builds one
 
@@ -134,14 +121,14 @@ def _wrap(value: int, jtype: str) -> int:
     return value
 
 
-def _value(node: Node) -> _Value:
-    if isinstance(node, Constant):
+def _value(node: nodes.Node) -> _Value:
+    if isinstance(node, nodes.Constant):
         value = node.value
         return _Value(lambda _p, _tags=None: value, _TAG[node.jtype], value)
-    if isinstance(node, Property):
+    if isinstance(node, nodes.Property):
         name = node.name
         return _Value(lambda p, _tags=None: p.get(name), "P", name=name)
-    if isinstance(node, Negate):
+    if isinstance(node, nodes.Negate):
         inner = _value(node.operand)
         if inner.tag in ("I", "L", "D"):
             negated = -inner.const if inner.tag == "D" else _wrap(-inner.const, inner.tag)
