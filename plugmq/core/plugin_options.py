@@ -36,16 +36,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
-from plugmq.core.schema import (
-    Mismatch,
-    converter,
-    defaults_of,
-    describe_type,
-    field_hook,
-    leaves,
-    reason,
-    shown,
-)
+from plugmq.core.schema import Mismatch, converter, defaults_of, describe_type, field_hook, leaves, reason, shown
 
 __all__ = ["apply_renamed_options", "build_plugin_options", "describe_type", "value_fits"]
 
