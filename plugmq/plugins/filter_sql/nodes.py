@@ -76,6 +76,16 @@ class Node:
         return self.describe()
 
 
+class _OneOperand:
+    """Mixed into the nodes whose one child is ``operand`` (each declares the field)."""
+
+    __slots__ = ()
+    operand: Node
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.operand,)
+
+
 def _wrap(node: Node) -> str:
     return node.describe() if node.atomic else f"({node.describe()})"
 
@@ -122,22 +132,19 @@ class Property(Node):
 
 
 @attrs.frozen
-class Negate(Node):
+class Negate(_OneOperand, Node):
     operand: Node
 
     @property
     def is_boolean(self) -> bool:
         return False
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
-
     def describe(self) -> str:
         return f"-{_wrap(self.operand)}"
 
 
 @attrs.frozen
-class BooleanCast(Node):
+class BooleanCast(_OneOperand, Node):
     """A bare property used as a condition (RocketMQ's implicit boolean cast)."""
 
     operand: Property
@@ -146,19 +153,13 @@ class BooleanCast(Node):
     def atomic(self) -> bool:
         return True
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
-
     def describe(self) -> str:
         return self.operand.describe()
 
 
 @attrs.frozen
-class Not(Node):
+class Not(_OneOperand, Node):
     operand: Node
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
 
     def describe(self) -> str:
         return f"NOT {_wrap(self.operand)}"
@@ -195,12 +196,9 @@ class Compare(Node):
 
 
 @attrs.frozen
-class IsNull(Node):
+class IsNull(_OneOperand, Node):
     operand: Node
     negated: bool
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
 
     def describe(self) -> str:
         return f"{_wrap(self.operand)} IS {'NOT ' if self.negated else ''}NULL"
@@ -222,13 +220,10 @@ class Between(Node):
 
 
 @attrs.frozen
-class In(Node):
+class In(_OneOperand, Node):
     operand: Property
     values: tuple[str, ...]
     negated: bool
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
 
     def describe(self) -> str:
         word = "NOT IN" if self.negated else "IN"
@@ -236,16 +231,13 @@ class In(Node):
 
 
 @attrs.frozen
-class StringMatch(Node):
+class StringMatch(_OneOperand, Node):
     """CONTAINS / STARTSWITH / ENDSWITH and their NOT forms (the search is a string literal)."""
 
     op: str
     operand: Node
     search: str
     negated: bool
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.operand,)
 
     def describe(self) -> str:
         return f"{_wrap(self.operand)} {'NOT ' if self.negated else ''}{self.op} {render_string(self.search)}"
