@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from plugmq.admin.messaging import consume_messages
 from plugmq.broker.broker import Broker
 from plugmq.cli import main
-from plugmq.core import MessageQueue
+from plugmq.core import Message, MessageQueue
+from plugmq.testing import WAIT_S, wait_for
 
 TOPIC = "Console"
 
@@ -81,3 +84,19 @@ def test_send_and_consume_against_plugmq_serve_meet_the_official_client(tmp_path
     with Broker.open(tmp_path / "data") as broker:  # two sends, two messages stored
         stored = sum(broker.max_offset(MessageQueue(TOPIC, broker.name, q)) for q in range(2))
         assert stored == 2
+
+
+def test_consume_waits_for_a_message_sent_while_it_waits(tmp_path: Path) -> None:
+    with Broker.open(tmp_path / "data", plugins=["store_mmap"]) as broker:
+        broker.create_topic(TOPIC, 1)
+        assert consume_messages(broker, TOPIC, wait_s=0) == [], "no wait: what is there now"
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(consume_messages, broker, TOPIC, wait_s=WAIT_S)
+            # The arrivals' count of waiters is the one sign that the consume is waiting, not reading.
+            wait_for(lambda: broker._parts.arrivals._waiting > 0, WAIT_S, "the consume to wait")
+            broker.put(Message(TOPIC, b"late"), 0)
+            assert [m.body for m in waiting.result(timeout=WAIT_S)] == ["late"]
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\nplugins = ["store_mmap"]\n')
+    result = CliRunner().invoke(main, ["consume", TOPIC, "--wait", "51", "--config", str(config)])
+    assert result.exit_code != 0 and "wait_s must be a number of seconds 0..50" in result.output

@@ -23,11 +23,14 @@ from plugmq.core.message import Message
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import validate_group, validate_topic
 
-__all__ = ["CONSOLE_GROUP", "SentMessage", "consume_messages", "send_message"]
+__all__ = ["CONSOLE_GROUP", "MAX_WAIT_S", "SentMessage", "consume_messages", "send_message"]
 
 #: The consumer group ``plugmq consume`` reads as unless told another.
 CONSOLE_GROUP = "plugmq-console"
 _INVISIBLE_MS = 30_000  # only until the ack right after the receive
+#: The longest ``plugmq consume --wait`` (below the admin client's 60 s call timeout).
+MAX_WAIT_S = 50.0
+_WAIT_SLICE_S = 0.5
 
 
 @attrs.frozen
@@ -68,18 +71,29 @@ def send_message(broker: Administered, topic: str, body: str, *, body_encoding: 
 
 
 def consume_messages(broker: Administered, topic: str, group: str = CONSOLE_GROUP, count: int = 1,
-                     *, from_first: bool = True) -> list[MessageView]:
+                     *, from_first: bool = True, wait_s: float = 0.0) -> list[MessageView]:
     """Up to ``count`` of ``topic``'s messages ``group`` has not consumed yet, acknowledged once read.
 
     A group that never read the topic starts at its first message (``from_first``) or at the
-    messages sent from now on. What is there now is returned: an empty list when nothing is."""
+    messages sent from now on. When nothing is there, waits up to ``wait_s`` seconds (of the
+    broker's clock) for a first message, then returns what came: an empty list when nothing did."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
         raise ValidationError(f"consume-message: count must be an integer 1..1024, got {count!r}")
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s <= MAX_WAIT_S:
+        raise ValidationError(f"consume-message: wait_s must be a number of seconds 0..{MAX_WAIT_S:g}, "
+                              f"got {wait_s!r} (an admin call holds a server thread while it waits)")
     validate_topic(topic)
     validate_group(group)
-    received = broker.pop.receive(group, topic, None, count, _INVISIBLE_MS,
-                                  consume_from=ConsumeFrom.FIRST_OFFSET if from_first else ConsumeFrom.LAST_OFFSET,
-                                  client_id="plugmq-console")
+    consume_from = ConsumeFrom.FIRST_OFFSET if from_first else ConsumeFrom.LAST_OFFSET
+    deadline = broker.clock.monotonic() + wait_s
+    while True:
+        received = broker.pop.receive(group, topic, None, count, _INVISIBLE_MS, consume_from=consume_from,
+                                      client_id="plugmq-console")
+        remaining = deadline - broker.clock.monotonic()
+        if received or remaining <= 0:
+            break
+        # Woken by an arrival anywhere; a short slice bounds a wake-up lost between receive and wait.
+        broker.wait_for_messages(min(remaining, _WAIT_SLICE_S))
     for message in received:
         broker.pop.ack(group, topic, message.receipt_handle, client_id="plugmq-console")
     return [MessageView.of(message) for message in received]

@@ -193,10 +193,12 @@ def _send_message(admin: BrokerAdmin, args: _Args) -> Any:
 
 
 def _consume_message(admin: BrokerAdmin, args: _Args) -> Any:
-    a = _take(args, "consume-message", ["topic"], {"group": messaging.CONSOLE_GROUP, "count": 1, "from_first": True})
+    a = _take(args, "consume-message", ["topic"],
+              {"group": messaging.CONSOLE_GROUP, "count": 1, "from_first": True, "wait_s": 0})
     if not isinstance(a["from_first"], bool):
         raise ValidationError(f"consume-message: from_first must be true or false, got {a['from_first']!r}")
-    return messaging.consume_messages(admin.broker, a["topic"], a["group"], a["count"], from_first=a["from_first"])
+    return messaging.consume_messages(admin.broker, a["topic"], a["group"], a["count"], from_first=a["from_first"],
+                                      wait_s=a["wait_s"])
 
 
 VERBS = {

@@ -124,6 +124,10 @@ class Administered(_Identity, _Services, Sending, Protocol):
     def delete_group(self, group: str) -> int:
         ...
 
+    def wait_for_messages(self, timeout: float) -> None:
+        """Block until messages arrive or ``timeout`` real seconds passed."""
+        ...
+
     @property
     def rate_limits(self) -> RateLimiter:
         ...

@@ -57,10 +57,14 @@ def send(target: _Target, as_json: bool, topic: str, body: str | None, tags: str
               help="At most this many messages.")
 @click.option("--from-now", is_flag=True,
               help="A group new to the topic starts at messages sent from now on (default: its first message).")
+@click.option("--wait", "wait_s", type=click.FloatRange(0), default=0, show_default=True, metavar="SECONDS",
+              help="When nothing is there, wait this long (at most 50) for a first message.")
 @_target_options
-def consume(target: _Target, as_json: bool, topic: str, group: str, count: int, from_now: bool) -> None:
+def consume(target: _Target, as_json: bool, topic: str, group: str, count: int, from_now: bool,
+            wait_s: float) -> None:
     """Read the next messages of TOPIC for a consumer group, and acknowledge them (they are consumed).
 
-    Prints what is there now ("no messages" when nothing is): it does not wait for more."""
-    args = {"topic": topic, "group": group, "count": count, "from_first": not from_now}
+    Prints what is there now ("no messages" when nothing is), or with --wait what arrives within
+    that many seconds (useful against a running plugmq serve)."""
+    args = {"topic": topic, "group": group, "count": count, "from_first": not from_now, "wait_s": wait_s}
     _emit(target.run("consume-message", args), as_json, _render_messages)
