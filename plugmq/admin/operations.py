@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+
+import attrs
 
 from plugmq.admin.insight import ClientDirectory
 from plugmq.admin.values import (
@@ -53,6 +55,16 @@ def _topic_kind(topic: str) -> str:
     if topic.startswith(DLQ_PREFIX):
         return "dlq"
     return "system" if is_system_topic(topic) else "normal"
+
+
+@attrs.frozen
+class _ResendScope:
+    """What a DLQ resend takes: just ``wanted`` ids (empty: every letter after the group's
+    ``cursor``), at most ``limit`` in all."""
+
+    wanted: set[str]
+    limit: int
+    cursor: OffsetStore
 
 
 class BrokerAdmin:
@@ -251,28 +263,8 @@ class BrokerAdmin:
         def keep(current: int | None, target: int) -> bool:
             return not force and current is not None and target >= current
 
-        rows: list[QueueReset] = []
-        committed = {q: o for (t, q), o in self._offset_entries(group).items() if t == topic}
-        moved: list[str] = []
-        if committed:
-            offsets = self.broker.offsets(group)
-            changes = {q: t for q, t in targets.items() if not keep(committed.get(q), t)}
-
-            def move() -> None:
-                for queue_id, target in changes.items():
-                    offsets.update(queues[queue_id], target)
-
-            moved = self.broker.groups.reposition(group, [queues[q] for q in changes], move)
-            rows += [QueueReset(q, OFFSET_MODE, committed.get(q), changes.get(q, committed.get(q, t)))
-                     for q, t in targets.items()]
-        lanes = {lane.queue_id: lane for lane in self.broker.pop.progress(group) if lane.topic == topic}
-        if lanes:
-            changes = {q: t for q, t in targets.items()
-                       if not keep(lanes[q].done_below if q in lanes else None, t)}
-            previous = self.broker.pop.reset(group, topic, changes)
-            for q, t in targets.items():
-                before = previous.get(q, lanes[q].next_offset if q in lanes else None)
-                rows.append(QueueReset(q, POP_MODE, before, changes.get(q, lanes[q].next_offset if q in lanes else t)))
+        rows, moved = self._reset_committed(group, topic, queues, targets, keep)
+        rows += self._reset_pop(group, topic, targets, keep)
         if not rows:
             raise ValidationError(f"consumer group {group!r} has never consumed topic {topic!r} on broker "
                                   f"{self.broker.name!r}, so it has no position to reset; consumer-progress "
@@ -280,6 +272,38 @@ class BrokerAdmin:
         log.info("consumer offsets reset", group=group, topic=topic, timestamp_ms=timestamp_ms, force=force,
                  members=moved)
         return ResetResult(group, topic, timestamp_ms, force, tuple(rows), tuple(moved))
+
+    def _reset_committed(self, group: str, topic: str, queues: list[MessageQueue], targets: dict[int, int],
+                         keep: Callable[[int | None, int], bool]) -> tuple[list[QueueReset], list[str]]:
+        """Move the group's committed offsets (its push consumers release and retake the queues)."""
+        committed = {q: o for (t, q), o in self._offset_entries(group).items() if t == topic}
+        if not committed:
+            return [], []
+        offsets = self.broker.offsets(group)
+        changes = {q: t for q, t in targets.items() if not keep(committed.get(q), t)}
+
+        def move() -> None:
+            for queue_id, target in changes.items():
+                offsets.update(queues[queue_id], target)
+
+        moved = self.broker.groups.reposition(group, [queues[q] for q in changes], move)
+        rows = [QueueReset(q, OFFSET_MODE, committed.get(q), changes.get(q, committed.get(q, t)))
+                for q, t in targets.items()]
+        return rows, moved
+
+    def _reset_pop(self, group: str, topic: str, targets: dict[int, int],
+                   keep: Callable[[int | None, int], bool]) -> list[QueueReset]:
+        """Move the group's pop cursors (its in-flight messages are forgotten)."""
+        lanes = {lane.queue_id: lane for lane in self.broker.pop.progress(group) if lane.topic == topic}
+        if not lanes:
+            return []
+        changes = {q: t for q, t in targets.items() if not keep(lanes[q].done_below if q in lanes else None, t)}
+        previous = self.broker.pop.reset(group, topic, changes)
+        rows = []
+        for q, t in targets.items():
+            before = previous.get(q, lanes[q].next_offset if q in lanes else None)
+            rows.append(QueueReset(q, POP_MODE, before, changes.get(q, lanes[q].next_offset if q in lanes else t)))
+        return rows
 
     # -------------------------------------------------------------------------------- dead letters
     def _resend_cursor(self, group: str) -> OffsetStore:
@@ -311,35 +335,13 @@ class BrokerAdmin:
                                   f"{self.broker.name!r}: none of its messages was dead-lettered")
         wanted = {i.strip().upper() if re.fullmatch(r"[0-9A-Fa-f]{32}", i.strip()) else i.strip() for i in ids}
         cursor = self._resend_cursor(group)
-        store = self.broker.store
         resent: list[ResentMessage] = []
         skipped: list[str] = []
         remaining = 0
         try:
             for queue_id in range(count):
-                queue = MessageQueue(dlq, self.broker.name, queue_id)
-                low, high = store.min_offset(dlq, queue_id), store.max_offset(dlq, queue_id)
-                offset = low if wanted else min(max(cursor.read(queue) or 0, low), high)
-                while offset < high:
-                    entries = store.read_queue(dlq, queue_id, offset, min(256, high - offset))
-                    if not entries:
-                        break
-                    for entry in entries:
-                        if len(resent) >= limit:
-                            remaining += high - entry.queue_offset
-                            offset = high
-                            break
-                        offset = entry.queue_offset + 1
-                        message = store.read(entry.commit_log_offset, entry.size)
-                        if message is None:
-                            continue
-                        if wanted and not ({message.msg_id, message.unique_id} & wanted):
-                            continue
-                        sent = self._resend_one(group, message, target, skipped)
-                        if sent is not None:
-                            resent.append(sent)
-                        if not wanted:
-                            cursor.update(queue, offset, persist=False)
+                remaining += self._resend_queue(MessageQueue(dlq, self.broker.name, queue_id), group, target,
+                                                _ResendScope(wanted, limit, cursor), resent, skipped)
         finally:
             cursor.persist()
         found = {r.unique_id for r in resent} | {r.msg_id for r in resent}
@@ -348,6 +350,31 @@ class BrokerAdmin:
         log.info("dead letters resent", group=group, dead_letter_topic=dlq, target=target, resent=len(resent),
                  remaining=remaining)
         return ResendResult(group, dlq, target, tuple(resent), tuple(skipped), remaining)
+
+    def _resend_queue(self, queue: MessageQueue, group: str, target: str, scope: _ResendScope,
+                      resent: list[ResentMessage], skipped: list[str]) -> int:
+        """Resend one DLQ queue's dead letters in scope (appended to ``resent``); returns how many
+        were left for a later call because ``scope.limit`` was reached."""
+        store = self.broker.store
+        low, high = store.min_offset(queue.topic, queue.queue_id), store.max_offset(queue.topic, queue.queue_id)
+        offset = low if scope.wanted else min(max(scope.cursor.read(queue) or 0, low), high)
+        while offset < high:
+            entries = store.read_queue(queue.topic, queue.queue_id, offset, min(256, high - offset))
+            if not entries:
+                break
+            for entry in entries:
+                if len(resent) >= scope.limit:
+                    return high - entry.queue_offset
+                offset = entry.queue_offset + 1
+                message = store.read(entry.commit_log_offset, entry.size)
+                if message is None or (scope.wanted and not ({message.msg_id, message.unique_id} & scope.wanted)):
+                    continue
+                sent = self._resend_one(group, message, target, skipped)
+                if sent is not None:
+                    resent.append(sent)
+                if not scope.wanted:
+                    scope.cursor.update(queue, offset, persist=False)
+        return 0
 
     def _resend_one(self, group: str, message: StoredMessage, target: str, skipped: list[str]) -> ResentMessage | None:
         original = message.properties.get(Prop.RETRY_TOPIC)
