@@ -229,7 +229,6 @@ def _stale_acks(sends: list[Send], roles: list[RoleSample]) -> list[StaleAck]:
 
 def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivered_at: list[float],
                     stale: list[StaleAck], sends: list[Send], receives: list[Receive]) -> list[FaultOutcome]:
-    outcomes = []
     windows = sorted(windows, key=lambda w: w.t0)
     starts = [w.t0 for w in windows]
     last = max([s.t1 for s in sends] + [r.t1 for r in receives] + [w.t1 for w in windows], default=0.0)
@@ -238,20 +237,49 @@ def _fault_outcomes(windows: list[FaultWindow], lost_at: list[float], redelivere
         index = next((i for i, w in enumerate(windows) if w.t1 >= acked_at), None)
         if index is not None:
             charged[index] += 1
+    outcomes = []
     for index, window in enumerate(windows):
         following = starts[index + 1] if index + 1 < len(starts) else None
-        until = following if following is not None else max(last, window.t1)
-        sent = [s.t1 for s in sends if s.ok and window.t0 <= s.t0 < until]
-        received = [r.t1 for r in receives if r.ok and window.t0 <= r.t0 < until]
-        def mine(t: float) -> bool:
-            return t >= window.t0 and (following is None or t < following)  # noqa: B023 - used at once
-
-        redelivered = sum(1 for t in redelivered_at if mine(t))
-        stale_here = [a.acked_at - a.newer_since for a in stale if mine(a.acked_at)]
-        outcomes.append(FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, charged[index],
-                                     redelivered, len(stale_here), max(stale_here, default=0.0), min(sent) - window.t0 if sent else None,
-                                     min(received) - window.t0 if received else None, until - window.t0))
+        outcomes.append(_window_outcome(window, following, max(last, window.t1), charged[index], redelivered_at,
+                                        stale, sends, receives))
     return outcomes
+
+
+def _window_outcome(window: FaultWindow, following: float | None, last: float, lost: int,
+                    redelivered_at: list[float], stale: list[StaleAck], sends: list[Send],
+                    receives: list[Receive]) -> FaultOutcome:
+    """One fault's outcome: what happened from its start to the next fault's (or the run's end)."""
+    until = following if following is not None else last
+    sent = [s.t1 for s in sends if s.ok and window.t0 <= s.t0 < until]
+    received = [r.t1 for r in receives if r.ok and window.t0 <= r.t0 < until]
+
+    def mine(t: float) -> bool:
+        return t >= window.t0 and (following is None or t < following)
+
+    redelivered = sum(1 for t in redelivered_at if mine(t))
+    stale_here = [a.acked_at - a.newer_since for a in stale if mine(a.acked_at)]
+    return FaultOutcome(window.name, window.round, window.target, window.t0, window.t1, lost, redelivered,
+                        len(stale_here), max(stale_here, default=0.0), min(sent) - window.t0 if sent else None,
+                        min(received) - window.t0 if received else None, until - window.t0)
+
+
+def _stored_positions(readback: list[Readback]) -> dict[str, tuple[int, int]]:
+    """Where the read-back found each body (queue, offset); the last copy where it is twice."""
+    return {entry.body: (entry.queue, entry.offset) for entry in readback
+            if entry.queue is not None and entry.offset is not None}
+
+
+def _duplicate_deliveries(deliveries: list[Delivery]) -> int:
+    """Deliveries of a body to a group beyond its first."""
+    per_group = collections.Counter((d.group, d.body) for d in deliveries)
+    return sum(n - 1 for n in per_group.values() if n > 1)
+
+
+def _stale(roles: list[RoleSample], sends: list[Send]) -> list[StaleAck]:
+    # Brokers that count their acks say who acked; otherwise the addressed broker is the guess.
+    if any(r.acked is not None for r in roles):
+        return _counted_stale_acks(roles)
+    return _stale_acks(sends, roles)
 
 
 def check(events: Iterable[Event]) -> CheckResult:
@@ -268,25 +296,18 @@ def check(events: Iterable[Event]) -> CheckResult:
     roles: list[RoleSample] = by_kind[RoleSample]
     acked = [s for s in sends if s.ok]
     stored = collections.Counter(r.body for r in readback)
-    stored_at: dict[str, tuple[int, int]] = {}
-    for entry in readback:
-        if entry.queue is not None and entry.offset is not None:
-            stored_at[entry.body] = (entry.queue, entry.offset)
     lost_sends = [s for s in acked if s.body not in stored]
     delivered = {d.body for d in deliveries}
-    per_group = collections.Counter((d.group, d.body) for d in deliveries)
     redelivered = _redeliveries(acks, deliveries)
-    # Brokers that count their acks say who acked; otherwise the addressed broker is the guess.
-    stale = (_counted_stale_acks(roles) if any(r.acked is not None for r in roles)
-             else _stale_acks(sends, roles))
+    stale = _stale(roles, sends)
     return CheckResult(
         sends=len(sends), acked=len(acked), send_failures=len(sends) - len(acked), read_back=len(readback),
         lost=tuple(s.body for s in lost_sends),
         lost_seen=tuple(s.body for s in lost_sends if s.body in delivered),
         redelivered_after_ack=tuple(redelivered),
         position_conflicts=tuple(_conflicts(sends, deliveries, readback)),
-        reordered=tuple(_reorderings(acked, stored_at)),
-        duplicate_deliveries=sum(n - 1 for n in per_group.values() if n > 1),
+        reordered=tuple(_reorderings(acked, _stored_positions(readback))),
+        duplicate_deliveries=_duplicate_deliveries(deliveries),
         stored_twice=tuple(sorted(b for b, n in stored.items() if n > 1)),
         failed_but_stored=sum(1 for s in sends if not s.ok and s.body in stored),
         stale_acks=tuple(stale),
