@@ -230,18 +230,21 @@ class VirtualReplay(Replay):
         if self.w.churn is not None:
             r.metric("allocation_membership_changes", len(self.changes), "", deterministic=True)
             if self.changes:
-                changes = self.changes
-                moved = [c.moved for c in changes]
-                ratios = [c.imbalance for c in changes if c.imbalance is not None]
-                r.metric("allocation_queues_moved_per_change", sum(moved) / len(moved), "queues", deterministic=True)
-                r.metric("allocation_queues_moved_max", max(moved), "queues", deterministic=True)
-                r.metric("allocation_changes_moving_nothing", sum(1 for m in moved if m == 0), "", deterministic=True)
-                r.metric("allocation_overload", sum(c.overload for c in changes) / len(changes), "x",
-                         deterministic=True)
-                r.metric("allocation_overload_max", max(c.overload for c in changes), "x", deterministic=True)
-                r.metric("allocation_idle_member_changes", sum(1 for c in changes if c.idle), "", deterministic=True)
-                if ratios:
-                    r.metric("allocation_imbalance", sum(ratios) / len(ratios), "x", deterministic=True)
-                    r.metric("allocation_imbalance_max", max(ratios), "x", deterministic=True)
+                self._churn_figures()
         self.result.series.extend(self.series.rows({"published": "publish_rate_msg_s", "consumed": "consume_rate_msg_s"},
                                                    horizon_s=self.elapsed()))
+
+    def _churn_figures(self) -> None:
+        """What the membership changes did to the allocation (queues moved, overload, imbalance)."""
+        r, changes = self.result, self.changes
+        moved = [c.moved for c in changes]
+        ratios = [c.imbalance for c in changes if c.imbalance is not None]
+        r.metric("allocation_queues_moved_per_change", sum(moved) / len(moved), "queues", deterministic=True)
+        r.metric("allocation_queues_moved_max", max(moved), "queues", deterministic=True)
+        r.metric("allocation_changes_moving_nothing", sum(1 for m in moved if m == 0), "", deterministic=True)
+        r.metric("allocation_overload", sum(c.overload for c in changes) / len(changes), "x", deterministic=True)
+        r.metric("allocation_overload_max", max(c.overload for c in changes), "x", deterministic=True)
+        r.metric("allocation_idle_member_changes", sum(1 for c in changes if c.idle), "", deterministic=True)
+        if ratios:
+            r.metric("allocation_imbalance", sum(ratios) / len(ratios), "x", deterministic=True)
+            r.metric("allocation_imbalance_max", max(ratios), "x", deterministic=True)

@@ -95,29 +95,11 @@ def write_report(out: Path, *, matrices: Sequence[Matrix], tables: dict[str, pd.
     as_frame(rows).to_parquet(out / "headline.parquet", index=False)
     wides = {m.name: _pivot(summary, m.name, KINDS[m.kind].columns) for m in matrices}
     all_notes = [f"[{m.name}] {n}" for m in matrices for n in notes(m, wides[m.name], status, errors)]
-    counts = experiments["status"].value_counts().to_dict() if not experiments.empty else {}
-    parts = [(f"<!doctype html><html><head><meta charset=utf-8><title>plugmq compare</title><style>{_CSS}</style>"
-              "</head><body><h1>plugmq plugin comparison</h1>"),
-             f"<p class=note>{len(experiments)} experiments ("
-             + ", ".join(f"{n} {html.escape(str(k))}" for k, n in sorted(counts.items()))
-             + f") on {html.escape(str(run_info.get('spark master', '?')))}; matrix wall time "
-             f"{html.escape(str(run_info.get('matrix wall time (s)', '?')))} s. Environment and flags at the end.</p>",
-             "<section id=findings><h2>Findings</h2>", findings_html(rows, all_notes),
+    parts = [_head(experiments, run_info), "<section id=findings><h2>Findings</h2>", findings_html(rows, all_notes),
              "</section><section id=charts><h2>Charts and tables</h2>"]
     caps = _caps(experiments)
     for matrix in matrices:
-        wide = wides[matrix.name]
-        parts.append(f"<h3>{html.escape(matrix.name)} <small>({matrix.kind})</small></h3>")
-        parts.append(f"<p class=note>workloads: {', '.join(matrix.workloads)} · plugin sets: "
-                     f"{', '.join(matrix.plugin_sets)} · repetitions: {matrix.repetitions}</p>")
-        for chart in _charts(plt, looks, matrix, wide, aggregated, experiments, caps, out):
-            parts.append(f'<img src="{chart}" alt="{html.escape(chart)}">')
-        section_status = status[status["matrix"] == matrix.name].drop(columns=["matrix"])
-        parts.append(_table(section_status.sort_values(["workload", "plugin_set"])))
-        if not wide.empty:
-            parts.append("<p class=note>Medians over repetitions; latency percentiles from the repetitions' merged "
-                         "histograms (about 6 % bucket resolution), maxima over runs.</p>")
-            parts.append(_table(wide))
+        parts += _matrix_block(plt, looks, matrix, wides[matrix.name], aggregated, experiments, caps, out)
     if sweep:
         parts.append(_sweep_block(plt, looks, sweep, out, sweep_note))
     parts.append("</section><section id=environment><h2>Environment and flags</h2>")
@@ -127,6 +109,36 @@ def write_report(out: Path, *, matrices: Sequence[Matrix], tables: dict[str, pd.
     page.write_text("\n".join(parts), encoding="utf-8")
     ordered = [r for r in rows if r.headlined] + [r for r in rows if not r.headlined]
     return page, [r.text() for r in ordered] + [_plain(n) for n in all_notes]
+
+
+def _head(experiments: pd.DataFrame, run_info: dict[str, Any]) -> str:
+    """The page's head and its first line: how many experiments ended how, where, how long."""
+    counts = experiments["status"].value_counts().to_dict() if not experiments.empty else {}
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>plugmq compare</title><style>{_CSS}</style>"
+            "</head><body><h1>plugmq plugin comparison</h1>"
+            f"<p class=note>{len(experiments)} experiments ("
+            + ", ".join(f"{n} {html.escape(str(k))}" for k, n in sorted(counts.items()))
+            + f") on {html.escape(str(run_info.get('spark master', '?')))}; matrix wall time "
+            f"{html.escape(str(run_info.get('matrix wall time (s)', '?')))} s. Environment and flags at the end.</p>")
+
+
+def _matrix_block(plt: Any, looks: charts.Looks, matrix: Matrix, wide: pd.DataFrame,
+                  aggregated: dict[str, pd.DataFrame], experiments: pd.DataFrame,
+                  caps: dict[tuple[str, str, str], tuple[Cap, ...]], out: Path) -> list[str]:
+    """One matrix's section: its charts, its status table and its medians."""
+    parts = [f"<h3>{html.escape(matrix.name)} <small>({matrix.kind})</small></h3>",
+             f"<p class=note>workloads: {', '.join(matrix.workloads)} · plugin sets: "
+             f"{', '.join(matrix.plugin_sets)} · repetitions: {matrix.repetitions}</p>"]
+    for chart in _charts(plt, looks, matrix, wide, aggregated, experiments, caps, out):
+        parts.append(f'<img src="{chart}" alt="{html.escape(chart)}">')
+    status = aggregated["status"]
+    section_status = status[status["matrix"] == matrix.name].drop(columns=["matrix"])
+    parts.append(_table(section_status.sort_values(["workload", "plugin_set"])))
+    if not wide.empty:
+        parts.append("<p class=note>Medians over repetitions; latency percentiles from the repetitions' merged "
+                     "histograms (about 6 % bucket resolution), maxima over runs.</p>")
+        parts.append(_table(wide))
+    return parts
 
 
 def _plain(text: str) -> str:

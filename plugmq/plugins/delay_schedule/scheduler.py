@@ -469,25 +469,37 @@ class ScheduleDelayScheduler:
     # ================================================================ timers
 
     def _arm(self) -> None:
+        """Set the wheel timer (the next due tick) and the load timer (the next segment to load)."""
         if self._closed or not self._started:
             return
-        if self._dispatching is None:
-            if self._ready:
-                wake: int | None = self._clock.now_ms()
-            else:
-                tick = self._wheel.next_tick()
-                wake = None if tick is None else tick * self._opt.tick_ms
-            if wake is not None and self._paused_until_ms:
-                wake = max(wake, self._paused_until_ms)
-            if wake is None:
-                if self._wheel_timer is not None:
-                    self._wheel_timer.cancel()
-                    self._wheel_timer = None
-            elif self._wheel_timer is None or self._wheel_timer_ms != wake:
-                if self._wheel_timer is not None:
-                    self._wheel_timer.cancel()
-                self._wheel_timer_ms = wake
-                self._wheel_timer = self._clock.call_at(_seconds(wake), self._on_wheel_timer)
+        if self._dispatching is None:  # a dispatch in progress re-arms when it ends
+            self._arm_wheel(self._wheel_wake())
+        self._arm_load()
+
+    def _wheel_wake(self) -> int | None:
+        """When the wheel timer should fire (ms): now with messages ready, else the next tick
+        holding one, not before a pause ends; None with nothing scheduled."""
+        if self._ready:
+            wake: int | None = self._clock.now_ms()
+        else:
+            tick = self._wheel.next_tick()
+            wake = None if tick is None else tick * self._opt.tick_ms
+        if wake is not None and self._paused_until_ms:
+            wake = max(wake, self._paused_until_ms)
+        return wake
+
+    def _arm_wheel(self, wake: int | None) -> None:
+        if wake is None:
+            if self._wheel_timer is not None:
+                self._wheel_timer.cancel()
+                self._wheel_timer = None
+        elif self._wheel_timer is None or self._wheel_timer_ms != wake:
+            if self._wheel_timer is not None:
+                self._wheel_timer.cancel()
+            self._wheel_timer_ms = wake
+            self._wheel_timer = self._clock.call_at(_seconds(wake), self._on_wheel_timer)
+
+    def _arm_load(self) -> None:
         segments = self._schedule.segments
         while self._unloaded and (self._unloaded[0] not in segments or segments[self._unloaded[0]].loaded):
             heapq.heappop(self._unloaded)
