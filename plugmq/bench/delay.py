@@ -575,37 +575,14 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
     with _workdir(workdir) as base:
         server = RedisServer(base) if note is None else None
         try:
+            run = _Run(console, names, base, fsync, server, results)
             if "throughput" in wanted:
-                console.log(f"throughput: {messages:,} messages (load {_load()})")
-                speeds = {"heapq": heapq_throughput(messages)}
-                for name in names:
-                    speeds[name] = throughput(name, messages, base / f"tp-{name}", fsync)
-                if server is not None:
-                    speeds["redis"] = redis_throughput(server, messages)
-                results["throughput"] = speeds
-                results["load"]["throughput"] = _load()
+                run.throughput(messages)
             if "memory" in wanted:
-                console.log(f"memory: {pending:,} pending over 30 days (child processes; load {_load()})")
-                rows: dict[str, dict[str, Any]] = {"heapq": measure_rss("heapq", pending, base, fsync)}
-                for name in names:
-                    console.log(f"memory: {name}")
-                    rows[name] = measure_rss(name, pending, base, fsync)
-                if server is not None:
-                    rows["redis"] = redis_memory(server, pending)
-                results["memory"] = rows
-                results["load"]["memory"] = _load()
+                run.memory(pending)
             for section, dues in (("lateness", _steady(rate, seconds)), ("burst", _burst(burst))):
-                if section not in wanted:
-                    continue
-                console.log(f"{section}: {len(dues):,} messages on the wall clock (load {_load()})")
-                timing = {"heapq": heapq_realtime(dues, base, fsync, timeout, lead_ms)}
-                for name in names:
-                    console.log(f"{section}: {name}")
-                    timing[name] = realtime(name, dues, base, fsync, timeout, lead_ms)
-                if server is not None:
-                    timing["redis"] = redis_realtime(server, dues, base, fsync, timeout, lead_ms)
-                results[section] = timing
-                results["load"][section] = _load()
+                if section in wanted:
+                    run.realtime(section, dues, timeout, lead_ms)
         finally:
             if server is not None:
                 server.stop()
@@ -613,6 +590,47 @@ def command(strategies: str, messages: int, pending: int, rate: int, seconds: in
         click.echo(json.dumps(results, indent=2, default=str))
         return
     _print(console, results, names)
+
+
+class _Run:
+    """One bench run's sections: each measures heapq, every strategy and Redis into ``results``."""
+
+    def __init__(self, console: Console, names: list[str], base: Path, fsync: bool, server: RedisServer | None,
+                 results: dict[str, Any]) -> None:
+        self.console, self.names, self.base, self.fsync = console, names, base, fsync
+        self.server, self.results = server, results
+
+    def throughput(self, messages: int) -> None:
+        self.console.log(f"throughput: {messages:,} messages (load {_load()})")
+        speeds = {"heapq": heapq_throughput(messages)}
+        for name in self.names:
+            speeds[name] = throughput(name, messages, self.base / f"tp-{name}", self.fsync)
+        if self.server is not None:
+            speeds["redis"] = redis_throughput(self.server, messages)
+        self.results["throughput"] = speeds
+        self.results["load"]["throughput"] = _load()
+
+    def memory(self, pending: int) -> None:
+        self.console.log(f"memory: {pending:,} pending over 30 days (child processes; load {_load()})")
+        rows: dict[str, dict[str, Any]] = {"heapq": measure_rss("heapq", pending, self.base, self.fsync)}
+        for name in self.names:
+            self.console.log(f"memory: {name}")
+            rows[name] = measure_rss(name, pending, self.base, self.fsync)
+        if self.server is not None:
+            rows["redis"] = redis_memory(self.server, pending)
+        self.results["memory"] = rows
+        self.results["load"]["memory"] = _load()
+
+    def realtime(self, section: str, dues: list[int], timeout: int, lead_ms: int) -> None:
+        self.console.log(f"{section}: {len(dues):,} messages on the wall clock (load {_load()})")
+        timing = {"heapq": heapq_realtime(dues, self.base, self.fsync, timeout, lead_ms)}
+        for name in self.names:
+            self.console.log(f"{section}: {name}")
+            timing[name] = realtime(name, dues, self.base, self.fsync, timeout, lead_ms)
+        if self.server is not None:
+            timing["redis"] = redis_realtime(self.server, dues, self.base, self.fsync, timeout, lead_ms)
+        self.results[section] = timing
+        self.results["load"][section] = _load()
 
 
 def _steady(rate: int, seconds: int) -> list[int]:

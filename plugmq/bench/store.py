@@ -497,41 +497,10 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
     console = Console(stderr=as_json)
     if not console.is_terminal and not as_json:
         console = Console(width=180)
-    own_dir = workdir is None
-    root: Path = Path(tempfile.mkdtemp(prefix="plugmq-bench-store-")) if workdir is None else workdir
-    root.mkdir(parents=True, exist_ok=True)
     redis_note = redis_missing() if use_redis else "left out (--no-redis)"
     load = LoadWindow()
-    restarts: list[Restart] = []
-    try:
-        redis_server = RedisServer(root) if redis_note is None else None
-        try:
-            with Progress(console=console, transient=True) as progress:
-                total = len(body_sizes) * (1 + len(usable) * (4 + 2 * rounds)) + (2 if restart_log_mib else 0)
-                task = progress.add_task("store bench", total=total)
-
-                def step(label: str) -> None:
-                    progress.update(task, advance=1, description=label)
-
-                bench = Bench(root, messages, batch, rounds, step, redis_server)
-                for size in body_sizes:
-                    bench.baselines(size)
-                    for plugin in usable:
-                        bench.store(plugin, size)
-                if restart_log_mib and "store_mmap" in usable:
-                    for clean in (False, True):
-                        step(f"store_mmap restart after {'a clean stop' if clean else 'kill -9'} with a "
-                             f"{restart_log_mib} MiB commit log")
-                        restarts.append(restart_after_kill(root, restart_log_mib << 20, 1024, batch, clean=clean))
-        finally:
-            if redis_server is not None:
-                redis_server.stop()
-    finally:
-        if own_dir:
-            shutil.rmtree(root, ignore_errors=True)
-        else:  # the caller's directory: only what the bench itself wrote goes
-            for raw in ("raw-single", "raw-batch", "raw-fsync", "raw-cq"):
-                (root / raw).unlink(missing_ok=True)
+    bench, restarts = _measure(workdir, console, usable, body_sizes, _Plan(messages, batch, rounds, restart_log_mib),
+                               redis_note)
     load.finish()
     if as_json:
         click.echo(json.dumps({
@@ -549,13 +518,7 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
     if redis_note:
         console.print(f"Redis baseline: {redis_note}", style="yellow")
     for restart in restarts:
-        verdict = "OK" if restart.met else "MISS"
-        console.print(
-            f"store_mmap restart after {restart.stop}: {restart.seconds:.2f} s to reopen and read the newest message "
-            f"({restart.log_bytes / (1 << 20):,.0f} MiB log, {restart.messages:,} x {restart.body} B messages; "
-            f"recovery checked from {restart.checked_from:,} to {restart.end:,}, re-dispatched "
-            f"{restart.redispatched:,}, cut {restart.cut_bytes:,} bytes; read ok: {restart.read_ok}) "
-            f"[{verdict} <= {RESTART_TARGET_S:.0f} s]")
+        console.print(_restart_line(restart))
     console.print(
         f"raw mmap: {_RAW_HEADER.size}-byte header (size, CRC32) + body copied into an mmap'ed file, one record "
         f"per call or {batch} joined per call; write+fsync: os.write + os.fsync per message; cq scan: 20-byte "
@@ -566,4 +529,64 @@ def command(messages: int, stores: str, batch: int, sizes: str, rounds: int, use
         f"{load.text().capitalize()}.",
         style="dim",
     )
+
+
+@attrs.frozen
+class _Plan:
+    """How much the store bench measures (the command's options)."""
+
+    messages: int
+    batch: int
+    rounds: int
+    restart_log_mib: int
+
+
+def _measure(workdir: Path | None, console: Console, usable: list[str], body_sizes: list[int], plan: _Plan,
+             redis_note: str | None) -> tuple[Bench, list[Restart]]:
+    """Run every case in ``workdir`` (a temporary directory, removed after, when None)."""
+    own_dir = workdir is None
+    root: Path = Path(tempfile.mkdtemp(prefix="plugmq-bench-store-")) if workdir is None else workdir
+    root.mkdir(parents=True, exist_ok=True)
+    restarts: list[Restart] = []
+    try:
+        redis_server = RedisServer(root) if redis_note is None else None
+        try:
+            with Progress(console=console, transient=True) as progress:
+                total = (len(body_sizes) * (1 + len(usable) * (4 + 2 * plan.rounds))
+                         + (2 if plan.restart_log_mib else 0))
+                task = progress.add_task("store bench", total=total)
+
+                def step(label: str) -> None:
+                    progress.update(task, advance=1, description=label)
+
+                bench = Bench(root, plan.messages, plan.batch, plan.rounds, step, redis_server)
+                for size in body_sizes:
+                    bench.baselines(size)
+                    for plugin in usable:
+                        bench.store(plugin, size)
+                if plan.restart_log_mib and "store_mmap" in usable:
+                    for clean in (False, True):
+                        step(f"store_mmap restart after {'a clean stop' if clean else 'kill -9'} with a "
+                             f"{plan.restart_log_mib} MiB commit log")
+                        restarts.append(restart_after_kill(root, plan.restart_log_mib << 20, 1024, plan.batch,
+                                                           clean=clean))
+        finally:
+            if redis_server is not None:
+                redis_server.stop()
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+        else:  # the caller's directory: only what the bench itself wrote goes
+            for raw in ("raw-single", "raw-batch", "raw-fsync", "raw-cq"):
+                (root / raw).unlink(missing_ok=True)
+    return bench, restarts
+
+
+def _restart_line(restart: Restart) -> str:
+    verdict = "OK" if restart.met else "MISS"
+    return (f"store_mmap restart after {restart.stop}: {restart.seconds:.2f} s to reopen and read the newest message "
+            f"({restart.log_bytes / (1 << 20):,.0f} MiB log, {restart.messages:,} x {restart.body} B messages; "
+            f"recovery checked from {restart.checked_from:,} to {restart.end:,}, re-dispatched "
+            f"{restart.redispatched:,}, cut {restart.cut_bytes:,} bytes; read ok: {restart.read_ok}) "
+            f"[{verdict} <= {RESTART_TARGET_S:.0f} s]")
 
