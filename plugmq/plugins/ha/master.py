@@ -58,9 +58,12 @@ class _Slave:
         self.sock.sendall(data if self.session is None else self.session.seal(data))
 
     def refuse(self, reason: str) -> None:
-        """REFUSE and log why; a peer that did not authenticate learns nothing from the answer."""
+        """REFUSE and log why. Where the master has a cluster secret, a peer that did not prove it
+        learns nothing from the answer; without one the channel is open anyway, and the slave's
+        operator is told why."""
         log.error("replication slave refused", slave=self.address, reason=reason)
-        told = reason if self.session is not None else "refused; the master's log says why"
+        secret_kept = self.master.authenticator is not None and self.session is None
+        told = "refused; the master's log says why" if secret_kept else reason
         self.send(frames.json_frame(FrameType.REFUSE, {"reason": told}))
 
     def close(self) -> None:
