@@ -79,9 +79,13 @@ class BrokerAdmin:
         store = self.broker.store
         out = []
         for topic, count in sorted(self.broker.topics.all().items()):
-            held = sum(max(0, store.max_offset(topic, q) - store.min_offset(topic, q)) for q in range(count))
+            held = sum(max(0, store.max_offset(topic, q) - self._low(topic, q)) for q in range(count))
             out.append(TopicSummary(topic, _topic_kind(topic), count, held))
         return out
+
+    def _low(self, topic: str, queue_id: int) -> int:
+        """The queue's first readable offset (what retention left, above a deleted topic's floor)."""
+        return self.broker.min_offset(MessageQueue(topic, self.broker.name, queue_id))
 
     def _queue_count(self, topic: str) -> int:
         validate_topic(topic)
@@ -104,7 +108,7 @@ class BrokerAdmin:
         store = self.broker.store
         queues = []
         for queue_id in range(count):
-            low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+            low, high = self._low(topic, queue_id), store.max_offset(topic, queue_id)
             last = self._last_store_ms(topic, queue_id, high - 1) if high > low else None
             queues.append(QueueStatus(queue_id, low, high, last))
         return TopicStatus(topic, self.broker.name, tuple(queues))
@@ -178,7 +182,7 @@ class BrokerAdmin:
                   done_below: int | None) -> QueueProgress:
         """``cursor``: the next offset the group reads (None: it has not read this queue yet)."""
         store = self.broker.store
-        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        low, high = self._low(topic, queue_id), store.max_offset(topic, queue_id)
         start = low if cursor is None else min(max(cursor, low), high)
         ready = high - start
         pending_from = done_below if inflight and done_below is not None else start
@@ -224,7 +228,7 @@ class BrokerAdmin:
         found: list[StoredMessage] = []
         for queue_id in range(count):
             queue = MessageQueue(topic, self.broker.name, queue_id)
-            offset = max(self.broker.offset_for_timestamp(queue, begin_ms), store.min_offset(topic, queue_id))
+            offset = max(self.broker.offset_for_timestamp(queue, begin_ms), self._low(topic, queue_id))
             stop = store.max_offset(topic, queue_id) if end_ms is None else self.broker.offset_for_timestamp(
                 queue, end_ms)
             taken = 0

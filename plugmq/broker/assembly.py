@@ -25,6 +25,7 @@ import attrs
 
 from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
+from plugmq.broker.deletedtopics import DeletedTopics
 from plugmq.broker.events import Arrivals, Events
 from plugmq.broker.groups import GroupRegistry
 from plugmq.broker.journal import Journal, JournalSet
@@ -214,13 +215,15 @@ def _assemble(base: _Base) -> Parts:
     arrivals = Arrivals()
     events = Events(base.name, plugins, store, traffic)
     roles = Roles(base.name, config, store)
-    table = TopicTable(base.broker_dir / "topics.json", store.queues())
-    topics = TopicQueues(table, base.name, default_queue_count=config.default_queue_count,
-                         auto_create=config.auto_create_topic)
-    groups = GroupRegistry(clock, config.heartbeat_timeout_s, topics.queues)
     # Service state rides in the commit log (plugmq.broker.journal): one order, one cut.
     journals = JournalSet(store, writable=roles.writable, settle=roles.settle_state, broker_name=base.name,
                           floor=base.floor, clock=clock)
+    deleted = DeletedTopics(journals.open("topics"))
+    journals.compact_with("topics", deleted.compact)
+    table = TopicTable(base.broker_dir / "topics.json", store.queues(), deleted)
+    topics = TopicQueues(table, base.name, default_queue_count=config.default_queue_count,
+                         auto_create=config.auto_create_topic)
+    groups = GroupRegistry(clock, config.heartbeat_timeout_s, topics.queues)
     offsets = ConsumerOffsets(journals.open("offsets"), legacy_root=base.broker_dir)
     journals.compact_with("offsets", offsets.compact)
     lifecycle.on_close("consumer offsets", offsets.persist_all)
@@ -243,10 +246,11 @@ def _assemble(base: _Base) -> Parts:
                     services=services, ledger=ledger, events=events, arrivals=arrivals, traffic=traffic,
                     check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits,
                     replies=replies)
-    reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits, roles.commit.visible_end)
+    reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits, roles.commit.visible_end,
+                  deleted.floor)
     redelivery = Redelivery(config.groups, table, sender, services, clock, events)
     pop = _pop(base, journals, _PopBackend(clock, topics, reads, redelivery, events, roles), table, arrivals, limits)
-    followed = FollowedState(base.name, roles, TopicFollower(store, table.ensure, table.get), offsets, pop, arrivals)
+    followed = FollowedState(base.name, roles, TopicFollower(store, table), offsets, pop, arrivals)
     replication = open_replication(plugins, base.context, store, role=roles.role, broker_id=config.broker_id,
                                    replicated=followed.replicated, truncated=followed.truncated,
                                    failover=config.failover, where=config.source, handover=followed.handover,

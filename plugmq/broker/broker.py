@@ -20,6 +20,7 @@ from plugmq.broker.dedup import DedupWindows
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.offsets import OffsetStore
 from plugmq.broker.ratelimit import RateLimiter
+from plugmq.broker.topicdelete import TopicDeletion, check_deletable, delete_topic
 from plugmq.client.consumer import PullConsumer, PushConsumer
 from plugmq.client.ports import GroupMember, Stoppable
 from plugmq.client.producer import Producer
@@ -192,6 +193,22 @@ class Broker:
     def create_topic(self, topic: str, queue_count: int | None = None) -> list[MessageQueue]:
         """Create (or grow) a topic; returns its queues."""
         return self._parts.topics.create(topic, queue_count)
+
+    def delete_topic(self, topic: str, *, group_topic: bool = False) -> TopicDeletion:
+        """Delete ``topic`` as RocketMQ's ``deleteTopic`` does: it leaves the table and the routes,
+        every group's offsets, pop progress and in-flight messages on it are forgotten; its
+        records stay in the store until retention but are never served again, also not by a
+        topic created later under the name (plugmq.broker.topicdelete says what is refused and
+        why). Journaled: replicated, replayed at start, followed by slaves."""
+        self._parts.lifecycle.check_open()
+        self.check_writable("delete topics")
+        check_deletable(topic, group_topic=group_topic)
+        parts = self._parts
+        deletion = delete_topic(parts.topics.table, self.store, self.consumer_offsets, self.pop, topic)
+        status = self.await_replication()
+        if status is not SendStatus.SEND_OK:
+            log.warning("topic deletion not confirmed by a slave yet", topic=topic, status=status.value)
+        return deletion
 
     def is_priority_topic(self, topic: str) -> bool:
         """Whether ``topic`` takes priority messages (``[topics.<t>] priority = true``): priority p

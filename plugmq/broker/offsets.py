@@ -100,6 +100,17 @@ class ConsumerOffsets:
         with self._lock:
             self._commit([["-", group]])
 
+    def forget_topic(self, topic: str) -> list[str]:
+        """Delete every offset on ``topic``'s queues (the topic was deleted); returns the groups
+        that had some (sorted)."""
+        prefix = f"{topic}@"
+        with self._lock:
+            groups = sorted({group for (_, group, _), table in self._tables.items()
+                             if any(key.startswith(prefix) for key in table)})
+            if groups:
+                self._commit([["t", topic]])
+            return groups
+
     # ------------------------------------------------------------------------------ changes
     def read(self, owner: Owner, key: str) -> int | None:
         with self._lock:
@@ -141,6 +152,10 @@ class ConsumerOffsets:
         elif op[0] == "-":
             for owner in [o for o in self._tables if o[1] == op[1]]:
                 del self._tables[owner]
+        elif op[0] == "t":
+            prefix = f"{op[1]}@"
+            for owner, table in self._tables.items():
+                self._tables[owner] = {key: offset for key, offset in table.items() if not key.startswith(prefix)}
         else:
             raise CorruptRecordError(f"{self.journal.topic}: unknown offset operation {op[0]!r}")
 

@@ -526,6 +526,17 @@ class PopService:
         with self.state.lock:
             return self.state.drop_lanes([lane for lane in list(self.state.by_id.values()) if lane.group == group])
 
+    def delete_topic(self, topic: str) -> tuple[list[str], int]:
+        """Forget every group's progress and in-flight messages on ``topic`` (it was deleted);
+        returns the groups that had some (sorted) and how many messages were in flight."""
+        with self.state.lock:
+            doomed = [lane for lane in list(self.state.by_id.values()) if lane.topic == topic]
+            inflight = sum(len(lane.inflight) for lane in doomed)
+            self.state.drop_lanes(doomed)
+            for key in [k for k in self._rotation if k[1] == topic]:
+                del self._rotation[key]
+        return sorted({lane.group for lane in doomed}), inflight
+
     def collect(self, known_topics: Iterable[str]) -> int:
         """Drop the lanes of topics the broker no longer has; returns how many were dropped."""
         known = set(known_topics)

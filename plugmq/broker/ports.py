@@ -27,6 +27,7 @@ from plugmq.broker.groups import GroupRegistry
 from plugmq.broker.offsets import ConsumerOffsets, OffsetStore
 from plugmq.broker.pop import PopService
 from plugmq.broker.ratelimit import RateLimiter
+from plugmq.broker.topicdelete import TopicDeletion
 from plugmq.broker.topics import TopicTable
 from plugmq.broker.traffic import Traffic
 from plugmq.client.ports import Sending, TransactionSending
@@ -114,6 +115,9 @@ class Administered(_Identity, _Services, Sending, Protocol):
     def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
         ...
 
+    def min_offset(self, queue: MessageQueue) -> int:
+        ...
+
     def max_offset(self, queue: MessageQueue) -> int:
         ...
 
@@ -122,6 +126,9 @@ class Administered(_Identity, _Services, Sending, Protocol):
         ...
 
     def delete_group(self, group: str) -> int:
+        ...
+
+    def delete_topic(self, topic: str, *, group_topic: bool = False) -> TopicDeletion:
         ...
 
     def wait_for_messages(self, timeout: float) -> None:

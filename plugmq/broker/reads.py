@@ -42,6 +42,10 @@ class Reads:
     #: The log offset consumers see up to (None: everything); raises FencedError while the
     #: broker may hand out nothing (plugmq.broker.commit).
     _visible_end: Callable[[], int | None] = attrs.field(default=lambda: None)
+    #: Where reads of a queue start (topic, queue id -> queue offset): a deleted topic's queues
+    #: start where they ended (plugmq.broker.deletedtopics), so a topic created again under its
+    #: name never serves an old message.
+    _floor: Callable[[str, int], int] = attrs.field(default=lambda _topic, _queue: 0)
 
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         """Compile a subscription with this broker's filter plugins."""
@@ -162,10 +166,15 @@ class Reads:
         return self.max_offset(queue)
 
     def offset_for_timestamp(self, queue: MessageQueue, timestamp_ms: int) -> int:
-        return self._store.offset_for_timestamp(queue.topic, queue.queue_id, timestamp_ms)
+        found = self._store.offset_for_timestamp(queue.topic, queue.queue_id, timestamp_ms)
+        return max(found, self.min_offset(queue))
 
     def min_offset(self, queue: MessageQueue) -> int:
-        return self._store.min_offset(queue.topic, queue.queue_id)
+        """The first readable offset: what retention left, and never below the queue's floor
+        (never above its end either: a store that lost its tail still serves what comes next)."""
+        low = self._store.min_offset(queue.topic, queue.queue_id)
+        floor = self._floor(queue.topic, queue.queue_id)
+        return low if floor <= low else min(floor, self._store.max_offset(queue.topic, queue.queue_id))
 
     def max_offset(self, queue: MessageQueue) -> int:
         return self._store.max_offset(queue.topic, queue.queue_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from plugmq.broker.topics import TopicTable
 from plugmq.core.contracts import (
     BrokerRole,
     ConsumerHandover,
@@ -74,19 +75,28 @@ def read_only_error(broker_name: str, action: str) -> ReadOnlyBrokerError:
 
 
 class TopicFollower:
-    """On a slave: adds the topics and queues the replicated log brings to the broker's topic
-    table (the store's queue map is in memory, so asking after every chunk is cheap)."""
+    """On a slave: follows the master's topic deletions and re-creations (their journal), and
+    adds the topics and queues the replicated log brings to the broker's topic table (the
+    store's queue map is in memory, so asking after every chunk is cheap); a deleted topic's
+    queues stay in the store but not in the table."""
 
-    def __init__(self, store: MessageStore, ensure: Callable[[str, int], int], known: Callable[[str], int | None]
-                 ) -> None:
+    def __init__(self, store: MessageStore, table: TopicTable) -> None:
         self._store = store
-        self._ensure = ensure
-        self._known = known
+        self._table = table
 
     def refresh(self) -> None:
+        table, deleted = self._table, self._table.deleted
         try:
+            if deleted is not None:
+                table.apply_followed(deleted.follow())
             for topic, count in self._store.queues().items():
-                if (self._known(topic) or 0) < count:
-                    self._ensure(topic, count)
+                if (table.get(topic) or 0) < count and not (deleted is not None and deleted.deleted(topic)):
+                    table.ensure(topic, count)
         except Exception:  # a bad topic must not stop replication; it is logged
             log.exception("learning replicated topics failed")
+
+    def reload(self) -> None:
+        """The log was cut: deletions recorded in the cut part are undone, then as :meth:`refresh`."""
+        if self._table.deleted is not None:
+            self._table.apply_followed(self._table.deleted.reload())
+        self.refresh()

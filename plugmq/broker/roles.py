@@ -160,6 +160,7 @@ class FollowedState:
     def truncated(self, end_offset: int) -> None:
         """A slave cut its log back to where it agrees with a new master: the state it followed
         from the cut records is gone with them; rebuild it from the log."""
+        self._topics.reload()
         self._offsets.reload()
         self._pop.state.reload()
         log.warning("followed state rebuilt after the log was cut", broker=self._name, log_end=end_offset)

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from plugmq.broker.deletedtopics import DeletedTopics, TopicChange
 from plugmq.core.errors import StoreError, TopicError, ValidationError
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import validate_topic
@@ -34,13 +35,16 @@ def write_json_atomically(path: Path, data: object) -> None:
 
 
 class TopicTable:
-    """Known topics and their queue counts. Queue counts only grow (queues hold data)."""
+    """Known topics and their queue counts. Queue counts only grow (queues hold data), until an
+    operator deletes the topic: ``deleted`` records that, so neither the file nor what the store
+    has seen brings it back, and a later create is recorded there too (plugmq.broker.deletedtopics)."""
 
-    def __init__(self, path: Path, seen_in_store: Mapping[str, int]) -> None:
+    def __init__(self, path: Path, seen_in_store: Mapping[str, int], deleted: DeletedTopics | None = None) -> None:
         self._path = path
         self._lock = threading.Lock()
         self._topics: dict[str, int] = {}
         self._listeners: list[Callable[[str, int], None]] = []
+        self.deleted = deleted
         if path.exists():
             try:
                 self._topics = {str(k): int(v) for k, v in json.loads(path.read_text("utf-8")).items()}
@@ -50,6 +54,11 @@ class TopicTable:
         for topic, count in seen_in_store.items():
             if self._topics.get(topic, 0) < count:
                 self._topics[topic] = count
+        for topic in [t for t in self._topics if self._is_deleted(t)]:
+            del self._topics[topic]  # deleted (maybe just before a crash kept the file from hearing of it)
+
+    def _is_deleted(self, topic: str) -> bool:
+        return self.deleted is not None and self.deleted.deleted(topic)
 
     def get(self, topic: str) -> int | None:
         return self._topics.get(topic)
@@ -58,11 +67,17 @@ class TopicTable:
         return dict(self._topics)
 
     def subscribe(self, listener: Callable[[str, int], None]) -> None:
-        """Call ``listener(topic, queue_count)`` after a topic is created or grown (in that thread)."""
+        """Call ``listener(topic, queue_count)`` after a topic is created or grown, and with a
+        queue count of 0 after it is deleted (in that thread)."""
         self._listeners.append(listener)
 
+    def _tell(self, topic: str, count: int) -> None:
+        for listener in list(self._listeners):
+            listener(topic, count)
+
     def ensure(self, topic: str, queue_count: int) -> int:
-        """Create ``topic`` with ``queue_count`` queues, or grow it; return its queue count."""
+        """Create ``topic`` with ``queue_count`` queues, or grow it; return its queue count.
+        Creating a deleted topic again is recorded first (ReadOnlyBrokerError on a slave)."""
         validate_topic(topic)
         if not isinstance(queue_count, int) or queue_count < 1 or queue_count > 1024:
             raise ValidationError(f"queue count for topic {topic!r} must be 1..1024, got {queue_count!r}")
@@ -70,13 +85,47 @@ class TopicTable:
             current = self._topics.get(topic, 0)
             grown = queue_count > current
             if grown:  # written first: a refused write leaves the table as it was
+                if current == 0 and self.deleted is not None and self.deleted.deleted(topic):
+                    self.deleted.record_created(topic, queue_count)
                 write_json_atomically(self._path, {**self._topics, topic: queue_count})
                 self._topics[topic] = queue_count
             count = self._topics[topic]
         if grown:
-            for listener in list(self._listeners):
-                listener(topic, count)
+            self._tell(topic, count)
         return count
+
+    def delete(self, topic: str, floors: Mapping[int, int]) -> int:
+        """Delete ``topic``: recorded (with the queue ``floors`` reads start at from now on), then
+        gone from the table; returns the queue count it had. TopicError if there is no such topic."""
+        if self.deleted is None:
+            raise TopicError("this topic table keeps no record of deletions; topics cannot be deleted here")
+        with self._lock:
+            count = self._topics.get(topic)
+            if count is None:
+                raise TopicError(f"topic {topic!r} does not exist on this broker; nothing to delete")
+            self.deleted.record_deleted(topic, floors)
+            self._drop(topic)
+        self._tell(topic, 0)
+        return count
+
+    def _drop(self, topic: str) -> None:
+        remaining = {t: c for t, c in self._topics.items() if t != topic}
+        write_json_atomically(self._path, remaining)
+        self._topics = remaining
+
+    def apply_followed(self, changes: list[TopicChange]) -> None:
+        """A slave followed its master's deletions and re-creations (:meth:`DeletedTopics.follow`):
+        drop a deleted topic, add one created again (-1: leave it to what the store holds)."""
+        for topic, count in changes:
+            with self._lock:
+                if count == 0 and topic in self._topics:
+                    self._drop(topic)
+                elif count > self._topics.get(topic, 0):
+                    write_json_atomically(self._path, {**self._topics, topic: count})
+                    self._topics[topic] = count
+                else:
+                    continue
+            self._tell(topic, count)
 
 
 class TopicQueues:
