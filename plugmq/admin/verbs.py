@@ -157,6 +157,13 @@ def _group_delete(admin: BrokerAdmin, args: _Args) -> Any:
     return deletion.delete_group(admin.broker, admin.clients, _take(args, "group-delete", ["group"])["group"])
 
 
+def _topic_delete(admin: BrokerAdmin, args: _Args) -> Any:
+    a = _take(args, "topic-delete", ["topic"], {"group_topic": False})
+    if not isinstance(a["group_topic"], bool):
+        raise ValidationError(f"topic-delete: group_topic must be true or false, got {a['group_topic']!r}")
+    return deletion.delete_topic(admin.broker, admin.clients, a["topic"], group_topic=a["group_topic"])
+
+
 def _rate_limits(admin: BrokerAdmin, args: _Args) -> Any:
     _take(args, "rate-limits")
     return admin.broker.rate_limits.views()
@@ -217,6 +224,7 @@ VERBS = {
     "delay-cancel": _delay_cancel,
     "delay-reschedule": _delay_reschedule,
     "group-delete": _group_delete,
+    "topic-delete": _topic_delete,
     "rate-limits": _rate_limits,
     "rate-limit": _rate_limit,
     "send-message": _send_message,

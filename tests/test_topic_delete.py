@@ -1,0 +1,140 @@
+"""Deleting a topic (issue 27): offsets, pop progress and in-flight messages go, the data stays
+in the store but is never served again, also not by a topic created again under the name; the
+deletion is journaled (restart, replication, failover)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plugmq.admin import BrokerAdmin, execute
+from plugmq.broker.broker import Broker
+from plugmq.core import ManualClock, Message, MessageQueue
+from plugmq.core.errors import ReadOnlyBrokerError, TopicError
+from plugmq.core.modes import ConsumeFrom
+from plugmq.testing import WAIT_S, wait_for
+from tests.helpers.replication import end_of, following_pair
+
+TOPIC = "Doomed"
+PLUGINS = ["store_mmap", "filter_tag"]
+START = 1_700_000_000
+
+
+def _open(path: Path, **settings: object) -> Broker:
+    return Broker.open(path, plugins=PLUGINS, clock=ManualClock(START), **settings)  # type: ignore[arg-type]
+
+
+def _send(broker: Broker, queue_id: int, *bodies: str) -> None:
+    for body in bodies:
+        broker.put(Message(TOPIC, body.encode()), queue_id)
+
+
+def _from_start(broker: Broker, queue_id: int) -> list[bytes]:
+    """What a new pull consumer reads of the queue: from where a group with no position starts."""
+    queue = MessageQueue(TOPIC, broker.name, queue_id)
+    return [m.body for m in broker.pull(queue, broker.start_offset(queue, ConsumeFrom.FIRST_OFFSET), 100).messages]
+
+
+def _popped(broker: Broker, group: str) -> list[bytes]:
+    return sorted(m.body for m in broker.simple_consumer(group, {TOPIC: "*"}).receive(32, 30))
+
+
+def _offsets_on(broker: Broker, group: str) -> dict[tuple[str, int], int]:
+    return {k: v for k, v in broker.offsets(group).entries(broker.name).items() if k[0] == TOPIC}
+
+
+def test_delete_forgets_progress_and_a_recreated_topic_serves_no_old_message(tmp_path: Path) -> None:
+    broker = _open(tmp_path / "data")
+    try:
+        broker.create_topic(TOPIC, 2)
+        _send(broker, 0, "old-0a", "old-0b")
+        _send(broker, 1, "old-1a")
+        broker.offsets("pulled").update(MessageQueue(TOPIC, broker.name, 0), 1)
+        popper = broker.simple_consumer("popped", {TOPIC: "*"})
+        received = popper.receive(2, 30)
+        popper.ack(received[0])
+        assert broker.pop.inflight_count("popped") == 1
+
+        deletion = broker.delete_topic(TOPIC)
+        assert (deletion.queues, deletion.floors, deletion.groups, deletion.inflight_dropped) == (
+            2, {0: 2, 1: 1}, ("popped", "pulled"), 1)
+        assert broker.topics.get(TOPIC) is None and _offsets_on(broker, "pulled") == {}
+        assert not [lane for lane in broker.pop.state.by_id.values() if lane.topic == TOPIC]
+        with pytest.raises(TopicError, match="does not exist"):
+            broker.topic_queues(TOPIC, create=False)
+        assert _from_start(broker, 0) == [], "a deleted topic still serves its messages"
+        with pytest.raises(TopicError, match="does not exist on this broker"):
+            broker.delete_topic(TOPIC)
+
+        broker.create_topic(TOPIC, 3)  # again, with a queue more: that one starts at 0
+        _send(broker, 0, "new-0")
+        _send(broker, 2, "new-2")
+        assert _from_start(broker, 0) == [b"new-0"] and _from_start(broker, 2) == [b"new-2"]
+        assert _popped(broker, "popped") == [b"new-0", b"new-2"]
+        stale = broker.pull(MessageQueue(TOPIC, broker.name, 0), 0, 10)  # an old consumer's offset
+        assert stale.messages == () and stale.next_begin_offset == 2
+        broker.close()
+        broker = _open(tmp_path / "data")  # the floors are journaled
+        assert broker.topics.get(TOPIC) == 3 and _from_start(broker, 0) == [b"new-0"]
+        assert _popped(broker, "fresh") == [b"new-0", b"new-2"]
+        assert [(q.min_offset, q.max_offset) for q in BrokerAdmin(broker).topic_status(TOPIC).queues] == [
+            (2, 3), (1, 1), (0, 1)]
+    finally:
+        broker.close()
+
+
+def test_a_deleted_topic_stays_deleted_at_restart_until_it_is_created_again(tmp_path: Path) -> None:
+    with _open(tmp_path / "data", auto_create_topic=True) as broker:
+        broker.create_topic(TOPIC, 1)
+        _send(broker, 0, "old")
+        assert execute(BrokerAdmin(broker), "topic-delete", {"topic": TOPIC})["groups"] == []
+    with _open(tmp_path / "data", auto_create_topic=True) as broker:
+        assert broker.topics.get(TOPIC) is None, "the store's queues brought the deleted topic back"
+        _send(broker, 0, "new")  # auto-created again on send
+        assert broker.topics.get(TOPIC) == broker.config.default_queue_count
+        assert _from_start(broker, 0) == [b"new"]
+    with _open(tmp_path / "data") as broker:
+        assert broker.topics.get(TOPIC) is not None and _from_start(broker, 0) == [b"new"]
+
+
+def test_system_and_group_topics_are_refused_unless_asked_for(tmp_path: Path) -> None:
+    with _open(tmp_path / "data") as broker:
+        for topic in ("rmq_sys_state_offsets", "SCHEDULE_TOPIC_XXXX"):
+            with pytest.raises(TopicError, match="system topic"):
+                broker.delete_topic(topic)
+        broker.create_topic("%DLQ%g", 1)
+        admin = BrokerAdmin(broker)
+        with pytest.raises(TopicError, match="dead-letter topic.*group_topic=True"):
+            execute(admin, "topic-delete", {"topic": "%DLQ%g"})
+        assert execute(admin, "topic-delete", {"topic": "%DLQ%g", "group_topic": True})["queues"] == 1
+        assert broker.topics.get("%DLQ%g") is None
+
+
+def test_the_slave_follows_the_deletion_and_promoted_does_not_serve_the_topic(tmp_path: Path) -> None:
+    clock = ManualClock(START)
+    # min_in_sync_replicas = 1: the promoted slave takes writes before its old master caught up.
+    with following_pair(tmp_path, clock, ha={"min_in_sync_replicas": 1}) as (a, b):
+        a.create_topic(TOPIC, 1)
+        _send(a, 0, "old-a", "old-b")
+        a.offsets("g").update(MessageQueue(TOPIC, a.name, 0), 1)
+        wait_for(lambda: b.topics.get(TOPIC) == 1 and _offsets_on(b, "g"), WAIT_S, "the slave to learn the topic")
+        with pytest.raises(ReadOnlyBrokerError):
+            b.delete_topic(TOPIC)
+        a.delete_topic(TOPIC)
+        wait_for(lambda: end_of(b) == end_of(a), WAIT_S, "the slave to catch up")
+        wait_for(lambda: b.topics.get(TOPIC) is None, WAIT_S, "the slave to drop the deleted topic")
+        assert _offsets_on(b, "g") == {} and _from_start(b, 0) == []
+        a.demote(None)
+        b.promote(2)
+        assert b.topics.get(TOPIC) is None
+        with pytest.raises(TopicError, match="does not exist"):
+            b.topic_queues(TOPIC, create=False)
+        a.follow(b.replication.master_address)  # type: ignore[union-attr]
+        wait_for(lambda: b.replication.status().slaves, WAIT_S, "the old master to follow")  # type: ignore[union-attr]
+        b.create_topic(TOPIC, 1)
+        _send(b, 0, "new")
+        assert _from_start(b, 0) == [b"new"]
+        wait_for(lambda: end_of(a) == end_of(b), WAIT_S, "the old master to catch up")
+        wait_for(lambda: a.topics.get(TOPIC) == 1, WAIT_S, "the old master to learn the topic was created again")
+        wait_for(lambda: _from_start(a, 0) == [b"new"], WAIT_S, "the new message, and no old one, on the old master")
