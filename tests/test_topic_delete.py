@@ -4,6 +4,10 @@ deletion is journaled (restart, replication, failover)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -11,9 +15,12 @@ import pytest
 from plugmq.admin import BrokerAdmin, execute
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message, MessageQueue
+from plugmq.core.contracts import ClusterTopic
 from plugmq.core.errors import ReadOnlyBrokerError, TopicError
 from plugmq.core.modes import ConsumeFrom
-from plugmq.testing import WAIT_S, wait_for
+from plugmq.server.admin import AdminClient
+from plugmq.testing import WAIT_S, ZooKeeperServer, serving, wait_for
+from tests.helpers.clients import started
 from tests.helpers.replication import end_of, following_pair
 
 TOPIC = "Doomed"
@@ -138,3 +145,57 @@ def test_the_slave_follows_the_deletion_and_promoted_does_not_serve_the_topic(tm
         wait_for(lambda: end_of(a) == end_of(b), WAIT_S, "the old master to catch up")
         wait_for(lambda: a.topics.get(TOPIC) == 1, WAIT_S, "the old master to learn the topic was created again")
         wait_for(lambda: _from_start(a, 0) == [b"new"], WAIT_S, "the new message, and no old one, on the old master")
+
+
+def test_a_topic_declared_for_the_cluster_is_refused(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    config = {"broker": {"name": "broker-a", "data_dir": str(tmp_path / "data"), "plugins": [*PLUGINS, "cluster_zk"]},
+              "cluster": {"name": f"c{uuid.uuid4().hex[:8]}"},
+              "plugins": {"cluster_zk": {"hosts": zookeeper.hosts, "session_timeout_s": 2}}}
+    with Broker.from_config(config) as broker:
+        assert broker.cluster is not None
+        broker.create_topic(TOPIC, 1)
+        broker.create_topic("Local", 1)
+        broker.cluster.declare_topic(TOPIC, ClusterTopic(1))
+        wait_for(lambda: TOPIC in broker.cluster.view().topics, WAIT_S, "the declaration in the view")  # type: ignore[union-attr]
+        with pytest.raises(TopicError, match="declared for cluster .*not supported yet"):
+            broker.delete_topic(TOPIC)
+        assert broker.topics.get(TOPIC) == 1
+        assert broker.delete_topic("Local").queues == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``plugmq admin ARGS`` as a process."""
+    return subprocess.run([sys.executable, "-c", "from plugmq.cli import main; main()", "admin", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_deletes_a_topic_of_a_running_plugmq_serve(tmp_path: Path) -> None:
+    rocketmq = pytest.importorskip("rocketmq", reason="needs the serve extra (rocketmq-python-client)")
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\ndata_dir = "data"\nauto_create_topic = false\n\n[server]\nlong_polling_s = 1\n')
+    with serving(config, 30.0, log_path=tmp_path / "serve.log") as child, AdminClient(child.endpoint) as client:
+        server = ("--server", child.endpoint)
+        client.call("update-topic", {"topic": TOPIC, "queue_count": 1})
+        client.call("send-message", {"topic": TOPIC, "body": "old"})
+        assert [m["body"] for m in client.call("consume-message", {"topic": TOPIC, "group": "console"})] == ["old"]
+        consumer = rocketmq.SimpleConsumer(rocketmq.ClientConfiguration(child.endpoint, rocketmq.Credentials(),
+                                                                        request_timeout=3),
+                                           "billing", {TOPIC: rocketmq.FilterExpression()}, await_duration=1)
+        with started(consumer):
+            assert [m.body for m in consumer.receive(1, 30)] == [b"old"]  # in flight when the topic goes
+            done = _cli("topic-delete", TOPIC, *server)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [f"topic {TOPIC} deleted on broker-a (1 queues; 1 messages in flight "
+                                            "dropped)", "progress forgotten for groups: billing, console"]
+        assert done.stderr.strip() == "warning: consumers of billing are still connected"
+        assert TOPIC not in [t["topic"] for t in client.call("topic-list", {})]
+        again = _cli("topic-delete", TOPIC, *server)
+        assert again.returncode != 0 and "does not exist on this broker" in again.stderr
+        refused = _cli("topic-delete", "%DLQ%billing", *server, "--json")
+        assert refused.returncode != 0 and "--group-topic" in refused.stderr
+
+        client.call("update-topic", {"topic": TOPIC, "queue_count": 1})
+        client.call("send-message", {"topic": TOPIC, "body": "new"})
+        assert [m["body"] for m in client.call("consume-message", {"topic": TOPIC, "group": "console"})] == ["new"]
+        assert json.loads(_cli("topic-delete", TOPIC, *server, "--json").stdout)["floors"] == {"0": 2}
+        assert child.stop() == 0

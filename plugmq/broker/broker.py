@@ -39,7 +39,7 @@ from plugmq.core.contracts import (
     TransactionService,
 )
 from plugmq.core.contracts.leadership import Leadership
-from plugmq.core.errors import ClientError
+from plugmq.core.errors import ClientError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import (
     AppendRequest,
@@ -203,6 +203,11 @@ class Broker:
         self._parts.lifecycle.check_open()
         self.check_writable("delete topics")
         check_deletable(topic, group_topic=group_topic)
+        if self.cluster is not None and topic in self.cluster.view().topics:
+            # Its members would create it again from the declaration at their next view.
+            raise TopicError(f"topic {topic!r} is declared for cluster {self.config.cluster_name!r}, whose masters "
+                             "create it from the declaration: a cluster-wide delete (removing the declaration) is "
+                             "not supported yet; delete it on a broker outside a cluster only")
         parts = self._parts
         deletion = delete_topic(parts.topics.table, self.store, self.consumer_offsets, self.pop, topic)
         status = self.await_replication()

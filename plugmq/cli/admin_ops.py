@@ -62,6 +62,26 @@ def group_delete(target: _Target, as_json: bool, group: str) -> None:
     _emit(target.run("group-delete", {"group": group}), as_json, render)
 
 
+@command.command("topic-delete")
+@click.argument("topic")
+@click.option("--group-topic", is_flag=True,
+              help="Allow deleting a group's retry (%RETRY%) or dead-letter (%DLQ%) topic.")
+@_target_options
+def topic_delete(target: _Target, as_json: bool, topic: str, group_topic: bool) -> None:
+    """Delete TOPIC (RocketMQ's deleteTopic): it leaves the table and the routes, every group's
+    offsets, pop progress and messages in flight on it go. Its records stay in the store until
+    retention but are never served again, also not if TOPIC is created again."""
+    def render(result: dict[str, Any]) -> None:
+        click.echo(f"topic {result['topic']} deleted on {result['broker']} ({result['queues']} queues; "
+                   f"{result['inflight_dropped']} messages in flight dropped)")
+        if result["groups"]:
+            click.echo(f"progress forgotten for groups: {', '.join(result['groups'])}")
+        if result["connected"]:
+            click.echo(f"warning: consumers of {', '.join(result['connected'])} are still connected", err=True)
+
+    _emit(target.run("topic-delete", {"topic": topic, "group_topic": group_topic}), as_json, render)
+
+
 def _render_limits(rows: list[dict[str, Any]]) -> None:
     from plugmq.cli.admin import _print_table, _table
 

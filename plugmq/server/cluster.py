@@ -133,11 +133,13 @@ class ClusterMember:
 
     # ------------------------------------------------------------------------------ topics
     def _topic_changed(self, topic: str, count: int) -> None:
-        """Our topic table grew (the creating thread): publish it, declare it for the cluster."""
+        """Our topic table grew or lost a topic (the changing thread; ``count`` 0: deleted):
+        publish it, and declare a grown topic for the cluster."""
         if not self._joined:
             return
         self.service.update_topics(registered_topics(self.broker.topics.all()))
-        self._declare(topic, count)
+        if count > 0:
+            self._declare(topic, count)
 
     def _declare(self, topic: str, count: int) -> None:
         if is_system_topic(topic):
