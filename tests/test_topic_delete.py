@@ -199,3 +199,15 @@ def test_cli_deletes_a_topic_of_a_running_plugmq_serve(tmp_path: Path) -> None:
         assert [m["body"] for m in client.call("consume-message", {"topic": TOPIC, "group": "console"})] == ["new"]
         assert json.loads(_cli("topic-delete", TOPIC, *server, "--json").stdout)["floors"] == {"0": 2}
         assert child.stop() == 0
+
+
+def test_a_delayed_message_pending_for_a_deleted_topic_comes_into_it_again(tmp_path: Path) -> None:
+    clock = ManualClock(START)
+    with Broker.open(tmp_path / "data", plugins=["store_mmap", "delay_wheel"], clock=clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        _send(broker, 0, "old")
+        broker.put(Message(TOPIC, b"later", deliver_at_ms=clock.now_ms() + 10_000), 0)
+        broker.delete_topic(TOPIC)
+        clock.advance(11)
+        wait_for(lambda: broker.topics.get(TOPIC) == 1 and _from_start(broker, 0) == [b"later"], WAIT_S,
+                 "the delayed message, alone, in the topic created again")
