@@ -215,12 +215,13 @@ def _assemble(base: _Base) -> Parts:
     arrivals = Arrivals()
     events = Events(base.name, plugins, store, traffic)
     roles = Roles(base.name, config, store)
+    seen_in_store = dict(store.queues())  # before the journals prepare their (empty) queues
     # Service state rides in the commit log (plugmq.broker.journal): one order, one cut.
     journals = JournalSet(store, writable=roles.writable, settle=roles.settle_state, broker_name=base.name,
                           floor=base.floor, clock=clock)
     deleted = DeletedTopics(journals.open("topics"))
     journals.compact_with("topics", deleted.compact)
-    table = TopicTable(base.broker_dir / "topics.json", store.queues(), deleted)
+    table = TopicTable(base.broker_dir / "topics.json", seen_in_store, deleted)
     topics = TopicQueues(table, base.name, default_queue_count=config.default_queue_count,
                          auto_create=config.auto_create_topic)
     groups = GroupRegistry(clock, config.heartbeat_timeout_s, topics.queues)
