@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,11 @@ class Pair:
     """Two failover brokers of ``BROKER`` (see the module doc). Stopped by :meth:`close`."""
 
     def __init__(self, directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
-                 min_in_sync: int = 1, secret: Path | None = None) -> None:
+                 min_in_sync: int = 1, secret: Path | None = None, ha_tls: Mapping[str, str] | None = None) -> None:
         assert zookeeper.port is not None
         self.directory = directory
         self.secret = secret  # the cluster secret file (ha's and cluster_zk's secret_file), if any
+        self.ha_tls = dict(ha_tls or {})  # [plugins.ha] tls_* options, if any
         self.session_timeout_s = session_timeout_s
         self.cluster = f"x{uuid.uuid4().hex[:8]}"
         self.zk_links = [Forwarder(f"zk-{i}", ("127.0.0.1", zookeeper.port)) for i in range(2)]
@@ -76,6 +77,7 @@ class Pair:
             "heartbeat_ms = 100\npeer_timeout_ms = 3000\nreconnect_ms = 20\nreconnect_max_ms = 200\n"
             f"sync_timeout_ms = 3000\nin_sync_lag_ms = 600\nmin_in_sync_replicas = {min_in_sync}\n"
             + (f'secret_file = "{self.secret}"\n' if self.secret else "")
+            + "".join(f'{key} = "{value}"\n' for key, value in self.ha_tls.items())
             + "[server]\nlong_polling_s = 1\n", encoding="utf-8")
         return path
 
@@ -144,9 +146,9 @@ class Pair:
 
 @contextlib.contextmanager
 def running_pair(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
-                 secret: Path | None = None) -> Iterator[Pair]:
+                 secret: Path | None = None, ha_tls: Mapping[str, str] | None = None) -> Iterator[Pair]:
     """A :class:`Pair`, closed when the block ends."""
-    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s, secret=secret)
+    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s, secret=secret, ha_tls=ha_tls)
     try:
         yield pair
     finally:

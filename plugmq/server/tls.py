@@ -17,7 +17,6 @@ of :class:`plugmq.server.admin.AdminClient` and ``plugmq admin --server``.
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,8 @@ import attrs
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 from plugmq.core.schema import dotted, non_empty, setting, structure
-from plugmq.kit.addresses import beyond_loopback
+from plugmq.kit.addresses import beyond_loopback, exposed_warning
+from plugmq.kit.pemfiles import check_key_pair, pem_certificates, read_pem
 
 if TYPE_CHECKING:
     import grpc
@@ -34,57 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["ClientTls", "TlsOptions", "TlsTable", "beyond_loopback", "parse_tls_table", "warn_when_exposed"]
 
 log = get_logger(__name__)
-
-def _read(path: Path, what: str, where: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: {what} file {path} does not exist") from None
-    except PermissionError:
-        raise ConfigError(f"{where}: {what} file {path} is not readable by this user "
-                          "(check its owner and mode)") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{where}: {what} {path} is a directory; name the PEM file") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {what} file {path}: {exc.strerror or exc}") from None
-
-
-def _certificates(data: bytes, path: Path, where: str) -> list[Any]:
-    from cryptography import x509
-
-    try:
-        certificates = x509.load_pem_x509_certificates(data)
-    except ValueError:
-        certificates = []
-    if not certificates:
-        raise ConfigError(f"{where}: {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    return certificates
-
-
-def _check_pair(cert: bytes, key: bytes, cert_path: Path, key_path: Path, where: str) -> None:
-    from cryptography.hazmat.primitives import serialization
-
-    leaf = _certificates(cert, cert_path, f"{where}.cert")[0]
-    try:
-        private = serialization.load_pem_private_key(key, password=None)
-    except TypeError:
-        raise ConfigError(f"{where}.key: {key_path} is encrypted; give the key unencrypted (readable by the server "
-                          "user only)") from None
-    except ValueError as exc:
-        raise ConfigError(f"{where}.key: {key_path} is not a PEM private key ({exc})") from None
-    public = serialization.PublicFormat.SubjectPublicKeyInfo
-    encoding = serialization.Encoding.DER
-    if private.public_key().public_bytes(encoding, public) != leaf.public_key().public_bytes(encoding, public):
-        raise ConfigError(f"{where}: the key {key_path} does not belong to the certificate {cert_path} (its first "
-                          "certificate is the server's; give the key it was issued for)")
-    now = datetime.datetime.now(datetime.UTC)
-    if leaf.not_valid_after_utc < now:
-        raise ConfigError(f"{where}.cert: {cert_path} expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC; "
-                          "clients refuse it: renew it")
-    if leaf.not_valid_before_utc > now:
-        log.warning("TLS certificate not valid yet: clients refuse it until then", cert=str(cert_path),
-                    valid_from=leaf.not_valid_before_utc.isoformat())
-
 
 @attrs.frozen
 class TlsOptions:
@@ -140,13 +89,13 @@ def parse_tls_table(table: Any, *, source: str = "", base: Path | None) -> TlsOp
         missing = " and ".join(k for k, v in (("cert", cert_path), ("key", key_path)) if v is None)
         raise ConfigError(f"{where}: {missing} missing; TLS needs the server's certificate chain (cert) and its "
                           "private key (key), PEM files")
-    cert = _read(cert_path, "certificate", f"{where}.cert")
-    key = _read(key_path, "private key", f"{where}.key")
-    _check_pair(cert, key, cert_path, key_path, where)
+    cert = read_pem(cert_path, "certificate", f"{where}.cert")
+    key = read_pem(key_path, "private key", f"{where}.key")
+    check_key_pair(cert, key, cert_path, key_path, where)
     client_ca = None
     if ca_path is not None:
-        client_ca = _read(ca_path, "client CA", f"{where}.client_ca")
-        _certificates(client_ca, ca_path, f"{where}.client_ca")
+        client_ca = read_pem(ca_path, "client CA", f"{where}.client_ca")
+        pem_certificates(client_ca, ca_path, f"{where}.client_ca")
     return TlsOptions(cert, key, client_ca, checked.metrics, cert_path, key_path, ca_path)
 
 
@@ -169,7 +118,7 @@ class ClientTls:
     def from_files(cls, ca: str | Path | None = None, cert: str | Path | None = None, key: str | Path | None = None,
                    server_name: str | None = None) -> ClientTls:
         def read(path: str | Path | None, what: str) -> bytes | None:
-            return None if path is None else _read(Path(path).expanduser(), what, "TLS")
+            return None if path is None else read_pem(Path(path).expanduser(), what, "TLS")
 
         return cls(read(ca, "CA certificate"), read(cert, "client certificate"), read(key, "client key"), server_name)
 
@@ -185,11 +134,5 @@ class ClientTls:
 
 def warn_when_exposed(port: str, address: str, *, tls: bool, authenticated: bool) -> None:
     """Say loudly when ``address`` listens beyond loopback without TLS (or without access control)."""
-    host = address.rpartition(":")[0]
-    if not beyond_loopback(host) or (tls and authenticated):
-        return
-    lacking = " and ".join(what for what, have in (("TLS", tls), ("access control", authenticated)) if not have)
-    log.warning(f"SECURITY: the {port} listens on {address}, beyond loopback, without {lacking}: anyone on the "
-                "network can " + ("read what it serves in clear" if not tls else "use it without credentials")
-                + "; configure [server.tls] (and [server.acl]) or listen on 127.0.0.1",
-                port=port, address=address, tls=tls, acl=authenticated)
+    exposed_warning(port, address, tls=tls, authenticated=authenticated,
+                    fix="configure [server.tls] (and [server.acl]) or listen on 127.0.0.1")

@@ -1,4 +1,5 @@
-"""The replication wire format: length-prefixed, CRC-checked frames over one TCP connection.
+"""The replication wire format: length-prefixed, CRC-checked frames over one TCP connection
+(TLS around it when ``[plugins.ha] tls_cert`` is set: :mod:`plugmq.plugins.ha.tls`).
 
 ::
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import enum
 import json
-import socket
 import struct
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from plugmq.core.errors import ReplicationError
 
 if TYPE_CHECKING:
     from plugmq.plugins.ha.auth import Session
+    from plugmq.plugins.ha.tls import Stream
 
 __all__ = ["PROTOCOL_VERSION", "FrameType", "Reader", "ack_frame", "data_frame", "frame", "json_frame", "parse_ack",
            "parse_data", "parse_json"]
@@ -54,6 +55,10 @@ class FrameType(enum.IntEnum):
     AUTH = 6
     CHALLENGE = 7
     PROVE = 8
+
+
+_KINDS = frozenset(FrameType)
+_TLS_RECORD = 0x16  # the first byte of a TLS ClientHello
 
 
 def frame(kind: FrameType, payload: bytes) -> bytes:
@@ -97,13 +102,13 @@ def parse_ack(payload: bytes) -> int:
 
 
 class Reader:
-    """Reads whole frames from a blocking socket (its timeout applies to each receive).
+    """Reads whole frames from a blocking socket or TLS channel (its timeout applies to each receive).
 
     ``limit``: the largest frame taken (lowered while a peer has not authenticated yet).
     ``session``: once set, every frame must be followed by its authentication tag."""
 
-    def __init__(self, sock: socket.socket, peer: str, *, limit: int = MAX_FRAME) -> None:
-        self._sock = sock
+    def __init__(self, stream: Stream, peer: str, *, limit: int = MAX_FRAME) -> None:
+        self.stream = stream
         self._peer = peer
         self._head = bytearray(_HEAD.size)
         self.limit = limit
@@ -113,7 +118,7 @@ class Reader:
         view = memoryview(buffer)
         got = 0
         while got < len(view):
-            n = self._sock.recv_into(view[got:])
+            n = self.stream.recv_into(view[got:])
             if n == 0:
                 raise ConnectionError(f"replication peer {self._peer} closed the connection")
             got += n
@@ -121,6 +126,10 @@ class Reader:
     def read(self) -> tuple[FrameType, bytes]:
         self._fill(self._head)
         kind, length, crc = _HEAD.unpack(self._head)
+        if kind not in _KINDS:
+            hint = (" (a TLS handshake: that peer runs [plugins.ha] TLS and this side does not)" if kind == _TLS_RECORD
+                    else "")
+            raise ReplicationError(f"replication peer {self._peer} sent an unknown frame type {kind}{hint}")
         if length > self.limit:
             raise ReplicationError(f"replication peer {self._peer} announced a frame of {length} bytes; the stream is "
                                    "broken (or the peer is not a plugmq replication endpoint)")
@@ -133,7 +142,4 @@ class Reader:
         if zlib.crc32(payload) != crc:
             raise ReplicationError(f"frame from replication peer {self._peer} failed its CRC check; dropping the "
                                    "connection (it is set up again from the last confirmed offset)")
-        try:
-            return FrameType(kind), bytes(payload)
-        except ValueError:
-            raise ReplicationError(f"replication peer {self._peer} sent an unknown frame type {kind}") from None
+        return FrameType(kind), bytes(payload)

@@ -24,13 +24,14 @@ from plugmq.core.contracts.leadership import Leadership, LocalLeadership
 from plugmq.core.contracts.replication import ConsumerHandover, ReplicaStatus
 from plugmq.core.errors import ReplicationError
 from plugmq.core.logs import get_logger
-from plugmq.kit.addresses import beyond_loopback
+from plugmq.kit.addresses import exposed_warning
 from plugmq.plugins.ha import frames
 from plugmq.plugins.ha.auth import Authenticator, Session, parse_nonce
 from plugmq.plugins.ha.epochs import EpochFile, consistent_point
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.insync import InSync
 from plugmq.plugins.ha.options import HaOptions, parse_address
+from plugmq.plugins.ha.tls import HandshakeRefusals, Stream, TlsChannel, TlsSettings
 
 __all__ = ["MasterSide"]
 
@@ -44,7 +45,8 @@ class _Slave:
 
     def __init__(self, master: MasterSide, sock: socket.socket, address: str) -> None:
         self.master = master
-        self.sock = sock
+        self._tcp = sock
+        self.sock: Stream = sock  # the TLS channel over it once the handshake is done
         self.address = address
         self.broker_id = -1
         self.confirmed = 0
@@ -86,6 +88,8 @@ class _Slave:
                                limit=frames.MAX_FRAME if auth is None else frames.MAX_HANDSHAKE_FRAME)
         try:
             self.sock.settimeout(master.options.peer_timeout_ms / 1000)
+            if master.tls is not None and not self._tls_handshake(master.tls, reader):
+                return
             kind, payload = reader.read()
             if auth is not None:
                 if not self._authenticate(auth, reader, kind, payload):
@@ -115,6 +119,18 @@ class _Slave:
                          confirmed=self.confirmed, reason=str(exc) or type(exc).__name__)
         finally:
             self.close()
+
+    def _tls_handshake(self, tls: TlsSettings, reader: frames.Reader) -> bool:
+        """TLS before anything else; False (logged, rate-limited) when the peer fails it."""
+        channel = TlsChannel(self._tcp, tls.server, server_side=True)
+        try:
+            channel.handshake()
+        except OSError as exc:  # ssl.SSLError, a reset, a peer silent past peer_timeout_ms
+            self.master.refusals.refused(self.address, getattr(exc, "reason", None) or str(exc),
+                                         broker=self.master.broker_name)
+            return False
+        self.sock = reader.stream = channel
+        return True
 
     def _authenticate(self, auth: Authenticator, reader: frames.Reader, kind: FrameType, payload: bytes) -> bool:
         """The master's side of the handshake (plugmq.plugins.ha.auth); False once refused."""
@@ -175,9 +191,12 @@ class MasterSide:
     def __init__(self, store: ReplicableStore, options: HaOptions, *, broker_name: str, broker_id: int,
                  plugin_dir: Path, sync: bool, epochs: EpochFile,
                  adopt: Callable[[ConsumerHandover, int], int] | None = None,
-                 leadership: Leadership | None = None, authenticator: Authenticator | None = None) -> None:
+                 leadership: Leadership | None = None, authenticator: Authenticator | None = None,
+                 tls: TlsSettings | None = None) -> None:
         self.store = store
         self.authenticator = authenticator
+        self.tls = tls
+        self.refusals = HandshakeRefusals()
         self.broker_id = broker_id
         self._adopt = adopt
         self.epochs = epochs
@@ -206,11 +225,10 @@ class MasterSide:
         self.address = self.options.advertise or f"{bound_host}:{bound_port}"
         self._listener = sock
         (self._plugin_dir / "listen.addr").write_text(self.address + "\n", encoding="utf-8")
-        if self.authenticator is None and beyond_loopback(bound_host):
-            log.warning(f"SECURITY: the ha replication port listens on {bound_host}:{bound_port}, beyond loopback, "
-                        "without authentication: anyone who reaches it can pull the whole commit log, ack for a "
-                        "slave and move consumers; set [plugins.ha] secret_file on master and slaves, or listen "
-                        "on 127.0.0.1", broker=self.broker_name, address=f"{bound_host}:{bound_port}")
+        exposed_warning("ha replication port", f"{bound_host}:{bound_port}", tls=self.tls is not None,
+                        authenticated=self.authenticator is not None,
+                        fix="set [plugins.ha] secret_file, tls_cert, tls_key and tls_ca on master and slaves, or "
+                            "listen on 127.0.0.1")
         self.store.set_log_listener(self._on_append)
         self._accepting = threading.Thread(target=self._accept_loop, daemon=True, name=f"ha-accept-{self.broker_name}")
         self._accepting.start()

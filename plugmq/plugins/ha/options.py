@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import attrs
 from attrs import validators as v
 
@@ -33,6 +37,24 @@ def _secret_file(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
         from plugmq.kit.clustersecret import read_secret
 
         read_secret(value, what=f"plugins.ha.{attr.name}")
+
+
+def _pem_file(what: str, *, certificates: bool) -> Callable[[object, attrs.Attribute[str], str], None]:
+    def check(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+        if value:
+            from plugmq.kit.pemfiles import pem_certificates, read_pem
+
+            path, where = Path(value).expanduser(), f"plugins.ha.{attr.name}"
+            data = read_pem(path, what, where)
+            if certificates:
+                pem_certificates(data, path, where)
+
+    return check
+
+
+def _tls_file(default_doc: str, what: str, *, certificates: bool = True) -> Any:
+    return attrs.field(default="", validator=_pem_file(what, certificates=certificates),
+                       metadata={"expected": "a file path", "doc": default_doc})
 
 
 @attrs.frozen
@@ -67,6 +89,15 @@ class HaOptions:
     ``listen`` on loopback then). ``heartbeat_ms``: an idle master sends its end offset this often and the slave
     answers with its own; a peer silent for ``peer_timeout_ms`` is taken for dead and its
     connection closed.
+
+    TLS (:mod:`plugmq.plugins.ha.tls`): ``tls_cert`` and ``tls_key`` (PEM, the key unencrypted)
+    turn it on; every broker of the name needs its own pair, since failover may make any of them
+    master. The master serves them; with ``tls_ca`` it requires each slave to present a
+    certificate that CA signed. A slave presents them and follows only a master whose certificate
+    ``tls_ca`` signed (without ``tls_ca``: the system's roots); ``tls_server_name``, when set, must
+    also be a name (DNS or IP) in the master's certificate - else the CA alone vouches, since the
+    master's address is often an IP. TLS keeps the stream confidential; the secret still proves
+    the broker name: use both beyond loopback.
     """
 
     listen: str = attrs.field(default="127.0.0.1:0", validator=_listen)
@@ -83,6 +114,12 @@ class HaOptions:
     connect_timeout_ms: int = attrs.field(default=3000, validator=[v.instance_of(int), v.ge(1)])
     min_in_sync_replicas: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1), v.le(2)])
     secret_file: str = attrs.field(default="", validator=_secret_file, metadata={"expected": "a file path"})
+    tls_cert: str = _tls_file("this broker's PEM certificate chain, leaf first (turns TLS on)", "certificate")
+    tls_key: str = _tls_file("its PEM private key (unencrypted)", "private key", certificates=False)
+    tls_ca: str = _tls_file("the cluster's CA: masters require slave certificates it signed, slaves "
+                            "follow only a master it signed", "CA certificate")
+    tls_server_name: str = attrs.field(default="", validator=v.instance_of(str), metadata={
+        "doc": "a slave also checks this name in the master's certificate (empty: the CA alone vouches)"})
 
     def __attrs_post_init__(self) -> None:
         if self.peer_timeout_ms <= self.heartbeat_ms:
@@ -91,8 +128,19 @@ class HaOptions:
         if self.in_sync_lag_ms and self.in_sync_lag_ms <= self.heartbeat_ms:
             raise ValueError(f"in_sync_lag_ms ({self.in_sync_lag_ms}) must be above heartbeat_ms ({self.heartbeat_ms}), "
                              "or an idle slave leaves the in-sync set between two heartbeats")
+        if self.tls_cert or self.tls_key or self.tls_ca:
+            from plugmq.plugins.ha.tls import check_tls_files
+
+            check_tls_files(self.tls_cert, self.tls_key, self.tls_ca)
+        if self.tls_server_name and not self.tls_cert:
+            raise ValueError("tls_server_name is set but TLS is off; set tls_cert, tls_key and tls_ca too")
         if self.reconnect_max_ms < self.reconnect_ms:
             raise ValueError(f"reconnect_max_ms ({self.reconnect_max_ms}) must be >= reconnect_ms ({self.reconnect_ms})")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the ha channel runs TLS (a certificate and key are given)."""
+        return bool(self.tls_cert)
 
     @property
     def lag_limit_ms(self) -> int:

@@ -22,6 +22,7 @@ from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.master import MasterSide
 from plugmq.plugins.ha.options import HaOptions
 from plugmq.plugins.ha.slave import SlaveSide
+from plugmq.plugins.ha.tls import TlsSettings
 
 __all__ = ["CAPABILITIES", "HaService"]
 
@@ -50,6 +51,8 @@ class HaService:
         self._epochs = EpochFile(plugin_dir / "epochs")
         self._secret = read_secret(options.secret_file) if options.secret_file else None
         self._auth = Authenticator(self._secret, context.broker_name) if self._secret is not None else None
+        self._tls = (TlsSettings(options.tls_cert, options.tls_key, options.tls_ca, options.tls_server_name)
+                     if options.tls else None)
         self._lock = threading.Lock()
         self._master: MasterSide | None = None
         self._slave: SlaveSide | None = None
@@ -64,14 +67,14 @@ class HaService:
         return MasterSide(self.store, self._options, broker_name=self._context.broker_name,
                           broker_id=self.broker_id, plugin_dir=self._plugin_dir, sync=role is BrokerRole.SYNC_MASTER,
                           epochs=self._epochs, adopt=self._context.adopt,
-                          leadership=leadership, authenticator=self._auth)
+                          leadership=leadership, authenticator=self._auth, tls=self._tls)
 
     def _slave_of(self, master: str) -> SlaveSide:
         return SlaveSide(self.store, self._options, broker_name=self._context.broker_name,
                          broker_id=self._context.broker_id, replicated=self._context.replicated,
                          epochs=self._epochs, master=master, truncated=self._context.truncated,
                          handover=self._context.handover, handed_over=self._context.handed_over,
-                         authenticator=self._auth)
+                         authenticator=self._auth, tls=self._tls)
 
     def start(self) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ skipped and nothing applied twice.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from plugmq.plugins.ha.auth import Authenticator, Session, parse_nonce
 from plugmq.plugins.ha.epochs import EpochFile
 from plugmq.plugins.ha.frames import FrameType
 from plugmq.plugins.ha.options import HaOptions, parse_address
+from plugmq.plugins.ha.tls import Stream, TlsChannel, TlsSettings
 
 __all__ = ["SlaveSide"]
 
@@ -37,12 +39,14 @@ class SlaveSide:
                  truncated: Callable[[int], None] | None = None,
                  handover: Callable[[], ConsumerHandover] | None = None,
                  handed_over: Callable[[ConsumerHandover], None] | None = None,
-                 authenticator: Authenticator | None = None) -> None:
+                 authenticator: Authenticator | None = None, tls: TlsSettings | None = None) -> None:
         if not master:
             raise ReplicationError(f"broker {broker_name!r} is a slave but [plugins.ha] names no master; "
                                    'add master = "host:port" (the master\'s [plugins.ha] listen address)')
         self.store = store
         self._auth = authenticator
+        self._tls = tls
+        self._stream: Stream | None = None  # the socket, or the TLS channel over it
         self._session: Session | None = None
         self.options = options
         self.broker_name = broker_name
@@ -95,6 +99,7 @@ class SlaveSide:
                     self.last_error = reason
             finally:
                 self.connected = False
+                self._stream = None
                 sock, self._sock = self._sock, None
                 if sock is not None:
                     sock.close()
@@ -111,9 +116,33 @@ class SlaveSide:
             return None
 
     def _send(self, data: bytes) -> None:
-        assert self._sock is not None
+        assert self._stream is not None
         session = self._session
-        self._sock.sendall(data if session is None else session.seal(data))
+        self._stream.sendall(data if session is None else session.seal(data))
+
+    def _tls_handshake(self, tls: TlsSettings, sock: socket.socket) -> TlsChannel:
+        """TLS to the master: follow it only if the cluster's CA signed its certificate."""
+        channel = TlsChannel(sock, tls.client, server_side=False, server_hostname=tls.server_name)
+        try:
+            channel.handshake()
+        except ssl.SSLCertVerificationError as exc:
+            raise ReplicationError(
+                f"the master at {self.address} presented a TLS certificate that [plugins.ha] tls_ca does not vouch "
+                f"for ({exc.verify_message}); not following it") from exc
+        except OSError as exc:  # ssl.SSLError, a reset, a timeout
+            raise ReplicationError(
+                f"TLS handshake with the master at {self.address} failed ({exc}): is TLS on there too "
+                "([plugins.ha] tls_cert), and does its tls_ca vouch for this slave's certificate?") from exc
+        return channel
+
+    def _first_read(self, reader: frames.Reader) -> tuple[FrameType, bytes]:
+        """The master's first answer; a TLS alert instead (TLS 1.3 refuses a client certificate
+        only after the client finished its handshake) says the master refused this slave."""
+        try:
+            return reader.read()
+        except ssl.SSLError as exc:
+            raise ReplicationError(f"the master at {self.address} refused this slave's TLS certificate ({exc}); "
+                                   "give it one that the master's [plugins.ha] tls_ca signed") from exc
 
     def _authenticate(self, auth: Authenticator, reader: frames.Reader) -> None:
         """The slave's side of the handshake (plugmq.plugins.ha.auth): prove the cluster secret,
@@ -121,7 +150,7 @@ class SlaveSide:
         slave_nonce = auth.nonce()
         self._send(frames.json_frame(FrameType.AUTH, {"nonce": slave_nonce.hex()}))
         reader.limit = frames.MAX_HANDSHAKE_FRAME
-        kind, payload = reader.read()
+        kind, payload = self._first_read(reader)
         body = frames.parse_json(payload) if kind in (FrameType.CHALLENGE, FrameType.REFUSE) else {}
         if kind is FrameType.REFUSE:
             raise ReplicationError(f"master {self.address} refused this slave: {body.get('reason')}")
@@ -153,6 +182,7 @@ class SlaveSide:
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.options.peer_timeout_ms / 1000)
+        self._stream = sock if self._tls is None else self._tls_handshake(self._tls, sock)
         store = self.store
         end = store.log_end_offset()
         hello = {
@@ -164,12 +194,12 @@ class SlaveSide:
         handover = self._handover() if self._handover is not None else ConsumerHandover()
         if handover:
             hello["consumer_progress"] = handover.as_rows()
-        reader = frames.Reader(sock, self.address)
+        reader = frames.Reader(self._stream, self.address)
         self._session = None
         if self._auth is not None:
             self._authenticate(self._auth, reader)
         self._send(frames.json_frame(FrameType.HELLO, hello))
-        kind, payload = reader.read()
+        kind, payload = reader.read() if self._auth is not None else self._first_read(reader)
         body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
         if kind is FrameType.REFUSE:
             raise ReplicationError(f"master {self.address} refused this slave: {body.get('reason')}")
