@@ -1,7 +1,7 @@
 """PEM certificates and keys read and checked when a config is loaded (shared by every TLS port).
 
 ``[server.tls]`` (:mod:`plugmq.server.tls`) and the ha channel's ``tls_*`` options
-(:mod:`plugmq.plugins.ha.tls`) read their files through here, so a missing, unreadable, expired
+(:mod:`plugmq.plugins.ha.tls`) and cluster_zk's (ZooKeeper over TLS) read their files through here, so a missing, unreadable, expired
 or mismatched certificate or key is a ConfigError naming the option and the fix, never a port
 that starts and then fails every handshake.
 """
@@ -9,13 +9,14 @@ that starts and then fails every handshake.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
 
-__all__ = ["check_key_pair", "pem_certificates", "read_pem"]
+__all__ = ["check_cert_and_key", "check_key_pair", "pem_certificates", "pem_file_option", "read_pem"]
 
 log = get_logger(__name__)
 
@@ -74,3 +75,32 @@ def check_key_pair(cert: bytes, key: bytes, cert_path: Path, key_path: Path, whe
     if leaf.not_valid_before_utc > now:
         log.warning("TLS certificate not valid yet: peers refuse it until then", cert=str(cert_path),
                     valid_from=leaf.not_valid_before_utc.isoformat())
+
+
+def pem_file_option(plugin: str, what: str, *, certificates: bool = True) -> Callable[[object, Any, str], None]:
+    """attrs validator of a plugin's PEM file option: "" (unset) or a readable file, holding
+    certificates when ``certificates``; the ConfigError names ``plugins.<plugin>.<option>``."""
+
+    def check(_inst: object, attr: Any, value: str) -> None:
+        if value:
+            path, where = Path(value).expanduser(), f"plugins.{plugin}.{attr.name}"
+            data = read_pem(path, what, where)
+            if certificates:
+                pem_certificates(data, path, where)
+
+    return check
+
+
+def check_cert_and_key(where: str, cert: str, key: str, *, cert_option: str = "tls_cert",
+                       key_option: str = "tls_key") -> None:
+    """ConfigError unless both or neither of ``cert`` and ``key`` (file paths) are given, and a
+    given pair is a valid certificate with its key (see :func:`check_key_pair`)."""
+    if bool(cert) != bool(key):
+        missing, given = (key_option, cert_option) if cert else (cert_option, key_option)
+        raise ConfigError(f"{where}.{missing} missing: {where}.{given} is set; a certificate chain ({cert_option}) "
+                          f"needs its private key ({key_option}), both PEM files")
+    if cert:
+        cert_path, key_path = Path(cert).expanduser(), Path(key).expanduser()
+        check_key_pair(read_pem(cert_path, "certificate", f"{where}.{cert_option}"),
+                       read_pem(key_path, "private key", f"{where}.{key_option}"), cert_path, key_path, where,
+                       cert_option=cert_option, key_option=key_option)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import attrs
 from attrs import validators as v
+
+from plugmq.kit.pemfiles import pem_file_option
 
 __all__ = ["HaOptions", "parse_address"]
 
@@ -39,22 +39,9 @@ def _secret_file(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
         read_secret(value, what=f"plugins.ha.{attr.name}")
 
 
-def _pem_file(what: str, *, certificates: bool) -> Callable[[object, attrs.Attribute[str], str], None]:
-    def check(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
-        if value:
-            from plugmq.kit.pemfiles import pem_certificates, read_pem
-
-            path, where = Path(value).expanduser(), f"plugins.ha.{attr.name}"
-            data = read_pem(path, what, where)
-            if certificates:
-                pem_certificates(data, path, where)
-
-    return check
-
-
-def _tls_file(default_doc: str, what: str, *, certificates: bool = True) -> Any:
-    return attrs.field(default="", validator=_pem_file(what, certificates=certificates),
-                       metadata={"expected": "a file path", "doc": default_doc})
+def _tls_file(doc: str, what: str, *, certificates: bool = True) -> Any:
+    return attrs.field(default="", validator=pem_file_option("ha", what, certificates=certificates),
+                       metadata={"expected": "a file path", "doc": doc})
 
 
 @attrs.frozen

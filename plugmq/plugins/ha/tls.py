@@ -28,7 +28,7 @@ from typing import Protocol, cast
 
 from plugmq.core.errors import ConfigError
 from plugmq.core.logs import get_logger
-from plugmq.kit.pemfiles import check_key_pair, pem_certificates, read_pem
+from plugmq.kit.pemfiles import check_cert_and_key
 
 __all__ = ["HandshakeRefusals", "Stream", "TlsChannel", "TlsSettings", "check_tls_files"]
 
@@ -55,21 +55,10 @@ class Stream(Protocol):
 def check_tls_files(cert: str, key: str, ca: str) -> None:
     """ConfigError naming the ``[plugins.ha]`` option whose file is missing, unreadable, not PEM,
     expired or not the key of the certificate."""
-    if bool(cert) != bool(key):
-        missing, given = ("tls_key", "tls_cert") if cert else ("tls_cert", "tls_key")
-        raise ConfigError(f"{_WHERE}.{missing} missing: {_WHERE}.{given} is set, and TLS on the ha channel needs "
-                          "this broker's certificate chain (tls_cert) and its private key (tls_key), PEM files")
     if ca and not cert:
         raise ConfigError(f"{_WHERE}.tls_ca is set without tls_cert and tls_key: every broker of a TLS cluster "
                           "may become master (failover), so each needs its own certificate and key too")
-    if cert:
-        cert_path, key_path = Path(cert).expanduser(), Path(key).expanduser()
-        check_key_pair(read_pem(cert_path, "certificate", f"{_WHERE}.tls_cert"),
-                       read_pem(key_path, "private key", f"{_WHERE}.tls_key"), cert_path, key_path, _WHERE,
-                       cert_option="tls_cert", key_option="tls_key")
-    if ca:
-        ca_path = Path(ca).expanduser()
-        pem_certificates(read_pem(ca_path, "CA certificate", f"{_WHERE}.tls_ca"), ca_path, f"{_WHERE}.tls_ca")
+    check_cert_and_key(_WHERE, cert, key)
 
 
 class TlsSettings:
