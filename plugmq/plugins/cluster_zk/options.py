@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
+from plugmq.core.errors import ConfigError
 from plugmq.kit.clustersecret import read_secret
+from plugmq.kit.pemfiles import check_cert_and_key, pem_file_option
 
 __all__ = ["ZkOptions"]
 
@@ -70,6 +72,13 @@ class ZkOptions:
     ``secret_file``: the cluster secret (the same file as ``[plugins.ha] secret_file``): the
     session authenticates with it and every node the cluster writes is readable and writable
     only with it; registrations are signed with it (:mod:`plugmq.plugins.cluster_zk.security`).
+
+    TLS to ZooKeeper (its ``secureClientPort``; ``hosts`` names those ports): on when ``tls_ca`` is
+    set, the CA whose signature the ensemble's certificates must carry (the system's roots are
+    trusted too, as kazoo loads them). ``tls_cert`` and ``tls_key``: this broker's client
+    certificate and key, for an ensemble with ``ssl.clientAuth=need``. ``tls_check_hostname``:
+    also check each host's name in its certificate (off: the CA alone vouches, as hosts are often
+    IPs).
     """
 
     hosts: str = attrs.field(default="127.0.0.1:2181", validator=_check_hosts)
@@ -78,3 +87,22 @@ class ZkOptions:
     connect_timeout_s: float = attrs.field(default=15.0, validator=_check_seconds(0.5, 600))
     lease_fraction: float = attrs.field(default=0.6, validator=_check_fraction)
     secret_file: str = attrs.field(default="", validator=_check_secret_file, metadata={"expected": "a file path"})
+    tls_ca: str = attrs.field(default="", validator=pem_file_option("cluster_zk", "CA certificate"), metadata={
+        "expected": "a file path", "doc": "the CA that signed the ensemble's certificates (turns TLS on)"})
+    tls_cert: str = attrs.field(default="", validator=pem_file_option("cluster_zk", "certificate"), metadata={
+        "expected": "a file path", "doc": "this broker's PEM client certificate chain, for ssl.clientAuth=need"})
+    tls_key: str = attrs.field(default="", validator=pem_file_option("cluster_zk", "private key", certificates=False),
+                               metadata={"expected": "a file path", "doc": "its PEM private key (unencrypted)"})
+    tls_check_hostname: bool = attrs.field(default=False, metadata={
+        "doc": "also check each host's name in its certificate"})
+
+    def __attrs_post_init__(self) -> None:
+        check_cert_and_key("plugins.cluster_zk", self.tls_cert, self.tls_key)
+        if (self.tls_cert or self.tls_check_hostname) and not self.tls_ca:
+            raise ConfigError("plugins.cluster_zk: tls_cert or tls_check_hostname is set but tls_ca is not; TLS to "
+                              "ZooKeeper is on when tls_ca names the CA that signed the ensemble's certificates")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the session runs over TLS."""
+        return bool(self.tls_ca)

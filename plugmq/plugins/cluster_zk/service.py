@@ -85,6 +85,8 @@ class ZkClusterService:
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
             command_retry={"max_tries": 3, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
             auth_data=self._security.auth_data, default_acl=self._security.acl,
+            use_ssl=options.tls, ca=options.tls_ca or None, certfile=options.tls_cert or None,
+            keyfile=options.tls_key or None, verify_certs=True, check_hostname=options.tls_check_hostname,
         )
         self.client.add_listener(self._state_changed)
         self._note_negotiated_timeout()
@@ -96,6 +98,8 @@ class ZkClusterService:
             raise ClusterError(
                 f"cannot reach ZooKeeper at {options.hosts} within {options.connect_timeout_s:g} s "
                 f"({type(exc).__name__}); start ZooKeeper there or fix plugins.cluster_zk.hosts"
+                + (" (with tls_ca set: hosts must name TLS ports, whose certificates tls_ca signed, and the "
+                   "ensemble must accept tls_cert)" if options.tls else "")
             ) from exc
         self._worker = threading.Thread(target=self._work, name=f"plugmq-zk-{broker_name}", daemon=True)
         self._worker.start()
