@@ -37,7 +37,7 @@ from plugmq.bench.grpc import (
 )
 from plugmq.measure.probes import LoadWindow, process_cpu_s
 
-__all__ = ["TlsReport", "measure_tls", "run_tls"]
+__all__ = ["TlsReport", "measure_tls", "run_tls", "write_certificates"]
 
 GOAL = 0.85
 
@@ -66,11 +66,13 @@ class TlsReport:
         return self.cpu(f"{scenario} plain") / self.cpu(f"{scenario} tls")
 
 
-def _certificates(directory: Path) -> bytes:
+def write_certificates(directory: Path) -> bytes:
+    """A CA made for the run, and a certificate for 127.0.0.1 it signed: ``server.pem``, ``server.key``
+    and ``ca.pem`` in ``directory``; the CA's PEM."""
     try:
         import trustme
     except ModuleNotFoundError as exc:
-        raise click.ClickException("plugmq bench grpc --tls needs trustme (the bench extra)") from exc
+        raise click.ClickException("TLS benchmarks need trustme (the bench extra)") from exc
     ca = trustme.CA()
     issued = ca.issue_cert("127.0.0.1", "localhost")
     issued.private_key_pem.write_to_path(str(directory / "server.key"))
@@ -88,7 +90,7 @@ def measure_tls(messages: int, body_size: int, store: str, flush: str, rounds: i
         root = Path(tmp)
         for name in ("plain", "tls"):
             (root / name).mkdir()
-        ca = _certificates(root / "tls")
+        ca = write_certificates(root / "tls")
         os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(root / "tls" / "ca.pem")
         plain_config = _config(root / "plain", store, flush)
         tls_config = _config(root / "tls", store, flush)

@@ -11,6 +11,10 @@ share one official Python client Producer (one message per SendMessage) - the pa
 use. ``--via embedded``: the masters are brokers in the bench process and a send is
 ``broker.put``, far cheaper, so the slave's round trip is laid bare (slaves are serve children).
 
+``--secret`` adds, per mode, a pair whose ha channel is authenticated with a cluster secret
+(HMAC handshake and a tag on every frame); ``--tls`` one with the secret and TLS (a CA and a
+certificate made for the run). Each is reported against the plain pair of its mode, same run.
+
 Reported: msg/s per mode, sync / async (the goal is >= 0.9x), and the async slave's lag while
 the sends run (bytes and messages; mean and max of the master's own status sampled every
 ``--sample-ms``), with the load average before and after. Failover time comes with automatic
@@ -43,14 +47,16 @@ __all__ = ["command", "measure"]
 TOPIC = "BenchReplication"
 
 
-def _config(directory: Path, *, store: str, flush: str, role: str, broker_id: int, master: str | None) -> Path:
+def _config(directory: Path, *, store: str, flush: str, role: str, broker_id: int, master: str | None,
+            security: dict[str, str]) -> Path:
     plugins = [store, "filter_tag"] + (["ha"] if role != "none" else [])
     tables: dict[str, dict[str, Any]] = {
         "broker": {"name": "bench-r", "data_dir": "data", "plugins": plugins,
                    "role": "async_master" if role == "none" else role, "broker_id": broker_id},
         f"plugins.{store}": {"flush": flush}}
     if role != "none":
-        tables["plugins.ha"] = {"listen": "127.0.0.1:0", "heartbeat_ms": 200, **({"master": master} if master else {})}
+        tables["plugins.ha"] = {"listen": "127.0.0.1:0", "heartbeat_ms": 200, **({"master": master} if master else {}),
+                                **security}
     tables["server"] = {"long_polling_s": 2}
     return write_config(directory, tables)
 
@@ -89,18 +95,19 @@ class _Target:
 class _GrpcTarget(_Target):
     """The master is a serve child too; one official-client Producer shared by the sender threads."""
 
-    def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float) -> None:
+    def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float,
+                 security: dict[str, str]) -> None:
         from rocketmq import Producer
 
         self.children = []
-        self.master = BrokerChild(_config(root / "master", store=store, flush=flush, role=role, broker_id=0, master=None),
-                                  status_interval_s=interval)
+        self.master = BrokerChild(_config(root / "master", store=store, flush=flush, role=role, broker_id=0, master=None,
+                                          security=security), status_interval_s=interval)
         self.children.append(self.master)
         self.samples = self.master.samples
         if role != "none":
             wait_for(self.latest, _WAIT_S, f"the {role}'s status", interval=0.05)
             self.children.append(BrokerChild(_config(root / "slave", store=store, flush=slave_flush, role="slave",
-                                                     broker_id=1, master=self.latest()["address"]),
+                                                     broker_id=1, master=self.latest()["address"], security=security),
                                              status_interval_s=interval))
             wait_for(lambda: self.latest().get("slaves"), _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
         self.producer = Producer(client_config(self.master.address, 30), (TOPIC,))
@@ -118,13 +125,14 @@ class _GrpcTarget(_Target):
 class _EmbeddedTarget(_Target):
     """The master is a Broker in this process (sends are ``broker.put``); the slave a serve child."""
 
-    def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float) -> None:
+    def __init__(self, root: Path, role: str, store: str, flush: str, slave_flush: str, interval: float,
+                 security: dict[str, str]) -> None:
         from plugmq.broker.broker import Broker
 
         plugins = [store, "filter_tag"] + (["ha"] if role != "none" else [])
         options: dict[str, Any] = {store: {"flush": flush}}
         if role != "none":
-            options["ha"] = {"heartbeat_ms": 200}
+            options["ha"] = {"heartbeat_ms": 200, **security}
         self.broker = Broker.open(root / "master", plugins=plugins, options=options, name="bench-r",
                                   role="async_master" if role == "none" else role)
         self.broker.create_topic(TOPIC, 4)
@@ -134,8 +142,8 @@ class _EmbeddedTarget(_Target):
         replication = self.broker.replication
         if replication is not None:
             self.children.append(BrokerChild(_config(root / "slave", store=store, flush=slave_flush, role="slave",
-                                                     broker_id=1, master=replication.status().address),
-                                             status_interval_s=interval))
+                                                     broker_id=1, master=replication.status().address,
+                                                     security=security), status_interval_s=interval))
             wait_for(lambda: replication.status().slaves, _WAIT_S, f"the {role}'s slave to connect", interval=0.05)
 
             def sample() -> None:
@@ -181,35 +189,71 @@ def _slave_lag(samples: list[tuple[float, dict[str, Any]]], begin: float, end: f
 
 
 ROLES = ("async_master", "sync_master", "none")
+LEVELS = ("plain", "secret", "secret+tls")
+
+
+def variants(secret: bool, tls: bool) -> list[tuple[str, str]]:
+    """(role, security level) pairs measured: every mode plain, then with the secret and with TLS
+    when asked, and the master without replication."""
+    levels = [level for level, wanted in zip(LEVELS, (True, secret, tls), strict=True) if wanted]
+    return [(role, level) for role in ROLES[:2] for level in levels] + [("none", "plain")]
+
+
+def variant_key(role: str, level: str) -> str:
+    return role if level == "plain" else f"{role} {level}"
+
+
+def _security(directory: Path, secret: bool, tls: bool) -> dict[str, dict[str, str]]:
+    """The ha options of each security level (files made for the run in ``directory``)."""
+    levels: dict[str, dict[str, str]] = {"plain": {}}
+    if not (secret or tls):
+        return levels
+    directory.mkdir(parents=True, exist_ok=True)
+    secret_file = directory / "cluster.secret"
+    secret_file.write_bytes(os.urandom(48).hex().encode())
+    secret_file.chmod(0o600)
+    levels["secret"] = {"secret_file": str(secret_file)}
+    if tls:
+        from plugmq.bench.grpc_tls import write_certificates
+
+        write_certificates(directory)
+        levels["secret+tls"] = {**levels["secret"], "tls_cert": str(directory / "server.pem"),
+                                "tls_key": str(directory / "server.key"), "tls_ca": str(directory / "ca.pem")}
+    return levels
 
 
 def measure(messages: int, threads: int, body_size: int, store: str, flush: str, slave_flush: str, rounds: int,
-            sample_ms: int, via: str) -> dict[str, Any]:
-    """Rates per mode (every round), lag samples of the async slave, load averages."""
+            sample_ms: int, via: str, *, secret: bool = False, tls: bool = False) -> dict[str, Any]:
+    """Rates per variant (every round), lag samples of the plain async slave, load averages."""
     body = os.urandom(body_size)
     interval = sample_ms / 1000
     load = LoadWindow()
-    result: dict[str, Any] = {"rates": {role: [] for role in ROLES}, "lag_bytes": [], "lag_messages": [],
+    measured = variants(secret, tls)
+    result: dict[str, Any] = {"rates": {variant_key(*v): [] for v in measured}, "lag_bytes": [], "lag_messages": [],
                               "load": load}
     make = _GrpcTarget if via == "grpc" else _EmbeddedTarget
     targets: dict[str, _Target] = {}
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-repl-") as tmp:
+        security = _security(Path(tmp) / "security", secret, tls)
         try:
-            for role in ROLES:
-                targets[role] = make(Path(tmp) / role, role, store, flush, slave_flush, interval)
-                targets[role].send(threads * 20, threads, body)  # warm-up: routes, channels, topic, stream
+            for role, level in measured:
+                key = variant_key(role, level)
+                targets[key] = make(Path(tmp) / key.replace(" ", "-"), role, store, flush, slave_flush, interval,
+                                    security[level])
+                targets[key].send(threads * 20, threads, body)  # warm-up: routes, channels, topic, stream
             for _ in range(rounds):
-                for role in ROLES:
+                for key, target in targets.items():
                     begin = time.monotonic()
-                    result["rates"][role].append(targets[role].send(messages, threads, body))
-                    if role == "async_master":
+                    result["rates"][key].append(target.send(messages, threads, body))
+                    if key == "async_master":
                         time.sleep(interval * 2)  # the sample taken as the last send returned
-                        lag_bytes, lag_messages = _slave_lag(targets[role].samples, begin, time.monotonic())
+                        lag_bytes, lag_messages = _slave_lag(target.samples, begin, time.monotonic())
                         result["lag_bytes"] += lag_bytes
                         result["lag_messages"] += lag_messages
-            for role in ("async_master", "sync_master"):
-                wait_for(targets[role].latest, _WAIT_S, f"the {role}'s slave to catch up",
-                         until=lambda status: status.get("lag_bytes", 1) == 0, interval=0.05)
+            for key, target in targets.items():
+                if not key.startswith("none"):
+                    wait_for(target.latest, _WAIT_S, f"the {key}'s slave to catch up",
+                             until=lambda status: status.get("lag_bytes", 1) == 0, interval=0.05)
             load.finish()
         finally:
             for target in targets.values():
@@ -231,8 +275,10 @@ def measure(messages: int, threads: int, body_size: int, store: str, flush: str,
 @click.option("--via", type=click.Choice(["grpc", "embedded"]), default="grpc", show_default=True,
               help="grpc: masters are plugmq serve children, the official client sends; embedded: masters are "
                    "brokers in this process, sends are broker.put (slaves are serve children either way)")
+@click.option("--secret", is_flag=True, help="also measure each mode with the ha channel authenticated by a cluster secret")
+@click.option("--tls", is_flag=True, help="also measure each mode with the secret and TLS on the ha channel")
 def command(messages: int, threads: int, body_size: int, store: str, flush: str, slave_flush: str | None,
-            rounds: int, sample_ms: int, via: str) -> None:
+            rounds: int, sample_ms: int, via: str, secret: bool, tls: bool) -> None:
     """Sync double-write vs async replication send rate (goal >= 0.9x) and replication lag."""
     try:
         import rocketmq  # noqa: F401
@@ -242,19 +288,23 @@ def command(messages: int, threads: int, body_size: int, store: str, flush: str,
     if not console.is_terminal:
         console = Console(width=130)
     slave_flush = slave_flush or flush
-    result = measure(messages, threads, body_size, store, flush, slave_flush, rounds, sample_ms, via)
+    result = measure(messages, threads, body_size, store, flush, slave_flush, rounds, sample_ms, via, secret=secret,
+                     tls=tls)
     rates = {role: statistics.median(values) for role, values in result["rates"].items()}
     how = ("masters served by plugmq serve, 1 message per SendMessage from the official Python client"
            if via == "grpc" else "masters embedded in this process, sends are broker.put")
     table = Table(title=f"replication over loopback: {threads} sender threads x {messages:,} x {body_size} B per round, "
                         f"{rounds} alternating rounds, {store} flush={flush} on masters, flush={slave_flush} on slaves; {how}")
-    for column in ("mode", "msg/s (median)", "rounds", "vs async_master", "vs no replication"):
-        table.add_column(column, justify="left" if column == "mode" else "right")
+    for column in ("mode", "ha channel", "msg/s (median)", "rounds", "vs plain, same mode", "vs async_master",
+                   "vs no replication"):
+        table.add_column(column, justify="left" if column in ("mode", "ha channel") else "right")
     names = {"none": "master without replication", "async_master": "async_master + slave (异步复制)",
              "sync_master": "sync_master + slave (同步双写)"}
-    for role in ("async_master", "sync_master", "none"):
-        table.add_row(names[role], f"{rates[role]:,.0f}", " ".join(f"{r:,.0f}" for r in result["rates"][role]),
-                      f"{rates[role] / rates['async_master']:.3f}x", f"{rates[role] / rates['none']:.3f}x")
+    for role, level in variants(secret, tls):
+        key = variant_key(role, level)
+        table.add_row(names[role], "-" if role == "none" else level, f"{rates[key]:,.0f}",
+                      " ".join(f"{r:,.0f}" for r in result["rates"][key]), f"{rates[key] / rates[role]:.3f}x",
+                      f"{rates[key] / rates['async_master']:.3f}x", f"{rates[key] / rates['none']:.3f}x")
     console.print(table)
     lag_bytes, lag_messages = result["lag_bytes"], result["lag_messages"]
     if lag_bytes:
