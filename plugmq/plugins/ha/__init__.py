@@ -15,10 +15,14 @@ store appends the records at the same offsets and rebuilds its consume queues an
     [plugins.ha]
     listen = "10.0.0.5:10912"               # where slaves connect (default: loopback, a free port)
     secret_file = "/etc/plugmq/cluster.secret"  # master and slaves prove it to each other
+    tls_cert = "/etc/plugmq/broker-a-0.pem"     # TLS: this broker's certificate and key,
+    tls_key = "/etc/plugmq/broker-a-0.key"
+    tls_ca = "/etc/plugmq/cluster-ca.pem"       # and the cluster's CA (plugmq.plugins.ha.tls)
 
 and on the slave ``role = "slave"``, ``broker_id = 1``, ``[plugins.ha] master = "10.0.0.5:10912"`` and
 the same ``secret_file``. Without a secret anyone who reaches the port can pull the log, ack for a
-slave or pose as the master (:mod:`plugmq.plugins.ha.auth`): keep it on loopback then.
+slave or pose as the master (:mod:`plugmq.plugins.ha.auth`); without TLS message bodies cross the
+network in clear: keep it on loopback then.
 """
 
 from __future__ import annotations
