@@ -13,6 +13,7 @@ covers, so concurrent sends share one round trip; consumers read below the commi
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -125,7 +126,7 @@ class _Slave:
         channel = TlsChannel(self._tcp, tls.server, server_side=True)
         try:
             channel.handshake()
-        except OSError as exc:  # ssl.SSLError, a reset, a peer silent past peer_timeout_ms
+        except ssl.SSLError as exc:  # a reset or a silent peer is logged as any other disconnect
             self.master.refusals.refused(self.address, getattr(exc, "reason", None) or str(exc),
                                          broker=self.master.broker_name)
             return False

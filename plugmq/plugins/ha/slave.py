@@ -129,10 +129,13 @@ class SlaveSide:
             raise ReplicationError(
                 f"the master at {self.address} presented a TLS certificate that [plugins.ha] tls_ca does not vouch "
                 f"for ({exc.verify_message}); not following it") from exc
-        except OSError as exc:  # ssl.SSLError, a reset, a timeout
+        except ssl.SSLError as exc:
             raise ReplicationError(
                 f"TLS handshake with the master at {self.address} failed ({exc}): is TLS on there too "
                 "([plugins.ha] tls_cert), and does its tls_ca vouch for this slave's certificate?") from exc
+        except OSError as exc:  # a reset or a timeout: the network, not the certificates
+            raise ReplicationError(f"TLS handshake with the master at {self.address} interrupted "
+                                   f"({exc.strerror or exc or type(exc).__name__})") from exc
         return channel
 
     def _first_read(self, reader: frames.Reader) -> tuple[FrameType, bytes]:
