@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,9 @@ from structlog.testing import capture_logs
 from plugmq.broker.broker import Broker
 from plugmq.core import ConfigError, Message
 from plugmq.testing import WAIT_S, ZooKeeperServer, wait_for
+from tests import test_ha_auth
 from tests.helpers.replication import end_of
-from tests.test_ha_auth import PLUGINS, Rig, address_of, everything_answered, hello
+from tests.test_ha_auth import PLUGINS, Rig, TamperingRelay, address_of, everything_answered, hello
 
 pytest.importorskip("trustme", reason="needs the test extra (trustme)")
 
@@ -27,25 +27,12 @@ from tests.security_helpers import Certs, make_certs  # after the skip: it impor
 BODY = b"confidential-payload-7f3a"
 
 
+rig, secret = test_ha_auth.rig, test_ha_auth.secret  # the ha tests' fixtures, shared
+
+
 @pytest.fixture
 def certs(tmp_path: Path) -> Certs:
     return make_certs(tmp_path / "certs")
-
-
-@pytest.fixture
-def secret(tmp_path: Path) -> str:
-    path = tmp_path / "cluster.secret"
-    path.write_text("s3cr3t-" * 8 + "\n")
-    path.chmod(0o600)
-    return str(path)
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    made = Rig(tmp_path)
-    yield made
-    for broker in reversed(made.opened):
-        broker.close()
 
 
 def tls(certs: Certs, *, stranger: bool = False) -> dict[str, str]:
@@ -70,44 +57,26 @@ def put(broker: Broker, count: int) -> None:
         broker.put(Message("Orders", BODY + f"-{i}".encode()), i % 4)
 
 
-class RecordingRelay:
-    """A slave follows the relay's address; every byte both ways passes through and is kept."""
+class RecordingRelay(TamperingRelay):
+    """A slave follows the relay's address; every byte both ways passes through unchanged and is kept."""
 
     def __init__(self, master: tuple[str, int]) -> None:
-        self.master = master
         self.seen = bytearray()
         self._lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(master, b"")
 
-    def _serve(self) -> None:
-        while True:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:  # type: ignore[override]
+        with source, sink:
             try:
-                peer, _ = self.listener.accept()
+                while data := source.recv(65536):
+                    with self._lock:
+                        self.seen += data
+                    sink.sendall(data)
             except OSError:
-                return
-            upstream = socket.create_connection(self.master)
-            for source, sink in ((peer, upstream), (upstream, peer)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+                pass
 
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                with self._lock:
-                    self.seen += data
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.listener.close()
+    def _down(self, master: socket.socket, slave: socket.socket) -> None:
+        self._pipe(master, slave)
 
 
 @pytest.mark.parametrize("with_tls", [False, True], ids=["plain", "tls"])
