@@ -24,8 +24,7 @@ import collections
 import struct
 import threading
 from collections.abc import Callable, Iterable
-
-import attrs
+from typing import NamedTuple
 
 from plugmq.broker.journal import Journal
 from plugmq.config.topics import TopicSettings, TopicSettingsTable
@@ -45,9 +44,11 @@ _LENGTH = struct.Struct(">I")  # a record's length in a snapshot
 _COMPACT_BYTES = 1 << 20
 
 
-@attrs.frozen
-class Copy:
-    """Where the first copy of a key went: what a duplicate is answered with."""
+class Copy(NamedTuple):
+    """Where the first copy of a key went: what a duplicate is answered with.
+
+    A named tuple, not an attrs class: one is made per send on a dedup topic, and a tuple is the
+    cheapest value to build there (the window's cost per send is what its users pay)."""
 
     msg_id: str
     unique_id: str
@@ -68,16 +69,6 @@ def _stored_key(settings: TopicSettings, message: StoredMessage) -> str | None:
     if settings.dedup_by == "keys":
         return message.properties.get(Prop.KEYS) or None
     return message.unique_id
-
-
-class _Pending:
-    """A key being stored; sends of the same key wait on the windows' condition (no Event per send)."""
-
-    __slots__ = ("copy", "waiters")
-
-    def __init__(self) -> None:
-        self.copy: Copy | None = None
-        self.waiters = 0
 
 
 class _Window:
@@ -115,7 +106,8 @@ class DedupWindows:
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # a pending key was stored or failed
         self._windows: dict[str, _Window] = {}
-        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._pending: set[tuple[str, str]] = set()  # keys being stored by a claimant
+        self._waiting = 0  # sends waiting for a claimant's outcome (notified only when some are)
         self._delayed: dict[tuple[str, str], Copy] = {}  # journaled: delayed sends within their window
 
     def settings_for(self, topic: str) -> TopicSettings | None:
@@ -133,16 +125,16 @@ class DedupWindows:
                 found = window.copies.get(key)
                 if found is not None:
                     return found
-                pending = self._pending.get((topic, key))
-                if pending is None:
-                    self._pending[(topic, key)] = _Pending()
+                if (topic, key) not in self._pending:
+                    self._pending.add((topic, key))
                     return None
-                # Another send of the key is being stored: its outcome decides.
-                pending.waiters += 1
-                while self._pending.get((topic, key)) is pending:
+                # Another send of the key is being stored: its outcome decides (its copy in the
+                # window, or the key free again for this send to store).
+                self._waiting += 1
+                try:
                     self._settled.wait()
-                if pending.copy is not None:
-                    return pending.copy
+                finally:
+                    self._waiting -= 1
 
     def stored(self, topic: str, key: str, copy: Copy, *, delayed: bool = False) -> None:
         """The claimed key's message is stored (or scheduled: ``delayed``, journaled as well)."""
@@ -152,19 +144,17 @@ class DedupWindows:
             self._window(topic).add(key, copy)
             if delayed:
                 self._delayed[(topic, key)] = copy
-            pending = self._pending.pop((topic, key), None)
-            if pending is not None:
-                pending.copy = copy
-                if pending.waiters:
-                    self._settled.notify_all()
+            self._pending.discard((topic, key))
+            if self._waiting:
+                self._settled.notify_all()
         if delayed and self.journal is not None and self.journal.bytes_since_snapshot >= _COMPACT_BYTES:
             self.compact()
 
     def failed(self, topic: str, key: str) -> None:
         """The claimed key's send failed: the next send of it stores it."""
         with self._lock:
-            pending = self._pending.pop((topic, key), None)
-            if pending is not None and pending.waiters:
+            self._pending.discard((topic, key))
+            if self._waiting:
                 self._settled.notify_all()
 
     def _window(self, topic: str) -> _Window:
