@@ -274,45 +274,65 @@ class MasterSide:
 
     # -- slaves -------------------------------------------------------------------------------
 
+    def _identity_refusal(self, hello: dict[str, Any]) -> str | None:
+        """Why a HELLO is not from a slave this master can serve (protocol, name, id, log format,
+        end offset); None when it is."""
+        slave_end = hello.get("end")
+        if hello.get("version") != frames.PROTOCOL_VERSION:
+            return f"protocol version {hello.get('version')!r}; this master speaks {frames.PROTOCOL_VERSION}"
+        if hello.get("broker_name") != self.broker_name:
+            return (f"it is a slave of broker {hello.get('broker_name')!r} but this master is {self.broker_name!r}; "
+                    "give master and slave the same [broker] name")
+        if not isinstance(hello.get("broker_id"), int) or hello["broker_id"] < 1:
+            return f"broker id {hello.get('broker_id')!r}; a slave has [broker] broker_id >= 1"
+        if hello.get("format") != self.store.log_format:
+            return (f"its store keeps the log as {hello.get('format')!r}, this master as {self.store.log_format!r}; "
+                    "use the same storage plugin (and segment size) on both")
+        if not isinstance(slave_end, int) or slave_end < 0:
+            return f"bad end offset {slave_end!r}"
+        return None
+
+    @staticmethod
+    def _log_match(mine: list[tuple[int, int]], end: int, theirs: list[tuple[int, int]],
+                   slave_end: int) -> tuple[int | None, str | None]:
+        """Where the slave's log meets this master's (the offset it must cut back to, None: no cut)
+        or why it cannot follow (a newer epoch fences this master; no shared epoch; a longer log)."""
+        my_epoch = mine[-1][0] if mine else 0
+        their_epoch = theirs[-1][0] if theirs else 0
+        if their_epoch > my_epoch:
+            log.error("replication master fenced: a slave knows a newer epoch", epoch=my_epoch, newer=their_epoch)
+            return None, (f"it knows master epoch {their_epoch}, newer than this master's {my_epoch}: this broker is "
+                          "no longer the master of its name (fenced); it must follow the newer master")
+        if theirs and mine:
+            cut = consistent_point(mine, end, theirs, slave_end)
+            if cut is None:
+                return None, (f"its log (epochs {theirs}) shares no epoch with this master's ({mine}); remove the "
+                              "slave's store so it copies the master afresh")
+            return cut, None
+        if slave_end > end:
+            return None, (f"it holds log up to {slave_end}, past this master's end {end}: it was a master itself or "
+                          "followed another one; cut it back or remove its data before it rejoins")
+        return None, None
+
     def admit(self, slave: _Slave, hello: dict[str, Any]) -> int | None:
         """Check a HELLO; answer WELCOME with the stream's start (or REFUSE and return None)."""
         store = self.store
         end, low = store.log_end_offset(), store.log_min_offset()
-        reason = None
         slave_end = hello.get("end")
         mine = self.epochs.entries()
+        my_epoch = mine[-1][0] if mine else 0
+        cut: int | None = None
         try:
             theirs = [(int(e), int(s)) for e, s in hello.get("epochs") or []]
         except (TypeError, ValueError):
             theirs = []
-            reason = f"bad epoch entries {hello.get('epochs')!r}"
-        my_epoch = mine[-1][0] if mine else 0
-        their_epoch = theirs[-1][0] if theirs else 0
-        cut: int | None = None
-        if hello.get("version") != frames.PROTOCOL_VERSION:
-            reason = f"protocol version {hello.get('version')!r}; this master speaks {frames.PROTOCOL_VERSION}"
-        elif hello.get("broker_name") != self.broker_name:
-            reason = (f"it is a slave of broker {hello.get('broker_name')!r} but this master is {self.broker_name!r}; "
-                      "give master and slave the same [broker] name")
-        elif not isinstance(hello.get("broker_id"), int) or hello["broker_id"] < 1:
-            reason = f"broker id {hello.get('broker_id')!r}; a slave has [broker] broker_id >= 1"
-        elif hello.get("format") != store.log_format:
-            reason = (f"its store keeps the log as {hello.get('format')!r}, this master as {store.log_format!r}; "
-                      "use the same storage plugin (and segment size) on both")
-        elif not isinstance(slave_end, int) or slave_end < 0:
-            reason = f"bad end offset {slave_end!r}"
-        elif their_epoch > my_epoch:
-            reason = (f"it knows master epoch {their_epoch}, newer than this master's {my_epoch}: this broker is no "
-                      "longer the master of its name (fenced); it must follow the newer master")
-            log.error("replication master fenced: a slave knows a newer epoch", epoch=my_epoch, newer=their_epoch)
-        elif theirs and mine:
-            cut = consistent_point(mine, end, theirs, slave_end)
-            if cut is None:
-                reason = (f"its log (epochs {theirs}) shares no epoch with this master's ({mine}); remove the slave's "
-                          "store so it copies the master afresh")
-        elif slave_end > end:
-            reason = (f"it holds log up to {slave_end}, past this master's end {end}: it was a master itself or "
-                      "followed another one; cut it back or remove its data before it rejoins")
+            reason: str | None = f"bad epoch entries {hello.get('epochs')!r}"
+        else:
+            reason = None
+        reason = self._identity_refusal(hello) or reason
+        if reason is None:
+            assert isinstance(slave_end, int)
+            cut, reason = self._log_match(mine, end, theirs, slave_end)
         if reason is None and cut is not None and isinstance(slave_end, int) and cut < slave_end:
             log.warning("replication slave diverged from this master: it cuts its log back", slave=slave.address,
                         broker_id=hello.get("broker_id"), slave_end=slave_end, cut_to=cut,
@@ -323,13 +343,7 @@ class MasterSide:
             return None
         assert isinstance(slave_end, int)
         start = max(slave_end, low)
-        slave.broker_id = hello["broker_id"]
-        slave.confirmed = slave.sent = slave_end
-        with self._lock:
-            self._current[slave.broker_id] = slave
-            for old in [s for s in self._slaves if s is not slave and s.broker_id == slave.broker_id]:
-                old.alive = False  # a reconnect replaces a half-open connection of the same slave
-                threading.Thread(target=old.close, daemon=True).start()
+        self._take_place(slave, hello["broker_id"], slave_end)
         taken = self._adopt_progress(slave, hello.get("consumer_progress"), slave_end)
         welcome: dict[str, Any] = {"start": start, "end": end, "min": low, "format": store.log_format,
                                    "epoch": my_epoch, "epochs": [list(e) for e in mine]}
@@ -343,6 +357,16 @@ class MasterSide:
         log.info("replication slave connected", slave=slave.address, broker_id=slave.broker_id, start=start,
                  master_end=end, lag_bytes=end - slave_end)
         return start
+
+    def _take_place(self, slave: _Slave, broker_id: int, slave_end: int) -> None:
+        """``slave`` is broker ``broker_id``'s connection now; an older one of the same slave goes."""
+        slave.broker_id = broker_id
+        slave.confirmed = slave.sent = slave_end
+        with self._lock:
+            self._current[broker_id] = slave
+            for old in [s for s in self._slaves if s is not slave and s.broker_id == broker_id]:
+                old.alive = False  # a reconnect replaces a half-open connection of the same slave
+                threading.Thread(target=old.close, daemon=True).start()
 
     def _adopt_progress(self, slave: _Slave, rows: Any, shared_end: int) -> bool:
         """The consumer progress a slave's readers made while no master was up (its HELLO's

@@ -186,6 +186,16 @@ class SlaveSide:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.options.peer_timeout_ms / 1000)
         self._stream = sock if self._tls is None else self._tls_handshake(self._tls, sock)
+        reader = frames.Reader(self._stream, self.address)
+        self._session = None
+        if self._auth is not None:
+            self._authenticate(self._auth, reader)
+        end = self._join(reader)
+        self._stream_log(reader, end)
+
+    def _join(self, reader: frames.Reader) -> int:
+        """HELLO, then the master's WELCOME: cut the log back where it says, take its epochs, and
+        forget the consumer progress it adopted. Returns this slave's log end to stream from."""
         store = self.store
         end = store.log_end_offset()
         hello = {
@@ -197,10 +207,6 @@ class SlaveSide:
         handover = self._handover() if self._handover is not None else ConsumerHandover()
         if handover:
             hello["consumer_progress"] = handover.as_rows()
-        reader = frames.Reader(self._stream, self.address)
-        self._session = None
-        if self._auth is not None:
-            self._authenticate(self._auth, reader)
         self._send(frames.json_frame(FrameType.HELLO, hello))
         kind, payload = reader.read() if self._auth is not None else self._first_read(reader)
         body = frames.parse_json(payload) if kind in (FrameType.WELCOME, FrameType.REFUSE) else {}
@@ -227,6 +233,10 @@ class SlaveSide:
         self.last_error = ""
         log.info("replicating from master", master=self.address, broker=self.broker_name, broker_id=self.broker_id,
                  start=body.get("start"), end=end, master_end=self.master_end)
+        return end
+
+    def _stream_log(self, reader: frames.Reader, end: int) -> None:
+        """Append what the master streams and ACK it (a heartbeat ACKs only when none went lately)."""
         heartbeat = self.options.heartbeat_ms / 1000
         last_ack = 0.0
         while not self._stop.is_set():
@@ -238,19 +248,23 @@ class SlaveSide:
             self.master_commit = commit
             self.in_sync = start + len(data) >= commit
             if data:
-                try:
-                    end = store.append_log(LogChunk(start, data, records))
-                except StoreError as exc:
-                    if start > end:
-                        raise ReplicationError(
-                            f"the master no longer holds offsets {end}..{start} that this slave lacks (its retention "
-                            "removed them first); remove this slave's store so it copies the master afresh "
-                            f"({exc})") from exc
-                    raise
-                self.chunks += 1
-                if self._replicated is not None:
-                    self._replicated(end)
+                end = self._append(LogChunk(start, data, records), end)
             elif time.monotonic() - last_ack < heartbeat / 2:
                 continue  # a heartbeat soon after an ACK: the master knows where we are
             self._send(frames.ack_frame(end))
             last_ack = time.monotonic()
+
+    def _append(self, chunk: LogChunk, end: int) -> int:
+        """Append a streamed chunk at this slave's ``end``; returns the new end."""
+        try:
+            end = self.store.append_log(chunk)
+        except StoreError as exc:
+            if chunk.start > end:
+                raise ReplicationError(
+                    f"the master no longer holds offsets {end}..{chunk.start} that this slave lacks (its retention "
+                    f"removed them first); remove this slave's store so it copies the master afresh ({exc})") from exc
+            raise
+        self.chunks += 1
+        if self._replicated is not None:
+            self._replicated(end)
+        return end
