@@ -142,7 +142,12 @@ def _to_bytes(body: bytes | bytearray | memoryview) -> bytes:
     return body
 
 
-@attrs.frozen
+_KNOWN_TAGS: set[str] = set()  # tag strings that passed _validate_tags: senders reuse a few
+_EMPTY_PROPS: Mapping[str, str] = MappingProxyType({})  # shared: nobody can write to it
+_BODY_CHECK = attrs.validators.instance_of(bytes)
+
+
+@attrs.frozen(init=False)
 class Message:
     """What a producer sends.
 
@@ -153,47 +158,90 @@ class Message:
     consumer group gets them in order. ``priority`` (RocketMQ's RIP-80, an int >= 0) makes it a
     priority message: under a backlog, higher priorities are delivered first. As in RocketMQ 5, a
     message is one kind: a message group, a delay and a priority exclude each other.
+
+    Every field is checked once, here; a message is built on every send, so the common case (a
+    known topic and tag, no keys or properties, no delay, group or priority) costs a few type checks.
     """
 
-    topic: str = attrs.field(validator=_check_topic)
-    body: bytes = attrs.field(converter=_to_bytes, validator=attrs.validators.instance_of(bytes))
-    tags: str | None = attrs.field(default=None, validator=_validate_tags)
-    keys: tuple[str, ...] = attrs.field(default=(), converter=_keys, validator=_validate_keys)
-    properties: Mapping[str, str] = attrs.field(
-        factory=dict, converter=_frozen_props, validator=_validate_properties, hash=False
-    )
-    delay_level: int | None = attrs.field(default=None)
-    deliver_at_ms: int | None = attrs.field(default=None)
-    message_group: str | None = attrs.field(default=None, validator=_validate_message_group)
-    priority: int | None = attrs.field(default=None, validator=_validate_priority)
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    delay_level: int | None = None
+    deliver_at_ms: int | None = None
+    message_group: str | None = None
+    priority: int | None = None
 
-    def __attrs_post_init__(self) -> None:
-        if self.message_group is None and self.priority is None:
-            return  # the common case costs one comparison each
-        kinds = [name for name, value in (("message_group", self.message_group), ("priority", self.priority),
-                                          ("a delay", self.delay_level if self.deliver_at_ms is None
-                                           else self.deliver_at_ms)) if value is not None]
-        if len(kinds) > 1:
-            raise ValidationError(f"a message is FIFO (message_group), priority or delayed, one of them; this one "
-                                  f"sets {' and '.join(kinds)}")
-
-    @delay_level.validator
-    def _check_level(self, _attr: object, level: int | None) -> None:
-        if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 1):
-            raise ValidationError(f"delay_level must be an int >= 1, got {level!r}")
-
-    @deliver_at_ms.validator
-    def _check_deliver_at(self, _attr: object, when: int | None) -> None:
-        if when is None:
-            return
-        if not isinstance(when, int) or isinstance(when, bool) or when < 0:
-            raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {when!r}")
-        if self.delay_level is not None:
-            raise ValidationError("give either delay_level or deliver_at_ms, not both")
+    def __init__(self, topic: str, body: bytes | bytearray | memoryview, tags: str | None = None,
+                 keys: str | Iterable[str] | None = (), properties: Mapping[str, str] | None = None,
+                 delay_level: int | None = None, deliver_at_ms: int | None = None,
+                 message_group: str | None = None, priority: int | None = None) -> None:
+        if type(topic) is not str or topic not in _KNOWN_TOPICS:
+            _check_topic(self, None, topic)
+        if type(body) is not bytes:
+            body = _to_bytes(body)
+            _BODY_CHECK(self, _MESSAGE_FIELDS.body, body)
+        if tags is not None and (type(tags) is not str or tags not in _KNOWN_TAGS):
+            _validate_tags(self, None, tags)
+            if len(_KNOWN_TAGS) < _KNOWN_TOPICS_LIMIT:
+                _KNOWN_TAGS.add(tags)
+        if keys:
+            keys = _keys(keys)
+            _validate_keys(self, None, keys)
+        else:
+            keys = ()
+        if properties:
+            properties = _frozen_props(properties)
+            _validate_properties(self, None, properties)
+        else:
+            properties = _EMPTY_PROPS
+        if delay_level is not None or deliver_at_ms is not None:
+            _check_delay(delay_level, deliver_at_ms)
+        if message_group is not None or priority is not None:
+            _check_kind(message_group, priority, delay_level if deliver_at_ms is None else deliver_at_ms)
+        set_topic, set_body, set_tags, set_keys, set_props, set_level, set_at, set_group, set_priority = (
+            _MESSAGE_SETTERS)
+        set_topic(self, topic)
+        set_body(self, body)
+        set_tags(self, tags)
+        set_keys(self, keys)
+        set_props(self, properties)
+        set_level(self, delay_level)
+        set_at(self, deliver_at_ms)
+        set_group(self, message_group)
+        set_priority(self, priority)
 
     @property
     def is_delayed(self) -> bool:
         return self.delay_level is not None or self.deliver_at_ms is not None
+
+
+def _check_delay(level: int | None, when: int | None) -> None:
+    if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 1):
+        raise ValidationError(f"delay_level must be an int >= 1, got {level!r}")
+    if when is None:
+        return
+    if not isinstance(when, int) or isinstance(when, bool) or when < 0:
+        raise ValidationError(f"deliver_at_ms must be a non-negative int (epoch ms), got {when!r}")
+    if level is not None:
+        raise ValidationError("give either delay_level or deliver_at_ms, not both")
+
+
+def _check_kind(group: str | None, priority: int | None, delay: int | None) -> None:
+    """Check a message group and a priority, and that a message is one kind (FIFO, priority or delayed)."""
+    _validate_message_group(None, None, group)
+    _validate_priority(None, None, priority)
+    kinds = [name for name, value in (("message_group", group), ("priority", priority), ("a delay", delay))
+             if value is not None]
+    if len(kinds) > 1:
+        raise ValidationError(f"a message is FIFO (message_group), priority or delayed, one of them; this one "
+                              f"sets {' and '.join(kinds)}")
+
+
+_MESSAGE_FIELDS = attrs.fields(Message)
+# The slots' own setters, in field order: a frozen class refuses plain attribute assignment.
+_MESSAGE_SETTERS = tuple(getattr(Message, a.name).__set__ for a in _MESSAGE_FIELDS)
 
 
 def message_group_queue(message_group: str, queue_count: int) -> int:
@@ -409,6 +457,23 @@ class SendResult:
     queue: MessageQueue
     queue_offset: int
     transaction_id: str | None = None
+
+    @classmethod
+    def trusted(cls, status: SendStatus, msg_id: str, unique_id: str, queue: MessageQueue, queue_offset: int,
+                transaction_id: str | None = None) -> SendResult:
+        """A result the broker builds from what its store answered: no validators to run."""
+        result: SendResult = _new_object(cls)
+        set_status, set_id, set_unique, set_queue, set_offset, set_txn = _SEND_RESULT_SETTERS
+        set_status(result, status)
+        set_id(result, msg_id)
+        set_unique(result, unique_id)
+        set_queue(result, queue)
+        set_offset(result, queue_offset)
+        set_txn(result, transaction_id)
+        return result
+
+
+_SEND_RESULT_SETTERS = tuple(getattr(SendResult, a.name).__set__ for a in attrs.fields(SendResult))
 
 
 class PullStatus(enum.Enum):
