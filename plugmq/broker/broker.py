@@ -10,6 +10,7 @@ consumers, the transaction producer) and hands itself to them as the port each n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from plugmq.core.contracts import (
     BrokerRole,
     DelayScheduler,
     Filter,
+    FlushMode,
     TransactionChecker,
     TransactionService,
 )
@@ -327,6 +329,18 @@ class Broker:
         """On a ``sync_master``: wait until a slave holds the log up to ``end_offset`` (default: its
         end now); SEND_OK at once on any other broker."""
         return self._parts.roles.await_replication(end_offset)
+
+    @property
+    def sends_wait(self) -> bool:
+        """Whether a normal send may block on I/O: the store flushes synchronously (or cannot say),
+        or a replication service may make the answer wait for a slave. ``plugmq serve`` stores on
+        its event loop when this is False and hands the sends to a thread when it is True."""
+        return self.replication is not None or self._store_waits
+
+    @functools.cached_property
+    def _store_waits(self) -> bool:
+        store = self.store  # its flush mode is fixed when it opens; isinstance on a Protocol is slow
+        return not isinstance(store, FlushMode) or store.appends_wait_for_disk
 
     # ------------------------------------------------------------------------------ reads
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:

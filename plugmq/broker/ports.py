@@ -188,6 +188,11 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
         """A sync_master's wait for a slave (SEND_OK elsewhere)."""
         ...
 
+    @property
+    def sends_wait(self) -> bool:
+        """Whether a normal send may block on I/O (sync flush, replication): then off the loop."""
+        ...
+
 
 class Electable(_Identity, Protocol):
     """What failover changes of a broker as its cluster's election moves the master."""

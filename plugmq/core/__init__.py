@@ -164,6 +164,7 @@ _MOVED_NAMES: dict[str, str] = {
     "FailoverReplication": "plugmq.core.contracts.replication",
     "ReplicaStatus": "plugmq.core.contracts.replication",
     "Replicated": "plugmq.core.contracts.replication",
+    "FlushMode": "plugmq.core.contracts.storage",
     "LogListener": "plugmq.core.contracts.storage",
     "QueuePreparing": "plugmq.core.contracts.storage",
     "TransactionChecker": "plugmq.core.contracts.transaction",

@@ -82,13 +82,21 @@ class Sender:
         found = self._broker.query_by_key(topic, message_id, max_results=1, begin_ms=since_ms)
         return found[0] if found else None
 
-    def _queue_for(self, topic: str, count: int, message_group: str | None) -> int:
+    def _queue_for(self, topic: str, message_group: str | None, picked: dict[str, int]) -> int:
+        """A message group's own queue; otherwise one queue per topic for all of a request's
+        messages (``picked``), round robin across requests, as RocketMQ's proxy sends a batch."""
+        if message_group is None:
+            queue_id = picked.get(topic)
+            if queue_id is not None:
+                return queue_id
+        count = len(self._broker.topic_queues(topic))
         if message_group is not None:
             return message_group_queue(message_group, count)  # one message group, one queue
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
-        return next(counter) % count
+        queue_id = picked[topic] = next(counter) % count
+        return queue_id
 
     def send(self, requests: Sequence[SendRequest]) -> list[list[service_pb2.SendResultEntry]]:
         """Each request's entries, one per message in request order. Normal messages of all the
@@ -99,11 +107,12 @@ class Sender:
         limit = self._max_batch_bytes
         slot = 0
         for request in requests:
+            picked: dict[str, int] = {}
             for proto in request.messages:
                 try:
                     out = self._check(proto, request.account)
                     topic = out.message.topic
-                    queue_id = self._queue_for(topic, len(self._broker.topic_queues(topic)), out.message_group)
+                    queue_id = self._queue_for(topic, out.message_group, picked)
                     if out.kind == MessageType.TRANSACTION:
                         entries[slot] = self._prepare(out, queue_id, request.client_id)
                         slot += 1
@@ -213,7 +222,12 @@ class Sender:
         return entry
 
 
+_OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared
+
+
 def _entry(message_id: str, result: SendResult) -> service_pb2.SendResultEntry:
+    if result.status is SendStatus.SEND_OK:
+        return service_pb2.SendResultEntry(message_id=message_id, offset=result.queue_offset, status=_OK)
     entry = service_pb2.SendResultEntry(message_id=message_id, offset=result.queue_offset)
     _set_status(entry, result.status)
     return entry
@@ -221,7 +235,7 @@ def _entry(message_id: str, result: SendResult) -> service_pb2.SendResultEntry:
 
 def _set_status(entry: service_pb2.SendResultEntry, status: SendStatus) -> None:
     if status is SendStatus.SEND_OK:
-        entry.status.CopyFrom(ok())
+        entry.status.CopyFrom(_OK)
     else:
         entry.status.code, entry.status.message = _NOT_PERSISTED[status]
 
@@ -248,14 +262,17 @@ class SendWorker:
         self._thread = threading.Thread(target=self._run, name="plugmq-serve-send", daemon=True)
         self._thread.start()
 
-    def submit(self, messages: Sequence[definition_pb2.Message], account: Account | None,
-               client_id: str) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
+    @property
+    def sender(self) -> Sender:
+        return self._sender
+
+    def submit(self, request: SendRequest) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
         """Queue a call's messages (event-loop thread); the future holds their entries."""
         if self._closed:
             raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the server is shutting down; send to it again once it "
                                                          "is back")
         future: asyncio.Future[list[service_pb2.SendResultEntry]] = self._loop.create_future()
-        self._queue.put((future, SendRequest(messages, account, client_id)))
+        self._queue.put((future, request))
         return future
 
     def _run(self) -> None:

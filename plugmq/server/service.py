@@ -42,7 +42,7 @@ from plugmq.server.protocol import (
     service_pb2_grpc,
 )
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import Sender, SendWorker
+from plugmq.server.send import Sender, SendRequest, SendWorker
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
 from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
@@ -59,12 +59,23 @@ CLIENT_ID_HEADER = "x-mq-client-id"
 LANGUAGE_HEADER = "x-mq-language"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
 _CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
+# Message types stored on the event loop when the store's appends do not wait for the disk (delayed
+# and transactional ones go to their plugins, which may: those take the send thread).
+_ON_LOOP = frozenset((MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL, MessageType.FIFO))
 _PERMISSIONS = {TopicPermission.READ_WRITE: Permission.READ_WRITE, TopicPermission.READ: Permission.READ,
                 TopicPermission.WRITE: Permission.WRITE, TopicPermission.NONE: Permission.NONE}
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+def _header(context: grpc.aio.ServicerContext, name: str) -> str:
+    """One header's value ("" without it): a scan of the few pairs, no dict built per call."""
+    for key, value in context.invocation_metadata() or ():
+        if key == name and isinstance(value, str):
+            return value
+    return ""
 
 
 def _failover_routes(context: grpc.aio.ServicerContext) -> str:
@@ -74,7 +85,7 @@ def _failover_routes(context: grpc.aio.ServicerContext) -> str:
     says ``HTTP`` - joins an address list without the ``ipv4:`` scheme, which grpc-js cannot
     resolve; it sets aside the endpoints a send failed on and its simple consumer reads the
     route's entries in turn); ``none`` for clients not measured with either."""
-    language = _metadata(context).get(LANGUAGE_HEADER, "").upper()
+    language = _header(context, LANGUAGE_HEADER).upper()
     return {"PYTHON": "list", "HTTP": "entries"}.get(language, "none")
 
 
@@ -153,7 +164,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _account(self, context: grpc.aio.ServicerContext) -> Account | None:
-        return self.auth.account(_metadata(context))
+        return self.auth.account(_metadata(context)) if self.auth.enabled else None
 
     def _consumer(self, context: grpc.aio.ServicerContext, group_resource: definition_pb2.Resource,
                   topic_resource: definition_pb2.Resource) -> tuple[str, str]:
@@ -301,12 +312,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @_forwarding(service_pb2.SendMessageResponse)
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
-        metadata = _metadata(context)
         try:
-            account = self.auth.account(metadata)
-            if not request.messages:
+            account = self._account(context)
+            messages = request.messages
+            if not messages:
                 raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
-            entries = await self.sends.submit(request.messages, account, metadata.get(CLIENT_ID_HEADER, ""))
+            send = SendRequest(messages, account, _header(context, CLIENT_ID_HEADER))
+            if self.broker.sends_wait or not all(m.system_properties.message_type in _ON_LOOP for m in messages):
+                entries = await self.sends.submit(send)
+            else:  # a page-cache append: cheaper here than a hop to the send thread and back
+                entries = self.sends.sender.send([send])[0]
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
         return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)

@@ -11,25 +11,36 @@ __all__ = ["Wakeup"]
 
 class Wakeup:
     """A generation counter receivers wait on. Read ``generation`` before looking for messages and
-    pass it to ``wait``: a notification between the look and the wait is not missed."""
+    pass it to ``wait``: a notification between the look and the wait is not missed.
+
+    A send stored on the event loop's own thread notifies directly: a counter increment, and an
+    event set only when a receiver waits. Other threads go through the loop (one self-pipe wake-up
+    per burst)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # built on the loop's thread
         self.generation = 0
         self._event = asyncio.Event()
+        self._waiting = 0
         self._pending = False
         self._lock = threading.Lock()
 
     def notify(self) -> None:
         """Wake every waiter (event-loop thread only)."""
-        with self._lock:
-            self._pending = False
+        if self._pending:
+            with self._lock:
+                self._pending = False
         self.generation += 1
-        self._event.set()
-        self._event = asyncio.Event()
+        if self._waiting:
+            self._event.set()
+            self._event = asyncio.Event()
 
     def notify_threadsafe(self) -> None:
-        """Wake every waiter from any thread; bursts collapse into one wake-up."""
+        """Wake every waiter from any thread; bursts from other threads collapse into one wake-up."""
+        if threading.get_ident() == self._loop_thread:
+            self.notify()
+            return
         with self._lock:
             if self._pending:
                 return
@@ -43,8 +54,10 @@ class Wakeup:
         if generation != self.generation or timeout <= 0:
             return
         event = self._event
+        self._waiting += 1
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             pass
-
+        finally:
+            self._waiting -= 1

@@ -92,6 +92,7 @@ from plugmq.core.contracts.replication import (
     ReplicationStatus,
 )
 from plugmq.core.contracts.storage import (
+    FlushMode,
     LogChunk,
     LogListener,
     LogPositioned,
@@ -143,6 +144,7 @@ __all__ = [
     "FilterCompiler",
     "FilterExample",
     "FilterSample",
+    "FlushMode",
     "InSyncCluster",
     "InSyncSet",
     "JournalReplay",

@@ -25,6 +25,7 @@ from plugmq.core.message import (
 )
 
 __all__ = [
+    "FlushMode",
     "LogChunk",
     "LogListener",
     "LogPositioned",
@@ -225,6 +226,18 @@ class LogChunk:
 
 LogListener = Callable[[int], None]
 """Told the new end of the commit log after records became readable (on the appending thread)."""
+
+
+@runtime_checkable
+class FlushMode(Protocol):
+    """A store that says whether its appends wait for the disk. A caller on an event loop (``plugmq
+    serve``) stores on its own thread when they do not, and hands the append to a thread when they
+    do; a store without this capability is taken to wait."""
+
+    @property
+    def appends_wait_for_disk(self) -> bool:
+        """True when an append returns only once its records are durable (a sync flush)."""
+        ...
 
 
 @runtime_checkable

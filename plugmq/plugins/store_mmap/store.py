@@ -523,6 +523,11 @@ class MmapMessageStore(ReplicaLog):
 
     # -- admin --------------------------------------------------------------------------------
 
+    @property
+    def appends_wait_for_disk(self) -> bool:
+        """The FlushMode capability: a sync flush waits for its group commit."""
+        return self._group is not None
+
     def stats(self) -> Mapping[str, float]:
         cl = self._cl
         return {
