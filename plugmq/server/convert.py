@@ -74,9 +74,7 @@ def inflate(body: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _body(proto: definition_pb2.Message, limit: int) -> bytes:
-    body = proto.body
-    encoding = proto.system_properties.body_encoding
+def _body(body: bytes, encoding: int, limit: int) -> bytes:
     if encoding == Encoding.GZIP:
         body = inflate(body, limit)
     if not body:
@@ -84,16 +82,19 @@ def _body(proto: definition_pb2.Message, limit: int) -> bytes:
     return body
 
 
-def _check_sizes(props: definition_pb2.SystemProperties, user: Mapping[str, str]) -> None:
+def _check_sizes(message_id: str, tag: str | None, keys: tuple[str, ...], user: Mapping[str, str] | None) -> None:
     """Oversize ids, tags, keys and properties are the client's error, each with its own code."""
-    if len(props.message_id) > MAX_MESSAGE_ID_CHARS:
-        raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, f"message_id is {len(props.message_id)} characters; the limit is "
+    if len(message_id) > MAX_MESSAGE_ID_CHARS:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, f"message_id is {len(message_id)} characters; the limit is "
                                                   f"{MAX_MESSAGE_ID_CHARS}")
-    if props.HasField("tag") and len(props.tag) > MAX_TAG_CHARS:
-        raise RpcFailure(Code.ILLEGAL_MESSAGE_TAG, f"tag is {len(props.tag)} characters; the limit is {MAX_TAG_CHARS}")
-    keys = sum(len(key.encode()) + 1 for key in props.keys)
-    if keys > MAX_KEYS_BYTES:
-        raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"keys take {keys:,} bytes; the limit is {MAX_KEYS_BYTES:,}")
+    if tag is not None and len(tag) > MAX_TAG_CHARS:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_TAG, f"tag is {len(tag)} characters; the limit is {MAX_TAG_CHARS}")
+    if keys:
+        size = sum(len(key.encode()) + 1 for key in keys)
+        if size > MAX_KEYS_BYTES:
+            raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"keys take {size:,} bytes; the limit is {MAX_KEYS_BYTES:,}")
+    if not user:
+        return
     if len(user) > MAX_USER_PROPERTIES:
         raise RpcFailure(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"user_properties holds {len(user)} properties; the "
                                                             f"limit is {MAX_USER_PROPERTIES}")
@@ -105,6 +106,8 @@ def _check_sizes(props: definition_pb2.SystemProperties, user: Mapping[str, str]
 
 
 _BAD_TEXT = frozenset("\x01\x02\n\r")
+_KNOWN_TAGS: set[str] = set()  # tags that passed _check_text (and the size check): producers reuse a few
+_KNOWN_TAGS_LIMIT = 4096
 _SUPPORTED_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION,
                               MessageType.PRIORITY))
 
@@ -120,22 +123,30 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     ``max_body``: the broker's max_message_size, which a GZIP body may not inflate beyond.
 
     The checks here are the ones with a protocol code of their own; the Message constructor
-    checks the rest (topic name, property text) once.
+    checks the rest (topic name, property text) once. Each field is read once: every read of a
+    protobuf field builds a Python object.
     """
     props = proto.system_properties
     message_id = props.message_id
     if not message_id:
         raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, "message_id is empty; the client must give each message an id")
     _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)
-    tag = props.tag if props.HasField("tag") else None
-    if tag is not None:
-        _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", tag)
-    keys = tuple(props.keys)
-    for key in keys:
-        if not key or any(c.isspace() for c in key):
-            raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
-    user = dict(proto.user_properties) if proto.user_properties else {}
-    _check_sizes(props, user)
+    tag: str | None = props.tag
+    if tag:
+        if tag not in _KNOWN_TAGS:
+            _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", tag)
+    elif props.HasField("tag"):
+        _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", "")  # set, but empty: refused
+    else:
+        tag = None
+    keys: tuple[str, ...] = ()
+    if props.keys:
+        keys = tuple(props.keys)
+        for key in keys:
+            if not key or any(c.isspace() for c in key):
+                raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
+    user = dict(proto.user_properties) if proto.user_properties else None
+    _check_sizes(message_id, tag, keys, user)
     if user and not SYSTEM_PROPERTY_KEYS.isdisjoint(user):
         key = next(k for k in user if k in SYSTEM_PROPERTY_KEYS)
         raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
@@ -152,16 +163,19 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     if kind != MessageType.NORMAL or group is not None or deliver_at is not None or priority is not None:
         _check_kind(kind, group, deliver_at, priority)
     try:
-        message = Message(proto.topic.name, _body(proto, max_body), tags=tag, keys=keys, properties=user,
-                          deliver_at_ms=deliver_at if kind == MessageType.DELAY else None, message_group=group,
-                          priority=priority if kind == MessageType.PRIORITY else None)
+        message = Message(proto.topic.name, _body(proto.body, props.body_encoding, max_body), tag, keys, user,
+                          None, deliver_at if kind == MessageType.DELAY else None, group,
+                          priority if kind == MessageType.PRIORITY else None)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc
     except ValidationError as exc:
         raise RpcFailure(Code.BAD_REQUEST, str(exc)) from exc
+    if tag is not None and len(_KNOWN_TAGS) < _KNOWN_TAGS_LIMIT:
+        _KNOWN_TAGS.add(tag)
     extra = {Prop.UNIQ_KEY: message_id}
-    if props.HasField("trace_context") and props.trace_context:
-        extra[Prop.TRACE_CONTEXT] = props.trace_context  # kept with the message, handed to its consumers
+    trace_context = props.trace_context
+    if trace_context:
+        extra[Prop.TRACE_CONTEXT] = trace_context  # kept with the message, handed to its consumers
     return Outgoing(message, extra, kind, group, message_id)
 
 
