@@ -30,7 +30,7 @@ from plugmq.server.protocol import Code, MessageType, definition_pb2, service_pb
 from plugmq.server.status import RpcFailure, ok, status_of
 from plugmq.server.telemetry import Sessions, txn_group
 
-__all__ = ["SendRequest", "SendWorker", "Sender"]
+__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_send"]
 
 # A send that is stored but not as durable as asked, as RocketMQ 5's proxy answers it
 # (SendMessageActivity): the message is on the master; a retry by the client may store it twice.
@@ -56,6 +56,49 @@ class SendRequest:
     messages: Sequence[definition_pb2.Message]
     account: Account | None
     client_id: str
+
+
+@attrs.frozen
+class CheckedSend:
+    """A SendMessage call's messages once checked: each one ready for the broker, or its failed entry.
+
+    Checking needs no broker (a front-end worker process checks, the store's process stores)."""
+
+    items: Sequence[Outgoing | service_pb2.SendResultEntry]
+    client_id: str
+    account: str | None  # the sender's access key (its rate limit), None without access control
+
+    @property
+    def on_loop(self) -> bool:
+        """Whether every message is a normal or FIFO one (stored on the event loop when the store allows)."""
+        return all(type(item) is not Outgoing or item.kind in _ON_LOOP_KINDS for item in self.items)
+
+
+_ON_LOOP_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO))
+
+
+def check_message(proto: definition_pb2.Message, account: Account | None, auth: Authenticator,
+                  max_body: int) -> Outgoing:
+    """One sent message checked (protocol codes as RpcFailure): fields, the account's right to
+    publish to its topic, and that the topic is not one of the broker's own."""
+    out = outgoing(proto, max_body)
+    topic = out.message.topic
+    auth.require(account, "publish", topic)
+    if is_system_topic(topic):
+        raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic; producers may not send to it")
+    return out
+
+
+def check_send(request: SendRequest, auth: Authenticator, max_body: int) -> CheckedSend:
+    """Every message of a call checked: its Outgoing, or the entry that answers its failure."""
+    items: list[Outgoing | service_pb2.SendResultEntry] = []
+    account = request.account
+    for proto in request.messages:
+        try:
+            items.append(check_message(proto, account, auth, max_body))
+        except Exception as exc:  # noqa: BLE001 - answered as this entry's status
+            items.append(_failed(proto.topic.name, proto.system_properties.message_id, exc))
+    return CheckedSend(items, request.client_id, account.access_key if account is not None else None)
 
 
 @attrs.define
@@ -98,62 +141,69 @@ class Sender:
         queue_id = picked[topic] = next(counter) % count
         return queue_id
 
-    def send(self, requests: Sequence[SendRequest]) -> list[list[service_pb2.SendResultEntry]]:
+    def send(self, requests: Sequence[SendRequest | CheckedSend]) -> list[list[service_pb2.SendResultEntry]]:
         """Each request's entries, one per message in request order. Normal messages of all the
         requests that go to one queue share store batches."""
-        protos = [proto for request in requests for proto in request.messages]
-        entries: list[service_pb2.SendResultEntry | None] = [None] * len(protos)
-        batches: dict[tuple[str, int, Account | None], list[_Batch]] = {}  # an account's rate limit: its own batches
-        limit = self._max_batch_bytes
-        slot = 0
+        checked = [r if type(r) is CheckedSend else check_send(r, self._auth, self._max_batch_bytes)  # type: ignore[arg-type]
+                   for r in requests]
+        return self.store(checked)
+
+    def store(self, requests: Sequence[CheckedSend]) -> list[list[service_pb2.SendResultEntry]]:
+        """Store checked calls: each request's entries, one per message in request order."""
+        entries: list[service_pb2.SendResultEntry | None] = []
+        batches: dict[tuple[str, int, str | None], list[_Batch]] = {}  # an account's rate limit: its own batches
         for request in requests:
             picked: dict[str, int] = {}
-            for proto in request.messages:
-                try:
-                    out = self._check(proto, request.account)
-                    topic = out.message.topic
-                    queue_id = self._queue_for(topic, out.message_group, picked)
-                    if out.kind == MessageType.TRANSACTION:
-                        entries[slot] = self._prepare(out, queue_id, request.client_id)
-                        slot += 1
-                        continue
-                    deliver_at = out.message.deliver_at_ms
-                    if deliver_at is not None and deliver_at > self._broker.clock.now_ms():
-                        entries[slot] = self._delay(out, queue_id, request.account)
-                        slot += 1
-                        continue
-                    if deliver_at is not None:  # already due: a normal message
-                        out = attrs.evolve(out, message=attrs.evolve(out.message, deliver_at_ms=None))
-                    retried = self._recent.find(out.message_id, topic)
-                    if retried is not None:  # stored by an earlier try: answered with it, not stored again
-                        self._broker.count_duplicate(topic)
-                        entries[slot] = _entry(out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
-                        slot += 1
-                        continue
-                except Exception as exc:  # noqa: BLE001 - answered as this entry's status
-                    entries[slot] = _failed(proto, exc)
-                    slot += 1
+            for out in request.items:
+                slot = len(entries)
+                entries.append(None)
+                if type(out) is not Outgoing:
+                    entries[slot] = out
                     continue
-                queue_batches = batches.setdefault((topic, queue_id, request.account), [])
-                body = len(out.message.body)
-                if not queue_batches or queue_batches[-1].size + body > limit:
-                    queue_batches.append(_Batch())
-                batch = queue_batches[-1]
-                batch.slots.append(slot)
-                batch.items.append(out)
-                batch.size += body
-                slot += 1
+                try:
+                    self._place(out, slot, request, picked, entries, batches)
+                except Exception as exc:  # noqa: BLE001 - answered as this entry's status
+                    entries[slot] = _failed_out(out, exc)
         for (_topic, queue_id, account), queue_batches in batches.items():
             for batch in queue_batches:
-                self._store(batch, queue_id, entries, protos, account)
+                self._store(batch, queue_id, entries, account)
         self._await_slave(entries)
         answers: list[list[service_pb2.SendResultEntry]] = []
         start = 0
         for request in requests:
-            end = start + len(request.messages)
+            end = start + len(request.items)
             answers.append([entry for entry in entries[start:end] if entry is not None])
             start = end
         return answers
+
+    def _place(self, out: Outgoing, slot: int, request: CheckedSend, picked: dict[str, int],
+               entries: list[service_pb2.SendResultEntry | None],
+               batches: dict[tuple[str, int, str | None], list[_Batch]]) -> None:
+        """Store a transactional or delayed message now; add any other to its queue's batch."""
+        topic = out.message.topic
+        queue_id = self._queue_for(topic, out.message_group, picked)
+        if out.kind == MessageType.TRANSACTION:
+            entries[slot] = self._prepare(out, queue_id, request.client_id)
+            return
+        deliver_at = out.message.deliver_at_ms
+        if deliver_at is not None and deliver_at > self._broker.clock.now_ms():
+            entries[slot] = self._delay(out, queue_id, request.account)
+            return
+        if deliver_at is not None:  # already due: a normal message
+            out = attrs.evolve(out, message=attrs.evolve(out.message, deliver_at_ms=None))
+        retried = self._recent.find(out.message_id, topic)
+        if retried is not None:  # stored by an earlier try: answered with it, not stored again
+            self._broker.count_duplicate(topic)
+            entries[slot] = _entry(out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
+            return
+        queue_batches = batches.setdefault((topic, queue_id, request.account), [])
+        body = len(out.message.body)
+        if not queue_batches or queue_batches[-1].size + body > self._max_batch_bytes:
+            queue_batches.append(_Batch())
+        batch = queue_batches[-1]
+        batch.slots.append(slot)
+        batch.items.append(out)
+        batch.size += body
 
     def _await_slave(self, entries: Sequence[service_pb2.SendResultEntry | None]) -> None:
         """One wait for a slave covering every message this round stored (SEND_OK elsewhere than on
@@ -169,37 +219,28 @@ class Sender:
         else:
             self._broker.count_acked(len(stored))
 
-    def _check(self, proto: definition_pb2.Message, account: Account | None) -> Outgoing:
-        out = outgoing(proto, self._max_batch_bytes)
-        topic = out.message.topic
-        self._auth.require(account, "publish", topic)
-        if is_system_topic(topic):
-            raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic; producers may not send to it")
-        return out
-
     def _store(self, batch: _Batch, queue_id: int, entries: list[service_pb2.SendResultEntry | None],
-               protos: Sequence[definition_pb2.Message], account: Account | None) -> None:
-        name = account.access_key if account is not None else None
+               account: str | None) -> None:
         try:
             if len(batch.items) == 1:
                 out = batch.items[0]
                 results = [self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
-                                            account=name)]
+                                            account=account)]
             else:
                 results = self._broker.put_batch([out.message for out in batch.items], queue_id,
                                                  extra_properties=[out.extra for out in batch.items], await_slave=False,
-                                                 account=name)
+                                                 account=account)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
-            for slot in batch.slots:
-                entries[slot] = _failed(protos[slot], exc)
+            for slot, out in zip(batch.slots, batch.items, strict=True):
+                entries[slot] = _failed_out(out, exc)
             return
         for slot, out, result in zip(batch.slots, batch.items, results, strict=True):
             entries[slot] = _entry(out.message_id, result)
             self._recent.stored(out.message_id, result)
 
-    def _delay(self, out: Outgoing, queue_id: int, account: Account | None) -> service_pb2.SendResultEntry:
+    def _delay(self, out: Outgoing, queue_id: int, account: str | None) -> service_pb2.SendResultEntry:
         result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
-                                  account=account.access_key if account is not None else None)
+                                  account=account)
         entry = _entry(out.message_id, result)
         entry.recall_handle = f"{result.msg_id}:{out.message_id}"
         return entry
@@ -240,9 +281,12 @@ def _set_status(entry: service_pb2.SendResultEntry, status: SendStatus) -> None:
         entry.status.code, entry.status.message = _NOT_PERSISTED[status]
 
 
-def _failed(proto: definition_pb2.Message, exc: BaseException) -> service_pb2.SendResultEntry:
-    return service_pb2.SendResultEntry(status=status_of(exc, action=f"send to topic {proto.topic.name!r}"),
-                                       message_id=proto.system_properties.message_id)
+def _failed(topic: str, message_id: str, exc: BaseException) -> service_pb2.SendResultEntry:
+    return service_pb2.SendResultEntry(status=status_of(exc, action=f"send to topic {topic!r}"), message_id=message_id)
+
+
+def _failed_out(out: Outgoing, exc: BaseException) -> service_pb2.SendResultEntry:
+    return _failed(out.message.topic, out.message_id, exc)
 
 
 class SendWorker:
@@ -256,7 +300,7 @@ class SendWorker:
     def __init__(self, sender: Sender, loop: asyncio.AbstractEventLoop) -> None:
         self._sender = sender
         self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest] | None] \
+        self._queue: queue.SimpleQueue[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest | CheckedSend] | None] \
             = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="plugmq-serve-send", daemon=True)
@@ -266,7 +310,7 @@ class SendWorker:
     def sender(self) -> Sender:
         return self._sender
 
-    def submit(self, request: SendRequest) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
+    def submit(self, request: SendRequest | CheckedSend) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
         """Queue a call's messages (event-loop thread); the future holds their entries."""
         if self._closed:
             raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the server is shutting down; send to it again once it "
@@ -290,7 +334,7 @@ class SendWorker:
             if item is None:
                 return
 
-    def _store(self, work: list[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest]]) -> None:
+    def _store(self, work: list[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest | CheckedSend]]) -> None:
         try:
             answers: list[list[service_pb2.SendResultEntry]] | BaseException = self._sender.send(
                 [request for _future, request in work])

@@ -42,7 +42,7 @@ from plugmq.server.protocol import (
     service_pb2_grpc,
 )
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import Sender, SendRequest, SendWorker
+from plugmq.server.send import CheckedSend, Sender, SendRequest, SendWorker, check_send
 from plugmq.server.status import RpcFailure, failure_of, ok, status_of
 from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
@@ -59,9 +59,6 @@ CLIENT_ID_HEADER = "x-mq-client-id"
 LANGUAGE_HEADER = "x-mq-language"
 _POLL_MARGIN_S = 0.3  # answer this long before the call's deadline, so the answer arrives
 _CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER)
-# Message types stored on the event loop when the store's appends do not wait for the disk (delayed
-# and transactional ones go to their plugins, which may: those take the send thread).
-_ON_LOOP = frozenset((MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL, MessageType.FIFO))
 _PERMISSIONS = {TopicPermission.READ_WRITE: Permission.READ_WRITE, TopicPermission.READ: Permission.READ,
                 TopicPermission.WRITE: Permission.WRITE, TopicPermission.NONE: Permission.NONE}
 
@@ -156,6 +153,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._listen = listen
         self.acks = LoopWorker(asyncio.get_running_loop(), "plugmq-serve-ack")
         self.sends = SendWorker(Sender(broker, sessions, self.auth, max_batch_bytes), asyncio.get_running_loop())
+        self._max_body = max_batch_bytes
         self.subscriptions = Subscriptions(broker, broker.name, options.filter_cache_bytes)
         self.long_polls = 0  # receives waiting for messages now (at most options.max_long_polls)
         self.stopping = asyncio.Event()
@@ -318,13 +316,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if not messages:
                 raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
             send = SendRequest(messages, account, _header(context, CLIENT_ID_HEADER))
-            if self.broker.sends_wait or not all(m.system_properties.message_type in _ON_LOOP for m in messages):
-                entries = await self.sends.submit(send)
-            else:  # a page-cache append: cheaper here than a hop to the send thread and back
-                entries = self.sends.sender.send([send])[0]
+            if self.broker.sends_wait:
+                entries = await self.sends.submit(send)  # checked and stored on the send thread
+            else:
+                entries = await self.store_checked(check_send(send, self.auth, self._max_body))
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
         return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+
+    async def store_checked(self, checked: CheckedSend) -> list[service_pb2.SendResultEntry]:
+        """Store a checked call: on the event loop when its appends do not wait (a page-cache append
+        costs less than the hop to the send thread and back), else on the send thread. Delayed and
+        transactional messages go to their plugins, which may wait: those take the send thread."""
+        if checked.on_loop and not self.broker.sends_wait:
+            return self.sends.sender.store([checked])[0]
+        return await self.sends.submit(checked)
 
     @_forwarding(service_pb2.RecallMessageResponse)
     @_answering(service_pb2.RecallMessageResponse, "recall")
