@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,13 +25,18 @@ from plugmq.server.admin import AdminService
 from plugmq.server.assignment import Assigner, ConsumerMembers
 from plugmq.server.auth import Authenticator
 from plugmq.server.cluster import ClusterMember, LocalRoutes, advertised_endpoint
+from plugmq.server.frontend import GRPC_SOCKET, HANDOFF_SOCKET
+from plugmq.server.handoff import serve_handoff
 from plugmq.server.options import ServerOptions, load_serve_config
-from plugmq.server.protocol import service_pb2_grpc
+from plugmq.server.protocol import service_pb2, service_pb2_grpc
 from plugmq.server.receipts import ReceiptSealer
+from plugmq.server.send import CheckedSend, send_response
 from plugmq.server.service import MessagingService
+from plugmq.server.status import status_of
 from plugmq.server.telemetry import Sessions
 from plugmq.server.tls import warn_when_exposed
 from plugmq.server.wakeup import Wakeup
+from plugmq.server.workers import Frontends, remove_sockets, reserve_port, socket_dir
 
 if TYPE_CHECKING:
     from plugmq.server.metrics import MetricsEndpoint
@@ -42,9 +48,14 @@ log = get_logger(__name__)
 class PlugmqServer:
     """MessagingService for one broker on one address. The caller owns (and closes) the broker."""
 
-    def __init__(self, broker: Served, options: ServerOptions | None = None) -> None:
+    def __init__(self, broker: Served, options: ServerOptions | None = None, *,
+                 config_path: Path | None = None) -> None:
         self.broker = broker
         self.options = options or ServerOptions()
+        self.config_path = config_path  # what front-end workers read their [server] options from
+        self.frontends: Frontends | None = None
+        self._handoff: asyncio.Server | None = None
+        self._sockets: Path | None = None
         self.address: str | None = None
         self._server: grpc.aio.Server | None = None
         self.metrics: MetricsEndpoint | None = None
@@ -73,16 +84,25 @@ class PlugmqServer:
         host = listen.rpartition(":")[0]
         error: RuntimeError | None = None
         self.auth = Authenticator(options.acl, self.broker.clock)
-        try:
-            port = (server.add_secure_port(listen, options.tls.server_credentials()) if options.tls is not None
-                    else server.add_insecure_port(listen))
-        except RuntimeError as exc:
-            port, error = 0, exc
+        reserved: socket.socket | None = None
+        if options.workers > 1:  # the front-ends listen on the port; this process on its sockets
+            if self.config_path is None:
+                self._release()
+                raise ConfigError("[server] workers > 1 needs the server's config file (plugmq serve --config)")
+            reserved, self.address = reserve_port(listen)
+            self._sockets = socket_dir()
+            port = server.add_insecure_port(f"unix:{self._sockets / GRPC_SOCKET}")
+        else:
+            try:
+                port = (server.add_secure_port(listen, options.tls.server_credentials()) if options.tls is not None
+                        else server.add_insecure_port(listen))
+            except RuntimeError as exc:
+                port, error = 0, exc
+            self.address = f"{host}:{port}"
         if not port:
             self._release()
             raise ConfigError(f"cannot listen on {listen!r} ({error or _why_not_listening()}); "
                               "pick another --listen host:port")
-        self.address = f"{host}:{port}"
         if self.broker.cluster is not None:
             try:
                 endpoint = advertised_endpoint(self.address, options.advertise)
@@ -108,6 +128,11 @@ class PlugmqServer:
                 raise
         await server.start()
         self._server = server
+        if reserved is not None:
+            try:
+                await self._start_workers()
+            finally:
+                reserved.close()  # the front-ends hold the port now
         self.assigner.members.start_pruning()
         self._warn_when_exposed()
         if self.cluster is not None:
@@ -115,6 +140,27 @@ class PlugmqServer:
         log.info("serving", address=self.address, broker=self.broker.name, data_dir=str(self.broker.data_dir),
                  acl=options.acl.enabled, tls=options.tls is not None, in_flight=self.pop.inflight_count())
         return self.address
+
+    async def _start_workers(self) -> None:
+        """The hand-off socket, then the front-end processes ([server] workers)."""
+        assert self._sockets is not None and self.config_path is not None and self.address is not None
+        self._handoff = await serve_handoff(str(self._sockets / HANDOFF_SOCKET), self._store_handed)
+        self.frontends = Frontends(self.options.workers, self.config_path, self.address, self._sockets,
+                                   self.broker.config.max_message_size)
+        await self.frontends.start()
+
+    async def _store_handed(self, calls: list[CheckedSend]) -> list[bytes]:
+        """Store the calls of one hand-off frame; each one's serialized SendMessageResponse."""
+        service = self.service
+        try:
+            if all(call.on_loop for call in calls) and not self.broker.sends_wait:
+                answers = service.sends.sender.store(calls)
+            else:  # the send thread's next round stores them together
+                answers = list(await asyncio.gather(*(service.sends.submit(call) for call in calls)))
+        except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it
+            failed = service_pb2.SendMessageResponse(status=status_of(exc, action="send")).SerializeToString()
+            return [failed] * len(calls)
+        return [send_response(entries).SerializeToString() for entries in answers]
 
     def _warn_when_exposed(self) -> None:
         options = self.options
@@ -141,7 +187,13 @@ class PlugmqServer:
             await asyncio.get_running_loop().run_in_executor(self.executor, self.cluster.leave)
         self.service.stopping.set()
         self.wakeup.notify()  # long polls answer now instead of at their deadline
-        await self._server.stop(self.options.shutdown_grace_s if grace is None else grace)
+        grace_s = self.options.shutdown_grace_s if grace is None else grace
+        if self.frontends is not None:
+            await self.frontends.stop(grace_s)  # their calls in flight still reach this process
+        if self._handoff is not None:
+            self._handoff.close()
+            await self._handoff.wait_closed()
+        await self._server.stop(grace_s)
         if self.service.forward is not None:
             await self.service.forward.close()
         self._release()
@@ -162,6 +214,9 @@ class PlugmqServer:
             self.broker.arrival_listeners.remove(self.wakeup.notify_threadsafe)
         self.executor.shutdown(wait=True)
         self.sessions.close_all()
+        if self._sockets is not None:
+            remove_sockets(self._sockets)
+            self._sockets = None
 
 
 def _why_not_listening() -> str:
@@ -186,12 +241,12 @@ def process_age_s() -> float | None:
 
 
 async def _serve(broker_config: Mapping[str, Any], options: ServerOptions,
-                 ready: Callable[[str, Broker], None]) -> None:
+                 ready: Callable[[str, Broker], None], config_path: Path) -> None:
     loaded_s = process_age_s()  # interpreter start and imports
     began = time.perf_counter()
     broker = await asyncio.to_thread(Broker.from_config, broker_config)  # store recovery may take a while
     opened = time.perf_counter()
-    server = PlugmqServer(broker, options)
+    server = PlugmqServer(broker, options, config_path=config_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -217,7 +272,7 @@ def run(config_path: str | Path, listen: str | None = None,
     raise_open_file_limit()
     if listen:
         options = attrs.evolve(options, listen=listen)
-    asyncio.run(_serve(broker_config, options, ready))
+    asyncio.run(_serve(broker_config, options, ready, Path(config_path)))
 
 
 def _drain(loop: asyncio.AbstractEventLoop) -> None:

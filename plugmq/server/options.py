@@ -104,6 +104,8 @@ class ServerOptions:
     tls: TlsOptions | None = internal(None, doc="TLS on the gRPC port and metrics ([server.tls], read from its files)")
     max_long_polls: int = _count(10_000, "receives waiting at once; more are answered TOO_MANY_REQUESTS")
     filter_cache_bytes: int = _count(64 << 20, "bytes of compiled subscriptions kept")
+    workers: int = _count(1, "front-end processes serving the port (they decode and check requests, hand sends to "
+                          "this process and relay the rest; plugmq.server.workers); 1: this process alone")
 
     def __attrs_post_init__(self) -> None:
         if self.min_invisible_s > self.max_invisible_s:

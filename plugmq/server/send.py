@@ -27,10 +27,10 @@ from plugmq.server.convert import Outgoing, outgoing
 from plugmq.server.dedupe import RecentSends
 from plugmq.server.options import Account
 from plugmq.server.protocol import Code, MessageType, definition_pb2, service_pb2
-from plugmq.server.status import RpcFailure, ok, status_of
+from plugmq.server.status import RpcFailure, ok, overall, status_of
 from plugmq.server.telemetry import Sessions, txn_group
 
-__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_send"]
+__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_send", "send_response"]
 
 # A send that is stored but not as durable as asked, as RocketMQ 5's proxy answers it
 # (SendMessageActivity): the message is on the master; a retry by the client may store it twice.
@@ -261,6 +261,11 @@ class Sender:
                                             offset=stored.queue_offset)
         _set_status(entry, SendStatus.SEND_OK if stored.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT)
         return entry
+
+
+def send_response(entries: list[service_pb2.SendResultEntry]) -> service_pb2.SendMessageResponse:
+    """A SendMessage call's answer: its entries and their overall status."""
+    return service_pb2.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
 
 _OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared

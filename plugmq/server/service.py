@@ -42,8 +42,8 @@ from plugmq.server.protocol import (
     service_pb2_grpc,
 )
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import CheckedSend, Sender, SendRequest, SendWorker, check_send
-from plugmq.server.status import RpcFailure, failure_of, ok, status_of
+from plugmq.server.send import CheckedSend, Sender, SendRequest, SendWorker, check_send, send_response
+from plugmq.server.status import RpcFailure, failure_of, ok, overall, status_of
 from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
 from plugmq.server.wakeup import Wakeup
@@ -91,14 +91,6 @@ def _group(resource: definition_pb2.Resource) -> str:
         return validate_group(resource.name)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from exc
-
-
-def _overall(statuses: list[Status]) -> Status:
-    if all(s.code == Code.OK for s in statuses):
-        return ok()
-    if len(statuses) == 1:
-        return statuses[0]
-    return Status(code=Code.MULTIPLE_RESULTS, message="entries have different results; see each entry's status")
 
 
 def _answering(response: type, action: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -322,7 +314,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 entries = await self.store_checked(check_send(send, self.auth, self._max_body))
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
-        return service_pb2.SendMessageResponse(status=_overall([e.status for e in entries]), entries=entries)
+        return send_response(entries)
 
     async def store_checked(self, checked: CheckedSend) -> list[service_pb2.SendResultEntry]:
         """Store a checked call: on the event loop when its appends do not wait (a page-cache append
@@ -486,7 +478,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       _metadata(context).get(CLIENT_ID_HEADER, ""))
         if self.broker.group_policy(group).fifo:
             self.wakeup.notify()  # the acked message's queue may be free again
-        return service_pb2.AckMessageResponse(status=_overall([r.status for r in results]), entries=results)
+        return service_pb2.AckMessageResponse(status=overall([r.status for r in results]), entries=results)
 
     def _ack_all(self, group: str, topic: str, entries: Iterable[service_pb2.AckMessageEntry],
                  client_id: str) -> list[service_pb2.AckMessageResultEntry]:

@@ -24,7 +24,7 @@ from plugmq.core.errors import (
 from plugmq.core.logs import get_logger
 from plugmq.server.protocol import Code, Status
 
-__all__ = ["RpcFailure", "failure_of", "ok", "status_of"]
+__all__ = ["RpcFailure", "failure_of", "ok", "overall", "status_of"]
 
 log = get_logger(__name__)
 
@@ -95,3 +95,12 @@ def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
 
 def status_of(exc: BaseException, *, action: str) -> Status:
     return failure_of(exc, action=action).status
+
+
+def overall(statuses: list[Status]) -> Status:
+    """A response's status over its entries' statuses: OK, the one status, or MULTIPLE_RESULTS."""
+    if all(s.code == Code.OK for s in statuses):
+        return ok()
+    if len(statuses) == 1:
+        return statuses[0]
+    return Status(code=Code.MULTIPLE_RESULTS, message="entries have different results; see each entry's status")
