@@ -1,0 +1,212 @@
+"""``[server] workers = N``: front-end processes check sends and hand them to the store's process.
+
+The hand-off keeps every field of a checked message; with two front-ends every message sent
+(generated stubs on several connections, one and eight messages per request, and the official
+producer) is received exactly once through the relayed receive and ack calls, with its tag, keys
+and properties, as one process serves them; a front-end killed with SIGKILL is started again
+and the port keeps serving."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
+
+import grpc
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+from plugmq.server.auth import Authenticator
+from plugmq.server.convert import Outgoing
+from plugmq.server.handoff import decode_call, encode_call
+from plugmq.server.options import AclOptions
+from plugmq.server.protocol import Code, MessageType, MessagingServiceStub, service_pb2
+from plugmq.server.send import SendRequest, check_send
+from plugmq.testing import await_listening, wait_for
+
+_SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
+          "main.add_command(command); main()")
+WAIT_S = 30.0
+TOPIC = "Workers"
+
+
+def _request(specs: list[dict[str, Any]]) -> service_pb2.SendMessageRequest:
+    request = service_pb2.SendMessageRequest()
+    for spec in specs:
+        message = request.messages.add(body=spec.get("body", b"b"))
+        message.topic.name = spec.get("topic", TOPIC)
+        props = message.system_properties
+        props.message_id = spec["id"]
+        props.message_type = spec.get("type", MessageType.NORMAL)
+        if "tag" in spec:
+            props.tag = spec["tag"]
+        props.keys.extend(spec.get("keys", ()))
+        if "group" in spec:
+            props.message_group = spec["group"]
+        if "at" in spec:
+            props.delivery_timestamp.FromMilliseconds(spec["at"])
+        if "trace" in spec:
+            props.trace_context = spec["trace"]
+        message.user_properties.update(spec.get("props", {}))
+    return request
+
+
+def test_the_hand_off_keeps_every_field_and_every_failure() -> None:
+    request = _request([
+        {"id": "plain"},
+        {"id": "full", "tag": "TagA", "keys": ["k1", "k2"], "props": {"a": "1", "b": "x y"}, "trace": "00-ab-cd-01",
+         "body": bytes(range(256))},
+        {"id": "fifo", "type": MessageType.FIFO, "group": "order-7"},
+        {"id": "later", "type": MessageType.DELAY, "at": 4_000_000_000_000},
+        {"id": "bad", "topic": "no such topic!"},
+        {"id": "system", "topic": "SCHEDULE_TOPIC_XXXX"},
+    ])
+    checked = check_send(SendRequest(request.messages, None, "client-1"), Authenticator(AclOptions()), 1 << 20)
+    back = decode_call(pickle.loads(pickle.dumps(encode_call(checked))))
+    assert back.client_id == "client-1"
+    assert back.items == checked.items  # Outgoing and Message compare every field; entries as protobuf
+    outs = [item for item in back.items if isinstance(item, Outgoing)]
+    assert [o.message_id for o in outs] == ["plain", "full", "fifo", "later"]
+    assert outs[1].message.keys == ("k1", "k2") and outs[1].message.properties == {"a": "1", "b": "x y"}
+    assert outs[2].message_group == "order-7" and outs[3].message.deliver_at_ms == 4_000_000_000_000
+    failed = [item for item in back.items if not isinstance(item, Outgoing)]
+    assert [f.message_id for f in failed] == ["bad", "system"]
+    assert {f.status.code for f in failed} == {Code.ILLEGAL_TOPIC}
+
+
+class _Server:
+    """``plugmq serve`` with ``workers`` front-ends, as a child process."""
+
+    def __init__(self, tmp: Path, workers: int) -> None:
+        config = tmp / "broker.toml"
+        config.write_text(f'[broker]\ndata_dir = "data"\nplugins = ["store_mmap", "filter_tag"]\n'
+                          f'[server]\nlong_polling_s = 1\nworkers = {workers}\n', encoding="utf-8")
+        self.log = tmp / "serve.log"
+        self._log = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, "--log-level", "info", "serve", "--config", str(config),
+             "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=self._log, cwd=tmp)
+        address = await_listening(self.process, WAIT_S)
+        if address is None:
+            self.process.kill()
+            raise AssertionError(f"plugmq serve did not come up; exit code {self.process.wait()}; see {self.log}")
+        self.address = address
+
+    def frontends(self) -> list[int]:
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return [int(pid) for pid in children
+                if b"plugmq.server.frontend" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # never leave a server behind
+            self.process.wait()
+            raise
+        finally:
+            self._log.close()
+
+
+@contextmanager
+def _serving(tmp: Path, workers: int) -> Iterator[_Server]:
+    server = _Server(tmp, workers)
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, f"unclean shutdown; see {server.log}"
+
+
+def _stub_sends(address: str, prefix: str, requests: int, per_request: int) -> list[str]:
+    ids: list[str] = []
+    with grpc.insecure_channel(address) as channel:
+        stub = MessagingServiceStub(channel)
+        for i in range(requests):
+            specs: list[dict[str, Any]] = [{"id": f"{prefix}-{i}-{k}", "tag": "TagW", "keys": [f"key{i}"], "props": {"n": str(k)},
+                      "body": f"{prefix}-{i}-{k}".encode()} for k in range(per_request)]
+            response = stub.SendMessage(_request(specs), timeout=10)
+            assert response.status.code == Code.OK, response.status.message
+            assert [e.message_id for e in response.entries] == [s["id"] for s in specs]
+            ids.extend(s["id"] for s in specs)
+    return ids
+
+
+def _config(address: str) -> ClientConfiguration:
+    return ClientConfiguration(address, Credentials(), request_timeout=5)
+
+
+def _receive_all(address: str, expected: int) -> list[Any]:
+    consumer = SimpleConsumer(_config(address), "workers-g", {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    got: list[Any] = []
+    try:
+        deadline = time.monotonic() + WAIT_S * 2
+        while len(got) < expected and time.monotonic() < deadline:
+            for message in consumer.receive(32, 30):
+                got.append(message)
+                consumer.ack(message)
+        got.extend(consumer.receive(32, 30))  # nothing more may come
+    finally:
+        consumer.shutdown()
+    return got
+
+
+def test_two_front_ends_deliver_every_message_once(tmp_path: Path) -> None:
+    with _serving(tmp_path, workers=2) as server:
+        assert len(server.frontends()) == 2
+        sent: list[str] = []
+        lock = threading.Lock()
+
+        def send(index: int) -> None:  # one channel (one connection) per thread: spread over the front-ends
+            ids = _stub_sends(server.address, f"t{index}", 12, 1 if index % 2 else 8)
+            with lock:
+                sent.extend(ids)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        producer = Producer(_config(server.address), (TOPIC,))
+        producer.startup()
+        try:
+            for i in range(5):
+                message = Message()
+                message.topic, message.body, message.tag = TOPIC, f"official-{i}".encode(), "TagW"
+                message.keys = f"key{i}"
+                message.add_property("n", "0")
+                sent.append(producer.send(message).message_id)
+        finally:
+            producer.shutdown()
+        got = _receive_all(server.address, len(sent))
+    ids = [m.message_id for m in got]
+    assert len(ids) == len(set(ids)), "a message was delivered twice"
+    assert set(ids) == set(sent)
+    for message in got:
+        assert message.tag == "TagW" and message.properties.get("n") is not None and message.keys
+        if not message.body.startswith(b"official-"):
+            assert message.body.decode() == message.message_id  # the stubs' bodies are their ids
+
+
+def test_a_killed_front_end_is_started_again(tmp_path: Path) -> None:
+    with _serving(tmp_path, workers=2) as server:
+        victim = server.frontends()[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: len(server.frontends()) == 2 and victim not in server.frontends(), WAIT_S,
+                 "a new front-end in place of the killed one", interval=0.1)
+        ids = _stub_sends(server.address, "after", 4, 2)  # the port serves on
+        got = _receive_all(server.address, len(ids))
+        assert sorted(m.message_id for m in got) == sorted(ids)
+    assert "front-end worker exited; starting it again" in server.log.read_text()
