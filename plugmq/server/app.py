@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -54,7 +54,7 @@ class PlugmqServer:
         self.options = options or ServerOptions()
         self.config_path = config_path  # what front-end workers read their [server] options from
         self.frontends: Frontends | None = None
-        self._handoff: asyncio.Server | None = None
+        self._handoff: asyncio.AbstractServer | None = None
         self._sockets: Path | None = None
         self.address: str | None = None
         self._server: grpc.aio.Server | None = None
@@ -149,17 +149,24 @@ class PlugmqServer:
                                    self.broker.config.max_message_size)
         await self.frontends.start()
 
-    async def _store_handed(self, calls: list[CheckedSend]) -> list[bytes]:
-        """Store the calls of one hand-off frame; each one's serialized SendMessageResponse."""
+    def _store_handed(self, calls: list[CheckedSend]) -> list[bytes] | Awaitable[list[bytes]]:
+        """Store the calls of one hand-off frame: each one's serialized SendMessageResponse, at once
+        when the appends do not wait, else later (the send thread's next round stores them together)."""
         service = self.service
         try:
             if all(call.on_loop for call in calls) and not self.broker.sends_wait:
-                answers = service.sends.sender.store(calls)
-            else:  # the send thread's next round stores them together
-                answers = list(await asyncio.gather(*(service.sends.submit(call) for call in calls)))
+                return [send_response(entries).SerializeToString() for entries in service.sends.sender.store(calls)]
+            waiting = [service.sends.submit(call) for call in calls]
         except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it
-            failed = service_pb2.SendMessageResponse(status=status_of(exc, action="send")).SerializeToString()
-            return [failed] * len(calls)
+            return _failed_calls(exc, len(calls))
+        return self._store_later(waiting)
+
+    @staticmethod
+    async def _store_later(waiting: list[asyncio.Future[list[service_pb2.SendResultEntry]]]) -> list[bytes]:
+        try:
+            answers = await asyncio.gather(*waiting)
+        except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it
+            return _failed_calls(exc, len(waiting))
         return [send_response(entries).SerializeToString() for entries in answers]
 
     def _warn_when_exposed(self) -> None:
@@ -217,6 +224,10 @@ class PlugmqServer:
         if self._sockets is not None:
             remove_sockets(self._sockets)
             self._sockets = None
+
+
+def _failed_calls(exc: BaseException, count: int) -> list[bytes]:
+    return [service_pb2.SendMessageResponse(status=status_of(exc, action="send")).SerializeToString()] * count
 
 
 def _why_not_listening() -> str:

@@ -35,7 +35,7 @@ log = get_logger(__name__)
 _FRAME = struct.Struct(">I")
 _MAX_FRAME = 1 << 31  # the length field's own limit; frames are bounded by the calls' own limits
 _Call = tuple[str, list[Any]]  # client id, per message a tuple (checked) or bytes (its failed entry)
-StoreCalls = Callable[[list[CheckedSend]], Awaitable[list[bytes]]]
+StoreCalls = Callable[[list[CheckedSend]], list[bytes] | Awaitable[list[bytes]]]
 
 
 def encode_call(checked: CheckedSend) -> _Call:
@@ -65,11 +65,6 @@ def decode_call(call: _Call) -> CheckedSend:
     return CheckedSend(out, client_id)
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> Any:
-    (size,) = _FRAME.unpack(await reader.readexactly(_FRAME.size))
-    return pickle.loads(await reader.readexactly(size))
-
-
 def _frame(value: Any) -> bytes:
     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     if len(payload) >= _MAX_FRAME:
@@ -77,105 +72,143 @@ def _frame(value: Any) -> bytes:
     return _FRAME.pack(len(payload)) + payload
 
 
-async def serve_handoff(path: str, store: StoreCalls) -> asyncio.Server:
-    """The owner's end: a Unix socket server that stores each frame's calls with ``store`` (which
-    returns one serialized SendMessageResponse per call) and answers the frame."""
+class _Frames(asyncio.Protocol):
+    """Frames out of a byte stream, handed to ``received`` as they complete (no task per frame:
+    a frame costs a few function calls on the event loop)."""
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pending: set[asyncio.Task[None]] = set()
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
 
-        async def answer(frame_id: int, calls: list[_Call]) -> None:
-            responses = await store([decode_call(call) for call in calls])
-            writer.write(_frame((frame_id, responses)))
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while len(buffer) - start >= _FRAME.size:
+            (size,) = _FRAME.unpack_from(buffer, start)
+            end = start + _FRAME.size + size
+            if len(buffer) < end:
+                break
+            self.received(pickle.loads(memoryview(buffer)[start + _FRAME.size:end]))
+            start = end
+        if start:
+            del buffer[:start]
+
+    def received(self, value: Any) -> None:
+        raise NotImplementedError
+
+
+class _OwnerEnd(_Frames):
+    """The owner's side of one front-end's connection."""
+
+    def __init__(self, store: StoreCalls) -> None:
+        super().__init__()
+        self._store = store
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def received(self, value: Any) -> None:
+        frame_id, calls = value
         try:
-            while True:
-                frame_id, calls = await _read_frame(reader)
-                task = asyncio.ensure_future(answer(frame_id, calls))  # frames may overlap (sync flush)
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the front-end went away
-        except Exception:
-            log.exception("hand-off connection failed; the front-end will reconnect or exit")
-        finally:
-            for task in list(pending):
-                await asyncio.gather(task, return_exceptions=True)
-            writer.close()
+            answer = self._store([decode_call(call) for call in calls])
+        except Exception as exc:
+            log.exception("a hand-off frame could not be stored")
+            status = {"code": Code.INTERNAL_SERVER_ERROR, "message": f"the broker could not take the call: {exc}"}
+            self._answer(frame_id, [service_pb2.SendMessageResponse(status=status).SerializeToString()] * len(calls))
+            return
+        if isinstance(answer, list):  # stored on the loop already
+            self._answer(frame_id, answer)
+            return
+        task = asyncio.ensure_future(self._later(frame_id, answer))  # frames may overlap (sync flush)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
-    return await asyncio.start_unix_server(connection, path=path)
+    async def _later(self, frame_id: int, answer: Awaitable[list[bytes]]) -> None:
+        self._answer(frame_id, await answer)
+
+    def _answer(self, frame_id: int, responses: list[bytes]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_frame((frame_id, responses)))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None  # answers of frames still being stored have nobody to go to
 
 
-class HandoffClient:
+async def serve_handoff(path: str, store: StoreCalls) -> asyncio.AbstractServer:
+    """The owner's end: a Unix socket server that stores each frame's calls with ``store`` and
+    answers the frame. ``store`` returns one serialized SendMessageResponse per call, or an
+    awaitable of them when the calls must wait (a sync flush, the send thread)."""
+    return await asyncio.get_running_loop().create_unix_server(lambda: _OwnerEnd(store), path=path)
+
+
+class HandoffClient(_Frames):
     """A front-end's end: ``await client.send(checked)`` hands one call over and returns its
     serialized SendMessageResponse. Calls made in one event-loop turn travel in one frame."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self) -> None:
+        super().__init__()
         self._ids = itertools.count()
         self._queued: list[tuple[asyncio.Future[bytes], _Call]] = []
         self._waiting: dict[int, list[asyncio.Future[bytes]]] = {}
         self._flush_scheduled = False
-        self._broken: BaseException | None = None
+        self._broken = False
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._reading = asyncio.ensure_future(self._read())
 
     @classmethod
     async def connect(cls, path: str) -> HandoffClient:
-        reader, writer = await asyncio.open_unix_connection(path)
-        return cls(reader, writer)
+        _transport, client = await asyncio.get_running_loop().create_unix_connection(cls, path)
+        return client
 
     def send(self, checked: CheckedSend) -> asyncio.Future[bytes]:
-        if self._broken is not None:
+        if self._broken:
             raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the broker's store process cannot be reached; send again "
                                                          "once the server is back")
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
         self._queued.append((future, encode_call(checked)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
         return future
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         queued, self._queued = self._queued, []
-        if not queued or self._broken is not None:
-            self._fail([future for future, _call in queued])
+        if not queued:
+            return
+        if self._broken or self.transport is None:
+            _fail([future for future, _call in queued])
             return
         frame_id = next(self._ids)
         self._waiting[frame_id] = [future for future, _call in queued]
-        self._writer.write(_frame((frame_id, [call for _future, call in queued])))
+        self.transport.write(_frame((frame_id, [call for _future, call in queued])))
 
-    async def _read(self) -> None:
-        try:
-            while True:
-                frame_id, responses = await _read_frame(self._reader)
-                for future, response in zip(self._waiting.pop(frame_id), responses, strict=True):
-                    if not future.done():
-                        future.set_result(response)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            self._broken = exc
-        except Exception as exc:
-            log.exception("hand-off answers could not be read")
-            self._broken = exc
-        finally:
-            if self._broken is None:
-                self._broken = ConnectionError("hand-off closed")
-            for futures in self._waiting.values():
-                self._fail(futures)
-            self._waiting.clear()
-            if not self.closed.done():
-                self.closed.set_result(None)
-
-    def _fail(self, futures: Sequence[asyncio.Future[bytes]]) -> None:
-        for future in futures:
+    def received(self, value: Any) -> None:
+        frame_id, responses = value
+        for future, response in zip(self._waiting.pop(frame_id), responses, strict=True):
             if not future.done():
-                future.set_exception(RpcFailure(Code.INTERNAL_SERVER_ERROR, "the broker's store process went away "
-                                                                            "before it answered; the message may "
-                                                                            "or may not be stored"))
+                future.set_result(response)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._broken = True
+        for futures in self._waiting.values():
+            _fail(futures)
+        self._waiting.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     async def close(self) -> None:
-        self._writer.close()
-        self._reading.cancel()
-        await asyncio.gather(self._reading, return_exceptions=True)
+        if self.transport is not None:
+            self.transport.close()
+        await asyncio.shield(self.closed)
+
+
+def _fail(futures: Sequence[asyncio.Future[bytes]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(RpcFailure(Code.INTERNAL_SERVER_ERROR, "the broker's store process went away before "
+                                                                        "it answered; the message may or may not be "
+                                                                        "stored"))
