@@ -337,6 +337,12 @@ class Broker:
         its event loop when this is False and hands the sends to a thread when it is True."""
         return self.replication is not None or self._store_waits
 
+    @property
+    def pop_waits(self) -> bool:
+        """Whether a pop ack or receive may block on I/O: its journal record waits for a slave or a
+        flush (``pop_fsync``), or its store's appends do."""
+        return self.sends_wait or self.config.pop_fsync
+
     @functools.cached_property
     def _store_waits(self) -> bool:
         store = self.store  # its flush mode is fixed when it opens; isinstance on a Protocol is slow

@@ -193,6 +193,11 @@ class Serving(_Services, Sending, TransactionSending, Protocol):
         """Whether a normal send may block on I/O (sync flush, replication): then off the loop."""
         ...
 
+    @property
+    def pop_waits(self) -> bool:
+        """Whether a pop ack may block on I/O (its journal flushed or replicated): then off the loop."""
+        ...
+
 
 class Electable(_Identity, Protocol):
     """What failover changes of a broker as its cluster's election moves the master."""

@@ -67,6 +67,9 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
 
 
+_OK = ok()  # copied into each entry that refers to it: protobuf never shares a message
+
+
 def _header(context: grpc.aio.ServicerContext, name: str) -> str:
     """One header's value ("" without it): a scan of the few pairs, no dict built per call."""
     for key, value in context.invocation_metadata() or ():
@@ -474,8 +477,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise RpcFailure(Code.BAD_REQUEST, "AckMessageRequest holds no entry")
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
-        results = await self.acks.run(self._ack_all, group, topic, request.entries,
-                                      _metadata(context).get(CLIENT_ID_HEADER, ""))
+        client_id = _header(context, CLIENT_ID_HEADER)
+        if self.broker.pop_waits:
+            results = await self.acks.run(self._ack_all, group, topic, request.entries, client_id)
+        else:  # a journal append to the page cache: cheaper here than the hop to the ack thread and back
+            results = self._ack_all(group, topic, request.entries, client_id)
         if self.broker.group_policy(group).fifo:
             self.wakeup.notify()  # the acked message's queue may be free again
         return service_pb2.AckMessageResponse(status=overall([r.status for r in results]), entries=results)
@@ -486,7 +492,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for entry in entries:
             try:
                 self.pop.ack(group, topic, self.receipts.open(group, topic, entry.receipt_handle), client_id=client_id)
-                status = ok()
+                status = _OK
             except Exception as exc:  # noqa: BLE001 - answered as a protocol status
                 status = status_of(exc, action="ack")
             results.append(service_pb2.AckMessageResultEntry(message_id=entry.message_id,
