@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,8 @@ def test_two_front_ends_deliver_every_message_once(tmp_path: Path) -> None:
             with lock:
                 sent.extend(ids)
 
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(4) as pool:  # a failed thread's error is raised here
+            list(pool.map(send, range(4)))
         producer = Producer(_config(server.address), (TOPIC,))
         producer.startup()
         try:
