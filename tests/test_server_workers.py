@@ -25,9 +25,11 @@ import pytest
 
 pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (rocketmq-python-client)")
 
+import attrs
 import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
+from plugmq.server.acl import Account
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing
 from plugmq.server.handoff import decode_call, encode_call
@@ -59,6 +61,8 @@ def _request(specs: list[dict[str, Any]]) -> service_pb2.SendMessageRequest:
             props.delivery_timestamp.FromMilliseconds(spec["at"])
         if "trace" in spec:
             props.trace_context = spec["trace"]
+        if "priority" in spec:
+            props.priority = spec["priority"]
         message.user_properties.update(spec.get("props", {}))
     return request
 
@@ -70,17 +74,21 @@ def test_the_hand_off_keeps_every_field_and_every_failure() -> None:
          "body": bytes(range(256))},
         {"id": "fifo", "type": MessageType.FIFO, "group": "order-7"},
         {"id": "later", "type": MessageType.DELAY, "at": 4_000_000_000_000},
+        {"id": "urgent", "type": MessageType.PRIORITY, "priority": 7},
         {"id": "bad", "topic": "no such topic!"},
         {"id": "system", "topic": "SCHEDULE_TOPIC_XXXX"},
     ])
-    checked = check_send(SendRequest(request.messages, None, "client-1"), Authenticator(AclOptions()), 1 << 20)
+    account = attrs.evolve(Account(secret="s3cret"), access_key="producer-1")
+    checked = check_send(SendRequest(request.messages, account, "client-1"), Authenticator(AclOptions()), 1 << 20)
     back = decode_call(pickle.loads(pickle.dumps(encode_call(checked))))
     assert back.client_id == "client-1"
+    assert back.account == "producer-1"  # the rate limit the owner applies is the sender's
     assert back.items == checked.items  # Outgoing and Message compare every field; entries as protobuf
     outs = [item for item in back.items if isinstance(item, Outgoing)]
-    assert [o.message_id for o in outs] == ["plain", "full", "fifo", "later"]
+    assert [o.message_id for o in outs] == ["plain", "full", "fifo", "later", "urgent"]
     assert outs[1].message.keys == ("k1", "k2") and outs[1].message.properties == {"a": "1", "b": "x y"}
-    assert outs[2].message_group == "order-7" and outs[3].message.deliver_at_ms == 4_000_000_000_000
+    assert outs[2].message_group == "order-7" and outs[2].message.message_group == "order-7"
+    assert outs[3].message.deliver_at_ms == 4_000_000_000_000 and outs[4].message.priority == 7
     failed = [item for item in back.items if not isinstance(item, Outgoing)]
     assert [f.message_id for f in failed] == ["bad", "system"]
     assert {f.status.code for f in failed} == {Code.ILLEGAL_TOPIC}

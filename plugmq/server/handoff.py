@@ -34,7 +34,8 @@ log = get_logger(__name__)
 
 _FRAME = struct.Struct(">I")
 _MAX_FRAME = 1 << 31  # the length field's own limit; frames are bounded by the calls' own limits
-_Call = tuple[str, list[Any]]  # client id, per message a tuple (checked) or bytes (its failed entry)
+# client id, account (its rate limit), per message a tuple (checked) or bytes (its failed entry)
+_Call = tuple[str, str | None, list[Any]]
 StoreCalls = Callable[[list[CheckedSend]], list[bytes] | Awaitable[list[bytes]]]
 
 
@@ -45,24 +46,24 @@ def encode_call(checked: CheckedSend) -> _Call:
         if isinstance(item, Outgoing):
             m = item.message
             items.append((m.topic, m.body, m.tags, m.keys, dict(m.properties) if m.properties else None,
-                          m.deliver_at_ms, item.extra, item.kind, item.message_group, item.message_id))
+                          m.deliver_at_ms, m.priority, item.extra, item.kind, item.message_group, item.message_id))
         else:
             items.append(item.SerializeToString())
-    return checked.client_id, items
+    return checked.client_id, checked.account, items
 
 
 def decode_call(call: _Call) -> CheckedSend:
     """The inverse of :func:`encode_call`. Each Message is built (and so checked) again."""
-    client_id, items = call
+    client_id, account, items = call
     out: list[Outgoing | service_pb2.SendResultEntry] = []
     for item in items:
         if type(item) is bytes:
             out.append(service_pb2.SendResultEntry.FromString(item))
         else:
-            topic, body, tags, keys, properties, deliver_at, extra, kind, group, message_id = item
-            out.append(Outgoing(Message(topic, body, tags, keys, properties, None, deliver_at), extra, kind, group,
-                                message_id))
-    return CheckedSend(out, client_id)
+            topic, body, tags, keys, properties, deliver_at, priority, extra, kind, group, message_id = item
+            out.append(Outgoing(Message(topic, body, tags, keys, properties, None, deliver_at, group, priority), extra,
+                                kind, group, message_id))
+    return CheckedSend(out, client_id, account)
 
 
 def _frame(value: Any) -> bytes:
