@@ -3,6 +3,7 @@ digest every client verifies, and SendMessage calls stored as store batches."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import grpc
 from plugmq.broker.broker import Broker
 from plugmq.core.names import Prop
 from plugmq.server import ServerOptions, ServerThread
+from plugmq.server.acl import AclOptions
+from plugmq.server.auth import Authenticator
 from plugmq.server.convert import body_digest, to_proto
 from plugmq.server.protocol import Code, DigestType, MessageType, MessagingServiceStub, definition_pb2, service_pb2
 
@@ -140,6 +143,45 @@ def test_a_retried_send_is_answered_with_the_stored_message_not_stored_twice(ser
     assert again.entries[0].offset == first.entries[0].offset
     stored = [str(m.unique_id) for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 1000).messages]
     assert sorted(stored) == ["fresh", "retried"]
+
+
+def test_sends_are_stored_on_the_loop_only_while_the_send_thread_has_no_call(tmp_path: Any) -> None:
+    """A page-cache append costs less on the event loop than the hop to the send thread, but only
+    where nothing can wait (no sync flush, no replication, no delay or transaction plugin) and never
+    past a call the thread still holds: a client's retry must find its first try in RecentSends."""
+    from plugmq.server.send import Sender, SendRequest, SendWorker, check_send
+    from plugmq.server.telemetry import Sessions
+
+    broker = Broker.open(tmp_path / "data", max_message_size=4096)
+    broker.create_topic("Batched", 4)
+    auth = Authenticator(AclOptions())
+    delayed = _message("later")
+    delayed.system_properties.message_type = MessageType.DELAY
+    delayed.system_properties.delivery_timestamp.FromMilliseconds(broker.clock.now_ms() + 60_000)
+
+    async def check() -> None:
+        worker = SendWorker(Sender(broker, Sessions(broker, ServerOptions()), auth, 4096), asyncio.get_running_loop())
+        try:
+            first = check_send(SendRequest([_message("first")], None, "c"), auth, 4096)
+            assert not broker.sends_wait  # an async-flush store without replication
+            assert worker.stores_on_loop([first], broker.sends_wait)
+            assert not worker.stores_on_loop([first], sends_wait=True)
+            assert not worker.stores_on_loop([check_send(SendRequest([delayed], None, "c"), auth, 4096)], False)
+            stored = worker.submit(first)
+            assert not worker.stores_on_loop([first], False)  # the thread's call is stored first
+            offset = (await stored)[0].offset
+            assert worker.stores_on_loop([first], False)
+            retried = worker.sender.store([first])[0]  # the retry, on the loop, finds the first try
+            assert retried[0].status.code == Code.OK and retried[0].offset == offset
+        finally:
+            worker.close()
+
+    try:
+        asyncio.run(check())
+        stored = [m.unique_id for q in broker.topic_queues("Batched") for m in broker.pull(q, 0, 100).messages]
+        assert stored == ["first"]
+    finally:
+        broker.close()
 
 
 def test_delivered_messages_carry_the_md5_digest(served: tuple[Broker, Any]) -> None:

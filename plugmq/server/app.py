@@ -154,7 +154,7 @@ class PlugmqServer:
         when the appends do not wait, else later (the send thread's next round stores them together)."""
         service = self.service
         try:
-            if all(call.on_loop for call in calls) and not self.broker.sends_wait:
+            if service.sends.stores_on_loop(calls, self.broker.sends_wait):
                 return [send_response(entries).SerializeToString() for entries in service.sends.sender.store(calls)]
             waiting = [service.sends.submit(call) for call in calls]
         except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it

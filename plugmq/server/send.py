@@ -7,6 +7,12 @@ transactional messages go one by one to their services. Each message's failure i
 status; the others are stored regardless. On a ``sync_master`` the worker stores everything of the
 round first and then waits once for a slave to confirm it all (RocketMQ's GroupTransferService):
 one replication round trip answers every call of the round.
+
+Where nothing can wait (no sync flush, no replication, only normal and FIFO messages) and the
+thread holds no call, a call is stored on the event loop instead (:meth:`SendWorker.stores_on_loop`);
+both ways go through the same Sender: the account's rate limit, dedup windows, RecentSends and
+the broker's own checks (a slave's refusal, fencing) apply alike, also to calls that front-end
+worker processes check and hand over (plugmq.server.handoff).
 """
 
 from __future__ import annotations
@@ -111,7 +117,8 @@ class _Batch:
 
 
 class Sender:
-    """Stores the messages of SendMessage calls (called from the SendWorker thread only)."""
+    """Stores the messages of SendMessage calls (on the SendWorker thread, or on the event loop
+    while that thread holds no call)."""
 
     def __init__(self, broker: Serving, sessions: Sessions, auth: Authenticator, max_batch_bytes: int) -> None:
         self._broker = broker
@@ -308,6 +315,7 @@ class SendWorker:
         self._queue: queue.SimpleQueue[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest | CheckedSend] | None] \
             = queue.SimpleQueue()
         self._closed = False
+        self._unanswered = 0  # calls submitted and not answered yet (event-loop thread only)
         self._thread = threading.Thread(target=self._run, name="plugmq-serve-send", daemon=True)
         self._thread.start()
 
@@ -315,12 +323,23 @@ class SendWorker:
     def sender(self) -> Sender:
         return self._sender
 
+    def stores_on_loop(self, calls: Sequence[CheckedSend], sends_wait: bool) -> bool:
+        """Whether ``calls`` may be stored on the event loop now (event-loop thread), which costs
+        less than the hop to the thread and back. Only when nothing can block the loop and every
+        rule holds as on the thread: the broker's sends do not wait (``sends_wait``: no sync flush,
+        no replication, so no wait for a slave and no fencing), every message is a normal or FIFO
+        one (delayed and transactional ones go to plugins that may wait), and the thread has no
+        call unanswered: calls are stored in the order they came, and a client's retry is looked
+        up in RecentSends only after its first try was stored."""
+        return not sends_wait and self._unanswered == 0 and all(call.on_loop for call in calls)
+
     def submit(self, request: SendRequest | CheckedSend) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
         """Queue a call's messages (event-loop thread); the future holds their entries."""
         if self._closed:
             raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the server is shutting down; send to it again once it "
                                                          "is back")
         future: asyncio.Future[list[service_pb2.SendResultEntry]] = self._loop.create_future()
+        self._unanswered += 1
         self._queue.put((future, request))
         return future
 
@@ -346,9 +365,14 @@ class SendWorker:
         except Exception as exc:  # noqa: BLE001 - every waiting call is answered with it
             answers = exc
         try:
-            self._loop.call_soon_threadsafe(_answer, [future for future, _request in work], answers)
+            self._loop.call_soon_threadsafe(self._answered, [future for future, _request in work], answers)
         except RuntimeError:
             pass  # the loop is closed: nobody waits for these answers any more
+
+    def _answered(self, futures: list[asyncio.Future[list[service_pb2.SendResultEntry]]],
+                  answers: list[list[service_pb2.SendResultEntry]] | BaseException) -> None:
+        self._unanswered -= len(futures)
+        _answer(futures, answers)
 
     def close(self) -> None:
         """Store what is queued, then stop the thread (event-loop thread)."""

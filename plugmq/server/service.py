@@ -320,10 +320,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return send_response(entries)
 
     async def store_checked(self, checked: CheckedSend) -> list[service_pb2.SendResultEntry]:
-        """Store a checked call: on the event loop when its appends do not wait (a page-cache append
-        costs less than the hop to the send thread and back), else on the send thread. Delayed and
-        transactional messages go to their plugins, which may wait: those take the send thread."""
-        if checked.on_loop and not self.broker.sends_wait:
+        """Store a checked call: on the event loop when nothing can block it there
+        (:meth:`SendWorker.stores_on_loop`), else on the send thread."""
+        if self.sends.stores_on_loop((checked,), self.broker.sends_wait):
             return self.sends.sender.store([checked])[0]
         return await self.sends.submit(checked)
 
