@@ -32,6 +32,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from plugmq.server.acl import Account
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing
+from plugmq.server.frontend import _Relay
 from plugmq.server.handoff import decode_call, encode_call
 from plugmq.server.options import AclOptions
 from plugmq.server.protocol import Code, MessageType, MessagingServiceStub, service_pb2
@@ -152,6 +153,45 @@ def _stub_sends(address: str, prefix: str, requests: int, per_request: int) -> l
     return ids
 
 
+def _retried_send(address: str) -> str:
+    """A send and the client's retry of it (same message id) on new connections: the owner's
+    RecentSends answers the retry with the stored copy, whichever front-end took it."""
+    offsets = []
+    for _try in range(2):
+        with grpc.insecure_channel(address) as channel:
+            response = MessagingServiceStub(channel).SendMessage(
+                _request([{"id": "retried", "tag": "TagW", "keys": ["key-r"], "props": {"n": "0"}, "body": b"retried"}]),
+                timeout=10)
+        assert response.status.code == Code.OK, response.status.message
+        offsets.append(response.entries[0].offset)
+    assert offsets[0] == offsets[1]
+    return "retried"
+
+
+@attrs.frozen
+class _CallDetails(grpc.HandlerCallDetails):
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+def test_a_failover_brokers_front_ends_relay_sends_to_its_service() -> None:
+    """A failover broker forwards sends while it is not surely the master, which only its own gRPC
+    service does: its front-ends relay SendMessage instead of handing the checked call over."""
+    owner = grpc.insecure_channel("unix:/nonexistent/grpc.sock")  # never called: handlers only
+    try:
+        details = _CallDetails(f"/{service_pb2.DESCRIPTOR.services_by_name['MessagingService'].full_name}/SendMessage")
+        auth = Authenticator(AclOptions())
+        handing = _Relay(owner, None, auth, 1 << 20, relay_sends=False).service(details)  # type: ignore[arg-type]
+        relaying = _Relay(owner, None, auth, 1 << 20, relay_sends=True).service(details)  # type: ignore[arg-type]
+    finally:
+        owner.close()
+    raw = _request([{"id": "m"}]).SerializeToString()
+    assert handing is not None and handing.request_deserializer is not None
+    assert isinstance(handing.request_deserializer(raw), service_pb2.SendMessageRequest)  # checked here
+    assert relaying is not None and relaying.request_deserializer is not None
+    assert relaying.request_deserializer(raw) == raw  # passed on as bytes
+
+
 def _config(address: str) -> ClientConfiguration:
     return ClientConfiguration(address, Credentials(), request_timeout=5)
 
@@ -185,6 +225,7 @@ def test_two_front_ends_deliver_every_message_once(tmp_path: Path) -> None:
 
         with ThreadPoolExecutor(4) as pool:  # a failed thread's error is raised here
             list(pool.map(send, range(4)))
+        sent.append(_retried_send(server.address))
         producer = Producer(_config(server.address), (TOPIC,))
         producer.startup()
         try:

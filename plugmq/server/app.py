@@ -145,8 +145,10 @@ class PlugmqServer:
         """The hand-off socket, then the front-end processes ([server] workers)."""
         assert self._sockets is not None and self.config_path is not None and self.address is not None
         self._handoff = await serve_handoff(str(self._sockets / HANDOFF_SOCKET), self._store_handed)
+        # A failover broker forwards sends while it is not (surely) the master: only its own gRPC
+        # service does that, so its front-ends relay sends instead of handing them over.
         self.frontends = Frontends(self.options.workers, self.config_path, self.address, self._sockets,
-                                   self.broker.config.max_message_size)
+                                   self.broker.config.max_message_size, relay_sends=self.broker.config.failover)
         await self.frontends.start()
 
     def _store_handed(self, calls: list[CheckedSend]) -> list[bytes] | Awaitable[list[bytes]]:
@@ -181,7 +183,10 @@ class PlugmqServer:
                               authenticated=metrics_tls and tls is not None and tls.mutual)
 
     def reload_accounts(self) -> bool:
-        """Read the ACL accounts again (SIGHUP); False when the file is invalid (the old ones stay)."""
+        """Read the ACL accounts again (SIGHUP), here and in the front-ends that check sends; False
+        when the file is invalid (the old ones stay)."""
+        if self.frontends is not None:
+            self.frontends.signal(signal.SIGHUP)
         return self.auth.reload()
 
     async def stop(self, grace: float | None = None) -> None:

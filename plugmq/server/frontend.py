@@ -5,11 +5,15 @@ kernel spreads the clients' connections over them) and never opens the broker:
 
 * SendMessage calls are decoded and checked here (fields, signature, the right to publish) and
   handed to the process that owns the store over the hand-off socket (plugmq.server.handoff);
-  the owner's serialized answer goes back to the client as it is;
+  the owner stores them through the same Sender as its own calls (rate limits, dedup windows,
+  RecentSends, fencing, the wait for a slave) and its serialized answer goes back as it is;
 * every other call (routes, receives, acks, telemetry streams, admin verbs) is relayed, as
-  bytes and with its metadata, to the owner's gRPC server on a Unix socket.
+  bytes and with its metadata, to the owner's gRPC server on a Unix socket. So are sends when
+  the broker has ``failover = true`` (``RELAY_SENDS`` 1): a failover slave, or a master not sure
+  it still leads, forwards them to the master of its name (plugmq.server.forward), which only
+  the owner's gRPC service knows how to do.
 
-Run by the owner as ``main([CONFIG, LISTEN, SOCKET_DIR, MAX_BODY])`` in a new interpreter; it
+Run by the owner as ``main([CONFIG, LISTEN, SOCKET_DIR, MAX_BODY, RELAY_SENDS])`` in a new interpreter; it
 prints one line ``plugmq serve worker: listening on HOST:PORT`` once it serves, and exits on
 SIGTERM (after its calls finish) or when the owner's hand-off socket closes.
 """
@@ -61,8 +65,10 @@ def grpc_limits(max_body: int) -> list[tuple[str, int]]:
 class _Relay(grpc.GenericRpcHandler):
     """SendMessage checked here and handed over; every other method relayed to the owner."""
 
-    def __init__(self, owner: grpc.aio.Channel, handoff: HandoffClient, auth: Authenticator, max_body: int) -> None:
+    def __init__(self, owner: grpc.aio.Channel, handoff: HandoffClient, auth: Authenticator, max_body: int, *,
+                 relay_sends: bool) -> None:
         self._owner = owner
+        self._relay_sends = relay_sends
         self._handoff = handoff
         self._auth = auth
         self._max_body = max_body
@@ -73,7 +79,7 @@ class _Relay(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method
-        if method == _SEND:
+        if method == _SEND and not self._relay_sends:
             return self._send
         handler = self._handlers.get(method)
         if handler is None:
@@ -128,13 +134,14 @@ def _streams(call: Callable[..., Any]) -> Callable[..., AsyncIterator[bytes]]:
 
 
 async def serve_frontend(options: ServerOptions, listen: str, socket_dir: str, max_body: int,
-                         ready: Callable[[str], None]) -> None:
-    """Serve ``listen`` until SIGTERM / SIGINT or until the owner's hand-off closes."""
+                         ready: Callable[[str], None], *, relay_sends: bool = False) -> None:
+    """Serve ``listen`` until SIGTERM / SIGINT or until the owner's hand-off closes;
+    ``relay_sends``: sends go to the owner's gRPC service too (a failover broker forwards them)."""
     handoff = await HandoffClient.connect(f"{socket_dir}/{HANDOFF_SOCKET}")
     owner = grpc.aio.insecure_channel(f"unix:{socket_dir}/{GRPC_SOCKET}", options=grpc_limits(max_body))
     auth = Authenticator(options.acl, SystemClock())
     server = grpc.aio.server(options=grpc_limits(max_body))
-    server.add_generic_rpc_handlers((_Relay(owner, handoff, auth, max_body),))
+    server.add_generic_rpc_handlers((_Relay(owner, handoff, auth, max_body, relay_sends=relay_sends),))
     port = (server.add_secure_port(listen, options.tls.server_credentials()) if options.tls is not None
             else server.add_insecure_port(listen))
     if not port:
@@ -157,13 +164,13 @@ async def serve_frontend(options: ServerOptions, listen: str, socket_dir: str, m
 
 
 def main(argv: list[str] | None = None) -> None:
-    config, listen, socket_dir, max_body = (argv if argv is not None else sys.argv[1:])[:4]
+    config, listen, socket_dir, max_body, relay_sends = (argv if argv is not None else sys.argv[1:])[:5]
     _broker, options = load_serve_config(config)
 
     def ready(address: str) -> None:
         print(f"plugmq serve worker: listening on {address}", flush=True)
 
-    asyncio.run(serve_frontend(options, listen, socket_dir, int(max_body), ready))
+    asyncio.run(serve_frontend(options, listen, socket_dir, int(max_body), ready, relay_sends=relay_sends == "1"))
 
 
 if __name__ == "__main__":

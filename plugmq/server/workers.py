@@ -57,10 +57,11 @@ def reserve_port(listen: str) -> tuple[socket.socket, str]:
 class Frontends:
     """N front-end processes on ``address``, started, watched and stopped by the owner."""
 
-    def __init__(self, count: int, config_path: Path, address: str, sockets: Path, max_body: int) -> None:
+    def __init__(self, count: int, config_path: Path, address: str, sockets: Path, max_body: int, *,
+                 relay_sends: bool) -> None:
         self._count = count
         self._args = [sys.executable, "-c", "from plugmq.server.frontend import main; main()", str(config_path),
-                      address, str(sockets), str(max_body)]
+                      address, str(sockets), str(max_body), "1" if relay_sends else "0"]
         self.processes: list[asyncio.subprocess.Process] = []
         self._restarts = [0] * count
         self._stopping = False
@@ -102,6 +103,13 @@ class Frontends:
                     self.processes[index] = await self._spawn(index)
                 except ConfigError as exc:
                     log.error("front-end worker could not be started again", worker=index, error=str(exc))
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to every live front-end (SIGHUP: they read the ACL accounts again)."""
+        for process in self.processes:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM every front-end (each answers its calls in flight), then wait; SIGKILL the late."""
