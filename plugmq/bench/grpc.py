@@ -176,9 +176,10 @@ def _client_send(producer: Any, messages: int, threads: int, body: bytes) -> flo
 
 
 def _stub_send(address: str, messages: int, threads: int, body: bytes, per_request: int = 1,
-               tls_ca: bytes | None = None) -> float:
+               tls_ca: bytes | None = None, prefix: str = "stub") -> float:
     """SendMessage through the generated stub (no client library), ``per_request`` messages each
-    (over TLS trusting ``tls_ca`` when given)."""
+    (over TLS trusting ``tls_ca`` when given); message ids start with ``prefix`` (a broker answers
+    a retried id from RecentSends instead of storing it: every phase needs ids of its own)."""
     import grpc
     from rocketmq.grpc_protocol import Code, MessageType, MessagingServiceStub, service_pb2
 
@@ -193,7 +194,7 @@ def _stub_send(address: str, messages: int, threads: int, body: bytes, per_reque
             for k in range(per_request):
                 message = request.messages.add(body=body)
                 message.topic.name = TOPIC
-                message.system_properties.message_id = f"stub-{per_request}-{threads}-{index}-{i}-{k}"
+                message.system_properties.message_id = f"{prefix}-{per_request}-{threads}-{index}-{i}-{k}"
                 message.system_properties.message_type = MessageType.NORMAL
             response = stub.SendMessage(request, timeout=10)
             if response.status.code != Code.OK:

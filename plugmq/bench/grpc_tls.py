@@ -112,7 +112,7 @@ def measure_tls(messages: int, body_size: int, store: str, flush: str, rounds: i
                         report.add(f"official client send {kind}", rate, process_cpu_s(pid) - began, messages)
                         began = process_cpu_s(pid)
                         rate = _stub_send(children[kind].address, messages, _SEND_THREADS, body,
-                                          tls_ca=ca if kind == "tls" else None)
+                                          tls_ca=ca if kind == "tls" else None, prefix=f"stub-r{round_}")
                         report.add(f"generated stub send {kind}", rate, process_cpu_s(pid) - began, messages)
         finally:
             for child in children.values():
