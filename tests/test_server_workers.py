@@ -3,8 +3,10 @@
 The hand-off keeps every field of a checked message; with two front-ends every message sent
 (generated stubs on several connections, one and eight messages per request, and the official
 producer) is received exactly once through the relayed receive and ack calls, with its tag, keys
-and properties, as one process serves them; a front-end killed with SIGKILL is started again
-and the port keeps serving."""
+and properties, as one process serves them; a retried send is stored once; the front-ends
+refuse unsigned and unpermitted sends and read the accounts again on the owner's SIGHUP; a
+failover broker's front-ends relay sends to its service (which forwards them); a front-end
+killed with SIGKILL is started again and the port keeps serving."""
 
 from __future__ import annotations
 
@@ -245,6 +247,42 @@ def test_two_front_ends_deliver_every_message_once(tmp_path: Path) -> None:
         assert message.tag == "TagW" and message.properties.get("n") is not None and message.keys
         if not message.body.startswith(b"official-"):
             assert message.body.decode() == message.message_id  # the stubs' bodies are their ids
+
+
+def _send_status(address: str, metadata: list[tuple[str, str]]) -> int:
+    """One send on a new connection (the kernel spreads connections over the front-ends)."""
+    with grpc.insecure_channel(address) as channel:
+        response = MessagingServiceStub(channel).SendMessage(
+            _request([{"id": f"acl-{time.monotonic_ns()}"}]), metadata=metadata, timeout=10)
+    return int(response.status.code)
+
+
+def test_front_ends_check_sends_against_the_accounts_and_reload_them_on_sighup(tmp_path: Path) -> None:
+    from plugmq.server.admin import signature_metadata
+    from plugmq.testing import ServeProcess
+    from tests.security_helpers import toml_accounts, write_config
+
+    accounts = tmp_path / "accounts.toml"
+    writer = {"secret": "writer-secret", "publish": ["*"], "subscribe": ["*"]}
+    reader = {"secret": "reader-secret", "publish": ["Other"], "subscribe": ["*"]}
+    accounts.write_text(toml_accounts({"writer": writer, "reader": reader}, prefix="accounts"), encoding="utf-8")
+    # The file is checked once an hour: only SIGHUP can make the front-ends read it again in time.
+    config = write_config(tmp_path, certs=None, acl=False, server="workers = 2\n",
+                          extra='[server.acl]\nenabled = true\naccounts_file = "accounts.toml"\nreload_check_s = 3600\n')
+    server = ServeProcess(config)
+    try:
+        address = server.await_address()
+        writing = signature_metadata("writer", "writer-secret")
+        for _connection in range(6):
+            assert _send_status(address, [("x-mq-client-id", "anonymous")]) == Code.UNAUTHORIZED
+            assert _send_status(address, signature_metadata("reader", "reader-secret")) == Code.FORBIDDEN
+            assert _send_status(address, writing) == Code.OK
+        accounts.write_text(toml_accounts({"reader": reader}, prefix="accounts"), encoding="utf-8")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: all(_send_status(address, writing) == Code.UNAUTHORIZED for _ in range(6)), WAIT_S,
+                 "every front-end to refuse the removed account", interval=0.1)
+    finally:
+        server.stop()
 
 
 def test_a_killed_front_end_is_started_again(tmp_path: Path) -> None:
