@@ -46,8 +46,11 @@ class Pair:
     """Two failover brokers of ``BROKER`` (see the module doc). Stopped by :meth:`close`."""
 
     def __init__(self, directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
-                 min_in_sync: int = 1, secret: Path | None = None, ha_tls: Mapping[str, str] | None = None) -> None:
+                 min_in_sync: int = 1, secret: Path | None = None, ha_tls: Mapping[str, str] | None = None,
+                 server: str = "") -> None:
+        """``server``: more lines of the brokers' [server] tables."""
         assert zookeeper.port is not None
+        self.server = server
         self.directory = directory
         self.secret = secret  # the cluster secret file (ha's and cluster_zk's secret_file), if any
         self.ha_tls = dict(ha_tls or {})  # [plugins.ha] tls_* options, if any
@@ -78,7 +81,7 @@ class Pair:
             f"sync_timeout_ms = 3000\nin_sync_lag_ms = 600\nmin_in_sync_replicas = {min_in_sync}\n"
             + (f'secret_file = "{self.secret}"\n' if self.secret else "")
             + "".join(f'{key} = "{value}"\n' for key, value in self.ha_tls.items())
-            + "[server]\nlong_polling_s = 1\n", encoding="utf-8")
+            + f"[server]\nlong_polling_s = 1\n{self.server}", encoding="utf-8")
         return path
 
     # ------------------------------------------------------------------------------ state
@@ -146,9 +149,11 @@ class Pair:
 
 @contextlib.contextmanager
 def running_pair(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, session_timeout_s: float = 2.0,
-                 secret: Path | None = None, ha_tls: Mapping[str, str] | None = None) -> Iterator[Pair]:
+                 secret: Path | None = None, ha_tls: Mapping[str, str] | None = None, server: str = ""
+                 ) -> Iterator[Pair]:
     """A :class:`Pair`, closed when the block ends."""
-    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s, secret=secret, ha_tls=ha_tls)
+    pair = Pair(directory, zookeeper, mode=mode, session_timeout_s=session_timeout_s, secret=secret, ha_tls=ha_tls,
+                server=server)
     try:
         yield pair
     finally:

@@ -39,7 +39,7 @@ from plugmq.server.handoff import decode_call, encode_call
 from plugmq.server.options import AclOptions
 from plugmq.server.protocol import Code, MessageType, MessagingServiceStub, service_pb2
 from plugmq.server.send import SendRequest, check_send
-from plugmq.testing import await_listening, wait_for
+from plugmq.testing import ZooKeeperServer, await_listening, wait_for
 
 _SERVE = ("from plugmq.cli import main; from plugmq.cli.serve import command; "
           "main.add_command(command); main()")
@@ -247,6 +247,31 @@ def test_two_front_ends_deliver_every_message_once(tmp_path: Path) -> None:
         assert message.tag == "TagW" and message.properties.get("n") is not None and message.keys
         if not message.body.startswith(b"official-"):
             assert message.body.decode() == message.message_id  # the stubs' bodies are their ids
+
+
+def test_a_failover_slave_with_front_ends_forwards_sends_to_its_master(tmp_path: Path,
+                                                                       zookeeper: ZooKeeperServer) -> None:
+    """End to end: two failover brokers with two front-ends each; a send to the slave's port is
+    relayed to the slave's service, which forwards it to the master: stored there, answered OK
+    (a hand-off would have put it on the slave, which refuses writes)."""
+    from tests.fault_harness import running_pair
+
+    with running_pair(tmp_path, zookeeper, mode="sync_master", server="workers = 2\n") as pair:
+        master = pair.master()
+        slave = 1 - master
+        acked_before = sum(_acked(pair.status(master)).values())
+        with grpc.insecure_channel(pair.addresses[slave]) as channel:
+            response = MessagingServiceStub(channel).SendMessage(
+                _request([{"id": f"via-slave-{k}", "topic": "FaultTopic"} for k in range(3)]), timeout=10)
+        assert response.status.code == Code.OK, response.status.message
+        assert sum(_acked(pair.status(master)).values()) == acked_before + 3  # the master answered them
+        assert sum(_acked(pair.status(slave)).values()) == 0
+
+
+def _acked(status: dict[str, Any] | None) -> dict[str, int]:
+    assert status is not None
+    acked: dict[str, int] = status["acked_by_epoch"]
+    return acked
 
 
 def _send_status(address: str, metadata: list[tuple[str, str]]) -> int:
