@@ -131,32 +131,13 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     if not message_id:
         raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, "message_id is empty; the client must give each message an id")
     _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)
-    tag: str | None = props.tag
-    if tag:
-        if tag not in _KNOWN_TAGS:
-            _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", tag)
-    elif props.HasField("tag"):
-        _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", "")  # set, but empty: refused
-    else:
-        tag = None
-    keys: tuple[str, ...] = ()
-    if props.keys:
-        keys = tuple(props.keys)
-        for key in keys:
-            if not key or any(c.isspace() for c in key):
-                raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
+    tag = _tag_of(props)
+    keys = _keys_of(props)
     user = dict(proto.user_properties) if proto.user_properties else None
     _check_sizes(message_id, tag, keys, user)
-    if user and not SYSTEM_PROPERTY_KEYS.isdisjoint(user):
-        key = next(k for k in user if k in SYSTEM_PROPERTY_KEYS)
-        raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                         f"user property {key!r} is a reserved system property name; rename it")
-    group = props.message_group if props.HasField("message_group") else None
-    if group is not None:
-        _check_text(Code.ILLEGAL_MESSAGE_GROUP, "message_group", group)
-        if len(group) > _MAX_GROUP_LENGTH:
-            raise RpcFailure(Code.ILLEGAL_MESSAGE_GROUP,
-                             f"message_group is {len(group)} characters; the limit is {_MAX_GROUP_LENGTH}")
+    if user:
+        _check_reserved(user)
+    group = _group_of(props)
     deliver_at = _delivery_ms(props.delivery_timestamp) if props.HasField("delivery_timestamp") else None
     kind = props.message_type or MessageType.NORMAL
     priority = props.priority if props.HasField("priority") else None
@@ -177,6 +158,48 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     if trace_context:
         extra[Prop.TRACE_CONTEXT] = trace_context  # kept with the message, handed to its consumers
     return Outgoing(message, extra, kind, group, message_id)
+
+
+def _tag_of(props: definition_pb2.SystemProperties) -> str | None:
+    """The message's tag (None when unset); a set but empty or malformed tag is refused."""
+    tag: str = props.tag
+    if tag:
+        if tag not in _KNOWN_TAGS:
+            _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", tag)
+        return tag
+    if props.HasField("tag"):
+        _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", "")  # set, but empty: refused
+    return None
+
+
+def _keys_of(props: definition_pb2.SystemProperties) -> tuple[str, ...]:
+    """The message's keys; an empty key or one holding whitespace is refused."""
+    if not props.keys:
+        return ()
+    keys = tuple(props.keys)
+    for key in keys:
+        if not key or any(c.isspace() for c in key):
+            raise RpcFailure(Code.ILLEGAL_MESSAGE_KEY, f"message key {key!r} is empty or holds whitespace")
+    return keys
+
+
+def _check_reserved(user: Mapping[str, str]) -> None:
+    if not SYSTEM_PROPERTY_KEYS.isdisjoint(user):
+        key = next(k for k in user if k in SYSTEM_PROPERTY_KEYS)
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                         f"user property {key!r} is a reserved system property name; rename it")
+
+
+def _group_of(props: definition_pb2.SystemProperties) -> str | None:
+    """The message group (None when unset), checked for text and length."""
+    if not props.HasField("message_group"):
+        return None
+    group: str = props.message_group
+    _check_text(Code.ILLEGAL_MESSAGE_GROUP, "message_group", group)
+    if len(group) > _MAX_GROUP_LENGTH:
+        raise RpcFailure(Code.ILLEGAL_MESSAGE_GROUP,
+                         f"message_group is {len(group)} characters; the limit is {_MAX_GROUP_LENGTH}")
+    return group
 
 
 # Seconds beyond this (year 5138) are milliseconds: rocketmq-python-client 5.x documents

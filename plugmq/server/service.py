@@ -389,17 +389,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             known, subscription = self.subscriptions.cached(request.filter_expression)
             if not known:
                 subscription = await self._run(self.subscriptions.compile, request.filter_expression)
-            if request.HasField("invisible_duration"):
-                invisible_ms = self._invisible_ms(request.invisible_duration, minimum=self.options.min_invisible_s)
-            else:
-                invisible_ms = round(self.options.default_invisible_s * 1000)
-            batch = min(max(request.batch_size, 1), self.options.max_batch)
-            polling = self.options.long_polling_s
-            if request.HasField("long_polling_timeout"):
-                polling = min(polling, request.long_polling_timeout.ToMilliseconds() / 1000)
-            remaining = context.time_remaining()
-            if remaining is not None:
-                polling = min(polling, remaining - _POLL_MARGIN_S)
+            invisible_ms, batch, polling = self._receive_limits(request, context)
             deadline = loop.time() + polling
             client_id = _metadata(context).get(CLIENT_ID_HEADER, "")
             only_queue = self._assigned_queue(group, client_id, request.message_queue.id)
@@ -441,6 +431,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for delivery in deliveries:
             yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace, group, topic))
         yield service_pb2.ReceiveMessageResponse(status=ok())
+
+    def _receive_limits(self, request: service_pb2.ReceiveMessageRequest,
+                        context: grpc.aio.ServicerContext) -> tuple[int, int, float]:
+        """A receive's invisible time (ms), batch size and long-polling time (s): what it asks
+        for within the server's bounds, the poll ending before the call's own deadline."""
+        if request.HasField("invisible_duration"):
+            invisible_ms = self._invisible_ms(request.invisible_duration, minimum=self.options.min_invisible_s)
+        else:
+            invisible_ms = round(self.options.default_invisible_s * 1000)
+        batch = min(max(request.batch_size, 1), self.options.max_batch)
+        polling = self.options.long_polling_s
+        if request.HasField("long_polling_timeout"):
+            polling = min(polling, request.long_polling_timeout.ToMilliseconds() / 1000)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            polling = min(polling, remaining - _POLL_MARGIN_S)
+        return invisible_ms, batch, polling
 
     def _assigned_queue(self, group: str, client_id: str, queue_id: int) -> int | None:
         """The one queue a receive reads, or None for the whole broker (RocketMQ 5's pop).

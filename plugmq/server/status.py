@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from plugmq.core.errors import (
     ClientError,
     DelayError,
@@ -46,51 +48,47 @@ def ok(message: str = "OK") -> Status:
     return Status(code=Code.OK, message=message)
 
 
+# Errors that map to a protocol code of their own, in this order (subclasses before their bases);
+# a function picks the code from the error's text where one class covers two codes.
+_CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int | Callable[[str], int]], ...] = (
+    (ReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
+    (RateLimitedError, Code.TOO_MANY_REQUESTS),  # the text ends with the retry hint ("retry in N ms")
+    (ReadOnlyBrokerError, Code.FORBIDDEN),  # RocketMQ: a slave's store forbids puts
+    ((FencedError, NotEnoughReplicasError), Code.HA_NOT_AVAILABLE),  # not stored / not served: the client retries
+    (MessageTooLargeError, Code.MESSAGE_BODY_TOO_LARGE),
+    (InvalidNameError, lambda text: Code.ILLEGAL_CONSUMER_GROUP if text.startswith("group") else Code.ILLEGAL_TOPIC),
+    (ValidationError, Code.BAD_REQUEST),
+    (TopicError, lambda text: Code.TOPIC_NOT_FOUND if "does not exist" in text else Code.ILLEGAL_TOPIC),
+    (FilterError, Code.ILLEGAL_FILTER_EXPRESSION),
+    (DelayUnsupportedError, Code.UNSUPPORTED),
+    (DelayError, Code.ILLEGAL_DELIVERY_TIME),
+    (TransactionError, lambda text: Code.INVALID_TRANSACTION_ID if "transaction id" in text else Code.BAD_REQUEST),
+)
+
+
 def failure_of(exc: BaseException, *, action: str) -> RpcFailure:
     """The protocol failure for an exception raised while doing ``action`` (e.g. "send")."""
     if isinstance(exc, RpcFailure):
         return exc
     text = str(exc)
-    if isinstance(exc, ReceiptHandleError):
-        return RpcFailure(Code.INVALID_RECEIPT_HANDLE, text)
-    if isinstance(exc, RateLimitedError):  # the text ends with the retry hint ("retry in N ms")
-        return RpcFailure(Code.TOO_MANY_REQUESTS, text)
-    if isinstance(exc, ReadOnlyBrokerError):  # RocketMQ: a slave's store forbids puts
-        return RpcFailure(Code.FORBIDDEN, text)
-    if isinstance(exc, (FencedError, NotEnoughReplicasError)):  # not stored / not served: the client retries
-        return RpcFailure(Code.HA_NOT_AVAILABLE, text)
-    if isinstance(exc, MessageTooLargeError):
-        return RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, text)
-    if isinstance(exc, InvalidNameError):
-        code = Code.ILLEGAL_CONSUMER_GROUP if text.startswith("group") else Code.ILLEGAL_TOPIC
-        return RpcFailure(code, text)
-    if isinstance(exc, ValidationError):
-        return RpcFailure(Code.BAD_REQUEST, text)
-    if isinstance(exc, TopicError):
-        code = Code.TOPIC_NOT_FOUND if "does not exist" in text else Code.ILLEGAL_TOPIC
-        return RpcFailure(code, text)
-    if isinstance(exc, FilterError):
-        return RpcFailure(Code.ILLEGAL_FILTER_EXPRESSION, text)
-    if isinstance(exc, DelayUnsupportedError):
-        return RpcFailure(Code.UNSUPPORTED, text)
-    if isinstance(exc, DelayError):
-        return RpcFailure(Code.ILLEGAL_DELIVERY_TIME, text)
-    if isinstance(exc, TransactionError):
-        code = Code.INVALID_TRANSACTION_ID if "transaction id" in text else Code.BAD_REQUEST
-        return RpcFailure(code, text)
+    for kinds, code in _CODES:
+        if isinstance(exc, kinds):
+            return RpcFailure(code(text) if callable(code) else code, text)
+    return RpcFailure(Code.INTERNAL_SERVER_ERROR, _internal_text(exc, text, action))
+
+
+def _internal_text(exc: BaseException, text: str, action: str) -> str:
+    """What an INTERNAL_SERVER_ERROR says: the store's or the broker's problem, or a bug (logged)."""
     if isinstance(exc, StoreFullError):
-        return RpcFailure(Code.INTERNAL_SERVER_ERROR,
-                          f"{action} refused: {text} (free disk space on the broker, then retry)")
+        return f"{action} refused: {text} (free disk space on the broker, then retry)"
     if isinstance(exc, StoreError):
-        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed in the message store: {text}")
+        return f"{action} failed in the message store: {text}"
     if isinstance(exc, ClientError):
-        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed: {text} (the server is shutting down?)")
+        return f"{action} failed: {text} (the server is shutting down?)"
     if isinstance(exc, PlugmqError):
-        return RpcFailure(Code.INTERNAL_SERVER_ERROR, f"{action} failed: {text}")
+        return f"{action} failed: {text}"
     log.error("unexpected error in a request", action=action, error=repr(exc), exc_info=exc)
-    return RpcFailure(Code.INTERNAL_SERVER_ERROR,
-                      f"{action} failed with an internal error ({type(exc).__name__}: {text}); "
-                      "the server log has the traceback")
+    return f"{action} failed with an internal error ({type(exc).__name__}: {text}); the server log has the traceback"
 
 
 def status_of(exc: BaseException, *, action: str) -> Status:
