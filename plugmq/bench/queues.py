@@ -72,19 +72,21 @@ def write_config(directory: Path, queues: int) -> Path:
 
 
 def send_every_queue(stub: Any, topics: int, queues: int, round_: int) -> None:
-    """One SendMessage per topic with ``queues`` messages: one to each queue (round robin)."""
+    """``queues`` SendMessage calls per topic, one message each: the server puts a call's messages
+    on one queue (as RocketMQ's proxy sends a batch) and the next call on the next queue, so each
+    queue of the topic gets one."""
     from rocketmq.grpc_protocol import Code, MessageType, service_pb2
 
     for t in range(topics):
-        request = service_pb2.SendMessageRequest()
         for q in range(queues):
+            request = service_pb2.SendMessageRequest()
             message = request.messages.add(body=f"{round_}:{t}:{q}".encode())
             message.topic.name = f"q{t}"
             message.system_properties.message_id = f"r{round_}-t{t}-{q}"
             message.system_properties.message_type = MessageType.NORMAL
-        response = stub.SendMessage(request, timeout=30)
-        if response.status.code != Code.OK:
-            raise click.ClickException(f"send to topic q{t} failed: {response.status.message}")
+            response = stub.SendMessage(request, timeout=30)
+            if response.status.code != Code.OK:
+                raise click.ClickException(f"send to topic q{t} failed: {response.status.message}")
 
 
 def receive_every_queue(stub: Any, topics: int, queues: int, round_: int) -> None:
