@@ -98,11 +98,7 @@ class DeletedTopics:
 
     # ------------------------------------------------------------------------------ journal
     def _apply_record(self, record: bytes) -> TopicChange:
-        try:
-            op = json.loads(record)
-        except ValueError as exc:
-            raise CorruptRecordError(f"{self.journal.topic}: a topic record is not JSON ({exc})") from exc
-        return self._apply(op)
+        return self._apply(self.journal.decode_json(record, "a topic record"))
 
     def _load(self) -> None:
         replay = self.journal.replay()

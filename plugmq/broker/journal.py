@@ -33,8 +33,10 @@ On a slave the store is written by the replication stream only: a journal there 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import attrs
 
@@ -133,6 +135,15 @@ class Journal:
             self._position = max(self._position, results[-1].queue_offset + 1)
             self._end = max(self._end, results[-1].commit_log_offset + results[-1].size)
         return results
+
+    def decode_json(self, record: bytes, what: str) -> Any:
+        """A record written as JSON; CorruptRecordError naming this journal and ``what`` it is
+        (e.g. "an offset record") when it is not."""
+        try:
+            return json.loads(record)
+        except ValueError as exc:
+            raise CorruptRecordError(f"{self.topic}: {what} is not JSON ({exc}); the store holds a damaged "
+                                     "record") from exc
 
     def append(self, bodies: Sequence[bytes]) -> int:
         """Store records (one batch, in order); returns the log offset just past the last one,

@@ -161,11 +161,7 @@ class ConsumerOffsets:
 
     # ------------------------------------------------------------------------------ journal
     def _apply_record(self, record: bytes) -> None:
-        try:
-            ops = json.loads(record)
-        except ValueError as exc:
-            raise CorruptRecordError(f"{self.journal.topic}: an offset record is not JSON ({exc})") from exc
-        for op in ops:
+        for op in self.journal.decode_json(record, "an offset record"):
             self._apply(op)
 
     def _load(self) -> None:
