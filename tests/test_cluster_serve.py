@@ -224,6 +224,33 @@ def test_admin_cluster_list_and_update_topic_cluster(cluster: Cluster) -> None:
         assert done.exit_code != 0 and fragment in done.output, done.output
 
 
+def test_a_topic_deleted_through_one_broker_is_deleted_on_every_master(cluster: Cluster) -> None:
+    """``plugmq admin topic-delete`` of a topic declared for the cluster withdraws the declaration;
+    every master then deletes its copy (RocketMQ's ``deleteTopic -c``)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from plugmq.cli import main
+
+    def admin(*args: str) -> Any:
+        done = CliRunner().invoke(main, ["admin", *args, "--json"], catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        return json.loads(done.stdout)
+
+    def holders() -> set[str]:
+        return {b for b in ROOMS if any(t["topic"] == name for t in admin("topic-list", "--server", cluster.address(b)))}
+
+    name = f"Gone{uuid.uuid4().hex[:8]}"
+    admin("update-topic", name, "-q", "2", "--cluster", cluster.name, "--server", cluster.address("broker-b"))
+    wait_for(holders, WAIT_S, "every master to create the declared topic", until=lambda held: held == set(ROOMS))
+    deleted = admin("topic-delete", name, "--server", cluster.address("broker-a"))
+    assert deleted["topic"] == name and deleted["queues"] == 2
+    wait_for(holders, WAIT_S, "every master to delete the topic", until=lambda held: held == set())
+    listed = admin("cluster-list", "--server", cluster.address("broker-c"))
+    assert name not in listed["topics"], "the declaration is gone from the name service"
+
+
 def test_the_readme_cluster_example_runs_against_this_cluster(cluster: Cluster,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

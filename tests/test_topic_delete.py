@@ -15,7 +15,7 @@ import pytest
 from plugmq.admin import BrokerAdmin, execute
 from plugmq.broker.broker import Broker
 from plugmq.core import ManualClock, Message, MessageQueue
-from plugmq.core.contracts import ClusterTopic
+from plugmq.core.contracts import ClusterTopic, TopicUndeclaring
 from plugmq.core.errors import ReadOnlyBrokerError, TopicError
 from plugmq.core.modes import ConsumeFrom
 from plugmq.server.admin import AdminClient
@@ -147,20 +147,24 @@ def test_the_slave_follows_the_deletion_and_promoted_does_not_serve_the_topic(tm
         wait_for(lambda: _from_start(a, 0) == [b"new"], WAIT_S, "the new message, and no old one, on the old master")
 
 
-def test_a_topic_declared_for_the_cluster_is_refused(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+def test_a_topic_declared_for_the_cluster_loses_its_declaration(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     config = {"broker": {"name": "broker-a", "data_dir": str(tmp_path / "data"), "plugins": [*PLUGINS, "cluster_zk"]},
               "cluster": {"name": f"c{uuid.uuid4().hex[:8]}"},
               "plugins": {"cluster_zk": {"hosts": zookeeper.hosts, "session_timeout_s": 2}}}
     with Broker.from_config(config) as broker:
         assert broker.cluster is not None
         broker.create_topic(TOPIC, 1)
-        broker.create_topic("Local", 1)
         broker.cluster.declare_topic(TOPIC, ClusterTopic(1))
-        wait_for(lambda: TOPIC in broker.cluster.view().topics, WAIT_S, "the declaration in the view")  # type: ignore[union-attr]
-        with pytest.raises(TopicError, match="declared for cluster .*not supported yet"):
-            broker.delete_topic(TOPIC)
-        assert broker.topics.get(TOPIC) == 1
-        assert broker.delete_topic("Local").queues == 1
+        broker.cluster.declare_topic("Elsewhere", ClusterTopic(1))  # declared, never created on this broker
+        wait_for(lambda: {TOPIC, "Elsewhere"} <= set(broker.cluster.view().topics), WAIT_S,  # type: ignore[union-attr]
+                 "the declarations in the view")
+        assert broker.delete_topic(TOPIC).queues == 1
+        assert broker.topics.get(TOPIC) is None
+        assert broker.delete_topic("Elsewhere").queues == 0
+        wait_for(lambda: not {TOPIC, "Elsewhere"} & set(broker.cluster.view().topics), WAIT_S,  # type: ignore[union-attr]
+                 "the declarations to leave the view")
+        assert isinstance(broker.cluster, TopicUndeclaring)
+        assert broker.cluster.undeclare_topic(TOPIC) is False, "nothing left to withdraw"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

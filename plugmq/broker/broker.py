@@ -37,6 +37,7 @@ from plugmq.core.contracts import (
     DelayScheduler,
     Filter,
     FlushMode,
+    TopicUndeclaring,
     TransactionChecker,
     TransactionService,
 )
@@ -206,10 +207,16 @@ class Broker:
         self.check_writable("delete topics")
         check_deletable(topic, group_topic=group_topic)
         if self.cluster is not None and topic in self.cluster.view().topics:
-            # Its members would create it again from the declaration at their next view.
-            raise TopicError(f"topic {topic!r} is declared for cluster {self.config.cluster_name!r}, whose masters "
-                             "create it from the declaration: a cluster-wide delete (removing the declaration) is "
-                             "not supported yet; delete it on a broker outside a cluster only")
+            # Declared for the cluster: its masters would create it again from the declaration, so
+            # the declaration goes first; plugmq serve's cluster members then delete their copies.
+            if not isinstance(self.cluster, TopicUndeclaring):
+                raise TopicError(f"topic {topic!r} is declared for cluster {self.config.cluster_name!r}, and its "
+                                 f"cluster plugin cannot remove a declaration; delete it on a broker outside a "
+                                 "cluster only")
+            self.cluster.undeclare_topic(topic)
+            log.info("topic declaration removed from the cluster", topic=topic, cluster=self.config.cluster_name)
+            if self.topics.get(topic) is None:  # declared, never created here: nothing to delete locally
+                return TopicDeletion(topic, 0, {}, (), 0)
         parts = self._parts
         deletion = delete_topic(parts.topics.table, self.store, self.consumer_offsets, self.pop, topic)
         status = self.await_replication()

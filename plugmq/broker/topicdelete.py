@@ -21,6 +21,9 @@ Rules, and why:
   service does: their delivery creates the topic again (its queues start at the floors, so only
   they and later messages are served).
 * On a slave it is refused (ReadOnlyBrokerError): the master deletes, the slave follows.
+* A topic declared for the cluster loses its declaration first (``TopicUndeclaring``, else
+  refused: its masters would create it again from the declaration); plugmq serve's cluster
+  members see the declaration go and delete their copies.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def group_delete(target: _Target, as_json: bool, group: str) -> None:
 def topic_delete(target: _Target, as_json: bool, topic: str, group_topic: bool) -> None:
     """Delete TOPIC (RocketMQ's deleteTopic): it leaves the table and the routes, every group's
     offsets, pop progress and messages in flight on it go. Its records stay in the store until
-    retention but are never served again, also not if TOPIC is created again."""
+    retention but are never served again, also not if TOPIC is created again. A topic declared
+    for the cluster is deleted on every master of it."""
     def render(result: dict[str, Any]) -> None:
         click.echo(f"topic {result['topic']} deleted on {result['broker']} ({result['queues']} queues; "
                    f"{result['inflight_dropped']} messages in flight dropped)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from plugmq.broker.failover import Failover
 from plugmq.broker.routes import RoutedQueue, declaration_applies, registered_topics, topic_route
@@ -27,7 +27,7 @@ from plugmq.core.contracts import (
     Mastership,
     TopicPermission,
 )
-from plugmq.core.errors import ClusterError, ConfigError, ReadOnlyBrokerError
+from plugmq.core.errors import ClusterError, ConfigError, ReadOnlyBrokerError, TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import MessageQueue
 from plugmq.core.names import is_system_topic
@@ -79,6 +79,7 @@ class ClusterMember:
         self._log = log.bind(cluster=self.cluster, broker=broker.name)
         self._lock = threading.Lock()
         self._declared: dict[str, ClusterTopic] = {}  # our own declarations, until a view shows them
+        self._seen_declared: set[str] = set()  # the topics the last connected view declared
         self._mastership: Mastership | None = None
         self._failover: Failover | None = None  # [broker] failover: the election moves the master
         self._applier = ThreadPoolExecutor(1, thread_name_prefix="plugmq-cluster-apply")
@@ -165,27 +166,35 @@ class ClusterMember:
                               topic=topic, error=str(exc))
 
     def _view_changed(self, view: ClusterView) -> None:
-        """A new view (the cluster service's thread): forget declarations it shows, apply the rest."""
+        """A new view (the cluster service's thread): forget declarations it shows, apply the rest,
+        and delete here the topics whose declaration was withdrawn (a cluster-wide topic delete)."""
         with self._lock:
             for topic in [t for t, d in self._declared.items()
                           if (seen := view.topics.get(t)) is not None and seen.queue_count >= d.queue_count]:
                 del self._declared[topic]
+            withdrawn = self._withdrawn(view)
             unseen = dict(self._declared)
+        held = sorted(t for t in withdrawn if self.broker.topics.get(t) is not None)
+        if held and self._joined:
+            self._later(self._delete_withdrawn, held)
         if view.connected and self._joined:
             for topic, declaration in unseen.items():  # again: it may have failed while ZooKeeper was away
-                try:
-                    self._applier.submit(self._publish_declaration, topic, declaration)
-                except RuntimeError:
-                    break  # leaving
+                if not self._later(self._publish_declaration, topic, declaration):
+                    break
         me = self.registration()
         missing = {topic: declaration for topic, declaration in view.topics.items()
                    if declaration_applies(declaration, me)
                    and (self.broker.topics.get(topic) or 0) < declaration.queue_count}
         if missing and self._joined:
-            try:
-                self._applier.submit(self._apply, missing)
-            except RuntimeError:
-                pass  # leaving
+            self._later(self._apply, missing)
+
+    def _later(self, work: Callable[..., None], *args: Any) -> bool:
+        """Run ``work(*args)`` on the applier thread; False when the member is leaving."""
+        try:
+            self._applier.submit(work, *args)
+        except RuntimeError:
+            return False  # the applier shut down: leaving
+        return True
 
     def _apply(self, declarations: dict[str, ClusterTopic]) -> None:
         for topic, declaration in declarations.items():
@@ -195,6 +204,32 @@ class ClusterMember:
                                queues=declaration.queue_count)
             except Exception:  # noqa: BLE001 - one bad declaration must not stop the others; logged
                 self._log.exception("could not create a topic declared for the cluster", topic=topic)
+
+    def _withdrawn(self, view: ClusterView) -> set[str]:
+        """The topics the last connected view declared and ``view`` does not (with the lock held).
+        A view read while disconnected may lack topics that still stand: it changes nothing."""
+        if not view.connected:
+            return set()
+        withdrawn = self._seen_declared - set(view.topics)
+        self._seen_declared = set(view.topics)
+        for topic in withdrawn:
+            self._declared.pop(topic, None)
+        return withdrawn
+
+    def _delete_withdrawn(self, topics: list[str]) -> None:
+        """Delete topics whose cluster declaration another member withdrew (``topic-delete``)."""
+        for topic in topics:
+            try:
+                deletion = self.broker.delete_topic(topic)
+            except ReadOnlyBrokerError:
+                continue  # a slave: its master's deletion reaches it through the replicated log
+            except TopicError:
+                continue  # gone already (deleted here, or by the member that withdrew it)
+            except Exception:  # noqa: BLE001 - one topic must not stop the others; logged
+                self._log.exception("could not delete a topic whose cluster declaration was withdrawn", topic=topic)
+                continue
+            self._log.info("deleted a topic whose cluster declaration was withdrawn", topic=topic,
+                           queues=deletion.queues, groups=list(deletion.groups))
 
     # ------------------------------------------------------------------------------ routes
     def view(self) -> ClusterView:

@@ -38,6 +38,7 @@ from plugmq.core.contracts.cluster import (
     MastershipListener,
     TopicPermission,
     TopicRegistration,
+    TopicUndeclaring,
 )
 from plugmq.core.contracts.declaration import (
     SYSTEM_RECORD_HEADROOM,
@@ -177,6 +178,7 @@ __all__ = [
     "SystemTopicWriter",
     "TopicPermission",
     "TopicRegistration",
+    "TopicUndeclaring",
     "TransactionCapabilities",
     "TransactionChecker",
     "TransactionContext",

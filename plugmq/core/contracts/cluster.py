@@ -32,6 +32,7 @@ __all__ = [
     "MastershipListener",
     "TopicPermission",
     "TopicRegistration",
+    "TopicUndeclaring",
 ]
 
 
@@ -305,3 +306,16 @@ class ClusterService(Protocol):
 
     def close(self) -> None:
         """End the session: the registration disappears and campaigns stop. Idempotent."""
+
+
+@runtime_checkable
+class TopicUndeclaring(Protocol):
+    """A cluster service that can withdraw a topic's cluster-wide declaration (an optional
+    capability: ``plugmq admin topic-delete`` of a declared topic needs it)."""
+
+    def undeclare_topic(self, topic: str) -> bool:
+        """Remove the declaration of ``topic``; True when there was one. Every member that watches
+        the view sees it go (and its masters delete the topic: plugmq serve's cluster member).
+
+        Raises ClusterError when the name service cannot be reached.
+        """

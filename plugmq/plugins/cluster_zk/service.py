@@ -368,6 +368,23 @@ class ZkClusterService:
             raise ClusterError(f"cannot declare topic {topic!r} in ZooKeeper at {self._options.hosts}: {exc!r}") from exc
         raise ClusterError(f"topic {topic!r} was re-declared concurrently 16 times in a row; try again")
 
+    def undeclare_topic(self, topic: str) -> bool:
+        """Delete the topic's declaration node (and mark the view changed) in one transaction."""
+        transaction = self.client.transaction()
+        transaction.delete(self.paths.topic(topic))
+        transaction.set_data(self.paths.changes, b"", -1)
+        try:
+            results = self.wait(transaction.commit_async())
+        except _ZK_ERRORS as exc:
+            raise ClusterError(f"cannot remove topic {topic!r}'s declaration in ZooKeeper at {self._options.hosts}: "
+                               f"{exc!r}") from exc
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if isinstance(failure, NoNodeError):
+            return False  # not declared (or another broker removed it first)
+        if failure is not None:
+            raise ClusterError(f"cannot remove topic {topic!r}'s declaration in ZooKeeper: {failure!r}")
+        return True
+
     # ------------------------------------------------------------------------------ view
     def _refresh(self) -> None:
         """Re-read every registration and declaration (worker thread)."""
