@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,6 +166,22 @@ def test_a_topic_declared_for_the_cluster_loses_its_declaration(zookeeper: ZooKe
                  "the declarations to leave the view")
         assert isinstance(broker.cluster, TopicUndeclaring)
         assert broker.cluster.undeclare_topic(TOPIC) is False, "nothing left to withdraw"
+
+
+def test_an_unreadable_declaration_is_not_taken_for_a_withdrawn_one(zookeeper: ZooKeeperServer,
+                                                                     tmp_path: Path) -> None:
+    """Members delete a topic whose declaration leaves the view: a damaged node must not look so."""
+    config = {"broker": {"name": "broker-a", "data_dir": str(tmp_path / "data"), "plugins": [*PLUGINS, "cluster_zk"]},
+              "cluster": {"name": f"c{uuid.uuid4().hex[:8]}"},
+              "plugins": {"cluster_zk": {"hosts": zookeeper.hosts, "session_timeout_s": 2}}}
+    with Broker.from_config(config) as broker:
+        service: Any = broker.cluster
+        service.declare_topic(TOPIC, ClusterTopic(2))
+        wait_for(lambda: TOPIC in service.view().topics, WAIT_S, "the declaration in the view")
+        service.client.set(service.paths.topic(TOPIC), b"not a declaration")
+        service.declare_topic("Other", ClusterTopic(1))  # a change: the view is read again
+        wait_for(lambda: "Other" in service.view().topics, WAIT_S, "the view to be read again")
+        assert service.view().topics[TOPIC].queue_count == 2, "the last readable declaration stands"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

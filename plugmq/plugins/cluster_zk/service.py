@@ -419,7 +419,13 @@ class ZkClusterService:
                 continue
             declaration = _declaration(raw)
             if declaration is None:
-                self._log.warning("unreadable topic declaration ignored", node=self.paths.topic(name))
+                # The node stands: keep the last readable declaration, if any. Dropping it would read
+                # as a withdrawn declaration, and members delete a withdrawn topic (topic-delete).
+                kept = self._view.topics.get(name)
+                self._log.warning("unreadable topic declaration ignored", node=self.paths.topic(name),
+                                  last_readable_kept=kept is not None)
+                if kept is not None:
+                    topics[name] = kept
             else:
                 topics[name] = declaration
         brokers.sort(key=lambda b: (b.broker_name, b.broker_id))
