@@ -4,7 +4,7 @@
 in memory, offset assignment and group commit, reads by offset/queue/key/time, retention, the
 tail cut after a crash, flushing, stats and open/close bookkeeping. A subclass supplies the
 engine: opening and closing it, one atomic write of a group of appends or of a :class:`WriteSet`,
-a point get, a read view (:class:`KVReader`) and a fast consume-queue scan.
+a point get, a read view (:class:`~plugmq.kit.kvstore.engine.KVReader`) and a fast consume-queue scan.
 
 Both engines hold the same five key families (the names are the families' names below):
 
@@ -21,13 +21,12 @@ meta       b"state"                                    next commit-log offset, l
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from plugmq.core import (
     AppendRequest,
@@ -44,70 +43,16 @@ from plugmq.core import (
 )
 from plugmq.core.message import decode_msg_id
 from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.engine import STATE_KEY, KVStoreOptions, WriteSet, lock_directory
 from plugmq.kit.kvstore.groupcommit import GroupCommit
 from plugmq.kit.kvstore.replica import KeyValueReplicaLog
 
-STATE_KEY = b"state"
 MAX_U64 = (1 << 64) - 1
 PAST_ALL_OFFSETS = b"\xff" * 9  # sorts after every 8-byte offset key
 _MAX_QUEUE_ID = 0xFFFF_FFFF
 
 
-class KVStoreOptions(Protocol):
-    """The option fields the shared half reads (both plugins' attrs classes have them)."""
-
-    @property
-    def flush(self) -> str: ...
-    @property
-    def flush_interval_ms(self) -> int: ...
-    @property
-    def file_reserved_hours(self) -> float: ...
-    @property
-    def verify_tail_records(self) -> int: ...
-    @property
-    def verify_tail_bytes(self) -> int: ...
-    @property
-    def retention_batch(self) -> int: ...
-
-
 O = TypeVar("O", bound=KVStoreOptions)  # noqa: E741 - reads as "Options" in the generics below
-
-
-class KVReader(Protocol):
-    """A consistent read view of the families (one LMDB read txn; RocksDB reads the live DB)."""
-
-    def get(self, family: str, key: bytes) -> bytes | None: ...
-
-    def scan(self, family: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Items in key order from ``start`` (the first key if None) to the family's end."""
-        ...
-
-    def keys_back(self, family: str, bound: bytes) -> Iterator[bytes]:
-        """Keys in descending order, from the greatest key <= ``bound``."""
-        ...
-
-    def last(self, family: str) -> tuple[bytes, bytes] | None: ...
-
-
-class WriteSet:
-    """Range deletes, deletes and puts by family, for one atomic engine write."""
-
-    __slots__ = ("deletes", "puts", "ranges")
-
-    def __init__(self) -> None:
-        self.ranges: list[tuple[str, bytes, bytes]] = []
-        self.deletes: list[tuple[str, bytes]] = []
-        self.puts: list[tuple[str, bytes, bytes]] = []
-
-    def delete_range(self, family: str, start: bytes, end: bytes) -> None:
-        """Delete every key in ``[start, end)``."""
-        self.ranges.append((family, start, end))
-
-    def delete(self, family: str, key: bytes) -> None:
-        self.deletes.append((family, key))
-
-    def put(self, family: str, key: bytes, value: bytes) -> None:
-        self.puts.append((family, key, value))
 
 
 class KeyValueMessageStore(KeyValueReplicaLog, ABC, Generic[O]):
@@ -562,16 +507,3 @@ class KeyValueMessageStore(KeyValueReplicaLog, ABC, Generic[O]):
                 self._closed = True
                 os.close(self._lock_fd)
         self._log.info(f"{self.NAME} closed")
-
-
-def lock_directory(path: Path) -> int:
-    """One store per directory: a second opener (this process or another) is refused."""
-    fd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreError(
-            f"{path} is already open by another store (a running broker or process); close it first"
-        ) from None
-    return fd

@@ -25,10 +25,11 @@ from plugmq.core.errors import CorruptRecordError, StoreError
 from plugmq.core.message import StoredMessage
 from plugmq.core.names import validate_topic
 from plugmq.kit.kvstore import codec
+from plugmq.kit.kvstore.engine import STATE_KEY, WriteSet
 from plugmq.kit.kvstore.groupcommit import GroupCommit
 
 if TYPE_CHECKING:
-    from plugmq.kit.kvstore.base import KVReader, WriteSet
+    from plugmq.kit.kvstore.engine import KVReader
 
 __all__ = ["LOG_FORMAT", "KeyValueReplicaLog"]
 
@@ -219,7 +220,6 @@ class KeyValueReplicaLog:
 
     def truncate_log(self, offset: int) -> int:
         self._check_open()
-        from plugmq.kit.kvstore.base import STATE_KEY, WriteSet  # base imports this module
 
         with self._commit.exclusive():
             if offset >= self.log_end_offset():

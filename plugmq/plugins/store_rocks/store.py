@@ -36,7 +36,8 @@ from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.kit.diskspace import disk_full_error, free_bytes, is_disk_full
 from plugmq.kit.kvstore import codec
-from plugmq.kit.kvstore.base import STATE_KEY, KeyValueMessageStore, WriteSet
+from plugmq.kit.kvstore.base import KeyValueMessageStore
+from plugmq.kit.kvstore.engine import STATE_KEY, WriteSet
 from plugmq.kit.kvstore.gate import ReadGate
 from plugmq.plugins.store_rocks.options import RocksOptions
 
