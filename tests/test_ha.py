@@ -6,6 +6,7 @@ Waits here poll real state (a slave's end offset) with a deadline; nothing sleep
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from pathlib import Path
@@ -72,8 +73,13 @@ def same_messages(master: Broker, slave: Broker, results: list[Any], topic: str 
         assert slave.max_offset(queue) == master.max_offset(queue)
         # A slave serves up to the commit point its master last told it, which comes with the next
         # frame (data or heartbeat) after the slave's ACK: its reads may trail its store briefly.
-        wait_for(lambda q=queue: slave.pull(q, 0, 1000).messages, WAIT_S, f"the slave to serve queue {queue_id}",
-                 until=lambda got, q=queue: got == master.pull(q, 0, 1000).messages)
+        wanted = master.pull(queue, 0, 1000).messages
+        wait_for(functools.partial(_served, slave, queue), WAIT_S, f"the slave to serve queue {queue_id}",
+                 until=lambda got: got == wanted)  # noqa: B023 - wait_for calls it before the loop moves on
+
+
+def _served(broker: Broker, queue: MessageQueue) -> Any:
+    return broker.pull(queue, 0, 1000).messages
 
 
 @pytest.mark.parametrize("store", ["store_mmap", "store_lmdb", "store_rocks"])
