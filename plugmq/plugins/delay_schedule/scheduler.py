@@ -29,7 +29,7 @@ import heapq
 import math
 import threading
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -44,7 +44,7 @@ from plugmq.core import (
     ValidationError,
     encode_msg_id,
 )
-from plugmq.core.clock import Timer
+from plugmq.core.clock import Clock, Timer
 from plugmq.core.errors import DelayError, PluginError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import decode_msg_id
@@ -78,6 +78,19 @@ def capabilities_for(options: DelayScheduleOptions) -> DelayCapabilities:
         resolution_ms=options.tick_ms,
         no_duplicates_after_restart=True,
     )
+
+
+def _retimed(clock: Clock, timer: Timer | None, timer_ms: int, at: int | None,
+             callback: Callable[[], None]) -> tuple[Timer | None, int]:
+    """The timer that fires at ``at`` ms (None: no timer) and its time: the running one when it
+    already fires then, else a new one (the running one cancelled)."""
+    if timer is not None and at is not None and timer_ms == at:
+        return timer, timer_ms
+    if timer is not None:
+        timer.cancel()
+    if at is None:
+        return None, timer_ms
+    return clock.call_at(_seconds(at), callback), at
 
 
 def _seconds(ms: int) -> float:
@@ -489,30 +502,16 @@ class ScheduleDelayScheduler:
         return wake
 
     def _arm_wheel(self, wake: int | None) -> None:
-        if wake is None:
-            if self._wheel_timer is not None:
-                self._wheel_timer.cancel()
-                self._wheel_timer = None
-        elif self._wheel_timer is None or self._wheel_timer_ms != wake:
-            if self._wheel_timer is not None:
-                self._wheel_timer.cancel()
-            self._wheel_timer_ms = wake
-            self._wheel_timer = self._clock.call_at(_seconds(wake), self._on_wheel_timer)
+        self._wheel_timer, self._wheel_timer_ms = _retimed(self._clock, self._wheel_timer, self._wheel_timer_ms,
+                                                           wake, self._on_wheel_timer)
 
     def _arm_load(self) -> None:
         segments = self._schedule.segments
         while self._unloaded and (self._unloaded[0] not in segments or segments[self._unloaded[0]].loaded):
             heapq.heappop(self._unloaded)
         load_at = self._unloaded[0] - self._opt.load_ahead_ms if self._unloaded else None
-        if load_at is None:
-            if self._load_timer is not None:
-                self._load_timer.cancel()
-                self._load_timer = None
-        elif self._load_timer is None or self._load_timer_ms != load_at:
-            if self._load_timer is not None:
-                self._load_timer.cancel()
-            self._load_timer_ms = load_at
-            self._load_timer = self._clock.call_at(_seconds(load_at), self._on_load_timer)
+        self._load_timer, self._load_timer_ms = _retimed(self._clock, self._load_timer, self._load_timer_ms,
+                                                         load_at, self._on_load_timer)
 
     def _on_wheel_timer(self) -> None:
         with self._lock:
