@@ -93,6 +93,7 @@ from plugmq.core.contracts.replication import (
     ReplicationStatus,
 )
 from plugmq.core.contracts.storage import (
+    BulkReading,
     FlushMode,
     LogChunk,
     LogListener,
@@ -104,6 +105,7 @@ from plugmq.core.contracts.storage import (
     RecoveryReporting,
     ReplicableStore,
     StoreCapabilities,
+    read_entries,
 )
 from plugmq.core.contracts.transaction import (
     TransactionCapabilities,
@@ -122,6 +124,7 @@ __all__ = [
     "BloomPrecheck",
     "BrokerRegistration",
     "BrokerRole",
+    "BulkReading",
     "CleansExpired",
     "ClusterContext",
     "ClusterKeys",
@@ -185,4 +188,5 @@ __all__ = [
     "TransactionDecision",
     "TransactionService",
     "WasDelivered",
+    "read_entries",
 ]

@@ -4,8 +4,9 @@
 Optional features are small Protocols the broker checks with ``isinstance``:
 :class:`LogPositioned` (a byte-offset commit log), :class:`ReplicableStore` (ships its log to
 slaves; the ``replication`` capability), :class:`QueuePreparing` (makes a queue's files ahead of
-its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log) and
-:class:`RecoveryReporting` (says what opening it found).
+its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log),
+:class:`BulkReading` (reads a run of records in one call) and :class:`RecoveryReporting` (says what
+opening it found). :func:`read_entries` reads consume-queue entries through whichever a store has.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from plugmq.core.message import (
 )
 
 __all__ = [
+    "BulkReading",
     "FlushMode",
     "LogChunk",
     "LogListener",
@@ -36,6 +38,7 @@ __all__ = [
     "RecoveryReporting",
     "ReplicableStore",
     "StoreCapabilities",
+    "read_entries",
 ]
 
 
@@ -274,6 +277,29 @@ class QueueRepairing(Protocol):
         """The entry at ``offset`` led to no message (or to another one): check the entries around
         it against the log and rebuild the damaged ones. True when entries were rewritten (the
         reader reads again); False when the message is lost (the store logs and counts it once)."""
+
+
+@runtime_checkable
+class BulkReading(Protocol):
+    """A store that reads the messages of many consume-queue entries in one call (store_mmap).
+
+    Pulls, pop receives, the server's receive and the delay plugins' write-back read runs of
+    records; a store that decodes a run at once (in C, as it encodes appends) saves the per-record
+    call. The answer must equal ``[read(e.commit_log_offset, e.size) for e in entries]`` record
+    for record (the storage conformance suite checks it).
+    """
+
+    def read_many(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+        """The message of each entry, in order; None where ``read`` would answer None."""
+        ...
+
+
+def read_entries(store: MessageStore, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+    """Read the messages of ``entries`` in one call when the store can, one by one otherwise."""
+    if isinstance(store, BulkReading):
+        return store.read_many(entries)
+    read = store.read
+    return [read(entry.commit_log_offset, entry.size) for entry in entries]
 
 
 @runtime_checkable
