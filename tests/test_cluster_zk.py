@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 
 from plugmq.admin.cluster_session import open_cluster_service
 from plugmq.broker.broker import Broker
+from plugmq.chaos.forwarder import Forwarder
 from plugmq.core import BrokerRegistration, ClusterView, ConfigError
 from plugmq.core.contracts.cluster import ClusterTopic, Mastership, TopicPermission, TopicRegistration
 from plugmq.core.errors import ClusterError, PluginError
@@ -204,6 +205,28 @@ def test_the_broker_survives_zookeeper_going_away_and_comes_back_registered(tmp_
         for service in services.opened:
             service.close()
         server.stop()
+
+
+def test_a_stopping_broker_gives_up_a_call_zookeeper_does_not_answer(zookeeper: ZooKeeperServer) -> None:
+    link = Forwarder("zk", ("127.0.0.1", zookeeper.port))
+    services = Services(link.address)
+    try:
+        member = services.open("broker-a", session_timeout_s=20)  # each call may wait 10 s
+        member.register(services.registration("broker-a", 1001))
+        link.freeze()  # connected, never answered: a ZooKeeper cut off behind a live socket
+        member._watched()  # what a kazoo watch does: a view read queued, waiting on the frozen link
+        closing = threading.Thread(target=member.close)
+        closing.start()
+        # The service's worker gives its call up at once; kazoo itself then waits for its close
+        # request's answer until its ping timeout (a bound of its own, outside this service).
+        member._worker.join(timeout=5)
+        assert not member._worker.is_alive()
+        link.heal()
+        closing.join()
+    finally:
+        for service in services.opened:
+            service.close()
+        link.stop()
 
 
 def test_an_unreachable_zookeeper_is_a_clear_error() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ import attrs
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
     KazooException,
     NoAuthError,
     NodeExistsError,
@@ -49,6 +51,7 @@ log = get_logger(__name__)
 
 # ZooKeeper errors, and kazoo's own timeout for a call that got no answer in time.
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
+_CLOSE_POLL_S = 0.1  # how often a call in flight looks whether the service is closing
 
 
 class ZkClusterService:
@@ -179,8 +182,20 @@ class ZkClusterService:
         return min(self._options.session_timeout_s, self._negotiated_s) * self._options.lease_fraction
 
     def wait(self, result: Any) -> Any:
-        """The result of a kazoo async call, waiting at most the call timeout."""
-        return result.get(timeout=self._op_timeout)
+        """The result of a kazoo async call, waiting at most the call timeout.
+
+        A closing service stops waiting at once: with ZooKeeper gone, a broker's shutdown would
+        otherwise sit out every queued call's timeout.
+        """
+        deadline = time.monotonic() + self._op_timeout
+        while not result.ready():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            result.wait(min(remaining, _CLOSE_POLL_S))
+            if self._closed and not result.ready():
+                raise ConnectionClosedError("the cluster service is closing; the call was given up")
+        return result.get(block=False)
 
 
     def _submit(self, task: Callable[[], None]) -> None:
