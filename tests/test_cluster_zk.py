@@ -208,6 +208,7 @@ def test_the_broker_survives_zookeeper_going_away_and_comes_back_registered(tmp_
 
 
 def test_a_stopping_broker_gives_up_a_call_zookeeper_does_not_answer(zookeeper: ZooKeeperServer) -> None:
+    assert zookeeper.port is not None
     link = Forwarder("zk", ("127.0.0.1", zookeeper.port))
     services = Services(link.address)
     try:
