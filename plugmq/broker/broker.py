@@ -257,7 +257,7 @@ class Broker:
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> Sequence[SendResult]:
         """Store several messages of one topic on one queue in one store batch (``extra_properties``
         per message, ``await_slave`` and ``account`` as for :meth:`put`)."""
         return self._parts.sender.put_batch(messages, queue_id, extra_properties=extra_properties,

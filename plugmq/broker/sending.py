@@ -24,7 +24,7 @@ from plugmq.broker.traffic import Traffic
 from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock
 from plugmq.core.contracts import MessageStore
-from plugmq.core.errors import MessageTooLargeError, TopicError, ValidationError
+from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
     AppendRequest,
@@ -33,11 +33,12 @@ from plugmq.core.message import (
     Message,
     MessageQueue,
     SendResult,
+    SendResults,
     SendStatus,
     check_body_size,
-    new_unique_id,
 )
 from plugmq.core.names import Prop, is_system_topic
+from plugmq.kit.requestcodec import encode_messages, request_properties
 
 __all__ = ["Sender"]
 
@@ -47,67 +48,12 @@ def _refuse_system_topic(topic: str) -> None:
         raise TopicError(f"topic {topic!r} is a system topic; producers may not send to it")
 
 
-def _batch_bytes(messages: Sequence[Message], extra_properties: Sequence[Mapping[str, str] | None] | None,
-                 max_message_size: int) -> int:
-    """The body bytes of a batch, once it is checked: one topic, nothing delayed, within the limit."""
-    if not messages:
-        raise ValidationError("a batch needs at least one message")
-    if extra_properties is not None and len(extra_properties) != len(messages):
-        raise ValidationError(f"extra_properties has {len(extra_properties)} entries for {len(messages)} messages")
-    topic = messages[0].topic
-    total = 0
-    for i, message in enumerate(messages):
-        if message.topic != topic:
-            raise ValidationError(f"batch message {i} has topic {message.topic!r}; "
-                                  f"every message of a batch must have topic {topic!r}")
-        if message.is_delayed:
-            raise ValidationError(f"batch message {i} is delayed; delayed messages cannot be batched")
-        total += len(message.body)
-    if total > max_message_size:
-        raise MessageTooLargeError(f"batch bodies total {total} bytes; the limit is {max_message_size} "
-                                   "(send the batch in smaller parts)")
-    return total
-
-
 def _send_result(result: AppendResult, request: AppendRequest, queue: MessageQueue,
                  replica: SendStatus = SendStatus.SEND_OK) -> SendResult:
     status = SendStatus.SEND_OK if result.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
     if replica is not SendStatus.SEND_OK:  # as RocketMQ's handleHA: the slave's verdict comes last
         status = replica
     return SendResult.trusted(status, result.msg_id, request.properties[Prop.UNIQ_KEY], queue, result.queue_offset)
-
-
-def _send_results(results: Sequence[AppendResult], requests: Sequence[AppendRequest], queue: MessageQueue,
-                  replica: SendStatus) -> list[SendResult]:
-    """One SendResult per stored request of a batch (``replica``: the slave's verdict on all of them)."""
-    trusted = SendResult.trusted
-    uniq = Prop.UNIQ_KEY
-    if replica is not SendStatus.SEND_OK:
-        return [trusted(replica, r.msg_id, q.properties[uniq], queue, r.queue_offset)
-                for r, q in zip(results, requests, strict=True)]
-    put_ok, ok, late = AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT
-    return [trusted(ok if r.status is put_ok else late, r.msg_id, q.properties[uniq], queue, r.queue_offset)
-            for r, q in zip(results, requests, strict=True)]
-
-
-def _request_properties(message: Message, extra: Mapping[str, str] | None) -> dict[str, str]:
-    """A new dict of the message's properties plus the system ones a send adds (TAGS, KEYS, the
-    message group and priority, a unique id unless ``extra`` brings the client's)."""
-    props = dict(message.properties) if message.properties else {}
-    tags = message.tags
-    if tags is not None:
-        props[Prop.TAGS] = tags
-    if message.keys:
-        props[Prop.KEYS] = " ".join(message.keys)
-    if message.message_group is not None:
-        props[Prop.SHARDING_KEY] = message.message_group
-    if message.priority is not None:
-        props[Prop.PRIORITY] = str(message.priority)
-    if extra:
-        props.update(extra)
-    if Prop.UNIQ_KEY not in props:
-        props[Prop.UNIQ_KEY] = new_unique_id()
-    return props
 
 
 @attrs.frozen(kw_only=True)
@@ -141,7 +87,7 @@ class Sender:
         if queue_id < 0:
             raise ValidationError(f"queue id must be >= 0, got {queue_id}")
         return AppendRequest.trusted(
-            message.topic, queue_id, message.body, _request_properties(message, extra_properties),
+            message.topic, queue_id, message.body, request_properties(message, extra_properties),
             tags_code=tags_code(message.tags), born_timestamp_ms=self._clock.now_ms(), born_host=born_host,
             reconsume_times=reconsume_times, sys_flag=sys_flag,
         )
@@ -228,44 +174,37 @@ class Sender:
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> Sequence[SendResult]:
         """Store several messages of one topic on one queue in one store batch.
 
         ``extra_properties``: per message, system properties to add (as ``put``'s argument);
         ``await_slave`` and ``account``: as for ``put``. On a priority or dedup topic the messages
         are sent one by one (each to its priority's queue; a duplicate answered by its first copy).
+        The batch is checked and encoded in one pass (plugmq.kit.requestcodec, one born time);
+        its results are built when read (SendResults).
         """
         self._check_open()
         self._roles.check_writable("store messages")
         self._roles.commit.admit_send()
-        total = _batch_bytes(messages, extra_properties, self._max_message_size)
+        requests, total = encode_messages(messages, queue_id, self._clock.now_ms(), extra_properties,
+                                          self._max_message_size)
         topic = messages[0].topic
         _refuse_system_topic(topic)
-        extras = extra_properties or [None] * len(messages)
         if self._topic_settings.settings(topic).priority or self._dedup.settings_for(topic) is not None:
+            extras = extra_properties or [None] * len(messages)
             return [self.put(m, queue_id, extra_properties=x, await_slave=await_slave, account=account)
                     for m, x in zip(messages, extras, strict=True)]
         if any(m.priority is not None for m in messages):
             self._placed(next(m for m in messages if m.priority is not None), queue_id)  # raises: not a priority topic
         queue = self._topics.queue(topic, queue_id)
         self._limits.send(topic, account, len(messages), total)
-        requests = self._batch_requests(messages, queue_id, extras)
         started = time.perf_counter()
         results = self._store.append_batch(requests)
         self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
         replica = self._replica(await_slave, results[-1].commit_log_offset + results[-1].size)
         self._events.stored_all(results, requests)
         self._arrivals.wake()
-        return _send_results(results, requests, queue, replica)
-
-    def _batch_requests(self, messages: Sequence[Message], queue_id: int,
-                        extras: Sequence[Mapping[str, str] | None]) -> list[AppendRequest]:
-        """The store requests of a checked batch (``_batch_bytes`` bounded every body), with one
-        born time: built in one pass, without the single send's per-message checks."""
-        trusted = AppendRequest.trusted
-        born = self._clock.now_ms()
-        return [trusted(m.topic, queue_id, m.body, _request_properties(m, x), tags_code=tags_code(m.tags),
-                        born_timestamp_ms=born) for m, x in zip(messages, extras, strict=True)]
+        return SendResults(results, requests, queue, replica)
 
     def _schedule(self, message: Message, request: AppendRequest) -> AppendResult:
         """Hand a delayed message to the delay plugin (through the ledger, with replication)."""

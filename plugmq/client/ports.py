@@ -113,7 +113,7 @@ class Sending(TopicRouting, Protocol):
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,
-                  await_slave: bool = True, account: str | None = None) -> list[SendResult]:
+                  await_slave: bool = True, account: str | None = None) -> Sequence[SendResult]:
         """Store messages of one topic on one queue in one store batch."""
         ...
 

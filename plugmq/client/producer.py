@@ -94,7 +94,7 @@ class Producer:
         self._executor.submit(send)
 
     def send_batch(self, messages: Sequence[Message], *, selector: QueueSelector | None = None,
-                   arg: Any = None) -> list[SendResult]:
+                   arg: Any = None) -> Sequence[SendResult]:
         """Send messages of one topic together to one queue (total body <= the broker's limit,
         no delayed messages); each rule broken is a ValidationError before anything is stored."""
         self._check_open()

@@ -194,6 +194,7 @@ _MOVED_NAMES: dict[str, str] = {
     "PullResult": "plugmq.core.message",
     "PullStatus": "plugmq.core.message",
     "SendResult": "plugmq.core.message",
+    "SendResults": "plugmq.core.message",
     "SysFlag": "plugmq.core.message",
     "check_body_size": "plugmq.core.message",
     "decode_msg_id": "plugmq.core.message",

@@ -12,8 +12,9 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any, overload
 
 import attrs
 
@@ -32,6 +33,7 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "SendResult",
+    "SendResults",
     "SendStatus",
     "StoredMessage",
     "SysFlag",
@@ -40,6 +42,7 @@ __all__ = [
     "encode_msg_id",
     "message_group_queue",
     "new_unique_id",
+    "unique_id_state",
 ]
 
 DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
@@ -476,6 +479,65 @@ class SendResult:
 _SEND_RESULT_SETTERS = tuple(getattr(SendResult, a.name).__set__ for a in attrs.fields(SendResult))
 
 
+class SendResults(Sequence[SendResult]):
+    """The results of a batch stored on one queue, each SendResult built when it is read.
+
+    A batch of 100 sends builds no result nobody reads. ``replica``: the slave's verdict on all
+    of them (SEND_OK: each result's status is its flush's). Equal to any sequence of the same
+    results; pickles as a list. Read-only.
+    """
+
+    __slots__ = ("_queue", "_replica", "_requests", "_results")
+    _queue: MessageQueue
+    _replica: SendStatus
+    _requests: Sequence[AppendRequest]
+    _results: Sequence[AppendResult]
+
+    def __init__(self, results: Sequence[AppendResult], requests: Sequence[AppendRequest], queue: MessageQueue,
+                 replica: SendStatus = SendStatus.SEND_OK) -> None:
+        if len(results) != len(requests):
+            raise ValidationError(f"{len(results)} results for {len(requests)} requests")
+        for name, value in (("_results", results), ("_requests", requests), ("_queue", queue), ("_replica", replica)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"SendResults is read-only; cannot set {name!r}")
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def _result(self, index: int) -> SendResult:
+        stored = self._results[index]
+        status = self._replica
+        if status is SendStatus.SEND_OK and stored.status is not AppendStatus.PUT_OK:
+            status = SendStatus.FLUSH_DISK_TIMEOUT
+        return SendResult.trusted(status, stored.msg_id, self._requests[index].properties[Prop.UNIQ_KEY], self._queue,
+                                  stored.queue_offset)
+
+    @overload
+    def __getitem__(self, index: int) -> SendResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SendResult]: ...
+
+    def __getitem__(self, index: int | slice) -> SendResult | list[SendResult]:
+        if isinstance(index, slice):
+            return [self._result(i) for i in range(len(self._results))[index]]
+        return self._result(index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
+
+    def __repr__(self) -> str:
+        return f"SendResults({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
 class PullStatus(enum.Enum):
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
@@ -550,3 +612,9 @@ def new_unique_id() -> str:
     """A client-side unique message id: 28 hex digits (random prefix + pid, then a 64-bit count
     started at the process's start second). ``next()`` on the counter is atomic, so no lock."""
     return f"{_uniq_prefix}{_uniq_next() & 0xFFFF_FFFF_FFFF_FFFF:016X}"
+
+
+def unique_id_state() -> tuple[str, Callable[[], int]]:
+    """The prefix and counter :func:`new_unique_id` uses now (a forked child gets its own), for
+    encoders that make the same ids in bulk: ``prefix + f"{counter() & (2**64 - 1):016X}"``."""
+    return _uniq_prefix, _uniq_next

@@ -1,4 +1,5 @@
-/* Compiled bulk decoder of the delay plugins' stored requests (see plugmq/kit/requestcodec.py).
+/* Compiled bulk codec of AppendRequests (see plugmq/kit/requestcodec.py): the delay plugins'
+ * stored requests decoded, and the put path's Messages encoded (`encode`, at the end).
  *
  * Why C: a burst of due messages is written back by decoding every stored record into an
  * AppendRequest. In Python that costs ~5 us per record (CRC, unpack, text split, a dict, the
@@ -29,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -325,14 +327,260 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ the put path's encoder
+ *
+ *   encode(messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, uniq_prefix,
+ *          uniq_next, context) -> (requests, total) | None
+ *     The AppendRequests of a batch of Messages of one topic for queue `queue_id` (what
+ *     plugmq.kit.requestcodec.encode_messages_py, its Python twin, builds): per message a new dict
+ *     of its properties plus TAGS, KEYS (joined by spaces), the message group, the priority, then
+ *     `extras[i]` (a dict or None; `extras` None: none at all) and a unique id when the
+ *     properties still have none (`uniq_prefix` + 16 upper-case hex digits of uniq_next() mod
+ *     2**64, the format of plugmq.core.message.new_unique_id). `total` is the bodies' length.
+ *     None (no exception) when the batch is not one the fast path takes - empty, not a list, an
+ *     item not a Message, an extra not a dict, topics that differ, a delayed message, extras of another length,
+ *     bodies over `max_size` - so the caller's checks raise the error that names it.
+ *   context = (message type, its 9 slot descriptors, AppendRequest, its 10 slot descriptors,
+ *              (TAGS, KEYS, SHARDING_KEY, PRIORITY, UNIQ_KEY), tags_code)
+ */
+
+#define MESSAGE_FIELDS 9
+enum { M_TOPIC, M_BODY, M_TAGS, M_KEYS, M_PROPS, M_LEVEL, M_AT, M_GROUP, M_PRIORITY };
+enum { P_TAGS, P_KEYS, P_SHARDING, P_PRIORITY, P_UNIQ, P_COUNT };
+
+typedef struct {
+    PyTypeObject *message_cls, *request_cls;
+    PyObject *getters[MESSAGE_FIELDS];
+    PyObject *setters[FIELDS];
+    PyObject *names[P_COUNT];
+    PyObject *tags_code;
+} Context;
+
+static int parse_context(PyObject *t, Context *c) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6) {
+        PyErr_SetString(PyExc_TypeError, "context must be a tuple of 6 items");
+        return -1;
+    }
+    PyObject *mcls = PyTuple_GET_ITEM(t, 0), *getters = PyTuple_GET_ITEM(t, 1), *rcls = PyTuple_GET_ITEM(t, 2),
+             *setters = PyTuple_GET_ITEM(t, 3), *names = PyTuple_GET_ITEM(t, 4);
+    if (!PyType_Check(mcls) || !PyType_Check(rcls)) {
+        PyErr_SetString(PyExc_TypeError, "context's classes must be types");
+        return -1;
+    }
+    if (!PyTuple_Check(getters) || PyTuple_GET_SIZE(getters) != MESSAGE_FIELDS || !PyTuple_Check(setters) ||
+        PyTuple_GET_SIZE(setters) != FIELDS || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) != P_COUNT) {
+        PyErr_Format(PyExc_ValueError, "context must hold Message's %d and AppendRequest's %d slot descriptors "
+                     "and %d property names", MESSAGE_FIELDS, FIELDS, P_COUNT);
+        return -1;
+    }
+    c->message_cls = (PyTypeObject *)mcls;
+    c->request_cls = (PyTypeObject *)rcls;
+    for (int i = 0; i < MESSAGE_FIELDS; i++) {
+        c->getters[i] = PyTuple_GET_ITEM(getters, i);
+        if (Py_TYPE(c->getters[i])->tp_descr_get == NULL) {
+            PyErr_SetString(PyExc_TypeError, "Message's getters must be descriptors");
+            return -1;
+        }
+    }
+    for (int i = 0; i < FIELDS; i++) {
+        c->setters[i] = PyTuple_GET_ITEM(setters, i);
+        if (Py_TYPE(c->setters[i])->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "AppendRequest's setters must be data descriptors (slots)");
+            return -1;
+        }
+    }
+    for (int i = 0; i < P_COUNT; i++) {
+        c->names[i] = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(c->names[i])) {
+            PyErr_SetString(PyExc_TypeError, "property names must be str");
+            return -1;
+        }
+    }
+    c->tags_code = PyTuple_GET_ITEM(t, 5);
+    return 0;
+}
+
+/* Message field `i` of `m` (a new reference). */
+static inline PyObject *field(const Context *c, PyObject *m, int i) {
+    return Py_TYPE(c->getters[i])->tp_descr_get(c->getters[i], m, (PyObject *)c->message_cls);
+}
+
+/* The properties of one message as the twin's request_properties makes them; NULL on error. */
+static PyObject *message_properties(const Context *c, PyObject **f, PyObject *extra, PyObject *uniq_prefix,
+                                    PyObject *uniq_next) {
+    PyObject *props = PyDict_New();
+    if (props == NULL) return NULL;
+    Py_ssize_t n_user = PyObject_Length(f[M_PROPS]);
+    if (n_user < 0) goto bad;
+    if (n_user > 0 && PyDict_Merge(props, f[M_PROPS], 1) < 0) goto bad;
+    if (f[M_TAGS] != Py_None && PyDict_SetItem(props, c->names[P_TAGS], f[M_TAGS]) < 0) goto bad;
+    int has_keys = PyObject_IsTrue(f[M_KEYS]);
+    if (has_keys < 0) goto bad;
+    if (has_keys) {
+        PyObject *space = PyUnicode_FromString(" ");
+        PyObject *joined = space ? PyUnicode_Join(space, f[M_KEYS]) : NULL;
+        Py_XDECREF(space);
+        if (joined == NULL) goto bad;
+        int rc = PyDict_SetItem(props, c->names[P_KEYS], joined);
+        Py_DECREF(joined);
+        if (rc < 0) goto bad;
+    }
+    if (f[M_GROUP] != Py_None && PyDict_SetItem(props, c->names[P_SHARDING], f[M_GROUP]) < 0) goto bad;
+    if (f[M_PRIORITY] != Py_None) {
+        PyObject *text = PyObject_Str(f[M_PRIORITY]);
+        if (text == NULL) goto bad;
+        int rc = PyDict_SetItem(props, c->names[P_PRIORITY], text);
+        Py_DECREF(text);
+        if (rc < 0) goto bad;
+    }
+    if (extra != Py_None) {
+        int has_extra = PyObject_IsTrue(extra);
+        if (has_extra < 0 || (has_extra && PyDict_Merge(props, extra, 1) < 0)) goto bad;
+    }
+    int has_uniq = PyDict_Contains(props, c->names[P_UNIQ]);
+    if (has_uniq < 0) goto bad;
+    if (!has_uniq) {
+        PyObject *count = PyObject_CallNoArgs(uniq_next);
+        if (count == NULL) goto bad;
+        unsigned long long value = PyLong_AsUnsignedLongLongMask(count);
+        Py_DECREF(count);
+        if (value == (unsigned long long)-1 && PyErr_Occurred()) goto bad;
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llX", value);
+        PyObject *id = PyUnicode_FromFormat("%U%s", uniq_prefix, hex);
+        if (id == NULL) goto bad;
+        int rc = PyDict_SetItem(props, c->names[P_UNIQ], id);
+        Py_DECREF(id);
+        if (rc < 0) goto bad;
+    }
+    return props;
+bad:
+    Py_DECREF(props);
+    return NULL;
+}
+
+/* Whether the batch passes the checks the fast path leaves to the caller (0: no, 1: yes, -1: error);
+ * `total` gets the bodies' length. */
+static int batch_fits(const Context *c, PyObject *messages, PyObject *extras, Py_ssize_t max_size,
+                      Py_ssize_t *total) {
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    if (n == 0) return 0;
+    if (extras != Py_None) {
+        if (!PyList_Check(extras) || PyList_GET_SIZE(extras) != n) return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *extra = PyList_GET_ITEM(extras, i);
+            if (extra != Py_None && !PyDict_Check(extra)) return 0; /* other mappings: the twin's update() */
+        }
+    }
+    PyObject *topic = NULL;
+    *total = 0;
+    int fits = 1;
+    for (Py_ssize_t i = 0; i < n && fits; i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if (Py_TYPE(m) != c->message_cls) {
+            fits = 0;
+            break;
+        }
+        PyObject *t = field(c, m, M_TOPIC), *body = field(c, m, M_BODY), *level = field(c, m, M_LEVEL),
+                 *at = field(c, m, M_AT);
+        if (!t || !body || !level || !at) {
+            fits = -1;
+        } else if (!PyUnicode_CheckExact(t) || !PyBytes_CheckExact(body) || level != Py_None || at != Py_None) {
+            fits = 0;
+        } else if (topic == NULL) {
+            topic = Py_NewRef(t);
+        } else if (t != topic) {
+            int same = PyUnicode_Compare(t, topic) == 0;
+            if (PyErr_Occurred()) fits = -1; else if (!same) fits = 0;
+        }
+        if (fits == 1) *total += PyBytes_GET_SIZE(body);
+        Py_XDECREF(t);
+        Py_XDECREF(body);
+        Py_XDECREF(level);
+        Py_XDECREF(at);
+    }
+    Py_XDECREF(topic);
+    if (fits == 1 && *total > max_size) fits = 0;
+    return fits;
+}
+
+static PyObject *py_encode(PyObject *self, PyObject *args) {
+    PyObject *messages, *queue_id, *born_ms, *extras, *born_host, *reconsume, *uniq_prefix, *uniq_next, *context;
+    Py_ssize_t max_size;
+    if (!PyArg_ParseTuple(args, "OOOOnOOUOO", &messages, &queue_id, &born_ms, &extras, &max_size, &born_host,
+                          &reconsume, &uniq_prefix, &uniq_next, &context))
+        return NULL;
+    Context c;
+    if (parse_context(context, &c) < 0) return NULL;
+    if (!PyList_Check(messages)) Py_RETURN_NONE;
+    Py_ssize_t total = 0;
+    int fits = batch_fits(&c, messages, extras, max_size, &total);
+    if (fits < 0) return NULL;
+    if (!fits) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    PyObject *requests = PyList_New(n);
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *last_tags = NULL, *last_code = NULL, *result = NULL;
+    if (requests == NULL || zero == NULL) goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        PyObject *f[MESSAGE_FIELDS] = {0};
+        PyObject *props = NULL, *request = NULL;
+        int ok = 0;
+        for (int k = 0; k < MESSAGE_FIELDS; k++)
+            if ((f[k] = field(&c, m, k)) == NULL) goto one_done;
+        if (f[M_TAGS] == Py_None) {
+            Py_XSETREF(last_code, Py_NewRef(zero));
+            Py_XSETREF(last_tags, Py_NewRef(Py_None));
+        } else if (f[M_TAGS] != last_tags) {
+            PyObject *code = PyObject_CallOneArg(c.tags_code, f[M_TAGS]);
+            if (code == NULL) goto one_done;
+            Py_XSETREF(last_code, code);
+            Py_XSETREF(last_tags, Py_NewRef(f[M_TAGS]));
+        }
+        PyObject *extra = extras == Py_None ? Py_None : PyList_GET_ITEM(extras, i);
+        props = message_properties(&c, f, extra, uniq_prefix, uniq_next);
+        if (props == NULL) goto one_done;
+        PyObject *proxy = PyDictProxy_New(props);
+        if (proxy == NULL) goto one_done;
+        PyObject *values[FIELDS] = {f[M_TOPIC], queue_id, f[M_BODY], proxy, last_code, born_ms,
+                                    born_host, reconsume, zero, zero};
+        request = c.request_cls->tp_alloc(c.request_cls, 0);
+        if (request != NULL) {
+            ok = 1;
+            for (int k = 0; k < FIELDS && ok; k++)
+                if (Py_TYPE(c.setters[k])->tp_descr_set(c.setters[k], request, values[k]) < 0) ok = 0;
+        }
+        Py_DECREF(proxy);
+    one_done:
+        for (int k = 0; k < MESSAGE_FIELDS; k++) Py_XDECREF(f[k]);
+        Py_XDECREF(props);
+        if (!ok) {
+            Py_XDECREF(request);
+            goto out;
+        }
+        PyList_SET_ITEM(requests, i, request);
+    }
+    result = Py_BuildValue("(On)", requests, total);
+out:
+    Py_XDECREF(requests);
+    Py_XDECREF(zero);
+    Py_XDECREF(last_tags);
+    Py_XDECREF(last_code);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
+    {"encode", py_encode, METH_VARARGS,
+     "encode(messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, uniq_prefix, uniq_next, "
+     "context) -> (requests, total) | None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_requestcodec",
-                                        "bulk decoder of the delay plugins' stored requests", -1, methods};
+                                        "bulk codec of AppendRequests: the delay plugins' stored ones, the put path's", -1, methods};
 
 PyMODINIT_FUNC PyInit__requestcodec(void) {
     PyObject *m = PyModule_Create(&module_def);

@@ -1,4 +1,9 @@
-"""Bulk decoding of stored requests for the delay plugins' write-back of a burst.
+"""Bulk coding of AppendRequests: the put path's encoder and the delay write-back's decoder.
+
+The put path turns a batch of Messages into store requests with :func:`encode_messages`: one call
+of the compiled ``_requestcodec`` reads the messages' slots and builds every request (properties,
+unique id, tag code), or :func:`encode_messages_py`, its Python twin, which also raises the error
+that names what is wrong with a batch the compiled encoder does not take.
 
 A delay plugin keeps each delayed message as a record of its own format whose fixed header holds
 an AppendRequest's numbers and whose text is ``topic\\x01born host\\x01key\\x01value...`` (UTF-8)
@@ -12,17 +17,21 @@ and is left to the plugin's Python decoder too, which decides.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from plugmq.core.message import AppendRequest
+from plugmq.core.errors import MessageTooLargeError, ValidationError
+from plugmq.core.hashing import tags_code
+from plugmq.core.message import AppendRequest, Message, unique_id_state
+from plugmq.core.names import Prop
 from plugmq.kit.native import Kernel, c_header, layout_version, load_kernel
 
-__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "RequestLayout", "decode_requests", "header_text",
-           "native_available"]
+__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "RequestLayout", "batch_bytes", "decode_requests",
+           "encode_messages", "encode_messages_native", "encode_messages_py", "header_text", "native_available",
+           "request_properties"]
 
 # AppendRequest's slot descriptors in field order: the compiled decoder fills a new request
 # through them, as AppendRequest.trusted does.
@@ -74,7 +83,7 @@ _PACKED: dict[RequestLayout, tuple[Any, ...]] = {}
 #: What the compiled decoder is built for: the shape of a packed RequestLayout and of AppendRequest
 #: (``_requestcodec_layout.h`` is generated from these by ``python scripts/kernel_headers.py``).
 CONSTANTS: dict[str, int] = {
-    "FORMAT_VERSION": 1,
+    "FORMAT_VERSION": 2,  # 2: encode() as well
     "LAYOUT_ITEMS": len(attrs.fields(RequestLayout)),  # the integers, then the extras tuple
     "REQUEST_FIELDS": len(_SETTERS),
     "MAX_EXTRAS": 8,
@@ -85,9 +94,10 @@ HEADER_PATH = Path(__file__).with_name("_requestcodec_layout.h")
 REQUESTCODEC = Kernel(
     module="plugmq.kit._requestcodec",
     layout_version=LAYOUT_VERSION,
-    users=("delay_wheel", "delay_schedule"),
-    fallback="due messages are decoded record by record by the delay plugin's Python decoder",
-    cost="decoding a due message takes about 4x the CPU",
+    users=("delay_wheel", "delay_schedule", "the broker's put path"),
+    fallback=("due messages are decoded record by record by the delay plugin's Python decoder; sends are "
+              "encoded by the Python twin"),
+    cost="decoding a due message takes about 4x the CPU, encoding a sent one about 3x",
 )
 _native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 
@@ -117,3 +127,101 @@ def decode_requests(layout: RequestLayout, buffer: bytes | memoryview, positions
         return None
     requests, extras = _native.decode(buffer, positions, sizes, _packed(layout), tuple(drop), AppendRequest, _SETTERS)
     return requests, extras
+
+
+# What the compiled encoder reads and writes: Message's and AppendRequest's slot descriptors in
+# field order, the system property names a send adds, and the tag-code function.
+_ENCODE_CONTEXT = (
+    Message, tuple(Message.__dict__[a.name] for a in attrs.fields(Message)), AppendRequest, _SETTERS,
+    (Prop.TAGS, Prop.KEYS, Prop.SHARDING_KEY, Prop.PRIORITY, Prop.UNIQ_KEY), tags_code,
+)
+_ID_MASK = 0xFFFF_FFFF_FFFF_FFFF
+
+
+def request_properties(message: Message, extra: Mapping[str, str] | None,
+                       unique_id: Callable[[], str] | None = None) -> dict[str, str]:
+    """A new dict of the message's properties plus the system ones a send adds (TAGS, KEYS, the
+    message group and priority, a unique id - ``unique_id()`` - unless ``extra`` brings the client's)."""
+    props = dict(message.properties) if message.properties else {}
+    tags = message.tags
+    if tags is not None:
+        props[Prop.TAGS] = tags
+    if message.keys:
+        props[Prop.KEYS] = " ".join(message.keys)
+    if message.message_group is not None:
+        props[Prop.SHARDING_KEY] = message.message_group
+    if message.priority is not None:
+        props[Prop.PRIORITY] = str(message.priority)
+    if extra:
+        props.update(extra)
+    if Prop.UNIQ_KEY not in props:
+        if unique_id is None:
+            prefix, counter = unique_id_state()
+            props[Prop.UNIQ_KEY] = f"{prefix}{counter() & _ID_MASK:016X}"
+        else:
+            props[Prop.UNIQ_KEY] = unique_id()
+    return props
+
+
+def batch_bytes(messages: Sequence[Message], extra_properties: Sequence[Mapping[str, str] | None] | None,
+                max_message_size: int) -> int:
+    """The body bytes of a batch, once it is checked: one topic, nothing delayed, within the limit."""
+    if not messages:
+        raise ValidationError("a batch needs at least one message")
+    if extra_properties is not None and len(extra_properties) != len(messages):
+        raise ValidationError(f"extra_properties has {len(extra_properties)} entries for {len(messages)} messages")
+    topic = messages[0].topic
+    total = 0
+    for i, message in enumerate(messages):
+        if message.topic != topic:
+            raise ValidationError(f"batch message {i} has topic {message.topic!r}; "
+                                  f"every message of a batch must have topic {topic!r}")
+        if message.is_delayed:
+            raise ValidationError(f"batch message {i} is delayed; delayed messages cannot be batched")
+        total += len(message.body)
+    if total > max_message_size:
+        raise MessageTooLargeError(f"batch bodies total {total} bytes; the limit is {max_message_size} "
+                                   "(send the batch in smaller parts)")
+    return total
+
+
+def encode_messages_py(messages: Sequence[Message], queue_id: int, born_ms: int,
+                       extras: Sequence[Mapping[str, str] | None] | None, max_size: int, *,
+                       born_host: str = "127.0.0.1:0", reconsume_times: int = 0,
+                       unique_ids: tuple[str, Callable[[], int]] | None = None) -> tuple[list[AppendRequest], int]:
+    """The store requests of a batch of one topic for ``queue_id`` and the bodies' length (the
+    twin of the compiled encoder); ValidationError or MessageTooLargeError naming what is wrong.
+    ``unique_ids``: (prefix, counter) of the unique ids, :func:`unique_id_state`'s by default."""
+    total = batch_bytes(messages, extras, max_size)
+    prefix, counter = unique_ids or unique_id_state()
+
+    def unique_id() -> str:
+        return f"{prefix}{counter() & _ID_MASK:016X}"
+
+    trusted = AppendRequest.trusted
+    requests = [trusted(m.topic, queue_id, m.body, request_properties(m, x, unique_id), tags_code=tags_code(m.tags),
+                        born_timestamp_ms=born_ms, born_host=born_host, reconsume_times=reconsume_times)
+                for m, x in zip(messages, extras or [None] * len(messages), strict=True)]
+    return requests, total
+
+
+def encode_messages_native(messages: Sequence[Message], queue_id: int, born_ms: int,
+                           extras: Sequence[Mapping[str, str] | None] | None, max_size: int, *,
+                           born_host: str = "127.0.0.1:0", reconsume_times: int = 0,
+                           unique_ids: tuple[str, Callable[[], int]] | None = None,
+                           ) -> tuple[list[AppendRequest], int] | None:
+    """What :func:`encode_messages_py` answers, from the compiled encoder; None when it is not
+    available or does not take this batch (a failed check, not a list, not plain Messages)."""
+    if _native is None or _native_disabled:
+        return None
+    prefix, counter = unique_ids or unique_id_state()
+    encoded: tuple[list[AppendRequest], int] | None = _native.encode(
+        messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, prefix, counter, _ENCODE_CONTEXT)
+    return encoded
+
+
+def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
+                    extras: Sequence[Mapping[str, str] | None] | None, max_size: int) -> tuple[list[AppendRequest], int]:
+    """The store requests of a checked batch and its bodies' length: compiled where it can be."""
+    encoded = encode_messages_native(messages, queue_id, born_ms, extras, max_size)
+    return encoded if encoded is not None else encode_messages_py(messages, queue_id, born_ms, extras, max_size)

@@ -231,8 +231,8 @@ class Sender:
         try:
             if len(batch.items) == 1:
                 out = batch.items[0]
-                results = [self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
-                                            account=account)]
+                results: Sequence[SendResult] = [self._broker.put(out.message, queue_id, extra_properties=out.extra,
+                                                                  await_slave=False, account=account)]
             else:
                 results = self._broker.put_batch([out.message for out in batch.items], queue_id,
                                                  extra_properties=[out.extra for out in batch.items], await_slave=False,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from plugmq.core.errors import DelayUnsupportedError, PlugmqError
-from plugmq.core.message import SendStatus, StoredMessage
+from plugmq.core.message import SendResult, SendStatus, StoredMessage
 from plugmq.kit.histogram import Histogram
 from plugmq.measure.pacing import Pacer
 from plugmq.spark.experiments import Experiment
@@ -144,7 +144,7 @@ class RealReplay(Replay):
                     continue
                 took_ms = (time.perf_counter() - began) * 1000
                 stats.published_all += len(messages)
-                for answer in sent if isinstance(sent, list) else (sent,):
+                for answer in (sent,) if isinstance(sent, SendResult) else sent:
                     if answer.status is not SendStatus.SEND_OK:
                         stats.not_ok += 1
                 with self.lock:

@@ -27,7 +27,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugmq.core import AppendRequest, ManualClock, Prop
+from plugmq.core import AppendRequest, ManualClock, Message, Prop
 from plugmq.kit import requestcodec
 from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
 from plugmq.plugins.delay_wheel import codec as wheel
@@ -320,6 +320,67 @@ def fuzz_requestcodec(examples: int) -> int:
     return count[0]
 
 
+_FUZZ_WORD = st.text(st.sampled_from("aZ9_-#\u00e9\U0001f600"), min_size=1, max_size=4)
+
+
+@st.composite
+def _fuzz_message(draw: st.DrawFn) -> Any:
+    """A Message of any kind (or, now and then, something that is not one)."""
+    if draw(st.integers(0, 29)) == 0:
+        return draw(st.sampled_from([None, 3, "T", b"body", AppendRequest("T", 0, b"")]))
+    kind = draw(st.sampled_from(["normal"] * 6 + ["fifo", "fifo", "priority", "priority", "level", "at"]))
+    return Message(
+        "U" if draw(st.integers(0, 19)) == 0 else "T", draw(st.binary(max_size=24)),
+        tags=draw(st.one_of(st.none(), _FUZZ_WORD)), keys=draw(st.lists(_FUZZ_WORD, max_size=2)),
+        properties=draw(st.dictionaries(_FUZZ_WORD, st.text(max_size=4).filter(lambda t: "\x01" not in t
+                                                                                and "\x02" not in t), max_size=2)),
+        message_group=draw(_FUZZ_WORD) if kind == "fifo" else None,
+        priority=draw(st.integers(0, 2**70)) if kind == "priority" else None,
+        delay_level=draw(st.integers(1, 40)) if kind == "level" else None,
+        deliver_at_ms=draw(st.integers(0, 2**63)) if kind == "at" else None,
+    )
+
+
+def fuzz_encode(examples: int) -> int:
+    """kit ``_requestcodec.encode`` vs its twin ``encode_messages_py``: odd batches, extras, limits."""
+    native = requestcodec._native
+    count = [0]
+    extra = st.one_of(st.none(), st.dictionaries(st.sampled_from([Prop.UNIQ_KEY, Prop.TAGS, "x"]), st.text(max_size=3),
+                                                 max_size=2), st.sampled_from([None] * 12 + [3, "ab", [("k", "v")], ()]))
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        batch = draw(st.lists(_fuzz_message(), min_size=draw(st.sampled_from([1] * 5 + [0])), max_size=5))
+        extras = draw(st.sampled_from(["none", "none", "each", "each", "any"]))
+        extras = None if extras == "none" else draw(st.lists(extra, min_size=len(batch), max_size=len(batch))
+                                                    if extras == "each" else st.lists(extra, max_size=6))
+        return {"batch": tuple(batch) if draw(st.sampled_from([False] * 9 + [True])) else batch, "extras": extras,
+                "queue_id": draw(_ODD_INT), "born": draw(_ODD_INT), "limit": draw(st.sampled_from([2**40] * 4 + [0, 20, 50])),
+                "host": draw(st.sampled_from(["127.0.0.1:0", ""])), "reconsume": draw(_ODD_INT),
+                "start": draw(st.integers(0, 2**65))}
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**args)
+        call = (args["batch"], args["queue_id"], args["born"], args["extras"], args["limit"], args["host"],
+                args["reconsume"])
+        compiled = _outcome(lambda: native.encode(*call, "PFX", iter(range(args["start"], 2**66)).__next__,
+                                                  requestcodec._ENCODE_CONTEXT))
+        if compiled == ("ok", None):
+            return  # not taken: the twin decides (and raises what is wrong)
+        twin = _outcome(lambda: requestcodec.encode_messages_py(
+            *call[:5], born_host=args["host"], reconsume_times=args["reconsume"],
+            unique_ids=("PFX", iter(range(args["start"], 2**66)).__next__)))
+        if compiled[0] == "ok" and twin[0] == "ok":
+            compiled = ("ok", (compiled[1], [list(r.properties.items()) for r in compiled[1][0]]))
+            twin = ("ok", (twin[1], [list(r.properties.items()) for r in twin[1][0]]))
+        _agree(compiled, twin, "encode")
+
+    _settings(examples)(run)()
+    return count[0]
+
+
 _ODD_TEXT = st.text(st.sampled_from("aZ \x01\x02\u00e9\U0001f600\ud800#%"), max_size=6)
 _ODD_INT = st.one_of(st.integers(-3, 5), st.integers(-(2**64), 2**64), st.sampled_from([2**31, 2**63, -(2**63) - 1]))
 
@@ -388,6 +449,7 @@ TARGETS: dict[str, Callable[[int], int]] = {
     "delay_schedule._segscan.scan": fuzz_segscan,
     "delay_schedule._segscan.encode_dispatch": fuzz_encode_dispatch,
     "kit._requestcodec.decode": fuzz_requestcodec,
+    "kit._requestcodec.encode": fuzz_encode,
 }
 
 
