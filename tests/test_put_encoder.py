@@ -154,3 +154,30 @@ def test_send_results_are_built_when_read(broker: Broker) -> None:
     with pytest.raises(AttributeError, match="read-only"):
         results._queue = broker.topic_queues("T")[1]  # type: ignore[misc]
     assert SendResults([], [], broker.topic_queues("T")[0], SendStatus.SLAVE_NOT_AVAILABLE) == []
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages().filter(lambda m: not m.is_delayed and m.priority is None), _extras)
+def test_put_stores_the_same_on_its_fast_path(broker: Broker, message: Message, extra: Any) -> None:
+    """put's common case (the batch encoder) and its general path store the same message."""
+    sent = []
+    for disabled in (False, True):  # without the compiled encoder put takes its general path
+        requestcodec._native_disabled = disabled
+        try:
+            sent.append(broker.put(message, 1, extra_properties=extra))
+        finally:
+            requestcodec._native_disabled = False
+    assert all(type(r) is SendResult and r.status is SendStatus.SEND_OK for r in sent)
+    assert sent[1].queue_offset == sent[0].queue_offset + 1
+    assert _stored(broker, 1, sent[0].queue_offset, 1) == _stored(broker, 1, sent[1].queue_offset, 1)
+    if extra and Prop.UNIQ_KEY in extra:
+        assert sent[0].unique_id == sent[1].unique_id == extra[Prop.UNIQ_KEY]
+
+
+def test_put_refusals_are_the_general_paths(broker: Broker) -> None:
+    with pytest.raises(MessageTooLargeError, match="message body for topic 'T' is"):
+        broker.put(Message("T", b"x" * (4 * 1024 * 1024 + 1)), 0)
+    with pytest.raises(ValidationError, match="queue id 5 is out of range for topic 'T'"):
+        broker.put(Message("T", b"x"), 5)
+    with pytest.raises(ValidationError, match="has a priority but the topic is not a priority topic"):
+        broker.put(Message("T", b"x", priority=1), 0)
