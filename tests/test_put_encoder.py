@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from plugmq.broker.broker import Broker
 from plugmq.core import Message, Prop
 from plugmq.core.errors import MessageTooLargeError, ValidationError
-from plugmq.core.message import SendResult, SendResults, SendStatus, new_unique_id
+from plugmq.core.message import AppendRequest, MessageQueue, SendResult, SendResults, SendStatus, new_unique_id
 from plugmq.kit import requestcodec
 
 native = pytest.mark.skipif(not requestcodec.native_available(), reason="plugmq.kit._requestcodec was not built")
@@ -152,7 +152,7 @@ def test_send_results_are_built_when_read(broker: Broker) -> None:
     assert results == listed and results[-1] == listed[1] and results[:1] == listed[:1]
     assert pickle.loads(pickle.dumps(results)) == listed
     with pytest.raises(AttributeError, match="read-only"):
-        results._queue = broker.topic_queues("T")[1]  # type: ignore[misc]
+        results._queue = broker.topic_queues("T")[1]
     assert SendResults([], [], broker.topic_queues("T")[0], SendStatus.SLAVE_NOT_AVAILABLE) == []
 
 
@@ -181,3 +181,27 @@ def test_put_refusals_are_the_general_paths(broker: Broker) -> None:
         broker.put(Message("T", b"x"), 5)
     with pytest.raises(ValidationError, match="has a priority but the topic is not a priority topic"):
         broker.put(Message("T", b"x", priority=1), 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(messages(), st.integers(0, 2**32))
+def test_message_is_the_same_with_or_without_the_compiled_filler(message: Message, seed: int) -> None:
+    """Message (and the trusted constructors) fill their slots in one compiled call or one by one."""
+    from plugmq.core import message as core_message
+
+    compiled = requestcodec._native.fill if requestcodec._native is not None else None
+    queue = MessageQueue("T", "b", 1)
+    for fill in (compiled, None):
+        core_message.install_slot_filler(fill)
+        try:
+            rebuilt = Message(message.topic, message.body, message.tags, message.keys, message.properties,
+                              message.delay_level, message.deliver_at_ms, message.message_group, message.priority)
+            assert rebuilt == message
+            result = SendResult.trusted(SendStatus.SEND_OK, "ID", str(seed), queue, seed)
+            assert result == SendResult(SendStatus.SEND_OK, "ID", str(seed), queue, seed)
+            request = AppendRequest.trusted("T", 1, b"b", {"k": "v"}, tags_code=seed, born_timestamp_ms=7)
+            assert request == AppendRequest("T", 1, b"b", {"k": "v"}, tags_code=seed, born_timestamp_ms=7)
+            with pytest.raises(ValidationError, match="message key 'a b' must be a non-empty string without spaces"):
+                Message("T", b"", keys=["a b"])
+        finally:
+            core_message.install_slot_filler(compiled)

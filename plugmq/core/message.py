@@ -40,6 +40,8 @@ __all__ = [
     "check_body_size",
     "decode_msg_id",
     "encode_msg_id",
+    "fill_slots_py",
+    "install_slot_filler",
     "message_group_queue",
     "new_unique_id",
     "unique_id_state",
@@ -203,6 +205,11 @@ class Message:
             _check_delay(delay_level, deliver_at_ms)
         if message_group is not None or priority is not None:
             _check_kind(message_group, priority, delay_level if deliver_at_ms is None else deliver_at_ms)
+        fill = _fill
+        if fill is not None:
+            fill(_MESSAGE_SLOTS, self, topic, body, tags, keys, properties, delay_level, deliver_at_ms,
+                 message_group, priority)
+            return
         set_topic, set_body, set_tags, set_keys, set_props, set_level, set_at, set_group, set_priority = (
             _MESSAGE_SETTERS)
         set_topic(self, topic)
@@ -245,6 +252,29 @@ def _check_kind(group: str | None, priority: int | None, delay: int | None) -> N
 _MESSAGE_FIELDS = attrs.fields(Message)
 # The slots' own setters, in field order: a frozen class refuses plain attribute assignment.
 _MESSAGE_SETTERS = tuple(getattr(Message, a.name).__set__ for a in _MESSAGE_FIELDS)
+_MESSAGE_SLOTS = tuple(Message.__dict__[a.name] for a in _MESSAGE_FIELDS)
+
+
+def fill_slots_py(slots: tuple[Any, ...], obj: object, *values: object) -> None:
+    """Set each slot descriptor of ``slots`` on ``obj`` to the value in the same place: the
+    Python twin of the compiled ``fill`` (plugmq.kit._requestcodec), which does it in one call."""
+    if len(values) != len(slots):
+        raise TypeError(f"fill: {len(values)} values for {len(slots)} slots")
+    for i, slot in enumerate(slots):
+        if not hasattr(type(slot), "__set__"):
+            raise TypeError(f"fill: slot {i} is not a data descriptor")
+        slot.__set__(obj, values[i])
+
+
+# The compiled slot filler, when plugmq.kit.requestcodec installed it (the SPI imports no other
+# part of plugmq, and a Message built before that uses the slots' setters one by one).
+_fill: Callable[..., None] | None = None
+
+
+def install_slot_filler(fill: Callable[..., None] | None) -> None:
+    """Fill Message's (and the trusted constructors') slots with ``fill`` (None: one by one)."""
+    global _fill
+    _fill = fill
 
 
 def message_group_queue(message_group: str, queue_count: int) -> int:
@@ -321,6 +351,11 @@ class AppendRequest(_TagsAndKeys):
         ``properties`` must be a dict nobody else holds: it is wrapped read-only, not copied.
         The store still checks everything it writes (names, ranges, property text)."""
         request: AppendRequest = _new_object(cls)
+        fill = _fill
+        if fill is not None:
+            fill(_REQUEST_SLOTS, request, topic, queue_id, body, MappingProxyType(properties), tags_code,
+                 born_timestamp_ms, born_host, reconsume_times, sys_flag, prepared_transaction_offset)
+            return request
         set_topic, set_queue, set_body, set_props, set_code, set_born_ts, set_born_host, set_reconsume, set_flag, \
             set_prepared = _REQUEST_SETTERS
         set_topic(request, topic)
@@ -339,6 +374,7 @@ class AppendRequest(_TagsAndKeys):
 _new_object = object.__new__
 # The slots' own setters (what the frozen class's __init__ ends up calling), in field order.
 _REQUEST_SETTERS = tuple(getattr(AppendRequest, a.name).__set__ for a in attrs.fields(AppendRequest))
+_REQUEST_SLOTS = tuple(AppendRequest.__dict__[a.name] for a in attrs.fields(AppendRequest))
 
 
 class AppendStatus(enum.Enum):
@@ -387,6 +423,12 @@ class StoredMessage(_TagsAndKeys):
         """A message a store decoded from a record it checked: built without the converter's
         copy; ``properties`` - a dict nobody else holds - is wrapped read-only as it is."""
         message: StoredMessage = _new_object(cls)
+        fill = _fill
+        if fill is not None:
+            fill(_STORED_SLOTS, message, topic, queue_id, body, MappingProxyType(properties), queue_offset,
+                 commit_log_offset, size, tags_code, born_timestamp_ms, store_timestamp_ms, born_host, store_host,
+                 reconsume_times, sys_flag, prepared_transaction_offset, body_crc)
+            return message
         for setter, value in zip(_STORED_SETTERS, (
                 topic, queue_id, body, MappingProxyType(properties), queue_offset, commit_log_offset, size,
                 tags_code, born_timestamp_ms, store_timestamp_ms, born_host, store_host, reconsume_times, sys_flag,
@@ -431,6 +473,7 @@ class StoredMessage(_TagsAndKeys):
 
 _STORE_HOSTS: dict[str, str] = {}  # message id prefix (store IPv4 + port, hex) -> "ip:port"
 _STORED_SETTERS = tuple(getattr(StoredMessage, a.name).__set__ for a in attrs.fields(StoredMessage))
+_STORED_SLOTS = tuple(StoredMessage.__dict__[a.name] for a in attrs.fields(StoredMessage))
 
 
 @attrs.frozen
@@ -466,6 +509,10 @@ class SendResult:
                 transaction_id: str | None = None) -> SendResult:
         """A result the broker builds from what its store answered: no validators to run."""
         result: SendResult = _new_object(cls)
+        fill = _fill
+        if fill is not None:
+            fill(_SEND_RESULT_SLOTS, result, status, msg_id, unique_id, queue, queue_offset, transaction_id)
+            return result
         set_status, set_id, set_unique, set_queue, set_offset, set_txn = _SEND_RESULT_SETTERS
         set_status(result, status)
         set_id(result, msg_id)
@@ -477,6 +524,7 @@ class SendResult:
 
 
 _SEND_RESULT_SETTERS = tuple(getattr(SendResult, a.name).__set__ for a in attrs.fields(SendResult))
+_SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
 
 
 class SendResults(Sequence[SendResult]):

@@ -570,9 +570,42 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ slot filling
+ *
+ *   fill(slots, obj, *values) -> None
+ *     Set each slot descriptor of the tuple `slots` on `obj` to the value in the same place (as
+ *     `slots[i].__set__(obj, values[i])` does, one call instead of one per field): how a frozen
+ *     value type's hand-written __init__ or trusted constructor fills its fields. TypeError when
+ *     the counts differ or a slot is not a data descriptor; a setter's own error otherwise.
+ *     Python twin: plugmq.core.message.fill_slots_py.
+ */
+static PyObject *py_fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "fill(slots, obj, *values): slots must be a tuple");
+        return NULL;
+    }
+    PyObject *slots = args[0], *obj = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(slots);
+    if (nargs - 2 != n) {
+        PyErr_Format(PyExc_TypeError, "fill: %zd values for %zd slots", nargs - 2, n);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        descrsetfunc set = Py_TYPE(slot)->tp_descr_set;
+        if (set == NULL) {
+            PyErr_Format(PyExc_TypeError, "fill: slot %zd is not a data descriptor", i);
+            return NULL;
+        }
+        if (set(slot, obj, args[i + 2]) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
+    {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
     {"encode", py_encode, METH_VARARGS,
      "encode(messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, uniq_prefix, uniq_next, "
      "context) -> (requests, total) | None"},

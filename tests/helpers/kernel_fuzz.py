@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.core import AppendRequest, ManualClock, Message, Prop
+from plugmq.core.message import SendResult, StoredMessage, fill_slots_py
 from plugmq.kit import requestcodec
 from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
 from plugmq.plugins.delay_wheel import codec as wheel
@@ -351,9 +353,9 @@ def fuzz_encode(examples: int) -> int:
     @st.composite
     def case(draw: st.DrawFn) -> dict[str, Any]:
         batch = draw(st.lists(_fuzz_message(), min_size=draw(st.sampled_from([1] * 5 + [0])), max_size=5))
-        extras = draw(st.sampled_from(["none", "none", "each", "each", "any"]))
-        extras = None if extras == "none" else draw(st.lists(extra, min_size=len(batch), max_size=len(batch))
-                                                    if extras == "each" else st.lists(extra, max_size=6))
+        shape = draw(st.sampled_from(["none", "none", "each", "each", "any"]))
+        extras = None if shape == "none" else draw(st.lists(extra, min_size=len(batch), max_size=len(batch))
+                                                   if shape == "each" else st.lists(extra, max_size=6))
         return {"batch": tuple(batch) if draw(st.sampled_from([False] * 9 + [True])) else batch, "extras": extras,
                 "queue_id": draw(_ODD_INT), "born": draw(_ODD_INT), "limit": draw(st.sampled_from([2**40] * 4 + [0, 20, 50])),
                 "host": draw(st.sampled_from(["127.0.0.1:0", ""])), "reconsume": draw(_ODD_INT),
@@ -376,6 +378,46 @@ def fuzz_encode(examples: int) -> int:
             compiled = ("ok", (compiled[1], [list(r.properties.items()) for r in compiled[1][0]]))
             twin = ("ok", (twin[1], [list(r.properties.items()) for r in twin[1][0]]))
         _agree(compiled, twin, "encode")
+
+    _settings(examples)(run)()
+    return count[0]
+
+
+def fuzz_fill(examples: int) -> int:
+    """kit ``_requestcodec.fill`` vs its twin ``fill_slots_py``: slots of the value types (or not
+    slots at all), instances of them (or not), values too few or too many."""
+    native = requestcodec._native
+    classes = [Message, AppendRequest, SendResult, StoredMessage]
+    count = [0]
+    not_slots = [len, 3, property(lambda self: 1), Message.is_delayed, "topic"]
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        cls = draw(st.sampled_from(classes))
+        slots = [cls.__dict__[a.name] for a in attrs.fields(cls)]
+        if draw(st.sampled_from([False] * 5 + [True])):
+            slots[draw(st.integers(0, len(slots) - 1))] = draw(st.sampled_from(not_slots))
+        if draw(st.sampled_from([False] * 5 + [True])):
+            slots = slots[:draw(st.integers(0, len(slots)))]
+        owner = draw(st.sampled_from([cls] * 5 + classes + [int]))
+        values = draw(st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=3), st.binary(max_size=3)),
+                               min_size=max(0, len(slots) - 1), max_size=len(slots) + 1))
+        if draw(st.sampled_from([True] * 3 + [False])):
+            values = (values + [None] * len(slots))[:len(slots)]
+        return {"slots": tuple(slots), "owner": owner, "values": values}
+
+    def filled(fill: Callable[..., None], args: dict[str, Any]) -> Any:
+        owner = args["owner"]
+        obj = 0 if owner is int else object.__new__(owner)
+        fill(args["slots"], obj, *args["values"])
+        return [getattr(obj, slot.__name__, "<unset>") if hasattr(slot, "__objclass__") else None
+                for slot in args["slots"]]
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**{k: repr(v) for k, v in args.items()})
+        _agree(_outcome(lambda: filled(native.fill, args)), _outcome(lambda: filled(fill_slots_py, args)), "fill")
 
     _settings(examples)(run)()
     return count[0]
@@ -450,6 +492,7 @@ TARGETS: dict[str, Callable[[int], int]] = {
     "delay_schedule._segscan.encode_dispatch": fuzz_encode_dispatch,
     "kit._requestcodec.decode": fuzz_requestcodec,
     "kit._requestcodec.encode": fuzz_encode,
+    "kit._requestcodec.fill": fuzz_fill,
 }
 
 
