@@ -146,8 +146,10 @@ class Sender:
         a topic that neither deduplicates nor orders by priority - encoded by the batch encoder;
         None when it is not that case (nothing done yet: ``put``'s general path decides)."""
         topic = message.topic
-        if (message.priority is not None or self._topic_settings.settings(topic).priority
-                or self._dedup.settings_for(topic) is not None):
+        if message.priority is not None:
+            return None
+        settings = self._topic_settings.settings(topic)  # the table DedupWindows.settings_for reads
+        if settings.priority or settings.dedup:
             return None
         _refuse_system_topic(topic)
         queue = self._topics.queue(topic, queue_id)
