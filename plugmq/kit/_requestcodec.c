@@ -405,6 +405,26 @@ static inline PyObject *field(const Context *c, PyObject *m, int i) {
     return Py_TYPE(c->getters[i])->tp_descr_get(c->getters[i], m, (PyObject *)c->message_cls);
 }
 
+/* `prefix` + `value` as 16 upper-case hex digits (new_unique_id's format); a new reference. */
+static PyObject *unique_id(PyObject *prefix, unsigned long long value) {
+    static const char digits[] = "0123456789ABCDEF";
+    if (!PyUnicode_IS_ASCII(prefix)) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llX", value);
+        return PyUnicode_FromFormat("%U%s", prefix, hex);
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
+    PyObject *id = PyUnicode_New(n + 16, 127);
+    if (id == NULL) return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(id);
+    memcpy(out, PyUnicode_1BYTE_DATA(prefix), (size_t)n);
+    for (int i = 15; i >= 0; i--) {
+        out[n + i] = (Py_UCS1)digits[value & 15];
+        value >>= 4;
+    }
+    return id;
+}
+
 /* The properties of one message as the twin's request_properties makes them; NULL on error. */
 static PyObject *message_properties(const Context *c, PyObject **f, PyObject *extra, PyObject *uniq_prefix,
                                     PyObject *uniq_next) {
@@ -445,9 +465,7 @@ static PyObject *message_properties(const Context *c, PyObject **f, PyObject *ex
         unsigned long long value = PyLong_AsUnsignedLongLongMask(count);
         Py_DECREF(count);
         if (value == (unsigned long long)-1 && PyErr_Occurred()) goto bad;
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llX", value);
-        PyObject *id = PyUnicode_FromFormat("%U%s", uniq_prefix, hex);
+        PyObject *id = unique_id(uniq_prefix, value);
         if (id == NULL) goto bad;
         int rc = PyDict_SetItem(props, c->names[P_UNIQ], id);
         Py_DECREF(id);
