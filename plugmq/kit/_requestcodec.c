@@ -478,15 +478,16 @@ bad:
 }
 
 /* Whether the batch passes the checks the fast path leaves to the caller (0: no, 1: yes, -1: error);
- * `total` gets the bodies' length. */
+ * `total` gets the bodies' length. `messages` and `extras` (unless None) are tuples: snapshots of
+ * the caller's lists, which Python code run from here (a key's __eq__) cannot shrink. */
 static int batch_fits(const Context *c, PyObject *messages, PyObject *extras, Py_ssize_t max_size,
                       Py_ssize_t *total) {
-    Py_ssize_t n = PyList_GET_SIZE(messages);
+    Py_ssize_t n = PyTuple_GET_SIZE(messages);
     if (n == 0) return 0;
     if (extras != Py_None) {
-        if (!PyList_Check(extras) || PyList_GET_SIZE(extras) != n) return 0;
+        if (PyTuple_GET_SIZE(extras) != n) return 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *extra = PyList_GET_ITEM(extras, i);
+            PyObject *extra = PyTuple_GET_ITEM(extras, i);
             if (extra != Py_None && !PyDict_Check(extra)) return 0; /* other mappings: the twin's update() */
         }
     }
@@ -494,7 +495,7 @@ static int batch_fits(const Context *c, PyObject *messages, PyObject *extras, Py
     *total = 0;
     int fits = 1;
     for (Py_ssize_t i = 0; i < n && fits; i++) {
-        PyObject *m = PyList_GET_ITEM(messages, i);
+        PyObject *m = PyTuple_GET_ITEM(messages, i);
         if (Py_TYPE(m) != c->message_cls) {
             fits = 0;
             break;
@@ -530,18 +531,24 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         return NULL;
     Context c;
     if (parse_context(context, &c) < 0) return NULL;
-    if (!PyList_Check(messages)) Py_RETURN_NONE;
+    if (!PyList_Check(messages) || (extras != Py_None && !PyList_Check(extras))) Py_RETURN_NONE;
+    PyObject *requests = NULL, *zero = NULL, *last_tags = NULL, *last_code = NULL, *result = NULL;
+    PyObject *batch = PyList_AsTuple(messages);
+    PyObject *extra_of = extras == Py_None ? Py_NewRef(Py_None) : PyList_AsTuple(extras);
+    if (batch == NULL || extra_of == NULL) goto out;
     Py_ssize_t total = 0;
-    int fits = batch_fits(&c, messages, extras, max_size, &total);
-    if (fits < 0) return NULL;
-    if (!fits) Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(messages);
-    PyObject *requests = PyList_New(n);
-    PyObject *zero = PyLong_FromLong(0);
-    PyObject *last_tags = NULL, *last_code = NULL, *result = NULL;
+    int fits = batch_fits(&c, batch, extra_of, max_size, &total);
+    if (fits < 0) goto out;
+    if (!fits) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(batch);
+    requests = PyList_New(n);
+    zero = PyLong_FromLong(0);
     if (requests == NULL || zero == NULL) goto out;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyList_GET_ITEM(messages, i);
+        PyObject *m = PyTuple_GET_ITEM(batch, i);
         PyObject *f[MESSAGE_FIELDS] = {0};
         PyObject *props = NULL, *request = NULL;
         int ok = 0;
@@ -556,7 +563,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
             Py_XSETREF(last_code, code);
             Py_XSETREF(last_tags, Py_NewRef(f[M_TAGS]));
         }
-        PyObject *extra = extras == Py_None ? Py_None : PyList_GET_ITEM(extras, i);
+        PyObject *extra = extra_of == Py_None ? Py_None : PyTuple_GET_ITEM(extra_of, i);
         props = message_properties(&c, f, extra, uniq_prefix, uniq_next);
         if (props == NULL) goto one_done;
         PyObject *proxy = PyDictProxy_New(props);
@@ -581,6 +588,8 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("(On)", requests, total);
 out:
+    Py_XDECREF(batch);
+    Py_XDECREF(extra_of);
     Py_XDECREF(requests);
     Py_XDECREF(zero);
     Py_XDECREF(last_tags);
