@@ -25,6 +25,8 @@ def test_bench_put_measures_both_interpreters_against_the_raw_loops() -> None:
     assert set(report["rates"]) == {"this", "baseline"}
     for rates in report["rates"].values():
         assert set(rates) == {"raw_single", "put", "raw_batch", "put_batch"} and min(rates.values()) > 0
+    for micros in report["cpu_us"].values():
+        assert set(micros) == {"raw_single", "put", "raw_batch", "put_batch"} and min(micros.values()) >= 0
     assert report["settings"]["load_after"] is not None
 
 

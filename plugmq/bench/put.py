@@ -11,7 +11,9 @@ figure is kept. One child measures, with the same bodies:
   the messages built inside the timed loop (building and checking them is part of the put path),
   on store_mmap with ``flush = "async"`` (page cache, no fsync; one queue).
 
-Ratios: each put rate over its raw loop, and this interpreter's over the baseline's.
+Ratios: each put rate over its raw loop, and this interpreter's over the baseline's. Each child
+also reports the CPU (process time) per message of every figure, the best round kept: on a
+shared machine it moves less than the rates, which also count the time other processes ran.
 """
 
 from __future__ import annotations
@@ -45,28 +47,34 @@ with tempfile.TemporaryDirectory(prefix="plugmq-bench-put-") as tmp:
     root = Path(tmp)
     for name in ("raw1", "rawb"):
         (root / name).mkdir()
-    result = {"raw_single": messages / raw_mmap_single(root / "raw1", bodies, messages),
-              "raw_batch": messages / raw_mmap_batched(root / "rawb", bodies, messages, batch)}
+    cpu = {}
+    started = time.process_time()
+    result = {"raw_single": messages / raw_mmap_single(root / "raw1", bodies, messages)}
+    cpu["raw_single"], started = (time.process_time() - started) * 1e6 / messages, time.process_time()
+    result["raw_batch"] = messages / raw_mmap_batched(root / "rawb", bodies, messages, batch)
+    cpu["raw_batch"] = (time.process_time() - started) * 1e6 / messages
     with Broker.open(root / "broker", plugins=["store_mmap"], options={"store_mmap": {"flush": "async"}}) as broker:
         broker.create_topic(topic, 1)
         for body in bodies:
             broker.put(Message(topic, body), 0)  # warm-up
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.process_time()
         for i in range(messages):
             broker.put(Message(topic, bodies[i & 255]), 0)
         result["put"] = messages / (time.perf_counter() - start)
+        cpu["put"] = (time.process_time() - started) * 1e6 / messages
         calls = messages // batch
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.process_time()
         for i in range(calls):
             broker.put_batch([Message(topic, bodies[(i + k) & 255]) for k in range(batch)], 0)
         result["put_batch"] = calls * batch / (time.perf_counter() - start)
-print(json.dumps(result))
+        cpu["put_batch"] = (time.process_time() - started) * 1e6 / (calls * batch)
+print(json.dumps({"rates": result, "cpu_us": cpu}))
 """
 
 _FIGURES = ("raw_single", "put", "raw_batch", "put_batch")
 
 
-def _run_child(python: str, messages: int, size: int, batch: int) -> dict[str, float]:
+def _run_child(python: str, messages: int, size: int, batch: int) -> dict[str, dict[str, float]]:
     # Run from an empty directory: ``python -c`` puts the working directory first on sys.path, and
     # a checkout there would be imported instead of the one the interpreter is set up for.
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-put-cwd-") as cwd:
@@ -74,7 +82,7 @@ def _run_child(python: str, messages: int, size: int, batch: int) -> dict[str, f
                               text=True, timeout=900, check=False, cwd=cwd)
     if done.returncode != 0:
         raise click.ClickException(f"the put child of {python} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    figures: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 
 
@@ -82,41 +90,53 @@ def measure(messages: int, size: int, batch: int, rounds: int, baseline: str | N
     """The best rate of each figure per interpreter (``this``, and ``baseline`` when given)."""
     pythons = {"this": sys.executable, **({"baseline": baseline} if baseline else {})}
     best: dict[str, dict[str, float]] = {label: {} for label in pythons}
+    cpu: dict[str, dict[str, float]] = {label: {} for label in pythons}
     load = LoadWindow()
     for round_index in range(rounds):
         order = list(pythons.items())
         if round_index % 2:
             order.reverse()  # neither interpreter always runs first
         for label, python in order:
-            for name, rate in _run_child(python, messages, size, batch).items():
+            figures = _run_child(python, messages, size, batch)
+            for name, rate in figures["rates"].items():
                 best[label][name] = max(rate, best[label].get(name, 0.0))
+            for name, micros in figures["cpu_us"].items():
+                cpu[label][name] = min(micros, cpu[label].get(name, float("inf")))
     windows = load.finish().as_dict()
     return {"settings": {"messages": messages, "body_size": size, "batch": batch, "rounds": rounds,
                          "store": "store_mmap, flush async (page cache, no fsync)", "pythons": pythons,
                          "load_before": windows["before"], "load_after": windows["after"], "cpus": os.cpu_count()},
-            "rates": best}
+            "rates": best, "cpu_us": cpu}
 
 
-def _print(report: dict[str, Any], console: Console) -> None:
-    rates = report["rates"]
-    settings = report["settings"]
-    table = Table(title=f"Broker.put / put_batch ({settings['body_size']} B bodies, batch {settings['batch']}, "
-                        f"{settings['store']})")
+def _table(title: str, unit: str, figures: dict[str, dict[str, float]]) -> Table:
+    """One row per figure: each interpreter's value and its ratio to its raw loop, and this/baseline."""
+    table = Table(title=title)
     table.add_column("figure")
-    for label in rates:
-        table.add_column(f"{label} msg/s", justify="right")
+    for label in figures:
+        table.add_column(f"{label} {unit}", justify="right")
         table.add_column(f"{label} / raw loop", justify="right")
-    if "baseline" in rates:
+    if "baseline" in figures:
         table.add_column("this / baseline", justify="right")
     for figure in _FIGURES:
         raw = "raw_single" if figure in ("raw_single", "put") else "raw_batch"
         cells = [figure]
-        for label in rates:
-            cells += [f"{rates[label][figure]:,.0f}", f"{rates[label][figure] / rates[label][raw]:.3f}"]
-        if "baseline" in rates:
-            cells.append(f"{rates['this'][figure] / rates['baseline'][figure]:.2f}x")
+        for label in figures:
+            cells += [f"{figures[label][figure]:,.0f}", f"{figures[label][figure] / figures[label][raw]:.3f}"]
+        if "baseline" in figures:
+            cells.append(f"{figures['this'][figure] / figures['baseline'][figure]:.2f}x")
         table.add_row(*cells)
-    console.print(table)
+    return table
+
+
+def _print(report: dict[str, Any], console: Console) -> None:
+    settings = report["settings"]
+    console.print(_table(f"Broker.put / put_batch ({settings['body_size']} B bodies, batch {settings['batch']}, "
+                         f"{settings['store']})", "msg/s", report["rates"]))
+    per_cpu_second = {label: {figure: 1e6 / max(micros, 1e-3) for figure, micros in figures.items()}
+                      for label, figures in report["cpu_us"].items()}
+    console.print(_table("Messages per CPU second (process time: steadier than the rates on a shared machine)",
+                         "msg/CPU-s", per_cpu_second))
     console.print(f"load average before {settings['load_before']}, after {settings['load_after']}; "
                   f"{settings['cpus']} CPUs; best of {settings['rounds']} round(s), interpreters alternating")
 
