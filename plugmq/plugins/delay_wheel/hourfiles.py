@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -59,6 +58,32 @@ def _numpy() -> tuple[Any, Any]:
                          ("second", "<u2"), ("ms", "<u2"), ("crc", "<u4")])
     assert dtype.itemsize == INDEX_ENTRY_SIZE
     return numpy, dtype
+
+
+@cache
+def _crc_table() -> Any:
+    """zlib's CRC-32 (reflected 0xEDB88320) byte table, as numpy uint32."""
+    np, _dtype = _numpy()
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xEDB88320 if crc & 1 else crc >> 1
+        table.append(crc)
+    return np.array(table, dtype=np.uint32)
+
+
+def crc32_rows(rows: Any) -> Any:
+    """``zlib.crc32`` of each row of a 2-D uint8 array, one table step per column for all rows
+    at once (a big second's index entries are checked in a few ms, not one call per entry)."""
+    np, _dtype = _numpy()
+    table = _crc_table()
+    crc = np.full(rows.shape[0], 0xFFFFFFFF, dtype=np.uint32)
+    for column in range(rows.shape[1]):
+        crc = table[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
 HOUR_FILE_SUFFIXES = (".log", ".idx", ".head", ".cancel")
 
 
@@ -197,33 +222,49 @@ class HourFiles:
         """The second's entries as (ms, localIndex, globalIndex, offset, size), in localIndex
         order; CorruptRecordError as :meth:`chain`.
 
-        A big second (a burst) is checked column-wise over the whole index: its entries, their
-        CRCs, localIndex 0..count-1 and every preGlobalIndex pointing at the entry before - the
-        chain :meth:`chain` walks. When anything there does not hold, it walks the chain itself
-        (same result or same error)."""
+        A big second (a burst, or a steady stream's second being preloaded) is checked
+        column-wise: its entries, their CRCs, localIndex 0..count-1 and every preGlobalIndex
+        pointing at the entry before - the chain :meth:`chain` walks. Only the part of the index
+        from the second's first entry to its last is read (found by doubling a window back from
+        the head), so preloading a second costs its own entries, not the hour's. When anything
+        there does not hold, it walks the chain itself (same result or same error)."""
         last, count = self.head(second)
-        total = self.header.count
-        if count <= 64 or count * 16 < total:
-            return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
-        raw = self.idx.read(0, total * INDEX_ENTRY_SIZE)
-        if len(raw) >= total * INDEX_ENTRY_SIZE:
-            np, index_dtype = _numpy()
-            table = np.frombuffer(raw, dtype=index_dtype, count=total)
-            picked = np.flatnonzero(table["second"] == second)
-            if len(picked) == count:
-                order = np.argsort(table["local"][picked], kind="stable")
-                picked = picked[order]
-                rows = table[picked]
-                gis = picked.tolist()
-                view = memoryview(raw)
-                if (np.array_equal(rows["gi"], picked) and np.array_equal(rows["local"], np.arange(count))
-                        and int(rows["pre"][0]) == NO_ENTRY and np.array_equal(rows["pre"][1:], picked[:-1])
-                        and gis[-1] == last and bool((rows["size"] > 0).all()) and bool((rows["ms"] < 1000).all())
-                        and all(zlib.crc32(view[gi * INDEX_ENTRY_SIZE:gi * INDEX_ENTRY_SIZE + _INDEX_CRC_AT]) == crc
-                                for gi, crc in zip(gis, rows["crc"].tolist()))):
-                    return list(zip(rows["ms"].tolist(), rows["local"].tolist(), gis,
-                                    rows["offset"].tolist(), rows["size"].tolist()))
+        if count > 64:
+            rows = self._chain_rows_columns(second, last, count)
+            if rows is not None:
+                return rows
         return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
+
+    def _chain_rows_columns(self, second: int, last: int, count: int) -> list[tuple[int, int, int, int, int]] | None:
+        """:meth:`chain_rows` of a big second checked with numpy; None when a check fails."""
+        np, index_dtype = _numpy()
+        if not 0 <= last < self.header.count:
+            return None
+        low = max(0, last + 1 - count)  # the second's entries are at most this dense
+        while True:
+            span = last + 1 - low
+            raw = self.idx.read(low * INDEX_ENTRY_SIZE, span * INDEX_ENTRY_SIZE)
+            if len(raw) < span * INDEX_ENTRY_SIZE:
+                return None
+            table = np.frombuffer(raw, dtype=index_dtype, count=span)
+            picked = np.flatnonzero(table["second"] == second)
+            if len(picked) >= count or low == 0:
+                break
+            low = max(0, last + 1 - 2 * span)
+        if len(picked) != count:
+            return None
+        rows = table[picked]
+        order = np.argsort(rows["local"], kind="stable")
+        picked, rows = picked[order], rows[order]
+        gis = picked + low
+        entry_bytes = np.frombuffer(raw, dtype=np.uint8).reshape(span, INDEX_ENTRY_SIZE)
+        if not (np.array_equal(rows["gi"], gis) and np.array_equal(rows["local"], np.arange(count))
+                and int(rows["pre"][0]) == NO_ENTRY and np.array_equal(rows["pre"][1:], gis[:-1])
+                and int(gis[-1]) == last and bool((rows["size"] > 0).all()) and bool((rows["ms"] < 1000).all())
+                and np.array_equal(crc32_rows(entry_bytes[picked, :_INDEX_CRC_AT]), rows["crc"])):
+            return None
+        return list(zip(rows["ms"].tolist(), rows["local"].tolist(), gis.tolist(), rows["offset"].tolist(),
+                        rows["size"].tolist()))
 
     def scan_second(self, second: int) -> list[IndexEntry]:
         """The second's readable entries found by reading the whole index: the slow way round a
