@@ -35,6 +35,7 @@ from plugmq.core import (
     DelayUnsupportedError,
 )
 from plugmq.core.clock import Timer
+from plugmq.core.contracts import read_entries
 from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
 from plugmq.core.names import SCHEDULE_TOPIC
@@ -241,8 +242,8 @@ class LevelDelayScheduler:
         limit = self._options.dead_letter_older_than_ms
         requests: list[AppendRequest] = []
         plan: list[tuple[int, ConsumeQueueEntry, int, bool]] = []  # level queue, entry, request index, dead
-        for qid, entry in entries:
-            message = self._store.read(entry.commit_log_offset, entry.size)
+        messages = read_entries(self._store, [entry for _, entry in entries])  # one call for the run
+        for (qid, entry), message in zip(entries, messages, strict=True):
             request = restore(message) if message is not None else None
             if request is None:
                 self._counts["missing"] += 1
@@ -257,8 +258,8 @@ class LevelDelayScheduler:
         now = self._clock.now_ms()  # lateness counts from when the batch is visible
         done = 0
         next_offsets: dict[int, int] = {}  # a level's offset moves once per batch, past its last done entry
-        delivered = dead_lettered = 0
-        record_late = self._lateness.record
+        dead_lettered = 0
+        late: list[int] = []  # of the delivered ones, recorded at once
         for qid, entry, index, dead in plan:
             if index >= 0 and stored is not None and not stored[index]:
                 break  # this and what follows wait for the retry (a level's offset is a prefix)
@@ -266,18 +267,17 @@ class LevelDelayScheduler:
             next_offsets[qid] = entry.queue_offset + 1
             if index < 0:
                 continue
-            late = now - entry.tags_code
             if dead:
                 dead_lettered += 1
             else:
-                delivered += 1
-                record_late(late)
+                late.append(now - entry.tags_code)
             if at_start and entry.tags_code <= self._start_ms:
                 self._counts["overdue_at_start"] += 1
-                self._late_at_start_max = max(self._late_at_start_max, late)
+                self._late_at_start_max = max(self._late_at_start_max, now - entry.tags_code)
+        self._lateness.record_many(late)
         for qid, offset in next_offsets.items():
             self._offsets.set(qid, offset)
-        self._counts["delivered"] += delivered
+        self._counts["delivered"] += len(late)
         self._counts["dead_lettered"] += dead_lettered
         self._counts["batches"] += 1
         if done:
@@ -392,8 +392,8 @@ class LevelDelayScheduler:
             self._counts["in_doubt_unchecked_levels"] += 1
             return
         settled = 0
-        for entry in self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch):
-            message = self._store.read(entry.commit_log_offset, entry.size)
+        entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch)
+        for message in read_entries(self._store, entries):
             request = restore(message) if message is not None else None
             if request is not None and not (
                 self._was_delivered(request)
