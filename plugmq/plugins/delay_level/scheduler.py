@@ -43,7 +43,7 @@ from plugmq.kit.lateness import LatenessHistogram
 from plugmq.kit.writeback import write_back
 from plugmq.plugins.delay_level.offsets import OffsetTable
 from plugmq.plugins.delay_level.options import DelayLevelOptions
-from plugmq.plugins.delay_level.rewrite import dead_letter_copy, restore, to_schedule
+from plugmq.plugins.delay_level.rewrite import dead_letter_copy, restore_all, to_schedule
 
 __all__ = ["NAME", "LevelDelayScheduler", "capabilities_for"]
 
@@ -242,9 +242,8 @@ class LevelDelayScheduler:
         limit = self._options.dead_letter_older_than_ms
         requests: list[AppendRequest] = []
         plan: list[tuple[int, ConsumeQueueEntry, int, bool]] = []  # level queue, entry, request index, dead
-        messages = read_entries(self._store, [entry for _, entry in entries])  # one call for the run
-        for (qid, entry), message in zip(entries, messages, strict=True):
-            request = restore(message) if message is not None else None
+        restored = restore_all(read_entries(self._store, [entry for _, entry in entries]))  # one read for the run
+        for (qid, entry), request in zip(entries, restored, strict=True):
             if request is None:
                 self._counts["missing"] += 1
                 log.error("scheduled message unreadable or without its real topic; skipped",
@@ -393,8 +392,7 @@ class LevelDelayScheduler:
             return
         settled = 0
         entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, self._options.dispatch_batch)
-        for message in read_entries(self._store, entries):
-            request = restore(message) if message is not None else None
+        for request in restore_all(read_entries(self._store, entries)):
             if request is not None and not (
                 self._was_delivered(request)
                 or (self._options.dead_letter_older_than_ms
