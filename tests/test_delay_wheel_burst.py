@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from plugmq.core import AppendRequest, CorruptRecordError
 from plugmq.plugins.delay_wheel.codec import INDEX_ENTRY_SIZE, encode_record
 from plugmq.plugins.delay_wheel.hourfiles import HourFiles, crc32_rows
+from plugmq.plugins.delay_wheel.scheduler import _items_of_columns, _sorted_items
 
 
 def _walk(files: HourFiles, second: int) -> list[tuple[int, int, int, int, int]]:
@@ -74,18 +75,25 @@ def test_lateness_batch_records_what_one_by_one_records() -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.integers(0, 3), min_size=100, max_size=600))
-def test_seconds_read_from_their_part_of_the_index_equal_the_walk(tmp_path: Path, seconds: list[int]) -> None:
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 1, 2, 500, 999])), min_size=100, max_size=600))
+def test_seconds_read_from_their_part_of_the_index_equal_the_walk(tmp_path: Path,
+                                                                 entries: list[tuple[int, int]]) -> None:
     """Any interleaving of seconds (a steady stream fills them one after another, a late arrival
-    lands far behind its second's first entry): the windowed column check equals the walk."""
+    lands far behind its second's first entry): the windowed column check equals the walk, and
+    the millisecond level built from its columns equals the one built from the walk's rows."""
     with tempfile.TemporaryDirectory(dir=tmp_path) as directory:
         files = HourFiles(Path(directory), 5, fsync=False)
         files.map()
         request = AppendRequest("T", 0, b"x", {"k": "v"})
-        for i, second in enumerate(seconds):
-            files.append(encode_record(request, 1, 0, None), second, i % 1000)
+        for second, ms in entries:
+            files.append(encode_record(request, 1, 0, None), second, ms)
         for second in range(4):
-            assert files.chain_rows(second) == _walk(files, second)
+            walked = _walk(files, second)
+            assert files.chain_rows(second) == walked
+            columns = files.chain_columns(second)
+            assert (columns is None) == (len(walked) <= 64)
+            if columns is not None:
+                assert _items_of_columns(5, second, columns) == _sorted_items(5, second, walked)
         files.close(sync=False)
 
 

@@ -228,18 +228,19 @@ class HourFiles:
         from the second's first entry to its last is read (found by doubling a window back from
         the head), so preloading a second costs its own entries, not the hour's. When anything
         there does not hold, it walks the chain itself (same result or same error)."""
-        last, count = self.head(second)
-        if count > 64:
-            rows = self._chain_rows_columns(second, last, count)
-            if rows is not None:
-                return rows
+        columns = self.chain_columns(second)
+        if columns is not None:
+            return list(zip(*(column.tolist() for column in columns)))
         return [(e.ms, e.local_index, e.global_index, e.offset, e.size) for e in self.chain(second)]
 
-    def _chain_rows_columns(self, second: int, last: int, count: int) -> list[tuple[int, int, int, int, int]] | None:
-        """:meth:`chain_rows` of a big second checked with numpy; None when a check fails."""
-        np, index_dtype = _numpy()
-        if not 0 <= last < self.header.count:
+    def chain_columns(self, second: int) -> tuple[Any, Any, Any, Any, Any] | None:
+        """:meth:`chain_rows` of a big second as numpy columns (ms, localIndex, globalIndex,
+        offset, size), checked as described there; None for a small second (64 entries or
+        fewer: the walk is cheaper) or when a check fails (the walk then decides the error)."""
+        last, count = self.head(second)
+        if count <= 64 or not 0 <= last < self.header.count:
             return None
+        np, index_dtype = _numpy()
         low = max(0, last + 1 - count)  # the second's entries are at most this dense
         while True:
             span = last + 1 - low
@@ -263,8 +264,7 @@ class HourFiles:
                 and int(gis[-1]) == last and bool((rows["size"] > 0).all()) and bool((rows["ms"] < 1000).all())
                 and np.array_equal(crc32_rows(entry_bytes[picked, :_INDEX_CRC_AT]), rows["crc"])):
             return None
-        return list(zip(rows["ms"].tolist(), rows["local"].tolist(), gis.tolist(), rows["offset"].tolist(),
-                        rows["size"].tolist()))
+        return rows["ms"], rows["local"], gis, rows["offset"], rows["size"]
 
     def scan_second(self, second: int) -> list[IndexEntry]:
         """The second's readable entries found by reading the whole index: the slow way round a
