@@ -6,7 +6,9 @@ from __future__ import annotations
 import random
 import tempfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,3 +130,63 @@ def test_rows_crc_equals_zlib(width: int, rows: list[bytes]) -> None:
 
     table = numpy.frombuffer(b"".join(rows), dtype=numpy.uint8).reshape(len(rows), 40)[:, :width]
     assert crc32_rows(table).tolist() == [zlib.crc32(row[:width]) for row in rows]
+
+
+class _Crash(BaseException):
+    """The process dies right after a batch reached the store (real kills: test_delay_wheel_crash)."""
+
+
+def test_big_interleaved_seconds_go_out_in_key_order_once_across_a_crash(tmp_path: Path) -> None:
+    """Three seconds of 150 messages each, scheduled interleaved at random milliseconds (each is a
+    big second: its millisecond level comes from the column check); the process dies after the
+    second batch reached the store. Reopened, every message goes out once, in (due ms, send) order."""
+    from plugmq.broker.components import open_delay_scheduler
+    from plugmq.core import AppendResult, AppendStatus, ManualClock, Prop
+
+    clock = ManualClock(1_700_000_000)
+    start = clock.now_ms()
+    rng = random.Random(5)
+    delivered: list[str] = []
+    crash_after = [2]
+    batches: list[int] = []
+
+    def deliver(request: AppendRequest) -> AppendResult:
+        delivered.append(request.properties[Prop.UNIQ_KEY])
+        return AppendResult(AppendStatus.PUT_OK, "0" * 32, len(delivered), 0, 1, 0)
+
+    def deliver_batch(requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        results = [deliver(r) for r in requests]
+        batches.append(len(requests))
+        crash_after[0] -= 1
+        if crash_after[0] == 0:
+            raise _Crash
+        return results
+
+    def was_delivered(request: AppendRequest) -> bool:
+        return request.properties[Prop.UNIQ_KEY] in delivered
+
+    def open_wheel(clock: ManualClock) -> Any:
+        wheel = open_delay_scheduler("delay_wheel", tmp_path, deliver=deliver, deliver_batch=deliver_batch, clock=clock,
+                                     was_delivered=was_delivered, options={"dispatch_batch": 40})
+        wheel.start()
+        return wheel
+
+    wheel = open_wheel(clock)
+    due: dict[str, int] = {}
+    for i in range(450):
+        at = start + 5000 + 1000 * (i % 3) + rng.choice([0, 1, 7, 500, 999])
+        uid = f"m{i:03d}"
+        due[uid] = at
+        wheel.schedule(AppendRequest("T", 0, b"x", {Prop.UNIQ_KEY: uid}), deliver_at_ms=at, delay_level=None)
+    assert wheel.metrics()["scheduled"] == 450
+    with pytest.raises(_Crash):
+        clock.set((start + 9000) / 1000)
+    assert len(batches) == 2 and len(delivered) == sum(batches)
+    # The dead process's wheel is dropped unclosed, its timers with its clock; a new one opens
+    # the same files at the same time.
+    clock = ManualClock(clock.now())
+    wheel = open_wheel(clock)
+    clock.set((start + 9000) / 1000)
+    assert delivered == sorted(due, key=lambda u: (due[u], u))
+    assert wheel.metrics()["in_doubt_found_delivered"] == batches[1] and wheel.pending() == 0
+    wheel.close()
