@@ -44,20 +44,23 @@ def test_big_second_equals_the_walk(files: HourFiles) -> None:
         assert files.chain_rows(second) == _walk(files, second)
 
 
-@pytest.mark.parametrize("damage", ["crc", "pointer"])
-def test_damaged_chain_raises_as_the_walk_does(files: HourFiles, damage: str) -> None:
-    gi = _walk(files, 7)[100][2]
+def _damage_then_both_raise_alike(files: HourFiles, second: int, gi: int, damage: str = "crc") -> None:
     raw = bytearray(files.idx.read(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE))
     if damage == "crc":
         raw[0] ^= 1
-    else:  # an entry moved to another second: second 7 is one short, the walk decides
+    else:  # an entry moved to another second: this one is one short, the walk decides
         raw[24:26] = (3).to_bytes(2, "little")  # its second becomes 3 (and its CRC no longer holds)
     files.idx.write(gi * INDEX_ENTRY_SIZE, bytes(raw))
     with pytest.raises(CorruptRecordError) as walked:
-        files.chain(7)
+        files.chain(second)
     with pytest.raises(CorruptRecordError) as checked:
-        files.chain_rows(7)
+        files.chain_rows(second)
     assert str(checked.value) == str(walked.value)
+
+
+@pytest.mark.parametrize("damage", ["crc", "pointer"])
+def test_damaged_chain_raises_as_the_walk_does(files: HourFiles, damage: str) -> None:
+    _damage_then_both_raise_alike(files, 7, _walk(files, 7)[100][2], damage)
 
 
 def test_lateness_batch_records_what_one_by_one_records() -> None:
@@ -111,15 +114,7 @@ def test_a_second_at_the_end_of_a_long_index_is_read_and_checked_alone(tmp_path:
     files.append(encode_record(request, 1, 0, None), 9, 999)  # ... and one late arrival
     rows = files.chain_rows(9)
     assert rows == _walk(files, 9) and len(rows) == 201 and rows[0][2] == 1800
-    gi = rows[50][2]
-    raw = bytearray(files.idx.read(gi * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE))
-    raw[0] ^= 1
-    files.idx.write(gi * INDEX_ENTRY_SIZE, bytes(raw))
-    with pytest.raises(CorruptRecordError) as walked:
-        files.chain(9)
-    with pytest.raises(CorruptRecordError) as checked:
-        files.chain_rows(9)
-    assert str(checked.value) == str(walked.value)
+    _damage_then_both_raise_alike(files, 9, rows[50][2])
 
 
 @settings(max_examples=50, deadline=None)
