@@ -169,9 +169,9 @@ def test_sends_are_stored_on_the_loop_only_while_the_send_thread_has_no_call(tmp
             assert not worker.stores_on_loop([check_send(SendRequest([delayed], None, "c"), auth, 4096)], False)
             stored = worker.submit(first)
             assert not worker.stores_on_loop([first], False)  # the thread's call is stored first
-            offset = (await stored)[0].offset
+            offset = (await stored).entries[0].offset
             assert worker.stores_on_loop([first], False)
-            retried = worker.sender.store([first])[0]  # the retry, on the loop, finds the first try
+            retried = worker.sender.store([first])[0].entries  # the retry, on the loop, finds the first try
             assert retried[0].status.code == Code.OK and retried[0].offset == offset
         finally:
             worker.close()

@@ -30,7 +30,7 @@ from plugmq.server.handoff import serve_handoff
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import service_pb2, service_pb2_grpc
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import CheckedSend, send_response
+from plugmq.server.send import CheckedSend
 from plugmq.server.service import MessagingService
 from plugmq.server.status import status_of
 from plugmq.server.telemetry import Sessions
@@ -157,19 +157,19 @@ class PlugmqServer:
         service = self.service
         try:
             if service.sends.stores_on_loop(calls, self.broker.sends_wait):
-                return [send_response(entries).SerializeToString() for entries in service.sends.sender.store(calls)]
+                return [response.SerializeToString() for response in service.sends.sender.store(calls)]
             waiting = [service.sends.submit(call) for call in calls]
         except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it
             return _failed_calls(exc, len(calls))
         return self._store_later(waiting)
 
     @staticmethod
-    async def _store_later(waiting: list[asyncio.Future[list[service_pb2.SendResultEntry]]]) -> list[bytes]:
+    async def _store_later(waiting: list[asyncio.Future[service_pb2.SendMessageResponse]]) -> list[bytes]:
         try:
             answers = await asyncio.gather(*waiting)
         except Exception as exc:  # noqa: BLE001 - every call of the frame is answered with it
             return _failed_calls(exc, len(waiting))
-        return [send_response(entries).SerializeToString() for entries in answers]
+        return [response.SerializeToString() for response in answers]
 
     def _warn_when_exposed(self) -> None:
         options = self.options

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from plugmq.core.clock import Clock
 from plugmq.core.message import MessageQueue, SendResult, SendStatus, StoredMessage
@@ -51,6 +51,14 @@ class RecentSends:
             self._sent[message_id] = result
             if len(self._sent) > self._remembered:
                 self._sent.popitem(last=False)
+
+    def stored_many(self, sends: Iterable[tuple[str, SendResult]]) -> None:
+        """:meth:`stored` for the sends of a store batch (one lock round)."""
+        with self._lock:
+            sent = self._sent
+            sent.update(sends)
+            while len(sent) > self._remembered:
+                sent.popitem(last=False)
 
     def find(self, message_id: str, topic: str) -> SendResult | None:
         """The stored send this one retries; None when it is new."""

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -36,7 +36,7 @@ from plugmq.server.protocol import Code, MessageType, definition_pb2, service_pb
 from plugmq.server.status import RpcFailure, ok, overall, status_of
 from plugmq.server.telemetry import Sessions, txn_group
 
-__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_send", "send_response"]
+__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_messages", "check_send"]
 
 # A send that is stored but not as durable as asked, as RocketMQ 5's proxy answers it
 # (SendMessageActivity): the message is on the master; a retry by the client may store it twice.
@@ -73,14 +73,23 @@ class CheckedSend:
     items: Sequence[Outgoing | service_pb2.SendResultEntry]
     client_id: str
     account: str | None  # the sender's access key (its rate limit), None without access control
-
-    @property
-    def on_loop(self) -> bool:
-        """Whether every message is a normal or FIFO one (stored on the event loop when the store allows)."""
-        return all(type(item) is not Outgoing or item.kind in _ON_LOOP_KINDS for item in self.items)
+    #: Whether every message is a normal or FIFO one (stored on the event loop when the store allows).
+    on_loop: bool = attrs.field(
+        default=attrs.Factory(lambda self: _on_loop(self.items), takes_self=True))
+    #: Whether a message is transactional (only those need the client's id: its session).
+    transactional: bool = attrs.field(
+        default=attrs.Factory(lambda self: _transactional(self.items), takes_self=True))
 
 
 _ON_LOOP_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO))
+
+
+def _on_loop(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> bool:
+    return all(type(item) is not Outgoing or item.kind in _ON_LOOP_KINDS for item in items)
+
+
+def _transactional(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> bool:
+    return any(type(item) is Outgoing and item.kind == MessageType.TRANSACTION for item in items)
 
 
 def check_message(proto: definition_pb2.Message, account: Account | None, auth: Authenticator,
@@ -97,21 +106,32 @@ def check_message(proto: definition_pb2.Message, account: Account | None, auth: 
 
 def check_send(request: SendRequest, auth: Authenticator, max_body: int) -> CheckedSend:
     """Every message of a call checked: its Outgoing, or the entry that answers its failure."""
+    return check_messages(request.messages, request.account, auth, max_body, request.client_id)
+
+
+def check_messages(messages: Iterable[definition_pb2.Message], account: Account | None, auth: Authenticator,
+                   max_body: int, client_id: str = "") -> CheckedSend:
+    """:func:`check_send` of a call's messages (``client_id`` matters to transactional ones only)."""
     items: list[Outgoing | service_pb2.SendResultEntry] = []
-    account = request.account
-    for proto in request.messages:
+    on_loop, transactional = True, False
+    for proto in messages:
         try:
-            items.append(check_message(proto, account, auth, max_body))
+            out = check_message(proto, account, auth, max_body)
         except Exception as exc:  # noqa: BLE001 - answered as this entry's status
             items.append(_failed(proto.topic.name, proto.system_properties.message_id, exc))
-    return CheckedSend(items, request.client_id, account.access_key if account is not None else None)
+            continue
+        items.append(out)
+        if out.kind not in _ON_LOOP_KINDS:
+            on_loop = False
+            transactional = transactional or out.kind == MessageType.TRANSACTION
+    return CheckedSend(items, client_id, account.access_key if account is not None else None, on_loop, transactional)
 
 
 @attrs.define
 class _Batch:
-    """Messages for one queue, in request order (``slots`` index the response entries)."""
+    """Messages for one queue, in request order (``entries``: their response entries)."""
 
-    slots: list[int] = attrs.field(factory=list)
+    entries: list[service_pb2.SendResultEntry] = attrs.field(factory=list)
     items: list[Outgoing] = attrs.field(factory=list)
     size: int = 0
 
@@ -148,86 +168,93 @@ class Sender:
         queue_id = picked[topic] = next(counter) % count
         return queue_id
 
-    def send(self, requests: Sequence[SendRequest | CheckedSend]) -> list[list[service_pb2.SendResultEntry]]:
-        """Each request's entries, one per message in request order. Normal messages of all the
-        requests that go to one queue share store batches."""
+    def send(self, requests: Sequence[SendRequest | CheckedSend]) -> list[service_pb2.SendMessageResponse]:
+        """Each request's response, one entry per message in request order. Normal messages of all
+        the requests that go to one queue share store batches."""
         checked = [r if type(r) is CheckedSend else check_send(r, self._auth, self._max_batch_bytes)  # type: ignore[arg-type]
                    for r in requests]
         return self.store(checked)
 
-    def store(self, requests: Sequence[CheckedSend]) -> list[list[service_pb2.SendResultEntry]]:
-        """Store checked calls: each request's entries, one per message in request order."""
-        entries: list[service_pb2.SendResultEntry | None] = []
+    def store(self, requests: Sequence[CheckedSend]) -> list[service_pb2.SendMessageResponse]:
+        """Store checked calls: each request's response, one entry per message in request order.
+
+        The entries are added to their response first and filled in place as their messages are
+        stored (no entry built apart and copied in)."""
+        responses: list[service_pb2.SendMessageResponse] = []
         batches: dict[tuple[str, int, str | None], list[_Batch]] = {}  # an account's rate limit: its own batches
         for request in requests:
+            response = service_pb2.SendMessageResponse()
+            responses.append(response)
+            add = response.entries.add
             picked: dict[str, int] = {}
             for out in request.items:
-                slot = len(entries)
-                entries.append(None)
+                entry = add()
                 if type(out) is not Outgoing:
-                    entries[slot] = out
+                    entry.CopyFrom(out)
                     continue
                 try:
-                    self._place(out, slot, request, picked, entries, batches)
+                    self._place(out, entry, request, picked, batches)
                 except Exception as exc:  # noqa: BLE001 - answered as this entry's status
-                    entries[slot] = _failed_out(out, exc)
+                    entry.CopyFrom(_failed_out(out, exc))
         for (_topic, queue_id, account), queue_batches in batches.items():
             for batch in queue_batches:
-                self._store(batch, queue_id, entries, account)
-        self._await_slave(entries)
-        answers: list[list[service_pb2.SendResultEntry]] = []
-        start = 0
-        for request in requests:
-            end = start + len(request.items)
-            answers.append([entry for entry in entries[start:end] if entry is not None])
-            start = end
-        return answers
+                self._store(batch, queue_id, account)
+        self._await_slave(responses)
+        return responses
 
-    def _place(self, out: Outgoing, slot: int, request: CheckedSend, picked: dict[str, int],
-               entries: list[service_pb2.SendResultEntry | None],
+    def _place(self, out: Outgoing, entry: service_pb2.SendResultEntry, request: CheckedSend, picked: dict[str, int],
                batches: dict[tuple[str, int, str | None], list[_Batch]]) -> None:
         """Store a transactional or delayed message now; add any other to its queue's batch."""
         topic = out.message.topic
         queue_id = self._queue_for(topic, out.message_group, picked)
         if out.kind == MessageType.TRANSACTION:
-            entries[slot] = self._prepare(out, queue_id, request.client_id)
+            self._prepare(out, entry, queue_id, request.client_id)
             return
         deliver_at = out.message.deliver_at_ms
         if deliver_at is not None and deliver_at > self._broker.clock.now_ms():
-            entries[slot] = self._delay(out, queue_id, request.account)
+            self._delay(out, entry, queue_id, request.account)
             return
         if deliver_at is not None:  # already due: a normal message
             out = attrs.evolve(out, message=attrs.evolve(out.message, deliver_at_ms=None))
         retried = self._recent.find(out.message_id, topic)
         if retried is not None:  # stored by an earlier try: answered with it, not stored again
             self._broker.count_duplicate(topic)
-            entries[slot] = _entry(out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
+            _fill(entry, out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
             return
         queue_batches = batches.setdefault((topic, queue_id, request.account), [])
         body = len(out.message.body)
         if not queue_batches or queue_batches[-1].size + body > self._max_batch_bytes:
             queue_batches.append(_Batch())
         batch = queue_batches[-1]
-        batch.slots.append(slot)
+        batch.entries.append(entry)
         batch.items.append(out)
         batch.size += body
 
-    def _await_slave(self, entries: Sequence[service_pb2.SendResultEntry | None]) -> None:
+    def _await_slave(self, responses: Sequence[service_pb2.SendMessageResponse]) -> None:
         """One wait for a slave covering every message this round stored (SEND_OK elsewhere than on
         a sync_master); what it could not confirm answers FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE."""
-        stored = [entry for entry in entries if entry is not None and entry.status.code == Code.OK]
-        if not stored:
-            return
-        replica = self._broker.await_replication()
+        SLAVE_NOT_AVAILABLE. Then each response's overall status."""
+        stored: list[service_pb2.SendResultEntry] = []
+        all_ok: list[bool] = []  # per response: every entry is OK
+        for response in responses:
+            entries = response.entries
+            before = len(stored)
+            stored.extend(entry for entry in entries if entry.status.code == Code.OK)
+            all_ok.append(len(stored) - before == len(entries))
+        replica = self._broker.await_replication() if stored else SendStatus.SEND_OK
         if replica is not SendStatus.SEND_OK:
             for entry in stored:
                 _set_status(entry, replica)
-        else:
+            all_ok = [False] * len(responses)
+        elif stored:
             self._broker.count_acked(len(stored))
+        for response, fine in zip(responses, all_ok, strict=True):
+            if fine:
+                response.status.CopyFrom(_OK)
+            else:
+                response.status.CopyFrom(overall([entry.status for entry in response.entries]))
 
-    def _store(self, batch: _Batch, queue_id: int, entries: list[service_pb2.SendResultEntry | None],
-               account: str | None) -> None:
+    def _store(self, batch: _Batch, queue_id: int, account: str | None) -> None:
         try:
             if len(batch.items) == 1:
                 out = batch.items[0]
@@ -238,21 +265,22 @@ class Sender:
                                                  extra_properties=[out.extra for out in batch.items], await_slave=False,
                                                  account=account)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
-            for slot, out in zip(batch.slots, batch.items, strict=True):
-                entries[slot] = _failed_out(out, exc)
+            for entry, out in zip(batch.entries, batch.items, strict=True):
+                entry.CopyFrom(_failed_out(out, exc))
             return
-        for slot, out, result in zip(batch.slots, batch.items, results, strict=True):
-            entries[slot] = _entry(out.message_id, result)
-            self._recent.stored(out.message_id, result)
+        stored = []
+        for entry, out, result in zip(batch.entries, batch.items, results, strict=True):
+            _fill(entry, out.message_id, result)
+            stored.append((out.message_id, result))
+        self._recent.stored_many(stored)
 
-    def _delay(self, out: Outgoing, queue_id: int, account: str | None) -> service_pb2.SendResultEntry:
+    def _delay(self, out: Outgoing, entry: service_pb2.SendResultEntry, queue_id: int, account: str | None) -> None:
         result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
                                   account=account)
-        entry = _entry(out.message_id, result)
+        _fill(entry, out.message_id, result)
         entry.recall_handle = f"{result.msg_id}:{out.message_id}"
-        return entry
 
-    def _prepare(self, out: Outgoing, queue_id: int, client_id: str) -> service_pb2.SendResultEntry:
+    def _prepare(self, out: Outgoing, entry: service_pb2.SendResultEntry, queue_id: int, client_id: str) -> None:
         self._broker.check_writable("take transactional messages")
         service = self._broker.transactions
         topic = out.message.topic
@@ -264,26 +292,18 @@ class Sender:
             self._sessions.answer_transactions(session, topic, proven=True)
         request = self._broker.build_request(out.message, queue_id, extra_properties=out.extra)
         stored = service.prepare(request, txn_group(topic))
-        entry = service_pb2.SendResultEntry(message_id=out.message_id, transaction_id=stored.msg_id,
-                                            offset=stored.queue_offset)
+        entry.message_id, entry.transaction_id, entry.offset = out.message_id, stored.msg_id, stored.queue_offset
         _set_status(entry, SendStatus.SEND_OK if stored.status is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT)
-        return entry
-
-
-def send_response(entries: list[service_pb2.SendResultEntry]) -> service_pb2.SendMessageResponse:
-    """A SendMessage call's answer: its entries and their overall status."""
-    return service_pb2.SendMessageResponse(status=overall([e.status for e in entries]), entries=entries)
 
 
 _OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared
 
 
-def _entry(message_id: str, result: SendResult) -> service_pb2.SendResultEntry:
-    if result.status is SendStatus.SEND_OK:
-        return service_pb2.SendResultEntry(message_id=message_id, offset=result.queue_offset, status=_OK)
-    entry = service_pb2.SendResultEntry(message_id=message_id, offset=result.queue_offset)
+def _fill(entry: service_pb2.SendResultEntry, message_id: str, result: SendResult) -> None:
+    """An entry of its response filled with what storing its message answered."""
+    entry.message_id = message_id
+    entry.offset = result.queue_offset
     _set_status(entry, result.status)
-    return entry
 
 
 def _set_status(entry: service_pb2.SendResultEntry, status: SendStatus) -> None:
@@ -312,7 +332,7 @@ class SendWorker:
     def __init__(self, sender: Sender, loop: asyncio.AbstractEventLoop) -> None:
         self._sender = sender
         self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest | CheckedSend] | None] \
+        self._queue: queue.SimpleQueue[tuple[asyncio.Future[service_pb2.SendMessageResponse], SendRequest | CheckedSend] | None] \
             = queue.SimpleQueue()
         self._closed = False
         self._unanswered = 0  # calls submitted and not answered yet (event-loop thread only)
@@ -333,12 +353,12 @@ class SendWorker:
         up in RecentSends only after its first try was stored."""
         return not sends_wait and self._unanswered == 0 and all(call.on_loop for call in calls)
 
-    def submit(self, request: SendRequest | CheckedSend) -> asyncio.Future[list[service_pb2.SendResultEntry]]:
-        """Queue a call's messages (event-loop thread); the future holds their entries."""
+    def submit(self, request: SendRequest | CheckedSend) -> asyncio.Future[service_pb2.SendMessageResponse]:
+        """Queue a call's messages (event-loop thread); the future holds its response."""
         if self._closed:
             raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the server is shutting down; send to it again once it "
                                                          "is back")
-        future: asyncio.Future[list[service_pb2.SendResultEntry]] = self._loop.create_future()
+        future: asyncio.Future[service_pb2.SendMessageResponse] = self._loop.create_future()
         self._unanswered += 1
         self._queue.put((future, request))
         return future
@@ -358,9 +378,9 @@ class SendWorker:
             if item is None:
                 return
 
-    def _store(self, work: list[tuple[asyncio.Future[list[service_pb2.SendResultEntry]], SendRequest | CheckedSend]]) -> None:
+    def _store(self, work: list[tuple[asyncio.Future[service_pb2.SendMessageResponse], SendRequest | CheckedSend]]) -> None:
         try:
-            answers: list[list[service_pb2.SendResultEntry]] | BaseException = self._sender.send(
+            answers: list[service_pb2.SendMessageResponse] | BaseException = self._sender.send(
                 [request for _future, request in work])
         except Exception as exc:  # noqa: BLE001 - every waiting call is answered with it
             answers = exc
@@ -369,8 +389,8 @@ class SendWorker:
         except RuntimeError:
             pass  # the loop is closed: nobody waits for these answers any more
 
-    def _answered(self, futures: list[asyncio.Future[list[service_pb2.SendResultEntry]]],
-                  answers: list[list[service_pb2.SendResultEntry]] | BaseException) -> None:
+    def _answered(self, futures: list[asyncio.Future[service_pb2.SendMessageResponse]],
+                  answers: list[service_pb2.SendMessageResponse] | BaseException) -> None:
         self._unanswered -= len(futures)
         _answer(futures, answers)
 
@@ -382,8 +402,8 @@ class SendWorker:
         self._thread.join()
 
 
-def _answer(futures: list[asyncio.Future[list[service_pb2.SendResultEntry]]],
-            answers: list[list[service_pb2.SendResultEntry]] | BaseException) -> None:
+def _answer(futures: list[asyncio.Future[service_pb2.SendMessageResponse]],
+            answers: list[service_pb2.SendMessageResponse] | BaseException) -> None:
     for i, future in enumerate(futures):
         if future.done():
             continue  # the call was cancelled (client gone)

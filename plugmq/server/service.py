@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import attrs
 import grpc
 
 from plugmq.broker.ports import Serving
@@ -42,7 +43,7 @@ from plugmq.server.protocol import (
     service_pb2_grpc,
 )
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import CheckedSend, Sender, SendRequest, SendWorker, check_send, send_response
+from plugmq.server.send import Sender, SendWorker, check_messages
 from plugmq.server.status import RpcFailure, failure_of, ok, overall, status_of
 from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
@@ -306,25 +307,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
         try:
-            account = self._account(context)
+            account = self._account(context) if self.auth.enabled else None
             messages = request.messages
             if not messages:
                 raise RpcFailure(Code.BAD_REQUEST, "SendMessageRequest holds no message")
-            send = SendRequest(messages, account, _header(context, CLIENT_ID_HEADER))
-            if self.broker.sends_wait:
-                entries = await self.sends.submit(send)  # checked and stored on the send thread
-            else:
-                entries = await self.store_checked(check_send(send, self.auth, self._max_body))
+            checked = check_messages(messages, account, self.auth, self._max_body)
+            if checked.transactional:  # the client's session answers its transaction checks
+                checked = attrs.evolve(checked, client_id=_header(context, CLIENT_ID_HEADER))
+            if self.sends.stores_on_loop((checked,), self.broker.sends_wait):
+                return self.sends.sender.store((checked,))[0]
+            return await self.sends.submit(checked)
         except Exception as exc:  # noqa: BLE001 - answered as a protocol status
             return service_pb2.SendMessageResponse(status=status_of(exc, action="send"))
-        return send_response(entries)
-
-    async def store_checked(self, checked: CheckedSend) -> list[service_pb2.SendResultEntry]:
-        """Store a checked call: on the event loop when nothing can block it there
-        (:meth:`SendWorker.stores_on_loop`), else on the send thread."""
-        if self.sends.stores_on_loop((checked,), self.broker.sends_wait):
-            return self.sends.sender.store([checked])[0]
-        return await self.sends.submit(checked)
 
     @_forwarding(service_pb2.RecallMessageResponse)
     @_answering(service_pb2.RecallMessageResponse, "recall")
