@@ -403,7 +403,9 @@ def _drain_ids(address: str, batch: int) -> list[str]:
 
 # ------------------------------------------------------------------------------ the run
 def measure(messages: int, body_size: int, store: str, flush: str, batch: int, steady_s: float,
-            use_redis: bool, steady_consumers: int = _SEND_THREADS) -> Report:
+            use_redis: bool, steady_consumers: int = _SEND_THREADS, python: str = sys.executable) -> Report:
+    """Every phase against one ``plugmq serve`` run by ``python`` (another checkout's interpreter
+    for a baseline)."""
     body = os.urandom(body_size)
     load = LoadWindow()
     report = Report({"messages": messages, "body_size": body_size, "store": store, "flush": flush,
@@ -422,7 +424,7 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
         (root / "served").mkdir()
         config = _config(root / "served", store, flush)
         log = root / "served" / "serve.log"
-        child = ServeChild(config, log)
+        child = ServeChild(config, log, python=python)
         report.startups.append(StartUp("first start, empty data dir", 0, child.started_s, child.serving_s, child.phases))
         stored = 0
         try:
@@ -457,7 +459,7 @@ def measure(messages: int, body_size: int, store: str, flush: str, batch: int, s
                 stored += int(report.steady["send_rate"] * report.steady["seconds"])
         finally:
             child.stop()
-        child = ServeChild(config, log)
+        child = ServeChild(config, log, python=python)
         report.startups.append(StartUp("restart after SIGTERM", stored, child.started_s, child.serving_s, child.phases))
         child, acked, failures, reconnect_s = _crash_and_restart(child, config, log, body, 2.0)
         stored += len(acked)
@@ -563,8 +565,8 @@ def _print(report: Report, console: Console) -> None:
 @click.option("--backlog-mb", default=256, show_default=True, help="--startup-only: MiB stored before the restarts")
 @click.option("--rounds", default=3, show_default=True, help="--startup-only: rounds per interpreter (medians)")
 @click.option("--baseline-python", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="--startup-only: also start servers with this interpreter (e.g. another checkout's "
-                   ".venv/bin/python), alternating, and print this/baseline ratios")
+              help="Also measure a plugmq serve run by this interpreter (e.g. another checkout's .venv/bin/python) "
+                   "and print this/baseline ratios; with --startup-only, start-up alone, alternating")
 @click.option("--tls", "tls_only", is_flag=True,
               help="Measure only what TLS costs: the same sends to a plain and a [server.tls] server, alternating "
                    "round by round (--rounds), and their ratio.")
@@ -586,6 +588,10 @@ def command(messages: int, body_size: int, store: str, flush: str, batch: int, s
 
         run_startup(backlog_mb, body_size, store, flush, rounds, baseline_python, as_json)
         return
+    if baseline_python is not None:
+        _against_baseline(baseline_python, as_json, messages, body_size, store, flush, batch, steady_s, use_redis,
+                          steady_consumers)
+        return
     report = measure(messages, body_size, store, flush, batch, steady_s, use_redis, steady_consumers)
     if as_json:
         payload = attrs.asdict(report)
@@ -596,3 +602,42 @@ def command(messages: int, body_size: int, store: str, flush: str, batch: int, s
     if not console.is_terminal:
         console = Console(width=160)
     _print(report, console)
+
+
+def _against_baseline(python: str, as_json: bool, *args: Any) -> None:
+    """The whole run against the baseline interpreter's server, then this one's (one after the
+    other on the same machine), and the served rates and steady figures as this/baseline ratios."""
+    reports = {"baseline": measure(*args, python=python), "this": measure(*args)}
+    ratios = _ratios(reports["this"], reports["baseline"])
+    if as_json:
+        click.echo(json.dumps({"baseline_python": python, "ratios": ratios,
+                               **{name: attrs.asdict(report) for name, report in reports.items()}}, indent=2))
+        return
+    console = Console(width=160)
+    for name, report in reports.items():
+        console.print(f"[bold]{name}[/bold]")
+        _print(report, console)
+    table = Table(title=f"this / baseline ({python})")
+    for column in ("figure", "this", "baseline", "ratio"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for figure, (this, base) in ratios.items():
+        table.add_row(figure, f"{this:,.3f}", f"{base:,.3f}", f"{this / base:.2f}x" if base else "-")
+    console.print(table)
+
+
+def _ratios(this: Report, baseline: Report) -> dict[str, tuple[float, float]]:
+    """Served rates, server CPU per message and the steady run's figures of both reports."""
+    figures: dict[str, tuple[float, float]] = {}
+    base_rows = {(row.scenario, row.threads): row for row in baseline.rows}
+    for row in this.rows:
+        base = base_rows.get((row.scenario, row.threads))
+        if base is None or row.server_cpu_ms is None or base.server_cpu_ms is None:
+            continue  # in-process and Redis rows: no served figure to compare
+        figures[f"{row.scenario}, {row.threads} threads: msg/s"] = (row.rate, base.rate)
+        figures[f"{row.scenario}, {row.threads} threads: server CPU ms/msg"] = (row.server_cpu_ms, base.server_cpu_ms)
+    if this.steady and baseline.steady:
+        for key in ("send_rate", "ack_rate", "server_cpu_ms_per_message"):
+            figures[f"steady: {key}"] = (this.steady[key], baseline.steady[key])
+        figures["steady: ack_rate / send_rate"] = (this.steady["ack_rate"] / max(this.steady["send_rate"], 1e-9),
+                                                   baseline.steady["ack_rate"] / max(baseline.steady["send_rate"], 1e-9))
+    return figures

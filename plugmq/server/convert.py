@@ -272,9 +272,11 @@ def message_type_of(stored: StoredMessage) -> int:
 
 
 def to_proto(stored: StoredMessage, *, namespace: str = "", receipt_handle: str | None = None,
-             attempt: int | None = None, invisible_ms: int | None = None) -> definition_pb2.Message:
-    """A stored message as the protocol delivers it (message id = the client's id)."""
-    proto = definition_pb2.Message()
+             attempt: int | None = None, invisible_ms: int | None = None,
+             into: definition_pb2.Message | None = None) -> definition_pb2.Message:
+    """A stored message as the protocol delivers it (message id = the client's id); ``into``: an
+    empty message to fill in place (a response's own field: no copy into the response)."""
+    proto = definition_pb2.Message() if into is None else into
     proto.topic.name = stored.topic
     proto.topic.resource_namespace = namespace
     proto.body = stored.body

@@ -6,25 +6,29 @@ Unix socket, every call that arrived in one event-loop turn in one frame. The ow
 (the log keeps one writer: the owner's) and answers each call with its serialized
 SendMessageResponse, which the front-end returns as it is.
 
-A frame is a 4-byte big-endian length and a pickle of ``(frame id, [call, ...])``; an answer frame
-is ``(frame id, [response bytes, ...])``. The socket lives in a directory only the server's user
-may enter (mode 0700) and only the owner's own children connect to it, so pickle is never read
-from a stranger.
+A frame is a 4-byte big-endian length and a ``marshal`` dump of ``(frame id, [call, ...])``;
+an answer frame is ``(frame id, [response bytes, ...])``. A call travels as columns of plain
+values, not as objects: the message ids, topics, bodies and tags of its common messages (normal,
+no keys, properties, delay, group or priority) in lists of their own, every other message as one
+tuple of its fields, and each failed message as its entry's bytes. marshal reads plain values
+only (it runs no code, unlike pickle), and the socket lives in a directory only the server's
+user may enter (mode 0700) that only the owner's own children connect to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import pickle
+import marshal
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from plugmq.core.logs import get_logger
 from plugmq.core.message import Message
+from plugmq.core.names import Prop
 from plugmq.server.convert import Outgoing
-from plugmq.server.protocol import Code, service_pb2
+from plugmq.server.protocol import Code, MessageType, service_pb2
 from plugmq.server.send import CheckedSend
 from plugmq.server.status import RpcFailure
 
@@ -34,40 +38,70 @@ log = get_logger(__name__)
 
 _FRAME = struct.Struct(">I")
 _MAX_FRAME = 1 << 31  # the length field's own limit; frames are bounded by the calls' own limits
-# client id, account (its rate limit), per message a tuple (checked) or bytes (its failed entry)
-_Call = tuple[str, str | None, list[Any]]
+_MARSHAL_VERSION = 4
+# client id, account (its rate limit), then the call's messages as columns (see encode_call)
+_Call = tuple[str, str | None, list[str], list[str], list[bytes], list[str | None], dict[int, tuple[Any, ...]],
+              dict[int, bytes]]
 StoreCalls = Callable[[list[CheckedSend]], list[bytes] | Awaitable[list[bytes]]]
+_UNIQ_KEY = str(Prop.UNIQ_KEY)
+_NORMAL = int(MessageType.NORMAL)
+
+
+def _common(item: Outgoing) -> bool:
+    """Whether a message travels in the columns: normal, its extra properties only its id."""
+    m = item.message
+    return (item.kind == _NORMAL and not m.keys and not m.properties and m.deliver_at_ms is None
+            and m.message_group is None and m.priority is None and m.delay_level is None and len(item.extra) == 1)
 
 
 def encode_call(checked: CheckedSend) -> _Call:
-    """A checked call as plain values: per message its fields, or its failed entry's bytes."""
-    items: list[Any] = []
-    for item in checked.items:
-        if isinstance(item, Outgoing):
-            m = item.message
-            items.append((m.topic, m.body, m.tags, m.keys, dict(m.properties) if m.properties else None,
-                          m.deliver_at_ms, m.priority, item.extra, item.kind, item.message_group, item.message_id))
+    """A checked call as columns of plain values: the ids, topics, bodies and tags of its common
+    messages, every other message's fields by its position, and each failed one's entry bytes."""
+    ids: list[str] = []
+    topics: list[str] = []
+    bodies: list[bytes] = []
+    tags: list[str | None] = []
+    rare: dict[int, tuple[Any, ...]] = {}
+    failed: dict[int, bytes] = {}
+    for index, item in enumerate(checked.items):
+        if type(item) is not Outgoing:
+            failed[index] = item.SerializeToString()
+            continue
+        m = item.message
+        if _common(item):
+            ids.append(item.message_id)
+            topics.append(m.topic)
+            bodies.append(m.body)
+            tags.append(m.tags)
         else:
-            items.append(item.SerializeToString())
-    return checked.client_id, checked.account, items
+            rare[index] = (m.topic, m.body, m.tags, m.keys, dict(m.properties) if m.properties else None,
+                           m.deliver_at_ms, m.priority, dict(item.extra), item.kind, item.message_group,
+                           item.message_id)
+    return checked.client_id, checked.account, ids, topics, bodies, tags, rare, failed
 
 
 def decode_call(call: _Call) -> CheckedSend:
     """The inverse of :func:`encode_call`. Each Message is built (and so checked) again."""
-    client_id, account, items = call
+    client_id, account, ids, topics, bodies, tags, rare, failed = call
     out: list[Outgoing | service_pb2.SendResultEntry] = []
-    for item in items:
-        if type(item) is bytes:
-            out.append(service_pb2.SendResultEntry.FromString(item))
-        else:
-            topic, body, tags, keys, properties, deliver_at, priority, extra, kind, group, message_id = item
-            out.append(Outgoing(Message(topic, body, tags, keys, properties, None, deliver_at, group, priority), extra,
+    common = 0
+    for index in range(len(ids) + len(rare) + len(failed)):
+        if index in failed:
+            out.append(service_pb2.SendResultEntry.FromString(failed[index]))
+        elif index in rare:
+            topic, body, tag, keys, properties, deliver_at, priority, extra, kind, group, message_id = rare[index]
+            out.append(Outgoing(Message(topic, body, tag, keys, properties, None, deliver_at, group, priority), extra,
                                 kind, group, message_id))
+        else:
+            message_id = ids[common]
+            out.append(Outgoing(Message(topics[common], bodies[common], tags[common]), {_UNIQ_KEY: message_id},
+                                _NORMAL, None, message_id))
+            common += 1
     return CheckedSend(out, client_id, account)
 
 
 def _frame(value: Any) -> bytes:
-    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = marshal.dumps(value, _MARSHAL_VERSION)
     if len(payload) >= _MAX_FRAME:
         raise RpcFailure(Code.MESSAGE_BODY_TOO_LARGE, f"a hand-off frame of {len(payload):,} bytes is too large")
     return _FRAME.pack(len(payload)) + payload
@@ -94,7 +128,7 @@ class _Frames(asyncio.Protocol):
             end = start + _FRAME.size + size
             if len(buffer) < end:
                 break
-            self.received(pickle.loads(memoryview(buffer)[start + _FRAME.size:end]))
+            self.received(marshal.loads(memoryview(buffer)[start + _FRAME.size:end]))
             start = end
         if start:
             del buffer[:start]

@@ -423,8 +423,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         first.delivery_timestamp.FromMilliseconds(self.broker.clock.now_ms())
         yield first
         for delivery in deliveries:
-            yield service_pb2.ReceiveMessageResponse(message=self._delivered(delivery, namespace, group, topic))
-        yield service_pb2.ReceiveMessageResponse(status=ok())
+            response = service_pb2.ReceiveMessageResponse()
+            self._delivered(delivery, namespace, group, topic, response.message)  # filled in place
+            yield response
+        yield service_pb2.ReceiveMessageResponse(status=_OK)
 
     def _receive_limits(self, request: service_pb2.ReceiveMessageRequest,
                         context: grpc.aio.ServicerContext) -> tuple[int, int, float]:
@@ -463,10 +465,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                              f"(server.max_long_polls = {self.options.max_long_polls}); retry after a back-off")
         self.long_polls += 1
 
-    def _delivered(self, received: ReceivedMessage, namespace: str, group: str, topic: str) -> definition_pb2.Message:
-        return to_proto(received, namespace=namespace,
-                        receipt_handle=self.receipts.seal(group, topic, received.receipt_handle),
-                        attempt=received.delivery_attempt, invisible_ms=received.invisible_duration_ms)
+    def _delivered(self, received: ReceivedMessage, namespace: str, group: str, topic: str,
+                   into: definition_pb2.Message) -> None:
+        to_proto(received, namespace=namespace, receipt_handle=self.receipts.seal(group, topic, received.receipt_handle),
+                 attempt=received.delivery_attempt, invisible_ms=received.invisible_duration_ms, into=into)
 
     @_forwarding(service_pb2.AckMessageResponse)
     async def AckMessage(self, request: service_pb2.AckMessageRequest,
@@ -479,25 +481,30 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return service_pb2.AckMessageResponse(status=status_of(exc, action="ack"))
         client_id = _header(context, CLIENT_ID_HEADER)
         if self.broker.pop_waits:
-            results = await self.acks.run(self._ack_all, group, topic, request.entries, client_id)
+            response = await self.acks.run(self._ack_all, group, topic, request.entries, client_id)
         else:  # a journal append to the page cache: cheaper here than the hop to the ack thread and back
-            results = self._ack_all(group, topic, request.entries, client_id)
+            response = self._ack_all(group, topic, request.entries, client_id)
         if self.broker.group_policy(group).fifo:
             self.wakeup.notify()  # the acked message's queue may be free again
-        return service_pb2.AckMessageResponse(status=overall([r.status for r in results]), entries=results)
+        return response
 
     def _ack_all(self, group: str, topic: str, entries: Iterable[service_pb2.AckMessageEntry],
-                 client_id: str) -> list[service_pb2.AckMessageResultEntry]:
-        results = []
+                 client_id: str) -> service_pb2.AckMessageResponse:
+        """Ack every entry; the response's entries are filled in place, its status OK unless one failed."""
+        response = service_pb2.AckMessageResponse()
+        add = response.entries.add
+        all_ok = True
         for entry in entries:
+            handle = entry.receipt_handle
+            result = add(message_id=entry.message_id, receipt_handle=handle)
             try:
-                self.pop.ack(group, topic, self.receipts.open(group, topic, entry.receipt_handle), client_id=client_id)
-                status = _OK
+                self.pop.ack(group, topic, self.receipts.open(group, topic, handle), client_id=client_id)
+                result.status.CopyFrom(_OK)
             except Exception as exc:  # noqa: BLE001 - answered as a protocol status
-                status = status_of(exc, action="ack")
-            results.append(service_pb2.AckMessageResultEntry(message_id=entry.message_id,
-                                                             receipt_handle=entry.receipt_handle, status=status))
-        return results
+                result.status.CopyFrom(status_of(exc, action="ack"))
+                all_ok = False
+        response.status.CopyFrom(_OK if all_ok else overall([result.status for result in response.entries]))
+        return response
 
     @_forwarding(service_pb2.ChangeInvisibleDurationResponse)
     @_answering(service_pb2.ChangeInvisibleDurationResponse, "change invisible duration")
