@@ -26,6 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 import grpc
 
 from plugmq.core.clock import SystemClock
@@ -33,7 +34,7 @@ from plugmq.server.auth import Authenticator
 from plugmq.server.handoff import HandoffClient
 from plugmq.server.options import ServerOptions, load_serve_config
 from plugmq.server.protocol import Code, service_pb2
-from plugmq.server.send import SendRequest, check_send
+from plugmq.server.send import check_messages
 from plugmq.server.status import status_of
 
 __all__ = ["GRPC_SOCKET", "HANDOFF_SOCKET", "main", "serve_frontend"]
@@ -108,13 +109,14 @@ class _Relay(grpc.GenericRpcHandler):
 
     async def _send_message(self, request: service_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            metadata = context.invocation_metadata()
-            account = (self._auth.account({k: v for k, v in metadata or () if isinstance(v, str)})
+            account = (self._auth.account({k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)})
                        if self._auth.enabled else None)
             if not request.messages:
                 raise ValueError("SendMessageRequest holds no message")
-            send = SendRequest(request.messages, account, _header(metadata, CLIENT_ID_HEADER))
-            return await self._handoff.send(check_send(send, self._auth, self._max_body))
+            checked = check_messages(request.messages, account, self._auth, self._max_body)
+            if checked.transactional:  # the client's session answers its transaction checks
+                checked = attrs.evolve(checked, client_id=_header(context.invocation_metadata(), CLIENT_ID_HEADER))
+            return await self._handoff.send(checked)
         except ValueError as exc:
             return service_pb2.SendMessageResponse(status={"code": Code.BAD_REQUEST, "message": str(exc)}) \
                 .SerializeToString()
