@@ -62,3 +62,17 @@ def test_bench_grpc_tls_measures_both_servers_each_round() -> None:
             rates = report["rates"][f"{scenario} {kind}"]
             assert len(rates) == 2 and all(rate > 0 for rate in rates)
         assert report["ratios"][scenario] > 0 and report["capacity_ratios"][scenario] > 0
+
+
+def test_the_baseline_comparison_pairs_served_rows_and_the_steady_run() -> None:
+    from plugmq.bench.grpc import Report, Row, _ratios
+
+    def report(rate: float, cpu: float, ack: float) -> Report:
+        return Report({}, [Row("in-process send (baseline)", 1, 9e9), Row("gRPC send (official client)", 8, rate, cpu)],
+                      steady={"send_rate": 100.0, "ack_rate": ack, "server_cpu_ms_per_message": cpu})
+
+    ratios = _ratios(report(300.0, 0.5, 95.0), report(200.0, 1.0, 50.0))
+    assert ratios["gRPC send (official client), 8 threads: msg/s"] == (300.0, 200.0)
+    assert ratios["gRPC send (official client), 8 threads: server CPU ms/msg"] == (0.5, 1.0)
+    assert ratios["steady: ack_rate / send_rate"] == (0.95, 0.5)
+    assert not any(key.startswith("in-process") for key in ratios)  # nothing served to compare

@@ -27,12 +27,14 @@ One run measures, on one machine, with 128 B bodies by default:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -589,8 +591,8 @@ def command(messages: int, body_size: int, store: str, flush: str, batch: int, s
         run_startup(backlog_mb, body_size, store, flush, rounds, baseline_python, as_json)
         return
     if baseline_python is not None:
-        _against_baseline(baseline_python, as_json, messages, body_size, store, flush, batch, steady_s, use_redis,
-                          steady_consumers)
+        _against_baseline(baseline_python, as_json, functools.partial(
+            measure, messages, body_size, store, flush, batch, steady_s, use_redis, steady_consumers))
         return
     report = measure(messages, body_size, store, flush, batch, steady_s, use_redis, steady_consumers)
     if as_json:
@@ -604,10 +606,11 @@ def command(messages: int, body_size: int, store: str, flush: str, batch: int, s
     _print(report, console)
 
 
-def _against_baseline(python: str, as_json: bool, *args: Any) -> None:
-    """The whole run against the baseline interpreter's server, then this one's (one after the
-    other on the same machine), and the served rates and steady figures as this/baseline ratios."""
-    reports = {"baseline": measure(*args, python=python), "this": measure(*args)}
+def _against_baseline(python: str, as_json: bool, run: Callable[..., Report]) -> None:
+    """``run`` (:func:`measure` with its settings) against the baseline interpreter's server, then
+    this one's (one after the other on the same machine), and the served rates and steady figures
+    as this/baseline ratios."""
+    reports = {"baseline": run(python=python), "this": run()}
     ratios = _ratios(reports["this"], reports["baseline"])
     if as_json:
         click.echo(json.dumps({"baseline_python": python, "ratios": ratios,

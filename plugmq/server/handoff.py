@@ -64,7 +64,7 @@ def encode_call(checked: CheckedSend) -> _Call:
     rare: dict[int, tuple[Any, ...]] = {}
     failed: dict[int, bytes] = {}
     for index, item in enumerate(checked.items):
-        if type(item) is not Outgoing:
+        if not isinstance(item, Outgoing):
             failed[index] = item.SerializeToString()
             continue
         m = item.message
