@@ -98,3 +98,18 @@ def test_delay_levels() -> None:
     assert parse_delay_levels("1s 2m 1h 1d") == (1000, 120_000, 3_600_000, 86_400_000)
     with pytest.raises(ConfigError, match="'5x'"):
         parse_delay_levels("1s 5x")
+
+
+def test_has_capability_answers_as_isinstance_once_per_class() -> None:
+    from plugmq.core.contracts import BulkReading, LogPositioned, has_capability
+
+    class Positioned:
+        def log_end_offset(self) -> int:
+            return 7
+
+    class Plain:
+        pass
+
+    for obj in (Positioned(), Plain(), Positioned()):
+        for protocol in (LogPositioned, BulkReading):
+            assert has_capability(obj, protocol) is isinstance(obj, protocol)

@@ -41,7 +41,14 @@ from typing import Any
 import attrs
 
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import SYSTEM_RECORD_HEADROOM, JournalReplay, LogPositioned, MessageStore, QueuePreparing
+from plugmq.core.contracts import (
+    SYSTEM_RECORD_HEADROOM,
+    JournalReplay,
+    LogPositioned,
+    MessageStore,
+    QueuePreparing,
+    has_capability,
+)
 from plugmq.core.errors import CorruptRecordError, PlugmqError, ReadOnlyBrokerError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult, SendStatus, StoredMessage
@@ -345,7 +352,7 @@ class Journal:
             return None if self._held is None else self._held.floor
 
     def _log_end(self) -> int:
-        return self.store.log_end_offset() if isinstance(self.store, LogPositioned) else self._end
+        return self.store.log_end_offset() if has_capability(self.store, LogPositioned) else self._end
 
     def snapshot_lag(self) -> int:
         """How far (bytes of commit log) the latest snapshot (or the first record, with none yet)

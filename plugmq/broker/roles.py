@@ -32,6 +32,7 @@ from plugmq.core.contracts import (
     LogPositioned,
     MessageStore,
     ReplicationService,
+    has_capability,
 )
 from plugmq.core.contracts.leadership import Leadership
 from plugmq.core.errors import FencedError, ReplicationError
@@ -94,7 +95,7 @@ class Roles:
             lost_race = self._failover and self.master_role is BrokerRole.SYNC_MASTER
             return SendStatus.SLAVE_NOT_AVAILABLE if lost_race and self.role is BrokerRole.SLAVE else SendStatus.SEND_OK
         if end_offset is None:
-            end_offset = self._store.log_end_offset() if isinstance(self._store, LogPositioned) else 0
+            end_offset = self._store.log_end_offset() if has_capability(self._store, LogPositioned) else 0
         return self.replication.await_replicated(end_offset)
 
     def settle_state(self, end_offset: int) -> SendStatus:

@@ -105,6 +105,7 @@ from plugmq.core.contracts.storage import (
     RecoveryReporting,
     ReplicableStore,
     StoreCapabilities,
+    has_capability,
     read_entries,
 )
 from plugmq.core.contracts.transaction import (
@@ -188,5 +189,6 @@ __all__ = [
     "TransactionDecision",
     "TransactionService",
     "WasDelivered",
+    "has_capability",
     "read_entries",
 ]

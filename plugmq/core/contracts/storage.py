@@ -6,13 +6,14 @@ Optional features are small Protocols the broker checks with ``isinstance``:
 slaves; the ``replication`` capability), :class:`QueuePreparing` (makes a queue's files ahead of
 its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log),
 :class:`BulkReading` (reads a run of records in one call) and :class:`RecoveryReporting` (says what
-opening it found). :func:`read_entries` reads consume-queue entries through whichever a store has.
+opening it found). :func:`read_entries` reads consume-queue entries through whichever a store has;
+:func:`has_capability` is ``isinstance`` answered once per class, for per-message paths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import attrs
 
@@ -38,6 +39,7 @@ __all__ = [
     "RecoveryReporting",
     "ReplicableStore",
     "StoreCapabilities",
+    "has_capability",
     "read_entries",
 ]
 
@@ -294,9 +296,28 @@ class BulkReading(Protocol):
         ...
 
 
+_T = TypeVar("_T")
+_ANSWERS: dict[tuple[type, type], bool] = {}
+
+
+def has_capability(obj: object, protocol: type[_T]) -> TypeGuard[_T]:
+    """``isinstance(obj, protocol)`` for a runtime-checkable capability Protocol, cached per class.
+
+    Python 3.11 checks a runtime Protocol by looking up each of its members on every call: tens of
+    microseconds when the answer is no, too much on a per-message path. A capability (of a store
+    or any plugin object) is what its class implements, so the first answer for a class holds for
+    all its objects.
+    """
+    key = (type(obj), protocol)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        answer = _ANSWERS[key] = isinstance(obj, protocol)
+    return answer
+
+
 def read_entries(store: MessageStore, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
     """Read the messages of ``entries`` in one call when the store can, one by one otherwise."""
-    if isinstance(store, BulkReading):
+    if has_capability(store, BulkReading):
         return store.read_many(entries)
     read = store.read
     return [read(entry.commit_log_offset, entry.size) for entry in entries]
