@@ -26,6 +26,15 @@
  *     `segments`, (start, size, buffer) tuples sorted by start) has the record magic, the
  *     entry's size, this queue's id, the entry's queue offset, its own position and the entry's
  *     tag code, and ends before `log_end`; 0 otherwise.
+ *   read_records(offsets, segments, stored_type, setters, born_host_name) -> list
+ *     The StoredMessage of the record at each commit-log offset of `offsets`, in order, or None
+ *     where store.read answers None: no segment of `segments` ((start, end, limit, buffer) tuples
+ *     sorted by start; `limit` is the segment-relative end of what may be read) holds it, or the
+ *     record there is not sound (the checks above: magic, sizes, offset, both CRCs, ASCII topic).
+ *     The message is built as StoredMessage.trusted builds it: `stored_type` allocated and its
+ *     slots set through `setters` (the 16 slot descriptors in STORED_FIELDS order of scan.py),
+ *     the properties parsed into a dict wrapped read-only; a born host that is not IPv4 is
+ *     popped from the property `born_host_name`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -417,12 +426,224 @@ done:
     return result;
 }
 
+/* -- bulk reads ------------------------------------------------------------------------------------ */
+
+#define STORED_FIELDS 16
+
+/* "a.b.c.d:port" of 8 stored bytes (IPv4 address, int32 port), as record.host_text writes it. */
+static PyObject *host_text(const unsigned char *raw) {
+    return PyUnicode_FromFormat("%u.%u.%u.%u:%d", raw[0], raw[1], raw[2], raw[3], (int)(int32_t)be32(raw + 4));
+}
+
+/* record.parse_properties: items "key\x01value\x02", the last of a name wins. The separators are
+ * ASCII, so splitting the bytes before decoding each part equals decoding first, errors included. */
+static PyObject *parse_properties(const unsigned char *p, int64_t len) {
+    PyObject *props = PyDict_New();
+    if (props == NULL) return NULL;
+    const unsigned char *end = p + len;
+    while (p < end) {
+        const unsigned char *item_end = memchr(p, 0x02, (size_t)(end - p));
+        if (item_end == NULL) item_end = end;
+        if (item_end > p) {
+            const unsigned char *sep = memchr(p, 0x01, (size_t)(item_end - p));
+            const unsigned char *name_end = sep ? sep : item_end;
+            const unsigned char *value = sep ? sep + 1 : item_end;
+            PyObject *k = PyUnicode_DecodeUTF8((const char *)p, name_end - p, "surrogatepass");
+            PyObject *v = k ? PyUnicode_DecodeUTF8((const char *)value, item_end - value, "surrogatepass") : NULL;
+            int failed = v == NULL || PyDict_SetItem(props, k, v) < 0;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (failed) {
+                Py_DECREF(props);
+                return NULL;
+            }
+        }
+        p = item_end + 1;
+    }
+    return props;
+}
+
+typedef struct {
+    int64_t start, end, limit;
+    Py_buffer view;
+} ReadSegment;
+
+/* Strings met in the previous record, reused while records keep to them. */
+typedef struct {
+    unsigned char topic[MAX_TOPIC_BYTES], born[8], store[8];
+    unsigned topic_len;
+    PyObject *topic_s, *born_s, *store_s;
+} Recent;
+
+static PyObject *recent_str(PyObject **slot, unsigned char *key, unsigned *key_len, const unsigned char *raw,
+                            unsigned len, int is_host) {
+    if (*slot == NULL || (key_len && *key_len != len) || memcmp(key, raw, len) != 0) {
+        PyObject *s = is_host ? host_text(raw) : PyUnicode_DecodeASCII((const char *)raw, len, "strict");
+        if (s == NULL) return NULL;
+        Py_XSETREF(*slot, s);
+        memcpy(key, raw, len);
+        if (key_len) *key_len = len;
+    }
+    return Py_NewRef(*slot);
+}
+
+/* The StoredMessage of the sound record at p (whose total size is `total`), or NULL with an error set. */
+static PyObject *stored_message(const unsigned char *p, int64_t total, int64_t phys, PyTypeObject *type,
+                                PyObject *const *setters, PyObject *born_name, Recent *recent) {
+    int64_t body_len = (int32_t)be32(p + OFF_BODY_LEN);
+    const unsigned char *tail = p + HEADER_SIZE + body_len;
+    unsigned topic_len = tail[0];
+    const unsigned char *props_at = tail + TAIL_HEAD + topic_len;
+    PyObject *values[STORED_FIELDS] = {NULL};
+    PyObject *message = NULL, *props = parse_properties(props_at, be16(tail + TOPIC_LEN_SIZE + topic_len));
+    if (props == NULL) return NULL;
+    PyObject *born = NULL;
+    if ((int32_t)be32(p + OFF_FLAG) & FLAG_BORN_HOST_IN_PROPS) {
+        born = PyDict_GetItemWithError(props, born_name);
+        if (born != NULL) {
+            Py_INCREF(born);
+            if (PyDict_DelItem(props, born_name) < 0) goto done;
+        } else if (PyErr_Occurred()) {
+            goto done;
+        } else {
+            born = PyUnicode_FromString("0.0.0.0:0");
+        }
+    } else {
+        born = recent_str(&recent->born_s, recent->born, NULL, p + OFF_BORN_HOST, 8, 1);
+    }
+    values[0] = recent_str(&recent->topic_s, recent->topic, &recent->topic_len, tail + TOPIC_LEN_SIZE, topic_len, 0);
+    values[1] = PyLong_FromLong((int32_t)be32(p + OFF_QUEUE_ID));
+    values[2] = PyBytes_FromStringAndSize((const char *)p + HEADER_SIZE, body_len);
+    values[3] = PyDictProxy_New(props);
+    values[4] = PyLong_FromLongLong((int64_t)be64(p + OFF_QUEUE_OFFSET));
+    values[5] = PyLong_FromLongLong(phys);
+    values[6] = PyLong_FromLongLong(total);
+    values[7] = PyLong_FromLongLong((int64_t)be64(p + OFF_TAGS_CODE));
+    values[8] = PyLong_FromLongLong((int64_t)be64(p + OFF_BORN_TS));
+    values[9] = PyLong_FromLongLong((int64_t)be64(p + OFF_STORE_TS));
+    values[10] = born;
+    born = NULL;
+    values[11] = recent_str(&recent->store_s, recent->store, NULL, p + OFF_STORE_HOST, 8, 1);
+    values[12] = PyLong_FromLong((int32_t)be32(p + OFF_RECONSUME));
+    values[13] = PyLong_FromLong((int32_t)be32(p + OFF_SYS_FLAG));
+    values[14] = PyLong_FromLongLong((int64_t)be64(p + OFF_PREPARED));
+    values[15] = PyLong_FromUnsignedLong(be32(p + OFF_BODY_CRC));
+    for (int i = 0; i < STORED_FIELDS; i++)
+        if (values[i] == NULL) goto done;
+    message = type->tp_alloc(type, 0);
+    if (message == NULL) goto done;
+    for (int i = 0; i < STORED_FIELDS; i++) {
+        if (Py_TYPE(setters[i])->tp_descr_set(setters[i], message, values[i]) < 0) {
+            Py_CLEAR(message);
+            goto done;
+        }
+    }
+done:
+    for (int i = 0; i < STORED_FIELDS; i++) Py_XDECREF(values[i]);
+    Py_XDECREF(born);
+    Py_DECREF(props);
+    return message;
+}
+
+static PyObject *py_read_records(PyObject *module, PyObject *args) {
+    PyObject *offsets_arg, *segments_arg, *setters_arg, *born_name;
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "OOO!O!U", &offsets_arg, &segments_arg, &PyType_Type, &type, &PyTuple_Type,
+                          &setters_arg, &born_name))
+        return NULL;
+    if (PyTuple_GET_SIZE(setters_arg) != STORED_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "setters must hold %d slot descriptors", STORED_FIELDS);
+        return NULL;
+    }
+    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
+    for (int i = 0; i < STORED_FIELDS; i++) {
+        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
+            return NULL;
+        }
+    }
+    PyObject *offsets = PySequence_Fast(offsets_arg, "offsets must be a sequence of int");
+    if (offsets == NULL) return NULL;
+    PyObject *seq = PySequence_Fast(segments_arg, "segments must be a sequence of (start, end, limit, buffer)");
+    if (seq == NULL) {
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq), got = 0;
+    ReadSegment *segs = PyMem_Calloc((size_t)(nseg ? nseg : 1), sizeof(ReadSegment));
+    Recent recent = {0};
+    PyObject *result = NULL;
+    if (segs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < nseg; got++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
+        long long start, end, limit;
+        PyObject *buffer;
+        if (!PyArg_ParseTuple(item, "LLLO", &start, &end, &limit, &buffer)) goto done;
+        if (PyObject_GetBuffer(buffer, &segs[got].view, PyBUF_SIMPLE) < 0) goto done;
+        segs[got].start = start;
+        segs[got].end = end;
+        segs[got].limit = limit < segs[got].view.len ? limit : segs[got].view.len;
+        if (got > 0 && start < segs[got - 1].start) {
+            got++;
+            PyErr_SetString(PyExc_ValueError, "segments must be sorted by start");
+            goto done;
+        }
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
+    result = PyList_New(count);
+    if (result == NULL) goto done;
+    Py_ssize_t last = 0; /* runs of records mostly sit in one segment: try the last one first */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long phys = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(offsets, i));
+        if (phys == -1 && PyErr_Occurred()) goto done;
+        PyObject *message = NULL;
+        if (nseg > 0 && phys >= 0) {
+            if (!(segs[last].start <= phys && phys < segs[last].end)) {
+                Py_ssize_t lo = 0, hi = nseg; /* the last segment starting at or before phys */
+                while (lo < hi) {
+                    Py_ssize_t mid = (lo + hi) / 2;
+                    if (segs[mid].start <= phys) lo = mid + 1;
+                    else hi = mid;
+                }
+                last = lo > 0 ? lo - 1 : 0;
+            }
+            const ReadSegment *s = &segs[last];
+            int64_t pos = phys - s->start;
+            if (pos >= 0 && phys < s->end && pos < s->limit) {
+                const unsigned char *p = (const unsigned char *)s->view.buf + pos;
+                int64_t total = sound_record(p, s->limit - pos, phys);
+                if (total > 0) {
+                    message = stored_message(p, total, phys, type, setters, born_name, &recent);
+                    if (message == NULL) goto done;
+                }
+            }
+        }
+        PyList_SET_ITEM(result, i, message ? message : Py_NewRef(Py_None));
+    }
+done:
+    for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
+        if (segs[i].view.obj != NULL) PyBuffer_Release(&segs[i].view);
+    PyMem_Free(segs);
+    Py_XDECREF(recent.topic_s);
+    Py_XDECREF(recent.born_s);
+    Py_XDECREF(recent.store_s);
+    Py_DECREF(seq);
+    Py_DECREF(offsets);
+    if (PyErr_Occurred()) Py_CLEAR(result);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"scan", py_scan, METH_VARARGS,
      "scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name, topic_ids, "
      "topic_names) -> (stop, kind, count, last_ts, rows | None, keys | None)"},
     {"check_entries", py_check_entries, METH_VARARGS,
      "check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes (1 = sound entry)"},
+    {"read_records", py_read_records, METH_VARARGS,
+     "read_records(offsets, segments, stored_type, setters, born_host_name) -> list[StoredMessage | None]"},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_scan", "store_mmap's compiled recovery scan", -1,

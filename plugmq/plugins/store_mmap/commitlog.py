@@ -15,17 +15,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from plugmq.core import StoreError
+from plugmq.core import StoredMessage, StoreError
 from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
 from plugmq.plugins.store_mmap.record import (
     BLANK,
     BLANK_MAGIC,
+    BORN_HOST_PROPERTY,
     END_FILE_MIN_BLANK,
     Decoded,
     decode,
 )
+from plugmq.plugins.store_mmap.scan import STORED_SETTERS, STORED_TYPE, ScanKernel
 
 __all__ = ["ALLOCATION_CHUNK", "CommitLog", "SegmentAllocator"]
 
@@ -341,6 +343,23 @@ class CommitLog:
             return decode(seg.mm, pos, limit - pos, offset)
         finally:
             seg.release()
+
+    def read_many(self, offsets: list[int], kernel: ScanKernel) -> list[StoredMessage | None]:
+        """The message at each of ``offsets`` (None where :meth:`read` finds none), decoded by the
+        kernel's ``read_records`` in one call over the segments the run spans."""
+        if not offsets:
+            return []
+        starts = self._starts
+        first = max(bisect.bisect_right(starts, min(offsets)) - 1, 0)
+        held = [seg for seg in self._segments[first:bisect.bisect_right(starts, max(offsets))] if seg.acquire()]
+        try:
+            wrote = self.wrote
+            spans = [(seg.start, seg.end, min(seg.size - END_FILE_MIN_BLANK, wrote - seg.start), seg.mm)
+                     for seg in held]
+            return kernel.read_records(offsets, spans, STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY)
+        finally:
+            for seg in held:
+                seg.release()
 
     def store_timestamp(self, offset: int) -> int | None:
         """The store timestamp of the record at ``offset`` (checked), for time searches."""

@@ -68,7 +68,7 @@ SCAN_KERNEL = Kernel(
     module="plugmq.plugins.store_mmap._scan",
     layout_version=LAYOUT_VERSION,
     users=("store_mmap",),
-    fallback="opening a store checks records with scan.PyScanKernel (the same result)",
+    fallback="opening a store checks records and bulk reads decode them with scan.PyScanKernel (the same result)",
     cost="recovery checks a record with about 13x the CPU",
 )
 

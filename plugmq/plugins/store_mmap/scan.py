@@ -18,6 +18,13 @@ topic_ids, topic_names) -> (stop, kind, count, last_ts, rows_bytes | None, keys_
     (key hash, phys, store time) on request.
 ``check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes``
     one byte per 20-byte consume-queue entry: 1 when the record it points at matches it.
+``read_records(offsets, segments, stored_type, setters, born_host_name) -> list``
+    the reads of a run of records (pulls, pop receives): the StoredMessage at each commit-log
+    offset, or None where ``CommitLog.read`` finds no sound record; ``segments`` are
+    ``(start, end, limit, buffer)``. The compiled kernel builds the messages as
+    ``StoredMessage.trusted`` does, through the type and the slot descriptors it is handed
+    (:data:`STORED_TYPE`, :data:`STORED_SETTERS`); the Python one decodes and converts each record
+    as ``read`` does.
 
 :func:`scan_log` runs a kernel over the log (segment after segment, skipping damage followed by
 sound records) and returns a :class:`LogScan`.
@@ -32,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import numpy as np
 
-from plugmq.core import Prop, StoreError
+from plugmq.core import Prop, StoredMessage, StoreError
 from plugmq.kit.native import load_kernel
 from plugmq.plugins.store_mmap.layout import SCAN_KERNEL
 from plugmq.plugins.store_mmap.record import (
@@ -54,6 +61,9 @@ __all__ = [
     "STOP_BAD",
     "STOP_BLANK",
     "STOP_LIMIT",
+    "STORED_FIELDS",
+    "STORED_SETTERS",
+    "STORED_TYPE",
     "Damage",
     "LogScan",
     "PyScanKernel",
@@ -74,6 +84,13 @@ _NO_LIMIT = 1 << 62
 _MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
 _MAGIC_AT = 4  # the magic's position inside a record
 _ENTRY = struct.Struct(">qiq")
+#: The StoredMessage fields in the order the compiled ``read_records`` sets them (a test checks
+#: they are all of them); the kernel gets the class and its slot descriptors, as ``trusted`` uses.
+STORED_FIELDS = ("topic", "queue_id", "body", "properties", "queue_offset", "commit_log_offset", "size", "tags_code",
+                 "born_timestamp_ms", "store_timestamp_ms", "born_host", "store_host", "reconsume_times", "sys_flag",
+                 "prepared_transaction_offset", "body_crc")
+STORED_TYPE = StoredMessage
+STORED_SETTERS = tuple(getattr(StoredMessage, name) for name in STORED_FIELDS)
 
 
 class ScanKernel(Protocol):
@@ -85,6 +102,10 @@ class ScanKernel(Protocol):
 
     def check_entries(self, entries: bytes, first_qoff: int, queue_id: int, log_end: int,
                       segments: Sequence[tuple[int, int, Any]]) -> bytes: ...
+
+    def read_records(self, offsets: Sequence[int], segments: Sequence[tuple[int, int, int, Any]],
+                     stored_type: type[StoredMessage], setters: tuple[Any, ...],
+                     born_host_name: str) -> list[StoredMessage | None]: ...
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,6 +216,28 @@ class PyScanKernel:
             ok[i] = (head[1] == MESSAGE_MAGIC and head[0] == size and head[4] == queue_id
                      and head[6] == first_qoff + i and head[7] == phys and head[15] == tags)
         return bytes(ok)
+
+    @staticmethod
+    def read_records(offsets: Sequence[int], segments: Sequence[tuple[int, int, int, Any]],
+                     stored_type: type[StoredMessage], setters: tuple[Any, ...],
+                     born_host_name: str) -> list[StoredMessage | None]:
+        """``CommitLog.read`` and ``to_stored`` per offset (``stored_type``, ``setters`` and
+        ``born_host_name`` are what ``to_stored`` uses already: the compiled kernel needs them)."""
+        starts = [s[0] for s in segments]
+        if starts != sorted(starts):
+            raise ValueError("segments must be sorted by start")
+        out: list[StoredMessage | None] = []
+        for phys in offsets:
+            which = _last_at_or_below(starts, phys) if phys >= 0 else -1
+            rec = None
+            if which >= 0:
+                start, end, limit, buffer = segments[which]
+                limit = min(limit, len(buffer))
+                pos = phys - start
+                if phys < end and pos < limit:
+                    rec = decode(buffer, pos, limit - pos, phys)
+            out.append(None if rec is None else rec.to_stored(rec.total))
+        return out
 
 
 def _last_at_or_below(starts: list[int], value: int) -> int:

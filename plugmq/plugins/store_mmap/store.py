@@ -379,6 +379,12 @@ class MmapMessageStore(ReplicaLog):
         rec = self._cl.read(commit_log_offset)  # the size hint is not needed: records carry theirs
         return None if rec is None else rec.to_stored(rec.total)
 
+    def read_many(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+        """BulkReading: the records of a run of entries decoded in one kernel call (``read`` each)."""
+        if self._closed:
+            return [None] * len(entries)
+        return self._cl.read_many([entry.commit_log_offset for entry in entries], self._scan_kernel)
+
     def read_queue(self, topic: str, queue_id: int, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
         cq = self._cqs.queues.get((topic, queue_id))
         if cq is None or self._closed:
