@@ -110,17 +110,18 @@ class TestMmapAsync(StoreConformance):
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
-# The same suite against store_mmap's pure-Python append kernel (the compiled one, the default, is
-# above): both kernels must keep every clause (test_store_mmap_appender.py: and write the same bytes).
+# The same suite against store_mmap's pure-Python append and scan kernels (the compiled ones, the
+# default, are above): both must keep every clause (test_store_mmap_appender.py: and write the same
+# bytes; the scan kernel also serves the bulk reads).
 class TestMmapSyncPythonKernel(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        options = {"flush": "sync", "append_kernel": "python", **_MMAP_SMALL}
+        options = {"flush": "sync", "append_kernel": "python", "scan_kernel": "python", **_MMAP_SMALL}
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))
 
 
 class TestMmapAsyncPythonKernel(StoreConformance):
     @pytest.fixture
     def store_plugin(self) -> StoreUnderTest:
-        options = {"flush": "async", "append_kernel": "python", **_MMAP_SMALL}
+        options = {"flush": "async", "append_kernel": "python", "scan_kernel": "python", **_MMAP_SMALL}
         return StoreUnderTest("store_mmap", options, corrupt_tail=flip_newest_body("store_mmap", options))

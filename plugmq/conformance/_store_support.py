@@ -23,13 +23,14 @@ from plugmq.conformance._children import run_until_killed
 from plugmq.core import (
     AppendRequest,
     AppendResult,
+    ConsumeQueueEntry,
     ManualClock,
     MessageStore,
     Prop,
     StoreCapabilities,
     StoredMessage,
 )
-from plugmq.core.contracts import Family
+from plugmq.core.contracts import BulkReading, Family
 from plugmq.core.retention import RetentionFloor
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "TOPIC",
     "Opener",
     "StoreUnderTest",
+    "assert_bulk_reads_as_read",
     "assert_stored",
     "capabilities_of",
     "check_after_kill",
@@ -150,6 +152,16 @@ def assert_stored(got: StoredMessage | None, req: AppendRequest, res: AppendResu
     assert (got.reconsume_times, got.sys_flag, got.prepared_transaction_offset) == (
         req.reconsume_times, req.sys_flag, req.prepared_transaction_offset)
     assert got.store_host == store_host and got.msg_id == res.msg_id
+
+
+def assert_bulk_reads_as_read(store: MessageStore, offsets: list[int]) -> None:
+    """A store declaring BulkReading answers ``read_many`` as ``read`` answers each entry (entries of
+    sizes the log may not hold, in the order given); nothing to check for other stores."""
+    if not isinstance(store, BulkReading):
+        return
+    entries = [ConsumeQueueEntry(i, offset, 120, 0) for i, offset in enumerate(offsets)]
+    one_by_one = [store.read(e.commit_log_offset, e.size) for e in entries]
+    assert store.read_many(entries) == one_by_one, "read_many answered other than read one entry at a time"
 
 
 def read_present(store: MessageStore, commit_log_offset: int) -> StoredMessage:

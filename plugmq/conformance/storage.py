@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
@@ -30,6 +31,7 @@ from plugmq.conformance._store_support import (
     TOPIC,
     Opener,
     StoreUnderTest,
+    assert_bulk_reads_as_read,
     assert_stored,
     capabilities_of,
     flip_newest_body,
@@ -48,6 +50,7 @@ from plugmq.core import (
     MessageStore,
     encode_msg_id,
 )
+from plugmq.core.contracts import BulkReading
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]
@@ -179,6 +182,28 @@ class StoreConformance(DurabilityClauses, ReplicationClauses):
         assert store.read_queue(TOPIC, 0, 25, 10) == [] and store.read_queue(TOPIC, 0, 90, 10) == []
         assert store.read_queue(TOPIC, 0, 0, 0) == []
         assert store.read_queue(TOPIC, 1, 0, 10) == [] and store.read_queue("Nothing", 0, 0, 10) == []
+
+    def test_bulk_read_answers_as_read(self, opener: Opener) -> None:
+        """A store declaring BulkReading reads a run of entries as ``read`` reads each: across
+        queues and topics, in any order, repeated, and None past the end, below 0 and off a
+        record's start."""
+        store = opener()
+        if not isinstance(store, BulkReading):
+            pytest.skip(f"{opener.sut.plugin} does not implement BulkReading (read_entries reads one by one)")
+        results = [store.append(request(TOPIC if i % 5 else "OtherTopic", i % 3, body=f"bulk{i}".encode() * i,
+                                        keys=f"b{i}")) for i in range(40)]
+        results += store.append_batch([request(queue_id=1, body=b"batched") for _ in range(5)])
+        entries = [e for qid in range(3) for e in store.read_queue(TOPIC, qid, 0, 100)]
+        assert len(entries) == 37
+        ahead = [e for e in entries if e.queue_offset % 4 == 0]
+        runs = (entries, entries[::-1], ahead + ahead, [entries[0]], [])
+        for run in runs:
+            assert store.read_many(run) == [store.read(e.commit_log_offset, e.size) for e in run]
+        last = results[-1]
+        odd = [last.commit_log_offset + last.size, last.commit_log_offset + last.size + 10_000, -1, 1 << 60,
+               results[3].commit_log_offset + 1]
+        assert_bulk_reads_as_read(store, [r.commit_log_offset for r in results] + odd)
+        assert all(m is None for m in store.read_many([attrs.evolve(entries[0], commit_log_offset=o) for o in odd]))
 
     # -- queries ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import pytest
 from plugmq.conformance._store_support import (
     TOPIC,
     Opener,
+    assert_bulk_reads_as_read,
     assert_stored,
     capabilities_of,
     check_after_kill,
@@ -111,6 +112,7 @@ class DurabilityClauses:
             by_id = store.query_by_id(res.msg_id)
             assert by_id is None or by_id.body == req.body
         assert missing, "the hook damaged the tail, yet every record still reads back: damage went unnoticed"
+        assert_bulk_reads_as_read(store, [res.commit_log_offset for _, res in written])
         for queue_id in (0, 1):
             low, high = store.min_offset(TOPIC, queue_id), store.max_offset(TOPIC, queue_id)
             entries = store.read_queue(TOPIC, queue_id, low, 1000)
@@ -184,6 +186,7 @@ class DurabilityClauses:
         clock.advance(10 * 365 * 86400)
         removed = store.clean_expired(clock.now_ms())
         assert removed >= 0
+        assert_bulk_reads_as_read(store, sorted(written))
         for queue_id in (0, 1):
             low, high = store.min_offset(TOPIC, queue_id), store.max_offset(TOPIC, queue_id)
             assert 0 <= low <= high == 20
