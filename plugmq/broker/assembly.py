@@ -17,7 +17,7 @@ A failure closes what was built (plugmq.broker.lifecycle) and raises.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from plugmq.core.contracts import (
     TransactionContext,
 )
 from plugmq.core.errors import PluginError
-from plugmq.core.message import MessageQueue, PullResult, SendResult, StoredMessage
+from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.pluginmanager import LoadedPlugins, build_options, installed_of_family, load_plugins
 from plugmq.core.retention import RetentionFloor
@@ -156,6 +156,9 @@ class _PopBackend:
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         return self.reads.read_message(commit_log_offset, size)
+
+    def read_messages(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+        return self.reads.read_messages(entries)
 
     def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None) -> int:
         return self.reads.start_offset(queue, consume_from, timestamp_ms)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -39,7 +39,7 @@ from plugmq.core.clock import Clock, Timer
 from plugmq.core.contracts import ConsumerHandover, Filter
 from plugmq.core.errors import InvalidNameError, ReceiptHandleError, TopicError, ValidationError
 from plugmq.core.logs import get_logger
-from plugmq.core.message import MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
+from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, PullStatus, SendResult, StoredMessage
 from plugmq.core.modes import ConsumeFrom
 from plugmq.core.names import Prop, validate_group
 
@@ -96,6 +96,9 @@ class PopBackend(Protocol):
              consumer_group: str = "", client_id: str = "") -> PullResult: ...
 
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None: ...
+
+    def read_messages(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+        """The message of each entry, in one call when the store reads in bulk (None: gone)."""
 
     def start_offset(self, queue: MessageQueue, consume_from: ConsumeFrom, timestamp_ms: int | None = None
                      ) -> int: ...
@@ -217,9 +220,10 @@ class PopService:
                                           delivery_attempt=attempt, invisible_duration_ms=invisible_ms,
                                           consumer_group=lane.group))
 
-        expired = sorted((e for e in lane.inflight.values() if e.until_ms <= now), key=lambda e: e.offset)
-        for entry in expired[:want]:
-            stored = self.backend.read_message(entry.commit_log_offset, entry.size)
+        expired = sorted((e for e in lane.inflight.values() if e.until_ms <= now), key=lambda e: e.offset)[:want]
+        again = self.backend.read_messages([ConsumeQueueEntry(e.offset, e.commit_log_offset, e.size, 0)
+                                            for e in expired])
+        for entry, stored in zip(expired, again):
             if stored is None:
                 log.warning("in-flight message no longer in the store (retention); dropped", group=lane.group,
                             topic=lane.topic, queue=lane.queue_id, offset=entry.offset)

@@ -8,13 +8,13 @@ decided.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
 from plugmq.broker.events import Events
 from plugmq.broker.ratelimit import RateLimiter
-from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing
+from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing, read_entries
 from plugmq.core.errors import FilterSyntaxError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, PullStatus, StoredMessage
@@ -93,7 +93,10 @@ class Reads:
     def _scan(self, queue: MessageQueue, offset: int, high: int, max_nums: int,
               subscription: Filter | None, visible: int | None = None) -> tuple[list[StoredMessage], int]:
         """The matching messages from ``offset`` (at most ``max_nums``, within the scan budget,
-        below the log offset ``visible``) and the offset the next pull starts at."""
+        below the log offset ``visible``) and the offset the next pull starts at.
+
+        The entries the pre-check passes are read in runs (``read_entries``: one call to a store
+        that reads in bulk), each run no longer than the messages still wanted."""
         found: list[StoredMessage] = []
         budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
         next_offset = offset
@@ -101,33 +104,35 @@ class Reads:
             entries = self._store.read_queue(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
             if not entries:
                 break
-            for entry in entries:
-                if visible is not None and entry.commit_log_offset + entry.size > visible:
-                    return found, next_offset  # not committed yet: the rest of the queue waits too
-                next_offset = entry.queue_offset + 1
-                budget -= 1
-                message, reread = self._match(queue, entry, subscription)
-                if reread:
-                    next_offset = entry.queue_offset  # rebuilt from the commit log: read it again
+            start = 0
+            while start < len(entries) and len(found) < max_nums:
+                picked, end, waiting = _pick(entries, start, max_nums - len(found), subscription, visible)
+                reread = self._take(queue, picked, subscription, found)
+                if reread is not None:
+                    budget -= max(reread - entries[start].queue_offset + 1, 1)
+                    next_offset = reread  # rebuilt from the commit log: read it again
                     break
-                if message is not None:
-                    found.append(message)
-                    if len(found) >= max_nums:
-                        break
+                if end > start:
+                    next_offset = entries[end - 1].queue_offset + 1
+                    budget -= end - start
+                if waiting:
+                    return found, next_offset  # not committed yet: the rest of the queue waits too
+                start = end
         return found, next_offset
 
-    def _match(self, queue: MessageQueue, entry: ConsumeQueueEntry,
-               subscription: Filter | None) -> tuple[StoredMessage | None, bool]:
-        """The entry's message if the subscription takes it; True as well when the entry was
-        repaired and must be read again."""
-        if subscription is not None and not subscription.precheck(entry):
-            return None, False
-        message = self._store.read(entry.commit_log_offset, entry.size)
-        if message is None or message.queue_offset != entry.queue_offset:
-            return None, self._repair_entry(queue, entry.queue_offset)
-        if subscription is not None and not subscription.matches(message.properties, message.tags):
-            return None, False
-        return message, False
+    def _take(self, queue: MessageQueue, picked: list[ConsumeQueueEntry], subscription: Filter | None,
+              found: list[StoredMessage]) -> int | None:
+        """Read ``picked`` (entries the pre-check passed) and add the matching messages to
+        ``found``; the queue offset to read again when a damaged entry was rebuilt."""
+        messages = read_entries(self._store, picked)
+        for entry, message in zip(picked, messages):
+            if message is None or message.queue_offset != entry.queue_offset:
+                if self._repair_entry(queue, entry.queue_offset):
+                    return entry.queue_offset
+                continue
+            if subscription is None or subscription.matches(message.properties, message.tags):
+                found.append(message)
+        return None
 
     def _repair_entry(self, queue: MessageQueue, offset: int) -> bool:
         """A consume-queue entry led to no message: let the store rebuild damaged entries from
@@ -145,6 +150,11 @@ class Reads:
     def read_message(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message stored at ``commit_log_offset`` (None if retention removed it)."""
         return self._store.read(commit_log_offset, size)
+
+    def read_messages(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
+        """The message of each entry (None where retention removed it), read in one call when the
+        store reads in bulk."""
+        return read_entries(self._store, entries)
 
     def query_by_id(self, msg_id: str) -> StoredMessage | None:
         return self._store.query_by_id(msg_id)
@@ -178,3 +188,22 @@ class Reads:
 
     def max_offset(self, queue: MessageQueue) -> int:
         return self._store.max_offset(queue.topic, queue.queue_id)
+
+
+def _pick(entries: list[ConsumeQueueEntry], start: int, want: int, subscription: Filter | None,
+          visible: int | None) -> tuple[list[ConsumeQueueEntry], int, bool]:
+    """The entries from ``start`` the pre-check passes, up to ``want`` of them; the index after
+    the last entry looked at; True when it stopped at one not committed yet (``visible``)."""
+    if subscription is None and visible is None:
+        picked = entries[start:start + want]
+        return picked, start + len(picked), False
+    picked = []
+    for end in range(start, len(entries)):
+        entry = entries[end]
+        if visible is not None and entry.commit_log_offset + entry.size > visible:
+            return picked, end, True
+        if subscription is None or subscription.precheck(entry):
+            picked.append(entry)
+            if len(picked) >= want:
+                return picked, end + 1, False
+    return picked, len(entries), False

@@ -46,6 +46,7 @@ from plugmq.core import (
     AppendRequest,
     AppendResult,
     AppendStatus,
+    ConsumeQueueEntry,
     ManualClock,
     MessageStore,
     encode_msg_id,
@@ -196,7 +197,7 @@ class StoreConformance(DurabilityClauses, ReplicationClauses):
         entries = [e for qid in range(3) for e in store.read_queue(TOPIC, qid, 0, 100)]
         assert len(entries) == 37
         ahead = [e for e in entries if e.queue_offset % 4 == 0]
-        runs = (entries, entries[::-1], ahead + ahead, [entries[0]], [])
+        runs: tuple[list[ConsumeQueueEntry], ...] = (entries, entries[::-1], ahead + ahead, [entries[0]], [])
         for run in runs:
             assert store.read_many(run) == [store.read(e.commit_log_offset, e.size) for e in run]
         last = results[-1]
