@@ -7,7 +7,7 @@ import click
 from plugmq.cli import _LazyGroup
 
 _BENCHMARKS = {name: f"plugmq.bench.{name}:command" for name in ("store", "alloc", "filter", "delay", "e2e", "txn", "grpc", "replication", "cluster", "failover", "trace",
-                                                             "queues", "features", "put", "serve")}
+                                                             "queues", "features", "put", "serve", "backlog")}
 
 
 @click.group("bench", cls=_LazyGroup, lazy=_BENCHMARKS)
