@@ -29,6 +29,7 @@ from plugmq.plugins.store_mmap.scan import (
     STORED_TYPE,
     PyScanKernel,
     compiled_scan_kernel,
+    entry_reader,
 )
 from tests.helpers.mmap_workload import HOST, SMALL, run, workload
 
@@ -185,3 +186,13 @@ def test_born_host_in_properties(segment: tuple[bytes, list[int], int]) -> None:
     assert found["c"] == found["python"]
     assert found["c"][-1].born_host == "[::1]:9" and BORN_HOST_PROPERTY not in found["c"][-1].properties
     assert all(isinstance(m, StoredMessage) for m in found["c"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(raw=st.binary(max_size=20 * 9 + 7), first=st.integers(0, 1 << 40))
+def test_kernels_build_queue_entries_alike(raw: bytes, first: int) -> None:
+    """``read_queue``'s entries: any 20-byte entries (a trailing partial one ignored) from any
+    queue offset, equal to unpacking them one by one."""
+    unpacked = [ConsumeQueueEntry(first + i, *struct.unpack_from(">qiq", raw, i * 20)) for i in range(len(raw) // 20)]
+    for kernel in (compiled_scan_kernel(), PyScanKernel()):
+        assert entry_reader(kernel)(raw, first) == unpacked

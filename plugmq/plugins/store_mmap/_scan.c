@@ -35,6 +35,9 @@
  *     slots set through `setters` (the 16 slot descriptors in STORED_FIELDS order of scan.py),
  *     the properties parsed into a dict wrapped read-only; a born host that is not IPv4 is
  *     popped from the property `born_host_name`.
+ *   queue_entries(entries, first_qoff, entry_type, setters) -> list
+ *     A ConsumeQueueEntry per 20-byte consume-queue entry of `entries` (queue offsets from
+ *     `first_qoff`), built through `setters` (the 4 slot descriptors in field order).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -636,6 +639,53 @@ done:
     return result;
 }
 
+#define ENTRY_FIELDS 4
+
+static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
+    Py_buffer entries;
+    long long first_qoff;
+    PyTypeObject *type;
+    PyObject *setters_arg;
+    if (!PyArg_ParseTuple(args, "y*LO!O!", &entries, &first_qoff, &PyType_Type, &type, &PyTuple_Type, &setters_arg))
+        return NULL;
+    PyObject *result = NULL;
+    if (PyTuple_GET_SIZE(setters_arg) != ENTRY_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "setters must hold %d slot descriptors", ENTRY_FIELDS);
+        goto done;
+    }
+    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
+    for (int i = 0; i < ENTRY_FIELDS; i++) {
+        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
+            goto done;
+        }
+    }
+    Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
+    result = PyList_New(count);
+    if (result == NULL) goto done;
+    const unsigned char *e = entries.buf;
+    for (Py_ssize_t i = 0; i < count; i++, e += CQ_ENTRY_SIZE) {
+        PyObject *values[ENTRY_FIELDS] = {
+            PyLong_FromLongLong(first_qoff + i), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_PHYS)),
+            PyLong_FromLong((int32_t)be32(e + CQ_OFF_SIZE)), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_TAGS))};
+        PyObject *entry = NULL;
+        if (values[0] && values[1] && values[2] && values[3]) {
+            entry = type->tp_alloc(type, 0);
+            for (int f = 0; entry != NULL && f < ENTRY_FIELDS; f++)
+                if (Py_TYPE(setters[f])->tp_descr_set(setters[f], entry, values[f]) < 0) Py_CLEAR(entry);
+        }
+        for (int f = 0; f < ENTRY_FIELDS; f++) Py_XDECREF(values[f]);
+        if (entry == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, entry);
+    }
+done:
+    PyBuffer_Release(&entries);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"scan", py_scan, METH_VARARGS,
      "scan(buffer, pos, readable, seg_size, seg_start, limit, rows, keys, keys_name, uniq_name, topic_ids, "
@@ -644,6 +694,8 @@ static PyMethodDef module_methods[] = {
      "check_entries(entries, first_qoff, queue_id, log_end, segments) -> bytes (1 = sound entry)"},
     {"read_records", py_read_records, METH_VARARGS,
      "read_records(offsets, segments, stored_type, setters, born_host_name) -> list[StoredMessage | None]"},
+    {"queue_entries", py_queue_entries, METH_VARARGS,
+     "queue_entries(entries, first_qoff, entry_type, setters) -> list[ConsumeQueueEntry]"},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_scan", "store_mmap's compiled recovery scan", -1,

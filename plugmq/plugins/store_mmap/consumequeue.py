@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +199,10 @@ class ConsumeQueue:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
+    def read(self, offset: int, max_entries: int,
+             entries_of: Callable[[bytes, int], list[ConsumeQueueEntry]] | None = None) -> list[ConsumeQueueEntry]:
+        """Up to ``max_entries`` entries from ``offset``; ``entries_of(chunk, first queue offset)``
+        builds them (the store's scan kernel), else they are unpacked here."""
         lo = max(offset, self.min_offset)
         hi = min(self.max_offset, lo + max(0, max_entries))
         out: list[ConsumeQueueEntry] = []
@@ -213,8 +216,11 @@ class ConsumeQueue:
                 chunk = f.mm[rel * ENTRY_SIZE : (rel + count) * ENTRY_SIZE]
             finally:
                 f.release()
-            for i, (phys, size, tags) in enumerate(ENTRY.iter_unpack(chunk), lo):
-                out.append(ConsumeQueueEntry(i, phys, size, tags))
+            if entries_of is not None:
+                out += entries_of(chunk, lo)
+            else:
+                out += [ConsumeQueueEntry(i, phys, size, tags) for i, (phys, size, tags) in
+                        enumerate(ENTRY.iter_unpack(chunk), lo)]
             lo += count
         return out
 

@@ -25,6 +25,9 @@ topic_ids, topic_names) -> (stop, kind, count, last_ts, rows_bytes | None, keys_
     ``StoredMessage.trusted`` does, through the type and the slot descriptors it is handed
     (:data:`STORED_TYPE`, :data:`STORED_SETTERS`); the Python one decodes and converts each record
     as ``read`` does.
+``queue_entries(entries, first_qoff, entry_type, setters) -> list``
+    a ConsumeQueueEntry per 20-byte entry (``read_queue``), built as ``read_records`` builds
+    messages (:data:`ENTRY_SETTERS`).
 
 :func:`scan_log` runs a kernel over the log (segment after segment, skipping damage followed by
 sound records) and returns a :class:`LogScan`.
@@ -33,13 +36,13 @@ sound records) and returns a :class:`LogScan`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
 
-from plugmq.core import Prop, StoredMessage, StoreError
+from plugmq.core import ConsumeQueueEntry, Prop, StoredMessage, StoreError
 from plugmq.kit.native import load_kernel
 from plugmq.plugins.store_mmap.layout import SCAN_KERNEL
 from plugmq.plugins.store_mmap.record import (
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
     from plugmq.plugins.store_mmap.commitlog import CommitLog
 
 __all__ = [
+    "ENTRY_SETTERS",
     "KERNELS",
     "ROW_FIELDS",
     "STOP_BAD",
@@ -69,6 +73,7 @@ __all__ = [
     "PyScanKernel",
     "ScanKernel",
     "compiled_scan_kernel",
+    "entry_reader",
     "make_scan_kernel",
     "next_sound",
     "scan_log",
@@ -91,6 +96,7 @@ STORED_FIELDS = ("topic", "queue_id", "body", "properties", "queue_offset", "com
                  "prepared_transaction_offset", "body_crc")
 STORED_TYPE = StoredMessage
 STORED_SETTERS = tuple(getattr(StoredMessage, name) for name in STORED_FIELDS)
+ENTRY_SETTERS = tuple(getattr(ConsumeQueueEntry, a.name) for a in attrs.fields(ConsumeQueueEntry))
 
 
 class ScanKernel(Protocol):
@@ -106,6 +112,9 @@ class ScanKernel(Protocol):
     def read_records(self, offsets: Sequence[int], segments: Sequence[tuple[int, int, int, Any]],
                      stored_type: type[StoredMessage], setters: tuple[Any, ...],
                      born_host_name: str) -> list[StoredMessage | None]: ...
+
+    def queue_entries(self, entries: bytes, first_qoff: int, entry_type: type[ConsumeQueueEntry],
+                      setters: tuple[Any, ...]) -> list[ConsumeQueueEntry]: ...
 
 
 # ------------------------------------------------------------------------------------------------
@@ -239,6 +248,12 @@ class PyScanKernel:
             out.append(None if rec is None else rec.to_stored(rec.total))
         return out
 
+    @staticmethod
+    def queue_entries(entries: bytes, first_qoff: int, entry_type: type[ConsumeQueueEntry],
+                      setters: tuple[Any, ...]) -> list[ConsumeQueueEntry]:
+        return [entry_type(i, phys, size, tags) for i, (phys, size, tags) in
+                enumerate(_ENTRY.iter_unpack(entries[: len(entries) - len(entries) % _ENTRY.size]), first_qoff)]
+
 
 def _last_at_or_below(starts: list[int], value: int) -> int:
     lo, hi = 0, len(starts)
@@ -257,6 +272,16 @@ _COMPILED_MODULE = load_kernel(SCAN_KERNEL)
 def compiled_scan_kernel() -> Any:
     """The ``_scan`` extension module, or None when it is not built for this layout."""
     return _COMPILED_MODULE
+
+
+def entry_reader(kernel: ScanKernel) -> Callable[[bytes, int], list[ConsumeQueueEntry]]:
+    """The kernel's ``queue_entries`` for ConsumeQueueEntry: ``(entries, first queue offset)``."""
+    queue_entries = kernel.queue_entries
+
+    def entries_of(entries: bytes, first_qoff: int) -> list[ConsumeQueueEntry]:
+        return queue_entries(entries, first_qoff, ConsumeQueueEntry, ENTRY_SETTERS)
+
+    return entries_of
 
 
 def make_scan_kernel(kernel: str) -> ScanKernel:

@@ -70,7 +70,7 @@ from plugmq.plugins.store_mmap.record import build_tail, host_bytes, topic_part
 from plugmq.plugins.store_mmap.recovery import recover, repair_queue
 from plugmq.plugins.store_mmap.replica import ReplicaLog
 from plugmq.plugins.store_mmap.retention import Retention
-from plugmq.plugins.store_mmap.scan import make_scan_kernel
+from plugmq.plugins.store_mmap.scan import entry_reader, make_scan_kernel
 
 __all__ = ["CAPABILITIES", "MmapMessageStore"]
 
@@ -188,6 +188,7 @@ class MmapMessageStore(ReplicaLog):
         self._checkpoint = Checkpoint(self.dir / "checkpoint")
         try:
             self._scan_kernel = make_scan_kernel(opts.scan_kernel)
+            self._entries_of = entry_reader(self._scan_kernel)
             checkpoint = self._checkpoint.read()
             recovered = recover(
                 self._cl,
@@ -389,7 +390,7 @@ class MmapMessageStore(ReplicaLog):
         cq = self._cqs.queues.get((topic, queue_id))
         if cq is None or self._closed:
             return []
-        return cq.read(offset, max_entries)
+        return cq.read(offset, max_entries, self._entries_of)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.queues.get((topic, queue_id))
