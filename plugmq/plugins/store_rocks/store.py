@@ -19,6 +19,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 from rocksdict import (
     AccessType,
@@ -287,6 +288,14 @@ class RocksStore(KeyValueMessageStore[RocksOptions]):
             if self._closed:
                 raise StoreError("store_rocks is closed")
             return self._raw_get(family, key)
+
+    def _get_many(self, reader: Any, family: str, keys: list[bytes]) -> list[bytes | None]:
+        """RocksDB's MultiGet; a damaged block fails the call: then key by key (logged, None)."""
+        try:
+            found = self._cf[family].get(list[Any](keys))
+        except Exception:  # noqa: BLE001 - _raw_get says which key and counts it
+            return [self._raw_get(family, key) for key in keys]
+        return cast(list[bytes | None], found)
 
     def _raw_get(self, family: str, key: bytes) -> bytes | None:
         """A read inside the gate (``_reading`` or ``_point_get`` holds it)."""
