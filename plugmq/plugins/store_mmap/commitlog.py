@@ -9,6 +9,7 @@ only see records below ``wrote`` (the position the put lock publishes after a re
 from __future__ import annotations
 
 import bisect
+import mmap
 import re
 import threading
 import time
@@ -34,6 +35,8 @@ __all__ = ["ALLOCATION_CHUNK", "CommitLog", "SegmentAllocator"]
 log = get_logger(__name__)
 
 _NAME = re.compile(r"\d{20}")
+#: Bytes a bulk read asks the kernel to read ahead of a run (MADV_WILLNEED).
+_READ_AHEAD = 8 << 20
 #: Bytes of a segment given blocks at a time ahead of the writes (fewer posix_fallocate calls).
 ALLOCATION_CHUNK = 16 << 20
 
@@ -169,6 +172,7 @@ class CommitLog:
         self.regrown: list[int] = []  # starts of segments load() found truncated and grew back
         self.flush_seconds = 0.0  # time spent in flushes that wrote something (metrics: mean flush latency)
         self.allocator = SegmentAllocator(directory, segment_size, warm=warm, enabled=preallocate)
+        self._asked_ahead: dict[int, int] = {}  # segment start -> segment-relative end asked for (read_many)
 
     # -- segments -----------------------------------------------------------------------------
 
@@ -350,16 +354,40 @@ class CommitLog:
         if not offsets:
             return []
         starts = self._starts
+        last = max(offsets)
         first = max(bisect.bisect_right(starts, min(offsets)) - 1, 0)
-        held = [seg for seg in self._segments[first:bisect.bisect_right(starts, max(offsets))] if seg.acquire()]
+        held = [seg for seg in self._segments[first:bisect.bisect_right(starts, last)] if seg.acquire()]
         try:
             wrote = self.wrote
+            if held:
+                self._ask_ahead(held[-1], last - held[-1].start, wrote - held[-1].start)
             spans = [(seg.start, seg.end, min(seg.size - END_FILE_MIN_BLANK, wrote - seg.start), seg.mm)
                      for seg in held]
             return kernel.read_records(offsets, spans, STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY)
         finally:
             for seg in held:
                 seg.release()
+
+    def _ask_ahead(self, seg: MappedFile, rel: int, written: int) -> None:
+        """Ask the kernel to read the next stretch after a run (``MADV_WILLNEED``, asynchronous)
+        while this one is decoded: a reader behind the writer reads pages that left the cache,
+        and a page fault alone reads 128 KiB at a time, synchronously. Asked again when the reader
+        is past half the stretch; pages in the cache cost the call a lookup each."""
+        asked = self._asked_ahead.get(seg.start, 0)
+        if asked - _READ_AHEAD <= rel < asked - _READ_AHEAD // 2:
+            return  # well inside what was asked for
+        begin = asked if asked - _READ_AHEAD // 2 <= rel <= asked else rel
+        begin -= begin % mmap.PAGESIZE
+        end = min(rel + _READ_AHEAD, written, seg.size)
+        if end <= begin:
+            return
+        if len(self._asked_ahead) > 64:
+            self._asked_ahead.clear()  # segments retention removed
+        self._asked_ahead[seg.start] = end
+        try:
+            seg.mm.madvise(mmap.MADV_WILLNEED, begin, end - begin)
+        except (OSError, ValueError):
+            pass  # advice only (a mapping closed meanwhile, a platform without it)
 
     def store_timestamp(self, offset: int) -> int | None:
         """The store timestamp of the record at ``offset`` (checked), for time searches."""
