@@ -181,6 +181,29 @@ static int decode_value(const unsigned char *p, const unsigned char *end, int32_
     return 0;
 }
 
+/* One property item "name\x01value\x02" (the value is empty without \x01). */
+typedef struct {
+    const unsigned char *name, *name_end, *value, *value_end;
+} PropItem;
+
+/* The next non-empty item of the properties at *pp (up to end): 1 and the item, 0 at the end. */
+static int next_property(const unsigned char **pp, const unsigned char *end, PropItem *item) {
+    while (*pp < end) {
+        const unsigned char *start = *pp, *item_end = memchr(start, 0x02, (size_t)(end - start));
+        if (item_end == NULL) item_end = end;
+        *pp = item_end + 1;
+        if (item_end > start) {
+            const unsigned char *sep = memchr(start, 0x01, (size_t)(item_end - start));
+            item->name = start;
+            item->name_end = sep ? sep : item_end;
+            item->value = sep ? sep + 1 : item_end;
+            item->value_end = item_end;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Index entries of one record: the keys of KEYS (split on white space, as str.split()), then
  * the unique id. A value that is not UTF-8 adds nothing (the Python twin skips it alike). */
 static int note_keys(Int64s *keys, int mode, const unsigned char *topic, unsigned topic_len,
@@ -189,23 +212,16 @@ static int note_keys(Int64s *keys, int mode, const unsigned char *topic, unsigne
                      Py_ssize_t *scratch_cap) {
     const unsigned char *keys_v = NULL, *keys_e = NULL, *uniq_v = NULL, *uniq_e = NULL;
     const unsigned char *p = props, *end = props + props_len;
-    while (p < end) { /* items "key\x01value\x02"; the last of a name wins, as in a dict */
-        const unsigned char *item_end = memchr(p, 0x02, (size_t)(end - p));
-        if (item_end == NULL) item_end = end;
-        if (item_end > p) {
-            const unsigned char *sep = memchr(p, 0x01, (size_t)(item_end - p));
-            const unsigned char *name_end = sep ? sep : item_end;
-            const unsigned char *value = sep ? sep + 1 : item_end;
-            Py_ssize_t name_len = name_end - p;
-            if (name_len == keys_len && memcmp(p, keys_name, (size_t)keys_len) == 0) {
-                keys_v = value;
-                keys_e = item_end;
-            } else if (mode >= 2 && name_len == uniq_len && memcmp(p, uniq_name, (size_t)uniq_len) == 0) {
-                uniq_v = value;
-                uniq_e = item_end;
-            }
+    PropItem item;
+    while (next_property(&p, end, &item)) { /* the last of a name wins, as in a dict */
+        Py_ssize_t name_len = item.name_end - item.name;
+        if (name_len == keys_len && memcmp(item.name, keys_name, (size_t)keys_len) == 0) {
+            keys_v = item.value;
+            keys_e = item.value_end;
+        } else if (mode >= 2 && name_len == uniq_len && memcmp(item.name, uniq_name, (size_t)uniq_len) == 0) {
+            uniq_v = item.value;
+            uniq_e = item.value_end;
         }
-        p = item_end + 1;
     }
     if (keys_v == NULL && uniq_v == NULL) return 0;
     uint32_t th = 0;
@@ -356,10 +372,60 @@ static PyObject *py_scan(PyObject *module, PyObject *args) {
 
 /* -- consume-queue entries ------------------------------------------------------------------------ */
 
+/* A mapped segment handed in by Python: its log offsets [start, end) and the segment-relative
+ * `limit` of what may be read (clipped to the buffer). */
 typedef struct {
-    int64_t start, size;
+    int64_t start, end, limit;
     Py_buffer view;
 } Segment;
+
+/* The segments of `seq` (sorted by start): (start, limit, buffer) items, or (start, end, limit,
+ * buffer) ones `with_end`. Returns the array (PyMem_Free it after release_segments) and the
+ * number of buffers taken in *got, or NULL with an error set (*got still says what to release). */
+static Segment *take_segments(PyObject *seq, int with_end, Py_ssize_t *got) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Segment *segs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Segment));
+    *got = 0;
+    if (segs == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (; *got < n; (*got)++) {
+        Segment *g = &segs[*got];
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, *got);
+        long long start, end = 0, limit;
+        PyObject *buffer;
+        int parsed = with_end ? PyArg_ParseTuple(item, "LLLO", &start, &end, &limit, &buffer)
+                              : PyArg_ParseTuple(item, "LLO", &start, &limit, &buffer);
+        if (!parsed || PyObject_GetBuffer(buffer, &g->view, PyBUF_SIMPLE) < 0) return segs;
+        g->start = start;
+        g->end = with_end ? end : start + limit;
+        g->limit = limit < g->view.len ? limit : g->view.len;
+        if (*got > 0 && start < segs[*got - 1].start) {
+            (*got)++;
+            PyErr_SetString(PyExc_ValueError, "segments must be sorted by start");
+            return segs;
+        }
+    }
+    return segs;
+}
+
+static void release_segments(Segment *segs, Py_ssize_t got) {
+    for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
+        if (segs[i].view.obj != NULL) PyBuffer_Release(&segs[i].view);
+    PyMem_Free(segs);
+}
+
+/* The index of the last segment starting at or before phys; -1 when none does. */
+static Py_ssize_t segment_at(const Segment *segs, Py_ssize_t n, int64_t phys) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (segs[mid].start <= phys) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
 
 static PyObject *py_check_entries(PyObject *module, PyObject *args) {
     Py_buffer entries;
@@ -372,28 +438,10 @@ static PyObject *py_check_entries(PyObject *module, PyObject *args) {
         PyBuffer_Release(&entries);
         return NULL;
     }
-    Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq);
-    Segment *segs = PyMem_Calloc((size_t)(nseg ? nseg : 1), sizeof(Segment));
-    Py_ssize_t got = 0;
+    Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq), got = 0;
+    Segment *segs = take_segments(seq, 0, &got);
     PyObject *result = NULL;
-    if (segs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; got < nseg; got++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
-        long long start, size;
-        PyObject *buffer;
-        if (!PyArg_ParseTuple(item, "LLO", &start, &size, &buffer)) goto done;
-        if (PyObject_GetBuffer(buffer, &segs[got].view, PyBUF_SIMPLE) < 0) goto done;
-        segs[got].start = start;
-        segs[got].size = size < segs[got].view.len ? size : segs[got].view.len;
-        if (got > 0 && start < segs[got - 1].start) {
-            got++;
-            PyErr_SetString(PyExc_ValueError, "segments must be sorted by start");
-            goto done;
-        }
-    }
+    if (segs == NULL || PyErr_Occurred()) goto done;
     Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
     result = PyBytes_FromStringAndSize(NULL, count);
     if (result == NULL) goto done;
@@ -404,25 +452,18 @@ static PyObject *py_check_entries(PyObject *module, PyObject *args) {
         int64_t size = (int32_t)be32(e + CQ_OFF_SIZE);
         ok[i] = 0;
         if (size < HEADER_SIZE || phys < 0 || phys + size > log_end) continue;
-        Py_ssize_t lo = 0, hi = nseg; /* the last segment starting at or before phys */
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (segs[mid].start <= phys) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo == 0) continue;
-        const Segment *s = &segs[lo - 1];
+        Py_ssize_t at = segment_at(segs, nseg, phys);
+        if (at < 0) continue;
+        const Segment *s = &segs[at];
         int64_t rel = phys - s->start;
-        if (rel + size > s->size) continue;
+        if (rel + size > s->limit) continue;
         const unsigned char *r = (const unsigned char *)s->view.buf + rel;
         ok[i] = be32(r + OFF_MAGIC) == MESSAGE_MAGIC && (int64_t)(int32_t)be32(r + OFF_TOTAL) == size &&
                 (int32_t)be32(r + OFF_QUEUE_ID) == queue_id && (int64_t)be64(r + OFF_QUEUE_OFFSET) == first_qoff + i &&
                 (int64_t)be64(r + OFF_PHYS) == phys && (int64_t)be64(r + OFF_TAGS_CODE) == tags;
     }
 done:
-    for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
-        if (segs[i].view.obj != NULL) PyBuffer_Release(&segs[i].view);
-    PyMem_Free(segs);
+    release_segments(segs, got);
     Py_DECREF(seq);
     PyBuffer_Release(&entries);
     if (PyErr_Occurred()) Py_CLEAR(result);
@@ -444,32 +485,21 @@ static PyObject *parse_properties(const unsigned char *p, int64_t len) {
     PyObject *props = PyDict_New();
     if (props == NULL) return NULL;
     const unsigned char *end = p + len;
-    while (p < end) {
-        const unsigned char *item_end = memchr(p, 0x02, (size_t)(end - p));
-        if (item_end == NULL) item_end = end;
-        if (item_end > p) {
-            const unsigned char *sep = memchr(p, 0x01, (size_t)(item_end - p));
-            const unsigned char *name_end = sep ? sep : item_end;
-            const unsigned char *value = sep ? sep + 1 : item_end;
-            PyObject *k = PyUnicode_DecodeUTF8((const char *)p, name_end - p, "surrogatepass");
-            PyObject *v = k ? PyUnicode_DecodeUTF8((const char *)value, item_end - value, "surrogatepass") : NULL;
-            int failed = v == NULL || PyDict_SetItem(props, k, v) < 0;
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (failed) {
-                Py_DECREF(props);
-                return NULL;
-            }
+    PropItem item;
+    while (next_property(&p, end, &item)) {
+        PyObject *k = PyUnicode_DecodeUTF8((const char *)item.name, item.name_end - item.name, "surrogatepass");
+        PyObject *v = k ? PyUnicode_DecodeUTF8((const char *)item.value, item.value_end - item.value, "surrogatepass")
+                        : NULL;
+        int failed = v == NULL || PyDict_SetItem(props, k, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (failed) {
+            Py_DECREF(props);
+            return NULL;
         }
-        p = item_end + 1;
     }
     return props;
 }
-
-typedef struct {
-    int64_t start, end, limit;
-    Py_buffer view;
-} ReadSegment;
 
 /* Strings met in the previous record, reused while records keep to them. */
 typedef struct {
@@ -488,6 +518,33 @@ static PyObject *recent_str(PyObject **slot, unsigned char *key, unsigned *key_l
         if (key_len) *key_len = len;
     }
     return Py_NewRef(*slot);
+}
+
+/* The slot descriptors of `setters_arg` (a tuple of n data descriptors), or NULL with an error set. */
+static PyObject *const *slot_setters(PyObject *setters_arg, Py_ssize_t n) {
+    if (PyTuple_GET_SIZE(setters_arg) != n) {
+        PyErr_Format(PyExc_ValueError, "setters must hold %zd slot descriptors", n);
+        return NULL;
+    }
+    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
+            return NULL;
+        }
+    }
+    return setters;
+}
+
+/* A `type` instance with its n slots set to `values` (as the trusted constructors do: no
+ * validators), or NULL with an error set; NULL values (failed conversions) fail it. */
+static PyObject *slotted(PyTypeObject *type, PyObject *const *setters, PyObject *const *values, int n) {
+    for (int i = 0; i < n; i++)
+        if (values[i] == NULL) return NULL;
+    PyObject *object = type->tp_alloc(type, 0);
+    for (int i = 0; object != NULL && i < n; i++)
+        if (Py_TYPE(setters[i])->tp_descr_set(setters[i], object, values[i]) < 0) Py_CLEAR(object);
+    return object;
 }
 
 /* The StoredMessage of the sound record at p (whose total size is `total`), or NULL with an error set. */
@@ -531,16 +588,7 @@ static PyObject *stored_message(const unsigned char *p, int64_t total, int64_t p
     values[13] = PyLong_FromLong((int32_t)be32(p + OFF_SYS_FLAG));
     values[14] = PyLong_FromLongLong((int64_t)be64(p + OFF_PREPARED));
     values[15] = PyLong_FromUnsignedLong(be32(p + OFF_BODY_CRC));
-    for (int i = 0; i < STORED_FIELDS; i++)
-        if (values[i] == NULL) goto done;
-    message = type->tp_alloc(type, 0);
-    if (message == NULL) goto done;
-    for (int i = 0; i < STORED_FIELDS; i++) {
-        if (Py_TYPE(setters[i])->tp_descr_set(setters[i], message, values[i]) < 0) {
-            Py_CLEAR(message);
-            goto done;
-        }
-    }
+    message = slotted(type, setters, values, STORED_FIELDS);
 done:
     for (int i = 0; i < STORED_FIELDS; i++) Py_XDECREF(values[i]);
     Py_XDECREF(born);
@@ -554,17 +602,8 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOO!O!U", &offsets_arg, &segments_arg, &PyType_Type, &type, &PyTuple_Type,
                           &setters_arg, &born_name))
         return NULL;
-    if (PyTuple_GET_SIZE(setters_arg) != STORED_FIELDS) {
-        PyErr_Format(PyExc_ValueError, "setters must hold %d slot descriptors", STORED_FIELDS);
-        return NULL;
-    }
-    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
-    for (int i = 0; i < STORED_FIELDS; i++) {
-        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
-            PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
-            return NULL;
-        }
-    }
+    PyObject *const *setters = slot_setters(setters_arg, STORED_FIELDS);
+    if (setters == NULL) return NULL;
     PyObject *offsets = PySequence_Fast(offsets_arg, "offsets must be a sequence of int");
     if (offsets == NULL) return NULL;
     PyObject *seq = PySequence_Fast(segments_arg, "segments must be a sequence of (start, end, limit, buffer)");
@@ -573,28 +612,10 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
         return NULL;
     }
     Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq), got = 0;
-    ReadSegment *segs = PyMem_Calloc((size_t)(nseg ? nseg : 1), sizeof(ReadSegment));
+    Segment *segs = take_segments(seq, 1, &got);
     Recent recent = {0};
     PyObject *result = NULL;
-    if (segs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; got < nseg; got++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
-        long long start, end, limit;
-        PyObject *buffer;
-        if (!PyArg_ParseTuple(item, "LLLO", &start, &end, &limit, &buffer)) goto done;
-        if (PyObject_GetBuffer(buffer, &segs[got].view, PyBUF_SIMPLE) < 0) goto done;
-        segs[got].start = start;
-        segs[got].end = end;
-        segs[got].limit = limit < segs[got].view.len ? limit : segs[got].view.len;
-        if (got > 0 && start < segs[got - 1].start) {
-            got++;
-            PyErr_SetString(PyExc_ValueError, "segments must be sorted by start");
-            goto done;
-        }
-    }
+    if (segs == NULL || PyErr_Occurred()) goto done;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
     result = PyList_New(count);
     if (result == NULL) goto done;
@@ -605,15 +626,10 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
         PyObject *message = NULL;
         if (nseg > 0 && phys >= 0) {
             if (!(segs[last].start <= phys && phys < segs[last].end)) {
-                Py_ssize_t lo = 0, hi = nseg; /* the last segment starting at or before phys */
-                while (lo < hi) {
-                    Py_ssize_t mid = (lo + hi) / 2;
-                    if (segs[mid].start <= phys) lo = mid + 1;
-                    else hi = mid;
-                }
-                last = lo > 0 ? lo - 1 : 0;
+                Py_ssize_t at = segment_at(segs, nseg, phys);
+                last = at > 0 ? at : 0;
             }
-            const ReadSegment *s = &segs[last];
+            const Segment *s = &segs[last];
             int64_t pos = phys - s->start;
             if (pos >= 0 && phys < s->end && pos < s->limit) {
                 const unsigned char *p = (const unsigned char *)s->view.buf + pos;
@@ -627,9 +643,7 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
         PyList_SET_ITEM(result, i, message ? message : Py_NewRef(Py_None));
     }
 done:
-    for (Py_ssize_t i = 0; i < got && segs != NULL; i++)
-        if (segs[i].view.obj != NULL) PyBuffer_Release(&segs[i].view);
-    PyMem_Free(segs);
+    release_segments(segs, got);
     Py_XDECREF(recent.topic_s);
     Py_XDECREF(recent.born_s);
     Py_XDECREF(recent.store_s);
@@ -649,17 +663,8 @@ static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*LO!O!", &entries, &first_qoff, &PyType_Type, &type, &PyTuple_Type, &setters_arg))
         return NULL;
     PyObject *result = NULL;
-    if (PyTuple_GET_SIZE(setters_arg) != ENTRY_FIELDS) {
-        PyErr_Format(PyExc_ValueError, "setters must hold %d slot descriptors", ENTRY_FIELDS);
-        goto done;
-    }
-    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
-    for (int i = 0; i < ENTRY_FIELDS; i++) {
-        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
-            PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
-            goto done;
-        }
-    }
+    PyObject *const *setters = slot_setters(setters_arg, ENTRY_FIELDS);
+    if (setters == NULL) goto done;
     Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
     result = PyList_New(count);
     if (result == NULL) goto done;
@@ -668,12 +673,7 @@ static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
         PyObject *values[ENTRY_FIELDS] = {
             PyLong_FromLongLong(first_qoff + i), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_PHYS)),
             PyLong_FromLong((int32_t)be32(e + CQ_OFF_SIZE)), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_TAGS))};
-        PyObject *entry = NULL;
-        if (values[0] && values[1] && values[2] && values[3]) {
-            entry = type->tp_alloc(type, 0);
-            for (int f = 0; entry != NULL && f < ENTRY_FIELDS; f++)
-                if (Py_TYPE(setters[f])->tp_descr_set(setters[f], entry, values[f]) < 0) Py_CLEAR(entry);
-        }
+        PyObject *entry = slotted(type, setters, values, ENTRY_FIELDS);
         for (int f = 0; f < ENTRY_FIELDS; f++) Py_XDECREF(values[f]);
         if (entry == NULL) {
             Py_CLEAR(result);
