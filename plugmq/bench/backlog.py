@@ -191,8 +191,9 @@ def _print(report: dict[str, Any], console: Console) -> None:
             ("put_batch msg/s, with the backlog", "put_backlog", "{:,.0f}"),
             ("  backlog / empty (goal >= 0.9)", None, "put"),
             ("cold pull MB/s", "pull_mb_s", "{:,.0f}"), ("cold pull msg/s", "pull_msg_s", "{:,.0f}"),
-            ("cold sequential read MB/s", "read_mb_s", "{:,.0f}"),
-            ("  pull / sequential read (goal >= 0.5)", None, "pull")]
+            ("cold sequential read MB/s (rounds of this column)", "read_mb_s", "{:,.0f}"),
+            ("  pull / best sequential read (goal >= 0.5)", None, "pull")]
+    best_read = max(figures["read_mb_s"] for figures in rates.values())
     for title, key, form in rows:
         cells = [title]
         for label in rates:
@@ -201,8 +202,8 @@ def _print(report: dict[str, Any], console: Console) -> None:
                 cells.append(form.format(figures[key]))
             elif form == "put":
                 cells.append(f"{figures['put_backlog'] / figures['put_empty']:.2f}x")
-            else:
-                cells.append(f"{figures['pull_mb_s'] / figures['read_mb_s']:.2f}x")
+            else:  # against the best cold read of the run (it reads the same bytes for every interpreter)
+                cells.append(f"{figures['pull_mb_s'] / best_read:.2f}x")
         table.add_row(*cells)
     console.print(table)
     if "baseline" in rates:
