@@ -29,7 +29,7 @@ from typing import NamedTuple
 from plugmq.broker.journal import Journal
 from plugmq.config.topics import TopicSettings, TopicSettingsTable
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import MessageStore
+from plugmq.core.contracts import MessageStore, read_entries
 from plugmq.core.errors import CorruptRecordError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, Message, StoredMessage
@@ -208,8 +208,7 @@ class DedupWindows:
                 entries = store.read_queue(topic, queue_id, offset, min(1024, high - offset))
                 if not entries:
                     break
-                for entry in entries:
-                    message = store.read(entry.commit_log_offset, entry.size)
+                for entry, message in zip(entries, read_entries(store, entries)):
                     if message is None or message.store_timestamp_ms < since:
                         continue
                     key = _stored_key(settings, message)
