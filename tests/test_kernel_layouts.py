@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
@@ -82,3 +83,20 @@ def test_plugmq_plugins_says_which_kernels_are_in_use() -> None:
     assert {k["module"] for k in rows["delay_wheel"]["kernels"]} == {"plugmq.kit._requestcodec"}
     table = CliRunner().invoke(main, ["plugins"])
     assert "compiled kernels" in table.output and "_segscan" in table.output
+
+
+def test_a_kernel_built_without_a_function_the_python_side_calls_is_refused() -> None:
+    """An older build of the right layout lacking a newer function (store_mmap's bulk read): the
+    twin runs rather than a call failing mid-pull."""
+    older = attrs.evolve(layout.SCAN_KERNEL, functions=(*layout.SCAN_KERNEL.functions, "not_in_this_build"))
+    saved = dict(native._STATUSES)
+    try:
+        native._STATUSES.pop(older.module, None)
+        with capture_logs() as logs:
+            assert load_kernel(older) is None
+        assert "built without not_in_this_build" in logs[0]["reason"]
+        native._STATUSES.pop(older.module, None)
+        assert load_kernel(layout.SCAN_KERNEL) is not None
+    finally:
+        native._STATUSES.clear()
+        native._STATUSES.update(saved)

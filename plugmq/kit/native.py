@@ -49,6 +49,9 @@ class Kernel:
     users: tuple[str, ...]  # the plugins it speeds up
     fallback: str  # what runs instead
     cost: str  # what the fallback costs, measured
+    #: Functions the Python side calls: a build older than one of them is refused like a build for
+    #: another layout (the bytes are the same, the interface is not).
+    functions: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -78,6 +81,10 @@ def load_kernel(kernel: Kernel) -> ModuleType | None:
             reason = (f"built for layout {_hex(built_for)}, the Python side is at {_hex(kernel.layout_version)} "
                       "(rebuild it: pip install -e .)")
             module = None
+    missing = [name for name in kernel.functions if module is not None and not hasattr(module, name)]
+    if missing:
+        reason = f"built without {', '.join(missing)} (an older build; rebuild it: pip install -e .)"
+        module = None
     _STATUSES[kernel.module] = KernelStatus(kernel, module is not None, reason)
     if module is None:
         log.warning("compiled kernel not in use", kernel=kernel.module, reason=reason, fallback=kernel.fallback,
