@@ -16,8 +16,18 @@ from hypothesis import strategies as st
 
 from plugmq.broker.broker import Broker
 from plugmq.core import Message, Prop
+from plugmq.core.appendcolumns import AppendColumns
 from plugmq.core.errors import MessageTooLargeError, ValidationError
-from plugmq.core.message import AppendRequest, MessageQueue, SendResult, SendResults, SendStatus, new_unique_id
+from plugmq.core.message import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    MessageQueue,
+    SendResult,
+    SendResults,
+    SendStatus,
+    new_unique_id,
+)
 from plugmq.kit import requestcodec
 
 native = pytest.mark.skipif(not requestcodec.native_available(), reason="plugmq.kit._requestcodec was not built")
@@ -154,6 +164,33 @@ def test_send_results_are_built_when_read(broker: Broker) -> None:
     with pytest.raises(AttributeError, match="read-only"):
         results._queue = broker.topic_queues("T")[1]
     assert SendResults([], [], broker.topic_queues("T")[0], SendStatus.SLAVE_NOT_AVAILABLE) == []
+
+
+def test_append_columns_build_each_result_when_read(broker: Broker) -> None:
+    """store_mmap answers put_batch in columns (ColumnAppending); each AppendResult equals the one
+    its record's read and query give."""
+    results = broker.put_batch([Message("T", b"a"), Message("T", b"bb"), Message("T", b"c")], 1)
+    assert isinstance(results, SendResults)
+    stored = results._results
+    assert isinstance(stored, AppendColumns) and len(stored) == 3
+    rows = list(stored)
+    assert all(type(r) is AppendResult and r.status is AppendStatus.PUT_OK for r in rows)
+    assert [r.queue_offset for r in rows] == [0, 1, 2] and len({r.store_timestamp_ms for r in rows}) == 1
+    for row, sent in zip(rows, results, strict=True):
+        assert row.msg_id == sent.msg_id
+        message = broker.query_by_id(row.msg_id)
+        assert message is not None and (message.commit_log_offset, message.size) == (row.commit_log_offset, row.size)
+    assert stored[-1] == rows[2] and stored[:2] == rows[:2] and stored == rows
+    assert stored.end_offset == rows[2].commit_log_offset + rows[2].size
+    assert pickle.loads(pickle.dumps(stored)) == rows
+    timed_out = stored.with_status(AppendStatus.FLUSH_DISK_TIMEOUT)
+    assert [r.status for r in timed_out] == [AppendStatus.FLUSH_DISK_TIMEOUT] * 3
+    with pytest.raises(IndexError):
+        stored[3]
+    with pytest.raises(AttributeError, match="read-only"):
+        stored._ts = 0
+    with pytest.raises(ValidationError, match="3 integers per record"):
+        AppendColumns([1, 2], "P" * 16, 0)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

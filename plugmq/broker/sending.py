@@ -23,7 +23,7 @@ from plugmq.broker.topics import TopicQueues
 from plugmq.broker.traffic import Traffic
 from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import MessageStore
+from plugmq.core.contracts import ColumnAppending, MessageStore
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
@@ -225,7 +225,11 @@ class Sender:
         queue = self._topics.queue(topic, queue_id)
         self._limits.send(topic, account, len(messages), total)
         started = time.perf_counter()
-        results = self._store.append_batch(requests)
+        store = self._store
+        if isinstance(store, ColumnAppending):  # no AppendResult built until one is read
+            results: Sequence[AppendResult] = store.append_columns(requests)
+        else:
+            results = store.append_batch(requests)
         self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
         replica = self._replica(await_slave, results[-1].commit_log_offset + results[-1].size)
         self._events.stored_all(results, requests)

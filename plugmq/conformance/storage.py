@@ -12,10 +12,11 @@ the plugin's files on purpose (marker ``plugmq_damages_files``, listed by the ru
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -51,10 +52,23 @@ from plugmq.core import (
     MessageStore,
     encode_msg_id,
 )
-from plugmq.core.contracts import BulkReading
+from plugmq.core.contracts import BulkReading, ColumnAppending
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]
+
+
+def _listed(append: Callable[[list[AppendRequest]], Sequence[AppendResult]],
+            batch: list[AppendRequest]) -> list[AppendResult]:
+    return list(append(batch))
+
+
+def _outcome(call: Callable[[], object]) -> tuple[str, object]:
+    """What a call answered, or the type of what it raised."""
+    try:
+        return "ok", call()
+    except Exception as exc:  # noqa: BLE001 - the two paths must refuse alike, whatever they refuse with
+        return "raised", type(exc).__name__
 
 
 class StoreConformance(DurabilityClauses, ReplicationClauses):
@@ -117,6 +131,35 @@ class StoreConformance(DurabilityClauses, ReplicationClauses):
         for queue_id, offsets in per_queue.items():
             assert offsets == list(range(len(offsets))), f"queue {queue_id}: batch offsets {offsets} not consecutive"
         assert store.append_batch([]) == []
+
+    def test_append_columns_stores_what_append_batch_stores(self, store_plugin: StoreUnderTest, tmp_path: Path,
+                                                            clock: ManualClock) -> None:
+        """With the ColumnAppending capability: the same batches through ``append_columns`` and through
+        ``append_batch`` (two stores, one clock) answer the same results, read back the same and
+        refuse the same; an empty batch answers an empty AppendColumns."""
+        openers = [Opener(store_plugin, tmp_path / name, clock) for name in ("batch", "columns")]
+        try:
+            plain, columnar = openers[0](), openers[1]()
+            if not isinstance(columnar, ColumnAppending):
+                pytest.skip(f"{store_plugin.plugin}'s store has no append_columns (ColumnAppending)")
+            assert isinstance(plain, ColumnAppending)
+            huge = request(body=b"x" * (DEFAULT_MAX_BODY_SIZE + 1))
+            batches = [[request(queue_id=i % 3, body=f"c{n}-{i}".encode(), keys=f"k{i}", uniq=f"U{n}{i}", tags="T",
+                                tags_code=i, born_timestamp_ms=n) for i in range(n)] for n in (1, 7, 0, 30)]
+            for batch in [*batches[:2], [*batches[1], huge], *batches[2:]]:
+                clock.advance(3)
+                expected = _outcome(functools.partial(plain.append_batch, batch))
+                got = _outcome(functools.partial(_listed, columnar.append_columns, batch))
+                assert got == expected, "append_columns answered otherwise than append_batch"
+            assert len(columnar.append_columns([])) == 0
+            for queue_id in range(3):
+                entries = plain.read_queue(TOPIC, queue_id, 0, 100)
+                assert columnar.read_queue(TOPIC, queue_id, 0, 100) == entries
+                assert [columnar.read(e.commit_log_offset) for e in entries] == [
+                    plain.read(e.commit_log_offset) for e in entries]
+        finally:
+            for opener in openers:
+                opener.close_all()
 
     def test_empty_and_max_size_bodies(self, opener: Opener) -> None:
         """Bodies from empty to the maximum size are stored and read back unchanged."""

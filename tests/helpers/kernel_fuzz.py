@@ -449,20 +449,29 @@ def _odd_request(draw: st.DrawFn) -> AppendRequest:
                                  **fields)
 
 
+def _columns(store: MmapMessageStore, batch: list[AppendRequest]) -> list[Any]:
+    return list(store.append_columns(batch))
+
+
 def _append_all(path: Path, kernel: str, calls: list[list[AppendRequest]]) -> tuple[list[Any], Any]:
-    """Each call's outcome (``append`` for one request, ``append_batch`` for more) and a key query."""
+    """Each call's outcome (``append`` for one request; for more ``append_batch`` and
+    ``append_columns`` taking turns, the compiled kernel's turns opposite the Python one's, so each
+    is compared with the other) and a key query."""
     store = _open_store(path, kernel)
+    turn = kernel == "c"
     try:
         answers = [_outcome(functools.partial(store.append, batch[0]) if len(batch) == 1
-                            else functools.partial(store.append_batch, batch)) for batch in calls]
+                            else functools.partial(_columns if (i % 2 == 0) == turn else MmapMessageStore.append_batch,
+                                                   store, batch)) for i, batch in enumerate(calls)]
         return answers, _outcome(lambda: [m.commit_log_offset for m in store.query_by_key("TopicA", "k1")])
     finally:
         store.close()
 
 
 def fuzz_appender(examples: int) -> int:
-    """store_mmap ``_appender.Appender`` (bind, put, append_one, append, append_batch, take_pending,
-    release, all through the store) vs ``PyAppender``: the same results, refusals and files."""
+    """store_mmap ``_appender.Appender`` (bind, put, append_one, append, append_batch,
+    append_columns, take_pending, release, all through the store) vs ``PyAppender``: the same
+    results, refusals and files (and append_columns the same as append_batch)."""
     count = [0]
 
     @given(st.lists(st.lists(_odd_request(), min_size=1, max_size=3), min_size=1, max_size=6))

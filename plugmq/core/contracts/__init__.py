@@ -94,6 +94,7 @@ from plugmq.core.contracts.replication import (
 )
 from plugmq.core.contracts.storage import (
     BulkReading,
+    ColumnAppending,
     FlushMode,
     LogChunk,
     LogListener,
@@ -133,6 +134,7 @@ __all__ = [
     "ClusterService",
     "ClusterTopic",
     "ClusterView",
+    "ColumnAppending",
     "CommitPointReplication",
     "ConsumerHandover",
     "DelayCapabilities",

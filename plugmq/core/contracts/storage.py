@@ -5,8 +5,9 @@ Optional features are small Protocols the broker checks with ``isinstance``:
 :class:`LogPositioned` (a byte-offset commit log), :class:`ReplicableStore` (ships its log to
 slaves; the ``replication`` capability), :class:`QueuePreparing` (makes a queue's files ahead of
 its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log),
-:class:`BulkReading` (reads a run of records in one call) and :class:`RecoveryReporting` (says what
-opening it found). :func:`read_entries` reads consume-queue entries through whichever a store has;
+:class:`BulkReading` (reads a run of records in one call), :class:`ColumnAppending` (answers a
+batch append with its results as columns) and :class:`RecoveryReporting` (says what opening it
+found). :func:`read_entries` reads consume-queue entries through whichever a store has;
 :func:`has_capability` is ``isinstance`` answered once per class, for per-message paths.
 """
 
@@ -17,6 +18,7 @@ from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import attrs
 
+from plugmq.core.appendcolumns import AppendColumns
 from plugmq.core.contracts._checks import non_negative_int
 from plugmq.core.errors import ValidationError
 from plugmq.core.message import (
@@ -28,6 +30,7 @@ from plugmq.core.message import (
 
 __all__ = [
     "BulkReading",
+    "ColumnAppending",
     "FlushMode",
     "LogChunk",
     "LogListener",
@@ -231,6 +234,24 @@ class LogChunk:
 
 LogListener = Callable[[int], None]
 """Told the new end of the commit log after records became readable (on the appending thread)."""
+
+
+@runtime_checkable
+class ColumnAppending(Protocol):
+    """A store that can answer a batch append with its results as columns (store_mmap).
+
+    The broker's ``put_batch`` takes this path when the store has it, else ``append_batch``.
+    Clause [append_columns_stores_what_append_batch_stores]: the same requests stored through
+    either leave the same bytes in the store, read back the same, and answer the same results.
+    """
+
+    def append_columns(self, requests: Sequence[AppendRequest]) -> AppendColumns:
+        """``append_batch`` exactly (checks, refusals, flush wait, listeners), its results as columns.
+
+        ``list(result)`` equals what ``append_batch`` returns for the same requests; an empty
+        batch returns an empty AppendColumns.
+        """
+        ...
 
 
 @runtime_checkable

@@ -200,6 +200,10 @@ typedef struct {
     Py_ssize_t recs_cap;
     int64_t *hashes;
     Py_ssize_t hashes_len, hashes_cap;
+    /* append_columns: (queue offset, commit-log offset, size) per record instead of AppendResults */
+    int columnar;
+    int64_t *cols;
+    Py_ssize_t cols_len, cols_cap;
 } Appender;
 
 static PyObject *S_allocated, *S_room, *S_full, *S_next_check, *S_cur, *S_wrote, *S_start, *S_size, *S_mm, *S_max_offset, *S_cq_cur, *S_cq_base, *S_per_file,
@@ -955,6 +959,19 @@ static Py_ssize_t write_some(Appender *self, Py_ssize_t first, Py_ssize_t n, lon
             done++;
             break;
         }
+        if (self->columnar) {
+            if (grow((void **)&self->cols, &self->cols_cap, self->cols_len + 3, sizeof(int64_t)) < 0) {
+                failed = 1;
+                done++;
+                break;
+            }
+            int64_t *row = self->cols + self->cols_len;
+            row[0] = qoff;
+            row[1] = phys;
+            row[2] = (int64_t)rec->total;
+            self->cols_len += 3;
+            continue;
+        }
         PyObject *result = make_result(self, qoff, phys, rec->total, ts);
         if (result == NULL) {
             failed = 1;
@@ -1226,36 +1243,69 @@ static PyObject *Appender_append(Appender *self, PyObject *request) {
     return one;
 }
 
-static PyObject *Appender_append_batch(Appender *self, PyObject *requests) {
+/* append_batch and append_columns: the store's batch append up to the flush; `results` gets one
+ * AppendResult per record, or (columnar: `results` NULL) *rows the rows and *ts the store time,
+ * taken under the put lock (a callback after it may let another thread append). */
+static int batch(Appender *self, PyObject *requests, PyObject *results, PyObject **rows, long long *ts,
+                 const char *name) {
     /* busy set by another thread means it holds the put lock and let go of the GIL in a callback:
      * this thread waits for the lock below. Only the same thread coming back is a re-entry. */
     if (self->busy && self->busy_thread == PyThread_get_thread_ident()) {
-        PyErr_SetString(PyExc_RuntimeError, "Appender.append_batch re-entered from a callback");
-        return NULL;
+        PyErr_Format(PyExc_RuntimeError, "Appender.%s re-entered from a callback", name);
+        return -1;
     }
     PyObject *seq = PySequence_Fast(requests, "requests must be a sequence of AppendRequest");
-    if (seq == NULL) return NULL;
-    PyObject *results = PyList_New(0);
-    if (results == NULL || PySequence_Fast_GET_SIZE(seq) == 0) {
+    if (seq == NULL) return -1;
+    if (PySequence_Fast_GET_SIZE(seq) == 0) {
         Py_DECREF(seq);
-        return results;
+        if (rows != NULL) {
+            *ts = self->last_ts;
+            *rows = PyBytes_FromStringAndSize(NULL, 0);
+            return *rows == NULL ? -1 : 0;
+        }
+        return 0;
     }
     if (gate(self) < 0 || call_noargs(self->lock_acquire) < 0) {
         Py_DECREF(seq);
-        Py_DECREF(results);
-        return NULL;
+        return -1;
     }
+    self->columnar = rows != NULL;
+    self->cols_len = 0;
     int rc = place_all(self, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq), results, NULL);
+    self->columnar = 0;
     Py_DECREF(seq);
+    if (rc == 0 && rows != NULL) {
+        *ts = self->last_ts;
+        *rows = PyBytes_FromStringAndSize((const char *)self->cols, self->cols_len * (Py_ssize_t)sizeof(int64_t));
+        if (*rows == NULL) rc = -1;
+    }
+    self->cols_len = 0;
     if (unlock(self) < 0 || rc < 0) {
-        Py_DECREF(results);
-        return NULL;
+        if (rows != NULL) Py_CLEAR(*rows);
+        return -1;
     }
     if (self->pending_count >= self->index_batch && call_noargs(self->drain) < 0) {
+        if (rows != NULL) Py_CLEAR(*rows);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Appender_append_batch(Appender *self, PyObject *requests) {
+    PyObject *results = PyList_New(0);
+    if (results == NULL) return NULL;
+    if (batch(self, requests, results, NULL, NULL, "append_batch") < 0) {
         Py_DECREF(results);
         return NULL;
     }
     return results;
+}
+
+static PyObject *Appender_append_columns(Appender *self, PyObject *requests) {
+    PyObject *rows = NULL;
+    long long ts = 0;
+    if (batch(self, requests, NULL, &rows, &ts, "append_columns") < 0) return NULL;
+    return Py_BuildValue("(NL)", rows, ts);
 }
 
 static PyObject *Appender_release(Appender *self, PyObject *Py_UNUSED(ignored)) {
@@ -1353,6 +1403,7 @@ static void Appender_dealloc(Appender *self) {
     PyMem_Free(self->recs);
     PyMem_Free(self->hashes);
     PyMem_Free(self->pending);
+    PyMem_Free(self->cols);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1467,6 +1518,9 @@ static PyMethodDef Appender_methods[] = {
      "append(request) -> AppendResult: the store's append up to the flush (gate, lock, files, index)"},
     {"append_batch", (PyCFunction)Appender_append_batch, METH_O,
      "append_batch(requests) -> list[AppendResult]: the same for a batch"},
+    {"append_columns", (PyCFunction)Appender_append_columns, METH_O,
+     "append_columns(requests) -> (bytes of native int64 (queue offset, commit-log offset, size) triples, "
+     "store timestamp): append_batch without building AppendResults"},
     {"bind", (PyCFunction)(void (*)(void))Appender_bind, METH_VARARGS | METH_KEYWORDS,
      "bind(lock, retention, check_writable, provide, make_room, drain, index_batch, closed_message)"},
     {"release", (PyCFunction)Appender_release, METH_NOARGS,

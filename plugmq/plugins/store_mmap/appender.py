@@ -13,7 +13,8 @@ Contract, for both. The store binds its put lock, write gate and Python halves o
 (``bind(lock, retention, check_writable, provide, make_room, drain, index_batch, closed_message)``);
 then
 
-``append(request) -> AppendResult`` and ``append_batch(requests) -> list[AppendResult]``
+``append(request) -> AppendResult``, ``append_batch(requests) -> list[AppendResult]`` and
+``append_columns(requests) -> (rows, store_ts)``
     are the store's appends up to the flush: refuse when ``closed`` is set or the disk is full
     (``check_writable()`` runs when ``retention.full`` is set or ``retention.next_check`` has
     passed), take the put lock, encode every request (a refused one raises before anything is
@@ -21,7 +22,10 @@ then
     queue id), and the size of each record: every disk block the batch will write into is
     allocated first, so a full disk refuses all of it), place the requests -
     calling ``provide(appender)`` at each file boundary (see ``need`` below) - release the lock
-    and, when ``pending_count`` reaches ``index_batch``, call ``drain()``. The lower-level calls
+    and, when ``pending_count`` reaches ``index_batch``, call ``drain()``. ``append_columns`` is
+    ``append_batch`` answering, instead of AppendResults, ``rows``: native int64 (queue offset,
+    commit-log offset, size) triples, one per record, and the batch's one store timestamp (the
+    last one, ``last_ts``, for an empty batch). The lower-level calls
     below run under the put lock:
 
 ``put(requests, start, results) -> int``
@@ -53,6 +57,7 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -141,6 +146,7 @@ class Appender(Protocol):
              drain: Callable[[], object], index_batch: int, closed_message: str) -> None: ...
     def append(self, request: AppendRequest) -> AppendResult: ...
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]: ...
+    def append_columns(self, requests: Sequence[AppendRequest]) -> tuple[bytes, int]: ...
     def put(self, requests: Sequence[AppendRequest], start: int, results: list[AppendResult]) -> int: ...
     def append_one(self, request: AppendRequest) -> AppendResult | None: ...
     def take_pending(self) -> Any: ...
@@ -249,6 +255,11 @@ class PyAppender:
         if len(self._pending) >= self._index_batch:
             self._drain()
         return results
+
+    def append_columns(self, requests: Sequence[AppendRequest]) -> tuple[bytes, int]:
+        results = self.append_batch(requests)
+        rows = array("q", [n for r in results for n in (r.queue_offset, r.commit_log_offset, r.size)])
+        return rows.tobytes(), results[0].store_timestamp_ms if results else self.last_ts
 
     @property
     def pending_count(self) -> int:

@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 
 from plugmq.core import (
+    AppendColumns,
     AppendRequest,
     AppendResult,
     AppendStatus,
@@ -340,6 +341,19 @@ class MmapMessageStore(ReplicaLog):
             last = results[-1]
             if not group.wait(last.commit_log_offset + last.size):
                 results = [attrs.evolve(r, status=FLUSH_DISK_TIMEOUT) for r in results]
+        return results
+
+    def append_columns(self, requests: Sequence[AppendRequest]) -> AppendColumns:
+        """``append_batch`` with its results as columns (ColumnAppending): no AppendResult is built
+        until one is read."""
+        raw, ts = self._appender.append_columns(requests)
+        results = AppendColumns(memoryview(raw).cast("q"), self._id_prefix, ts)
+        end = results.end_offset
+        if self._log_listener is not None and results:  # before the flush wait: shipping overlaps it
+            self._log_listener(end)
+        group = self._group
+        if group is not None and results and not group.wait(end):
+            results = results.with_status(FLUSH_DISK_TIMEOUT)
         return results
 
     # -- index dispatch -----------------------------------------------------------------------
