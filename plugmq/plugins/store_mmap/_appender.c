@@ -1169,16 +1169,19 @@ static int place_all(Appender *self, PyObject *const *items, Py_ssize_t count, P
             else PyList_SET_ITEM(sizes, i, size);
         }
         PyObject *counts = sizes == NULL ? NULL : PyDict_New(); /* (topic, queue id) -> records */
-        for (Py_ssize_t i = 0; counts != NULL && i < count; i++) {
-            PyObject *qid = PyLong_FromLong(self->recs[i].queue_id);
-            PyObject *key = qid == NULL ? NULL : PyTuple_Pack(2, self->recs[i].topic, qid);
+        for (Py_ssize_t i = 0, run = 1; counts != NULL && i < count; i++, run++) {
+            const Rec *r = &self->recs[i]; /* one dict update per run of records on one queue */
+            if (i + 1 < count && r[1].topic == r->topic && r[1].queue_id == r->queue_id) continue;
+            PyObject *qid = PyLong_FromLong(r->queue_id);
+            PyObject *key = qid == NULL ? NULL : PyTuple_Pack(2, r->topic, qid);
             Py_XDECREF(qid);
             PyObject *had = key == NULL ? NULL : PyDict_GetItemWithError(counts, key);
             long before = had == NULL ? 0 : PyLong_AsLong(had);
-            PyObject *now = key == NULL || PyErr_Occurred() ? NULL : PyLong_FromLong(before + 1);
+            PyObject *now = key == NULL || PyErr_Occurred() ? NULL : PyLong_FromLong(before + (long)run);
             if (now == NULL || PyDict_SetItem(counts, key, now) < 0) Py_CLEAR(counts);
             Py_XDECREF(now);
             Py_XDECREF(key);
+            run = 0;
         }
         PyObject *r = counts == NULL ? NULL : PyObject_CallFunctionObjArgs(self->make_room, counts, sizes, NULL);
         Py_XDECREF(counts);

@@ -282,6 +282,11 @@ class CommitLog:
         assert cur is not None
         pos = self.wrote - cur.start
         size, start = cur.size, cur.start
+        end = pos + sum(sizes) + END_FILE_MIN_BLANK
+        if end <= size:  # the common case, the batch fits the segment: what the loop below gives, in C
+            if sizes:
+                self._reserve_in(cur, start, end)
+            return
         seg: MappedFile | None = cur  # None once the records roll into segments yet to be made
         need = 0  # furthest byte (exclusive) the batch needs in the segment at ``start``
         for total in sizes:
