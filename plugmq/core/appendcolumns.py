@@ -8,17 +8,16 @@ list of AppendResult: its kernel writes three integers per record into one buffe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, overload
 
 from plugmq.core.errors import ValidationError
-from plugmq.core.message import AppendResult, AppendStatus
+from plugmq.core.message import AppendResult, AppendStatus, BuiltWhenRead
 
 __all__ = ["AppendColumns"]
 
 _ROW = 3  # queue offset, commit-log offset, size
 
 
-class AppendColumns(Sequence[AppendResult]):
+class AppendColumns(BuiltWhenRead[AppendResult]):
     """The results of one batch append: per record its queue offset, commit-log offset and size.
 
     All records of one batch share their status and store timestamp. Each message id is
@@ -40,9 +39,6 @@ class AppendColumns(Sequence[AppendResult]):
         for name, value in (("_rows", rows), ("_prefix", msg_id_prefix), ("_ts", store_timestamp_ms),
                             ("_status", status)):
             object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"AppendColumns is read-only; cannot set {name!r}")
 
     def with_status(self, status: AppendStatus) -> AppendColumns:
         """The same records with another status (a sync flush that timed out: FLUSH_DISK_TIMEOUT)."""
@@ -67,26 +63,3 @@ class AppendColumns(Sequence[AppendResult]):
         rows = self._rows
         phys = rows[at + 1]
         return AppendResult(self._status, f"{self._prefix}{phys:016X}", rows[at], phys, rows[at + 2], self._ts)
-
-    @overload
-    def __getitem__(self, index: int) -> AppendResult: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[AppendResult]: ...
-
-    def __getitem__(self, index: int | slice) -> AppendResult | list[AppendResult]:
-        if isinstance(index, slice):
-            return [self._result(i) for i in range(len(self))[index]]
-        return self._result(index)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
-
-    def __repr__(self) -> str:
-        return f"AppendColumns({list(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return list, (list(self),)

@@ -5,6 +5,7 @@ All are frozen attrs classes, validated when built, so bad input fails before an
 
 from __future__ import annotations
 
+import abc
 import enum
 import ipaddress
 import itertools
@@ -14,7 +15,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 
@@ -27,6 +28,7 @@ __all__ = [
     "AppendRequest",
     "AppendResult",
     "AppendStatus",
+    "BuiltWhenRead",
     "ConsumeQueueEntry",
     "Message",
     "MessageQueue",
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
+_Item = TypeVar("_Item")
 _FORBIDDEN_IN_PROPS = ("\x01", "\x02")  # separators of the serialized property string
 
 
@@ -527,7 +530,46 @@ _SEND_RESULT_SETTERS = tuple(getattr(SendResult, a.name).__set__ for a in attrs.
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
 
 
-class SendResults(Sequence[SendResult]):
+class BuiltWhenRead(Sequence[_Item]):
+    """A read-only sequence whose items are built when read (``_result(index)``, ``__len__``).
+
+    Equal to any sequence of the same items; pickles as a list.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only; cannot set {name!r}")
+
+    @abc.abstractmethod
+    def _result(self, index: int) -> _Item:
+        """Item ``index`` (negative: from the end), built now."""
+
+    @overload
+    def __getitem__(self, index: int) -> _Item: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[_Item]: ...
+
+    def __getitem__(self, index: int | slice) -> _Item | list[_Item]:
+        if isinstance(index, slice):
+            return [self._result(i) for i in range(len(self))[index]]
+        return self._result(index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+class SendResults(BuiltWhenRead[SendResult]):
     """The results of a batch stored on one queue, each SendResult built when it is read.
 
     A batch of 100 sends builds no result nobody reads. ``replica``: the slave's verdict on all
@@ -548,9 +590,6 @@ class SendResults(Sequence[SendResult]):
         for name, value in (("_results", results), ("_requests", requests), ("_queue", queue), ("_replica", replica)):
             object.__setattr__(self, name, value)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"SendResults is read-only; cannot set {name!r}")
-
     def __len__(self) -> int:
         return len(self._results)
 
@@ -561,29 +600,6 @@ class SendResults(Sequence[SendResult]):
             status = SendStatus.FLUSH_DISK_TIMEOUT
         return SendResult.trusted(status, stored.msg_id, self._requests[index].properties[Prop.UNIQ_KEY], self._queue,
                                   stored.queue_offset)
-
-    @overload
-    def __getitem__(self, index: int) -> SendResult: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[SendResult]: ...
-
-    def __getitem__(self, index: int | slice) -> SendResult | list[SendResult]:
-        if isinstance(index, slice):
-            return [self._result(i) for i in range(len(self._results))[index]]
-        return self._result(index)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
-
-    def __repr__(self) -> str:
-        return f"SendResults({list(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return list, (list(self),)
 
 
 class PullStatus(enum.Enum):
