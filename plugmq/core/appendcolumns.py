@@ -15,6 +15,7 @@ from plugmq.core.message import AppendResult, AppendStatus, BuiltWhenRead
 __all__ = ["AppendColumns"]
 
 _ROW = 3  # queue offset, commit-log offset, size
+_trusted = AppendResult.trusted
 
 
 class AppendColumns(BuiltWhenRead[AppendResult]):
@@ -54,12 +55,11 @@ class AppendColumns(BuiltWhenRead[AppendResult]):
         return len(self._rows) // _ROW
 
     def _result(self, index: int) -> AppendResult:
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"append result {index} of a batch of {count}")
-        at = index * _ROW
         rows = self._rows
+        at = index * _ROW
+        if at < 0:
+            at += len(rows)
+        if not 0 <= at < len(rows):
+            raise IndexError(f"append result {index} of a batch of {len(self)}")
         phys = rows[at + 1]
-        return AppendResult(self._status, f"{self._prefix}{phys:016X}", rows[at], phys, rows[at + 2], self._ts)
+        return _trusted(self._status, f"{self._prefix}{phys:016X}", rows[at], phys, rows[at + 2], self._ts)

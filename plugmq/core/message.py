@@ -396,6 +396,25 @@ class AppendResult:
     size: int
     store_timestamp_ms: int
 
+    @classmethod
+    def trusted(cls, status: AppendStatus, msg_id: str, queue_offset: int, commit_log_offset: int, size: int,
+                store_timestamp_ms: int) -> AppendResult:
+        """A result a store builds from what it wrote: the slots filled without attrs' frozen init."""
+        result: AppendResult = _new_object(cls)
+        fill = _fill
+        if fill is not None:
+            fill(_APPEND_RESULT_SLOTS, result, status, msg_id, queue_offset, commit_log_offset, size,
+                 store_timestamp_ms)
+            return result
+        for setter, value in zip(_APPEND_RESULT_SETTERS,
+                                 (status, msg_id, queue_offset, commit_log_offset, size, store_timestamp_ms)):
+            setter(result, value)
+        return result
+
+
+_APPEND_RESULT_SETTERS = tuple(getattr(AppendResult, a.name).__set__ for a in attrs.fields(AppendResult))
+_APPEND_RESULT_SLOTS = tuple(AppendResult.__dict__[a.name] for a in attrs.fields(AppendResult))
+
 
 @attrs.frozen
 class StoredMessage(_TagsAndKeys):
