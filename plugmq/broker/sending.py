@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import cast
 
 import attrs
 
@@ -24,7 +23,7 @@ from plugmq.broker.topics import TopicQueues
 from plugmq.broker.traffic import Traffic
 from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import ColumnAppending, MessageStore
+from plugmq.core.contracts import ColumnAppending, MessageStore, has_capability
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
@@ -76,9 +75,6 @@ class Sender:
     _dedup: DedupWindows
     _limits: RateLimiter
     _replies: Replies
-    # put_batch answers in columns when the store can (checked once: a Protocol isinstance is slow)
-    _columns: bool = attrs.field(init=False, default=attrs.Factory(
-        lambda self: isinstance(self._store, ColumnAppending), takes_self=True))
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
@@ -230,8 +226,8 @@ class Sender:
         self._limits.send(topic, account, len(messages), total)
         started = time.perf_counter()
         store = self._store
-        if self._columns:  # no AppendResult built until one is read
-            results: Sequence[AppendResult] = cast(ColumnAppending, store).append_columns(requests)
+        if has_capability(store, ColumnAppending):  # no AppendResult built until one is read
+            results: Sequence[AppendResult] = store.append_columns(requests)
         else:
             results = store.append_batch(requests)
         self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)

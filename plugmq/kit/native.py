@@ -50,7 +50,8 @@ class Kernel:
     fallback: str  # what runs instead
     cost: str  # what the fallback costs, measured
     #: Functions the Python side calls: a build older than one of them is refused like a build for
-    #: another layout (the bytes are the same, the interface is not).
+    #: another layout (the bytes are the same, the interface is not). A dotted name is a method of
+    #: one of the module's types ("Appender.append_columns").
     functions: tuple[str, ...] = ()
 
 
@@ -62,6 +63,15 @@ class KernelStatus:
 
 
 _STATUSES: dict[str, KernelStatus] = {}
+
+
+def _has(module: ModuleType, dotted: str) -> bool:
+    found: object = module
+    for part in dotted.split("."):
+        if not hasattr(found, part):
+            return False
+        found = getattr(found, part)
+    return True
 
 
 def load_kernel(kernel: Kernel) -> ModuleType | None:
@@ -81,7 +91,7 @@ def load_kernel(kernel: Kernel) -> ModuleType | None:
             reason = (f"built for layout {_hex(built_for)}, the Python side is at {_hex(kernel.layout_version)} "
                       "(rebuild it: pip install -e .)")
             module = None
-    missing = [name for name in kernel.functions if module is not None and not hasattr(module, name)]
+    missing = [name for name in kernel.functions if module is not None and not _has(module, name)]
     if missing:
         reason = f"built without {', '.join(missing)} (an older build; rebuild it: pip install -e .)"
         module = None
