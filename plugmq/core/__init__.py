@@ -21,7 +21,6 @@ import warnings
 from typing import Any
 
 from plugmq.core import _moved
-from plugmq.core.appendcolumns import AppendColumns
 from plugmq.core.clock import Clock, ManualClock
 from plugmq.core.contracts.allocation import AllocateStrategy, AllocateStrategyFactory, AllocationCapabilities
 from plugmq.core.contracts.cluster import BrokerRegistration, BrokerRole, ClusterContext, ClusterService, ClusterView
@@ -36,13 +35,7 @@ from plugmq.core.contracts.replication import (
     ReplicationService,
     ReplicationStatus,
 )
-from plugmq.core.contracts.storage import (
-    ColumnAppending,
-    LogChunk,
-    MessageStore,
-    ReplicableStore,
-    StoreCapabilities,
-)
+from plugmq.core.contracts.storage import LogChunk, MessageStore, ReplicableStore, StoreCapabilities
 from plugmq.core.contracts.transaction import (
     TransactionCapabilities,
     TransactionContext,
@@ -91,7 +84,6 @@ __all__ = [  # noqa: RUF022 - grouped by family, as a plugin author reads it
     "PluginContext",
     "PluginDeclaration",
     # storage
-    "ColumnAppending",
     "LogChunk",
     "MessageStore",
     "ReplicableStore",
@@ -129,7 +121,6 @@ __all__ = [  # noqa: RUF022 - grouped by family, as a plugin author reads it
     "ReplicationService",
     "ReplicationStatus",
     # value types
-    "AppendColumns",
     "AppendRequest",
     "AppendResult",
     "AppendStatus",

@@ -32,7 +32,6 @@ import attrs
 import numpy as np
 
 from plugmq.core import (
-    AppendColumns,
     AppendRequest,
     AppendResult,
     AppendStatus,
@@ -45,6 +44,7 @@ from plugmq.core import (
     encode_msg_id,
     validate_topic,
 )
+from plugmq.core.appendcolumns import AppendColumns
 from plugmq.core.clock import SystemClock
 from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
