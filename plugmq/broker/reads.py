@@ -8,14 +8,13 @@ decided.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import attrs
 
 from plugmq.broker.events import Events
 from plugmq.broker.ratelimit import RateLimiter
-from plugmq.core.contracts import BulkReading, Filter, FilterCompiler, MessageStore, QueueRepairing, read_entries
+from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing, read_entries
 from plugmq.core.errors import FilterSyntaxError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, PullStatus, StoredMessage
@@ -47,14 +46,6 @@ class Reads:
     #: start where they ended (plugmq.broker.deletedtopics), so a topic created again under its
     #: name never serves an old message.
     _floor: Callable[[str, int], int] = attrs.field(default=lambda _topic, _queue: 0)
-    #: Reads the records of a run of entries: the store's ``read_many`` when it reads in bulk,
-    #: decided once (a Protocol ``isinstance`` costs more than the rest of a pull's per-call work).
-    _read_run: Callable[[Sequence[ConsumeQueueEntry]], list[StoredMessage | None]] = attrs.field(init=False)
-
-    @_read_run.default
-    def _bulk_or_one_by_one(self) -> Callable[[Sequence[ConsumeQueueEntry]], list[StoredMessage | None]]:
-        store = self._store
-        return store.read_many if isinstance(store, BulkReading) else functools.partial(read_entries, store)
 
     def compile_subscription(self, expression_type: str, expression: str) -> Filter:
         """Compile a subscription with this broker's filter plugins."""
@@ -133,7 +124,7 @@ class Reads:
               found: list[StoredMessage]) -> int | None:
         """Read ``picked`` (entries the pre-check passed) and add the matching messages to
         ``found``; the queue offset to read again when a damaged entry was rebuilt."""
-        messages = self._read_run(picked)
+        messages = read_entries(self._store, picked)
         for entry, message in zip(picked, messages):
             if message is None or message.queue_offset != entry.queue_offset:
                 if self._repair_entry(queue, entry.queue_offset):
@@ -163,7 +154,7 @@ class Reads:
     def read_messages(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
         """The message of each entry (None where retention removed it), read in one call when the
         store reads in bulk."""
-        return self._read_run(entries)
+        return read_entries(self._store, entries)
 
     def query_by_id(self, msg_id: str) -> StoredMessage | None:
         return self._store.query_by_id(msg_id)
