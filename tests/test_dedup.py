@@ -36,7 +36,9 @@ def _open(path: Path, clock: ManualClock, **settings: Any) -> Broker:
 def _stored(broker: Broker, topic: str = TOPIC) -> collections.Counter[str]:
     found: collections.Counter[str] = collections.Counter()
     for queue in broker.topic_queues(topic):
-        for message in broker.pull(queue, 0, 10_000).messages:
+        # A topic created again starts at its deletion's floors: a pull from 0 is moved there.
+        offset = broker.pull(queue, 0, 1).min_offset
+        for message in broker.pull(queue, offset, 10_000).messages:
             found[message.unique_id or "?"] += 1
     return found
 
@@ -119,6 +121,32 @@ def test_the_window_survives_a_restart_also_for_delayed_sends(tmp_path: Path) ->
         wait_for(lambda: _stored(broker) == {"now-1": 1, "later-1": 1}, WAIT_S, "the delayed message, once")
         clock.advance(60)
         assert _stored(broker) == {"now-1": 1, "later-1": 1}
+
+
+def test_a_deleted_topic_forgets_its_window_also_after_a_restart(tmp_path: Path) -> None:
+    """A topic created again under the name of a deleted one stores what it is sent: answering a
+    send with a copy the deletion put below the queue floors would ack a message nobody can read."""
+    clock = ManualClock(START)
+    with _open(tmp_path / "data", clock) as broker:
+        broker.create_topic(TOPIC, 1)
+        first = _send(broker, "id-1")
+        _send(broker, "id-2")
+        delayed = broker.put(Message(TOPIC, b"later", deliver_at_ms=clock.now_ms() + 30_000), 0,
+                             extra_properties={Prop.UNIQ_KEY: "later-1"})
+        broker.delete_topic(TOPIC)
+        again = _send(broker, "id-1")
+        assert again.queue_offset != first.queue_offset or again.msg_id != first.msg_id
+        assert _stored(broker) == {"id-1": 1}, "the send after the deletion was answered with a deleted copy"
+        resent = broker.put(Message(TOPIC, b"later", deliver_at_ms=clock.now_ms() + 30_000), 0,
+                            extra_properties={Prop.UNIQ_KEY: "later-1"})
+        assert resent.msg_id == delayed.msg_id, "a pending delayed message is still delivered: its key stays"
+    clock.advance(5)
+    with _open(tmp_path / "data", clock) as broker:
+        assert _send(broker, "id-1").msg_id == again.msg_id, "the new copy is in the rebuilt window"
+        _send(broker, "id-2")
+        assert _stored(broker) == {"id-1": 1, "id-2": 1}, "the rebuilt window read records below the floors"
+        clock.advance(30)
+        wait_for(lambda: _stored(broker) == {"id-1": 1, "id-2": 1, "later-1": 1}, WAIT_S, "the delayed message, once")
 
 
 # ------------------------------------------------------------------------------------------ kill -9

@@ -241,7 +241,8 @@ def _assemble(base: _Base) -> Parts:
     limits = RateLimiter(clock, config.limits)
     replies = Replies()
     dedup = DedupWindows(config.topic_settings, clock, store,
-                         journals.open("dedup") if config.topic_settings.any_dedup else None, table.all)
+                         journals.open("dedup") if config.topic_settings.any_dedup else None, table.all, deleted.floor)
+    table.subscribe(lambda topic, count: dedup.forget_topic(topic) if count == 0 else None)
     if dedup.journal is not None:
         journals.compact_with("dedup", dedup.compact)
     if roles.writable():

@@ -97,8 +97,9 @@ class DedupWindows:
     """Every dedup topic's window; thread-safe."""
 
     def __init__(self, settings: TopicSettingsTable, clock: Clock, store: MessageStore, journal: Journal | None,
-                 topics: Callable[[], dict[str, int]]) -> None:
+                 topics: Callable[[], dict[str, int]], floor: Callable[[str, int], int] | None = None) -> None:
         self._settings = settings
+        self._floor = floor  # where a deleted topic's queue starts again (plugmq.broker.deletedtopics)
         self._clock = clock
         self._store = store
         self.journal = journal
@@ -157,6 +158,19 @@ class DedupWindows:
             if self._waiting:
                 self._settled.notify_all()
 
+    def forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its stored copies are below the queue floors and never served
+        again, so a send of one of their keys is a new message. Delayed sends still pending keep
+        their keys (they are delivered when due, to the topic created again)."""
+        with self._lock:
+            if self._windows.pop(topic, None) is None:
+                return
+            pending = sorted((copy.stored_ms, key, copy) for (t, key), copy in self._delayed.items() if t == topic)
+            if pending:
+                window = self._windows[topic] = _Window(self._settings.settings(topic))
+                for _, key, copy in pending:
+                    window.add(key, copy)
+
     def _window(self, topic: str) -> _Window:
         window = self._windows.get(topic)
         if window is None:
@@ -202,7 +216,8 @@ class DedupWindows:
         store = self._store
         since = now - settings.dedup_window_ms
         for queue_id in range(queue_count):
-            offset = max(store.offset_for_timestamp(topic, queue_id, since), store.min_offset(topic, queue_id))
+            floor = self._floor(topic, queue_id) if self._floor is not None else 0
+            offset = max(store.offset_for_timestamp(topic, queue_id, since), store.min_offset(topic, queue_id), floor)
             high = store.max_offset(topic, queue_id)
             while offset < high:
                 entries = store.read_queue(topic, queue_id, offset, min(1024, high - offset))
