@@ -71,9 +71,13 @@ def same_messages(master: Broker, slave: Broker, results: list[Any], topic: str 
     for queue_id in range(4):
         queue = MessageQueue(topic, master.name, queue_id)
         assert slave.max_offset(queue) == master.max_offset(queue)
+        # The master serves up to its commit point, which passes a message once the in-sync slave's
+        # ACK for it arrived (under load, after the slave's store caught up): wait for all of it.
+        whole = master.max_offset(queue)
+        wanted = wait_for(functools.partial(_served, master, queue), WAIT_S, f"the master to serve queue {queue_id}",
+                          until=lambda got: len(got) == whole)  # noqa: B023 - called before the loop moves on
         # A slave serves up to the commit point its master last told it, which comes with the next
         # frame (data or heartbeat) after the slave's ACK: its reads may trail its store briefly.
-        wanted = master.pull(queue, 0, 1000).messages
         wait_for(functools.partial(_served, slave, queue), WAIT_S, f"the slave to serve queue {queue_id}",
                  until=lambda got: got == wanted)  # noqa: B023 - wait_for calls it before the loop moves on
 
