@@ -165,7 +165,9 @@ def _serving(tmp: Path, workers: int) -> Iterator[_Server]:
 
 def _stub_sends(address: str, prefix: str, requests: int, per_request: int) -> list[str]:
     ids: list[str] = []
-    with grpc.insecure_channel(address) as channel:
+    # A connection of its own: gRPC shares one between a process's channels to the same address,
+    # which would put every thread's calls on one front-end.
+    with grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         stub = MessagingServiceStub(channel)
         for i in range(requests):
             specs: list[dict[str, Any]] = [{"id": f"{prefix}-{i}-{k}", "tag": "TagW", "keys": [f"key{i}"], "props": {"n": str(k)},

@@ -186,8 +186,11 @@ def _stub_send(address: str, messages: int, threads: int, body: bytes, per_reque
     from rocketmq.grpc_protocol import Code, MessageType, MessagingServiceStub, service_pb2
 
     requests = messages // threads // per_request
-    channels = [grpc.insecure_channel(address) if tls_ca is None else
-                grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca)) for _ in range(threads)]
+    # Each channel its own connection: gRPC shares one subchannel (TCP connection) between the
+    # channels of a process to the same target, which put all the load on one front-end worker.
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(address, options=own) if tls_ca is None else
+                grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca), options=own) for _ in range(threads)]
 
     def work(index: int) -> None:
         stub = MessagingServiceStub(channels[index])
