@@ -193,22 +193,87 @@ def test_append_columns_build_each_result_when_read(broker: Broker) -> None:
         AppendColumns([1, 2], "P" * 16, 0)
 
 
+def _ins(broker: Broker) -> dict[Any, int]:
+    snapshot = broker.traffic.snapshot()
+    return {**snapshot.messages_in, **{("bytes", *k): v for k, v in snapshot.bytes_in.items()},
+            ("latency",): snapshot.append_latency.count}
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages().filter(lambda m: not m.is_delayed and m.priority is None), _extras)
 def test_put_stores_the_same_on_its_fast_path(broker: Broker, message: Message, extra: Any) -> None:
-    """put's common case (the batch encoder) and its general path store the same message."""
-    sent = []
-    for disabled in (False, True):  # without the compiled encoder put takes its general path
+    """put's compiled plain path, its Python twin and the general path (the compiled encoder
+    off) store the same message, answer the same SendResult and count the same traffic."""
+    sender = broker._parts.sender
+    sent, counted = [], []
+    for put, disabled in ((broker.put, False), (broker.put, True), (sender.put_general, True)):
         requestcodec._native_disabled = disabled
+        before = _ins(broker)
         try:
-            sent.append(broker.put(message, 1, extra_properties=extra))
+            sent.append(put(message, 1, extra_properties=extra))
         finally:
             requestcodec._native_disabled = False
+        after = _ins(broker)
+        counted.append({k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)})
     assert all(type(r) is SendResult and r.status is SendStatus.SEND_OK for r in sent)
-    assert sent[1].queue_offset == sent[0].queue_offset + 1
-    assert _stored(broker, 1, sent[0].queue_offset, 1) == _stored(broker, 1, sent[1].queue_offset, 1)
+    assert [r.queue_offset - sent[0].queue_offset for r in sent] == [0, 1, 2]
+    assert {r.queue for r in sent} == {broker.topic_queues("T")[1]}
+    stored = [_stored(broker, 1, r.queue_offset, 1) for r in sent]
+    assert stored[0] == stored[1] == stored[2]
+    assert counted[0] == counted[1] == counted[2]
+    for result in sent:
+        found = broker.query_by_id(result.msg_id)
+        assert found is not None and found.unique_id == result.unique_id and found.queue_offset == result.queue_offset
     if extra and Prop.UNIQ_KEY in extra:
-        assert sent[0].unique_id == sent[1].unique_id == extra[Prop.UNIQ_KEY]
+        assert sent[0].unique_id == sent[1].unique_id == sent[2].unique_id == extra[Prop.UNIQ_KEY]
+
+
+def _took_plan(broker: Broker, topic: str) -> bool:
+    return bool(broker._parts.sender._plans.get(topic))
+
+
+def test_put_plan_follows_the_topic_table(broker: Broker) -> None:
+    """A topic grown or deleted after its plan was made: the next put sees the change."""
+    assert broker.put(Message("T", b"a"), 1).queue_offset == 0 and _took_plan(broker, "T")
+    with pytest.raises(ValidationError, match="queue id 3 is out of range for topic 'T' \\(2 queues\\)"):
+        broker.put(Message("T", b"a"), 3)
+    broker.create_topic("T", 4)
+    assert broker.put(Message("T", b"b"), 3).queue == broker.topic_queues("T")[3] and _took_plan(broker, "T")
+    broker.delete_topic("T")
+    assert not _took_plan(broker, "T")
+    again = broker.put(Message("T", b"c"), 0)  # the general path creates it again (auto_create_topic)
+    assert again.queue == broker.topic_queues("T")[0] and broker.put(Message("T", b"d"), 0).queue == again.queue
+    assert _took_plan(broker, "T")
+
+
+def test_put_checks_what_may_change_for_every_topic(tmp_path: Path) -> None:
+    """Rate limits, observers, a closed broker: set after a topic's plan was made, each still
+    decides the next put (the general path takes over while it applies)."""
+    from plugmq.config.limits import RateLimit
+    from plugmq.core import ManualClock
+    from plugmq.core.errors import ClientError, RateLimitedError
+    from tests.test_event_hooks import OnStored
+
+    with Broker.open(tmp_path / "b", plugins=["store_mmap"], clock=ManualClock(1_000.0)) as broker:
+        broker.create_topic("T", 1)
+        broker.put(Message("T", b"a"), 0)
+        assert _took_plan(broker, "T")
+        broker.rate_limits.set("topics", "T", RateLimit(messages_per_s=1, burst_s=1))
+        broker.put(Message("T", b"b"), 0)
+        with pytest.raises(RateLimitedError):
+            broker.put(Message("T", b"c"), 0)  # the clock stands still: the bucket stays empty
+        broker.rate_limits.set("topics", "T", None)
+        stored = OnStored("stored-recorder")
+        broker.add_observer(stored, "stored-recorder")
+        sent = broker.put(Message("T", b"d", tags="x"), 0)
+        assert [c["message"].msg_id for c in stored.calls] == [sent.msg_id]
+        broker.remove_observer("stored-recorder")
+        broker.put(Message("T", b"e"), 0)
+        assert len(stored.calls) == 1
+        messages_in = broker.traffic.snapshot().messages_in
+        assert messages_in == {("T", "normal"): 4}
+    with pytest.raises(ClientError, match="is closed"):
+        broker.put(Message("T", b"f"), 0)
 
 
 def test_put_refusals_are_the_general_paths(broker: Broker) -> None:

@@ -118,6 +118,8 @@ class RateLimiter:
         # (kind, name) -> buckets; accounts have one set for sending and one for receiving
         self._send: dict[tuple[str, str], _Limit] = {}
         self._receive: dict[tuple[str, str], _Limit] = {}
+        # Whether any send limit is set: the plain put's plan reads it on every send, lock-free.
+        self.limits_sends = False
         for kind in LIMIT_KINDS:
             for name, limit in configured.of(kind).items():
                 self._install(kind, name, limit)
@@ -130,12 +132,11 @@ class RateLimiter:
         key = (kind, name)
         self._send.pop(key, None)
         self._receive.pop(key, None)
-        if limit is None:
-            return
-        if kind in ("topics", "accounts"):
+        if limit is not None and kind in ("topics", "accounts"):
             self._send[key] = _Limit(self._clock, limit)
-        if kind in ("groups", "accounts"):
+        if limit is not None and kind in ("groups", "accounts"):
             self._receive[key] = _Limit(self._clock, limit)
+        self.limits_sends = bool(self._send)
 
     # ------------------------------------------------------------------------------ admin
     def set(self, kind: str, name: str, limit: RateLimit | None) -> None:

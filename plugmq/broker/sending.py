@@ -22,7 +22,7 @@ from plugmq.broker.services import Services
 from plugmq.broker.topics import TopicQueues
 from plugmq.broker.traffic import Traffic
 from plugmq.config.topics import TopicSettingsTable
-from plugmq.core.clock import Clock
+from plugmq.core.clock import Clock, SystemClock
 from plugmq.core.contracts import ColumnAppending, MessageStore, has_capability
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.hashing import tags_code
@@ -38,7 +38,14 @@ from plugmq.core.message import (
     check_body_size,
 )
 from plugmq.core.names import Prop, is_system_topic
-from plugmq.kit.requestcodec import encode_messages, encode_messages_native, request_properties
+from plugmq.kit.requestcodec import (
+    PutPlan,
+    encode_messages,
+    encode_messages_native,
+    put_one,
+    put_plan,
+    request_properties,
+)
 
 __all__ = ["Sender"]
 
@@ -75,6 +82,34 @@ class Sender:
     _dedup: DedupWindows
     _limits: RateLimiter
     _replies: Replies
+    # topic -> its plan for put_one (empty: its sends take the general path); replaced by an empty
+    # dict whenever a topic is created, grown or deleted (see _plan)
+    _plans: dict[str, PutPlan] = attrs.field(init=False, factory=dict)
+    _born_ms: Callable[[], int | None] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._topics.table.subscribe(self._topics_changed)
+        # born_ms None: put_one reads the wall clock itself (what SystemClock.now_ms answers)
+        clock = self._clock
+        object.__setattr__(self, "_born_ms", (lambda: None) if type(clock) is SystemClock else clock.now_ms)
+
+    def _topics_changed(self, _topic: str, _queue_count: int) -> None:
+        object.__setattr__(self, "_plans", {})  # frozen: the one field a change replaces
+
+    def _plan(self, topic: str) -> PutPlan:
+        """``topic``'s plan for put_one, built once and kept until a topic changes; empty when its
+        sends take the general path: a system topic, a priority or dedup topic, one not created yet.
+        What may change for every topic at any time (rate limits, observers, replies awaited,
+        replication) is checked per send instead."""
+        plans = self._plans  # taken first: a change after this replaces the dict, not this entry
+        count = self._topics.table.get(topic)
+        settings = self._topic_settings.settings(topic)
+        plan: PutPlan = ()
+        if count and not is_system_topic(topic) and not settings.priority and not settings.dedup:
+            plan = put_plan(self._max_message_size, "127.0.0.1:0", self._store.append, self._topics.queues(topic),
+                            self._traffic.shared_sends(topic), self._arrivals.wake)
+        plans[topic] = plan
+        return plan
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
                       extra_properties: Mapping[str, str] | None = None, sys_flag: int = 0,
@@ -105,7 +140,31 @@ class Sender:
         On a priority topic the message goes to its priority's queue, whatever ``queue_id`` says; on
         a dedup topic a key already stored within the window is answered with its first copy.
         ``account``: who sends (plugmq serve's ACL account), for its rate limit.
+
+        A producer's plain message on a topic whose plan allows it (see :meth:`_plan`) is stored by
+        one compiled call (plugmq.kit.requestcodec.put_one); everything else, and whatever that
+        call does not take, goes through :meth:`put_general`, which stores the same bytes.
         """
+        self._check_open()
+        self._roles.check_writable("store messages")
+        if not allow_system_topic and not reconsume_times and self._roles.replication is None:
+            plan = self._plans.get(message.topic)
+            if plan is None:
+                plan = self._plan(message.topic)
+            # Checked per send, one attribute each: what may change at any time for every topic.
+            if (plan and not self._limits.limits_sends and not self._replies.waiting
+                    and not self._events.observing_stored):
+                sent = put_one(message, queue_id, self._born_ms(), extra_properties, plan)
+                if sent is not None:
+                    return sent
+        return self.put_general(message, queue_id, allow_system_topic=allow_system_topic,
+                                reconsume_times=reconsume_times, extra_properties=extra_properties,
+                                await_slave=await_slave, account=account)
+
+    def put_general(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
+                    reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
+                    await_slave: bool = True, account: str | None = None) -> SendResult:
+        """:meth:`put` without its compiled plain path: every case, every check, step by step."""
         self._check_open()
         self._roles.check_writable("store messages")
         self._roles.commit.admit_send()

@@ -4,7 +4,9 @@ long store appends take. Kept by the broker on its send and pull paths; read by 
 The hot path takes no lock: every thread counts into its own tables (a ``threading.local``), and a
 snapshot adds the tables of every thread up (folding those of finished threads into one). A send
 pays one call: a dict lookup, a few integer additions and a bucket search; never a store read or a
-hook call. Everything else (lag, in-flight, disk use) is computed when someone asks.
+hook call. The compiled plain put (plugmq.kit.requestcodec.put_one) counts into lists shared by
+all threads instead (:meth:`Traffic.shared_sends`): it holds the GIL from read to write, so each
+update is atomic without a lock. Everything else (lag, in-flight, disk use) is computed when someone asks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import attrs
 
 from plugmq.core.message import StoredMessage
 
-__all__ = ["APPEND_LATENCY_BUCKETS_S", "LatencySnapshot", "Traffic", "TrafficSnapshot"]
+__all__ = ["APPEND_LATENCY_BUCKETS_S", "LatencySnapshot", "SharedSends", "Traffic", "TrafficSnapshot"]
+
+#: A topic's send counters shared by all threads: [messages, body bytes] of normal and of fifo
+#: sends, the append latency's bucket counts followed by their sum in seconds, and the edges.
+SharedSends = tuple[list[int], list[int], list[float], tuple[float, ...]]
 
 # Upper bucket edges in seconds: a page-cache append takes microseconds, a synchronous flush on a
 # slow disk tens of milliseconds, a stalled one seconds.
@@ -95,6 +101,8 @@ class Traffic:
         self._tables: list[_Tables] = []
         self._finished = _Tables(len(edges) + 1)  # what finished threads counted
         self._local = threading.local()
+        self._shared: dict[str, tuple[list[int], list[int]]] = {}  # topic -> normal, fifo [messages, bytes]
+        self._shared_latency: list[float] = [0] * (len(edges) + 1) + [0.0]  # bucket counts, then the sum
 
     def _mine(self) -> _Tables:
         try:
@@ -120,6 +128,25 @@ class Traffic:
             tables.latency[bisect.bisect_left(self._edges, append_s)] += 1
             tables.latency_sum += append_s
 
+    def shared_sends(self, topic: str) -> SharedSends:
+        """``topic``'s counters for a compiled put, shared by all threads (see the module doc)."""
+        with self._lock:
+            entries = self._shared.get(topic)
+            if entries is None:
+                entries = self._shared[topic] = ([0, 0], [0, 0])
+        return entries[0], entries[1], self._shared_latency, self._edges
+
+    def _add_shared(self, total: _Tables) -> None:
+        for topic, entries in list(self._shared.items()):
+            for kind, (count, size) in zip(("normal", "fifo"), (list(e) for e in entries), strict=True):
+                if count:
+                    entry = total.ins.setdefault((topic, kind), [0, 0])
+                    entry[0] += count
+                    entry[1] += size
+        latency = list(self._shared_latency)
+        total.latency = [int(a + b) for a, b in zip(total.latency, latency[:-1], strict=True)]
+        total.latency_sum += latency[-1]
+
     def appended(self, seconds: float) -> None:
         """A store call made for no producer (a delayed or committed message written back) took ``seconds``."""
         tables = self._mine()
@@ -144,6 +171,7 @@ class Traffic:
             total = _Tables(len(self._edges) + 1)
             for tables in (self._finished, *self._tables):
                 tables.add_into(total)
+            self._add_shared(total)
         return TrafficSnapshot(
             messages_in={k: v[0] for k, v in total.ins.items()},
             bytes_in={k: v[1] for k, v in total.ins.items()},

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <zlib.h>
 
 #include "_requestcodec_layout.h" /* the shapes it is built for: generated from requestcodec.py */
@@ -597,6 +598,205 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ the plain single put
+ *
+ *   put_one(message, queue_id, born_ms, extra, uniq_prefix, uniq_next, plan) -> SendResult | None
+ *     Broker.put's common case in one call (born_ms None: now on the wall clock) (plugmq.kit.requestcodec.put_one_py is its twin): the
+ *     request of `message` for queue `queue_id` as encode() builds it, stored by plan's `append`
+ *     (the store's append), the SendResult built from what the store answered, the traffic
+ *     counters updated and the arrivals woken. None, with nothing done, when it is not that case
+ *     - not a plain Message, delayed, with a priority, a body over the limit, a queue id not an int
+ *     in range, an extra not a dict - so the caller's general path decides (and raises what is
+ *     wrong). An error of the store's append propagates, nothing counted.
+ *   plan = (context, max_size, born_host, append, queues, result_getters, send_result_cls,
+ *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake)
+ *     context as encode()'s; queues: the topic's MessageQueues; result_getters: AppendResult's
+ *     status, msg_id and queue_offset slot descriptors; send_result_slots: SendResult's 6 slot
+ *     descriptors in field order; counters = (normal [count, bytes], fifo [count, bytes],
+ *     latency [bucket counts..., seconds sum], edges (float seconds, ascending)).
+ */
+
+enum { PL_CONTEXT, PL_MAX_SIZE, PL_HOST, PL_APPEND, PL_QUEUES, PL_GETTERS, PL_SR_CLS, PL_SR_SLOTS, PL_PUT_OK,
+       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_ITEMS };
+#define SEND_RESULT_FIELDS 6
+
+/* list[i] += delta (ints); 0 or -1. Nothing between the read and the write runs Python code, so
+ * under the GIL the update is atomic: threads share these counters without a lock. */
+static int add_int(PyObject *list, Py_ssize_t i, long long delta) {
+    PyObject *old = PyList_GET_ITEM(list, i);
+    long long value = PyLong_AsLongLong(old);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    PyObject *now = PyLong_FromLongLong(value + delta);
+    if (now == NULL) return -1;
+    PyList_SetItem(list, i, now); /* steals `now`, releases `old` */
+    return 0;
+}
+
+/* Count one stored message of `body_len` bytes whose append took `seconds` (as Traffic.sent). */
+static int count_sent(PyObject *counters, int fifo, Py_ssize_t body_len, double seconds) {
+    PyObject *entry = PyTuple_GET_ITEM(counters, fifo ? 1 : 0), *latency = PyTuple_GET_ITEM(counters, 2),
+             *edges = PyTuple_GET_ITEM(counters, 3);
+    Py_ssize_t n_edges = PyTuple_GET_SIZE(edges);
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PyList_Check(latency) ||
+        PyList_GET_SIZE(latency) != n_edges + 2) {
+        PyErr_SetString(PyExc_TypeError, "put_one: counters must be ([count, bytes], [count, bytes], "
+                        "[buckets..., sum], edges)");
+        return -1;
+    }
+    Py_ssize_t lo = 0, hi = n_edges; /* bisect_left(edges, seconds) */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        double edge = PyFloat_AsDouble(PyTuple_GET_ITEM(edges, mid));
+        if (edge == -1.0 && PyErr_Occurred()) return -1;
+        if (edge < seconds) lo = mid + 1; else hi = mid;
+    }
+    if (add_int(entry, 0, 1) < 0 || add_int(entry, 1, body_len) < 0 || add_int(latency, lo, 1) < 0) return -1;
+    double sum = PyFloat_AsDouble(PyList_GET_ITEM(latency, n_edges + 1));
+    if (sum == -1.0 && PyErr_Occurred()) return -1;
+    PyObject *now = PyFloat_FromDouble(sum + seconds);
+    if (now == NULL) return -1;
+    PyList_SetItem(latency, n_edges + 1, now);
+    return 0;
+}
+
+static double monotonic_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* time.perf_counter()'s clock on Linux */
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The SendResult of a stored request: its unique id, the store's msg id and queue offset. */
+static PyObject *send_result(PyObject *plan, PyObject *stored, PyObject *unique, PyObject *queue) {
+    PyObject *getters = PyTuple_GET_ITEM(plan, PL_GETTERS), *slots = PyTuple_GET_ITEM(plan, PL_SR_SLOTS);
+    PyObject *cls = PyTuple_GET_ITEM(plan, PL_SR_CLS);
+    if (!PyTuple_Check(getters) || PyTuple_GET_SIZE(getters) != 3 || !PyTuple_Check(slots) ||
+        PyTuple_GET_SIZE(slots) != SEND_RESULT_FIELDS || !PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "put_one: plan's result descriptors are not as expected");
+        return NULL;
+    }
+    PyObject *got[3] = {0};
+    PyObject *result = NULL;
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = PyTuple_GET_ITEM(getters, i);
+        if (Py_TYPE(d)->tp_descr_get == NULL) {
+            PyErr_SetString(PyExc_TypeError, "put_one: AppendResult's getters must be descriptors");
+            goto out;
+        }
+        if ((got[i] = Py_TYPE(d)->tp_descr_get(d, stored, (PyObject *)Py_TYPE(stored))) == NULL) goto out;
+    }
+    PyObject *status = got[0] == PyTuple_GET_ITEM(plan, PL_PUT_OK) ? PyTuple_GET_ITEM(plan, PL_SEND_OK)
+                                                                  : PyTuple_GET_ITEM(plan, PL_FLUSH_TIMEOUT);
+    PyObject *values[SEND_RESULT_FIELDS] = {status, got[1], unique, queue, got[2], Py_None};
+    result = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
+    for (int i = 0; result != NULL && i < SEND_RESULT_FIELDS; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        if (Py_TYPE(slot)->tp_descr_set == NULL || Py_TYPE(slot)->tp_descr_set(slot, result, values[i]) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "put_one: SendResult's slots must be data descriptors");
+            Py_CLEAR(result);
+        }
+    }
+out:
+    for (int i = 0; i < 3; i++) Py_XDECREF(got[i]);
+    return result;
+}
+
+/* The checks that send a message to the general path: 1 plain, 0 not, -1 error. */
+static int plain_message(const Context *c, PyObject **f, PyObject *extra, Py_ssize_t max_size) {
+    if (!PyUnicode_CheckExact(f[M_TOPIC]) || !PyBytes_CheckExact(f[M_BODY])) return 0;
+    if (f[M_LEVEL] != Py_None || f[M_AT] != Py_None || f[M_PRIORITY] != Py_None) return 0;
+    if (PyBytes_GET_SIZE(f[M_BODY]) > max_size) return 0;
+    if (extra != Py_None && !PyDict_CheckExact(extra)) return 0;
+    return 1;
+}
+
+static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) != PL_ITEMS ||
+        !PyUnicode_Check(args[4])) {
+        PyErr_Format(PyExc_TypeError, "put_one(message, queue_id, born_ms, extra, uniq_prefix: str, uniq_next, "
+                     "plan: tuple of %d)", PL_ITEMS);
+        return NULL;
+    }
+    PyObject *message = args[0], *queue_id = args[1], *born_ms = args[2], *extra = args[3], *plan = args[6];
+    Context c;
+    if (parse_context(PyTuple_GET_ITEM(plan, PL_CONTEXT), &c) < 0) return NULL;
+    Py_ssize_t max_size = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, PL_MAX_SIZE));
+    if (max_size == -1 && PyErr_Occurred()) return NULL;
+    PyObject *queues = PyTuple_GET_ITEM(plan, PL_QUEUES), *counters = PyTuple_GET_ITEM(plan, PL_COUNTERS);
+    if (!PyTuple_Check(queues) || !PyTuple_Check(counters) || PyTuple_GET_SIZE(counters) != 4 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(counters, 3))) {
+        PyErr_SetString(PyExc_TypeError, "put_one: plan's queues and counters must be tuples");
+        return NULL;
+    }
+    if (Py_TYPE(message) != c.message_cls || !PyLong_CheckExact(queue_id)) Py_RETURN_NONE;
+    Py_ssize_t qid = PyLong_AsSsize_t(queue_id);
+    if (qid == -1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* out of range: the general path names it */
+        Py_RETURN_NONE;
+    }
+    if (qid < 0 || qid >= PyTuple_GET_SIZE(queues)) Py_RETURN_NONE;
+    PyObject *f[MESSAGE_FIELDS] = {0};
+    PyObject *props = NULL, *request = NULL, *code = NULL, *stored = NULL, *result = NULL, *zero = NULL, *born = NULL;
+    for (int k = 0; k < MESSAGE_FIELDS; k++)
+        if ((f[k] = field(&c, message, k)) == NULL) goto out;
+    int plain = plain_message(&c, f, extra, max_size);
+    if (plain <= 0) {
+        if (plain == 0) result = Py_NewRef(Py_None);
+        goto out;
+    }
+    zero = PyLong_FromLong(0);
+    code = f[M_TAGS] == Py_None ? Py_NewRef(zero) : PyObject_CallOneArg(c.tags_code, f[M_TAGS]);
+    if (zero == NULL || code == NULL) goto out;
+    if (born_ms == Py_None) { /* now on the wall clock, as time.time_ns() // 1_000_000 */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        born = PyLong_FromLongLong((long long)t.tv_sec * 1000 + t.tv_nsec / 1000000);
+    } else {
+        born = Py_NewRef(born_ms);
+    }
+    if (born == NULL) goto out;
+    props = message_properties(&c, f, extra, args[4], args[5]);
+    if (props == NULL) goto out;
+    PyObject *unique = PyDict_GetItemWithError(props, c.names[P_UNIQ]); /* borrowed: props keeps it */
+    if (unique == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "put_one: no unique id");
+        goto out;
+    }
+    int fifo = PyDict_Contains(props, c.names[P_SHARDING]);
+    if (fifo < 0) goto out;
+    PyObject *proxy = PyDictProxy_New(props);
+    if (proxy == NULL) goto out;
+    PyObject *values[FIELDS] = {f[M_TOPIC], queue_id, f[M_BODY], proxy, code, born,
+                                PyTuple_GET_ITEM(plan, PL_HOST), zero, zero, zero};
+    request = c.request_cls->tp_alloc(c.request_cls, 0);
+    for (int k = 0; request != NULL && k < FIELDS; k++)
+        if (Py_TYPE(c.setters[k])->tp_descr_set(c.setters[k], request, values[k]) < 0) Py_CLEAR(request);
+    Py_DECREF(proxy);
+    if (request == NULL) goto out;
+    double started = monotonic_s();
+    stored = PyObject_CallOneArg(PyTuple_GET_ITEM(plan, PL_APPEND), request);
+    if (stored == NULL) goto out;
+    double seconds = monotonic_s() - started;
+    if (count_sent(counters, fifo, PyBytes_GET_SIZE(f[M_BODY]), seconds) < 0) goto out;
+    PyObject *sent = send_result(plan, stored, unique, PyTuple_GET_ITEM(queues, qid));
+    if (sent == NULL) goto out;
+    PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
+    if (woken == NULL) {
+        Py_DECREF(sent);
+        goto out;
+    }
+    Py_DECREF(woken);
+    result = sent;
+out:
+    for (int k = 0; k < MESSAGE_FIELDS; k++) Py_XDECREF(f[k]);
+    Py_XDECREF(props);
+    Py_XDECREF(request);
+    Py_XDECREF(code);
+    Py_XDECREF(stored);
+    Py_XDECREF(zero);
+    Py_XDECREF(born);
+    return result;
+}
+
 /* ------------------------------------------------------------------ slot filling
  *
  *   fill(slots, obj, *values) -> None
@@ -633,6 +833,8 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
     {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
+    {"put_one", (PyCFunction)(void (*)(void))py_put_one, METH_FASTCALL,
+     "put_one(message, queue_id, born_ms, extra, uniq_prefix, uniq_next, plan) -> SendResult | None"},
     {"encode", py_encode, METH_VARARGS,
      "encode(messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, uniq_prefix, uniq_next, "
      "context) -> (requests, total) | None"},

@@ -17,6 +17,7 @@ and is left to the plugin's Python decoder too, which decides.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,23 @@ import attrs
 
 from plugmq.core.errors import MessageTooLargeError, ValidationError
 from plugmq.core.hashing import tags_code
-from plugmq.core.message import AppendRequest, Message, install_slot_filler, unique_id_state
+from plugmq.core.message import (
+    AppendRequest,
+    AppendResult,
+    AppendStatus,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    install_slot_filler,
+    unique_id_state,
+)
 from plugmq.core.names import Prop
 from plugmq.kit.native import Kernel, c_header, layout_version, load_kernel
 
-__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "RequestLayout", "batch_bytes", "decode_requests",
-           "encode_messages", "encode_messages_native", "encode_messages_py", "header_text", "native_available",
-           "request_properties"]
+__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "PutPlan", "RequestLayout", "batch_bytes",
+           "decode_requests", "encode_messages", "encode_messages_native", "encode_messages_py", "header_text",
+           "native_available", "put_one", "put_one_py", "put_plan", "request_properties"]
 
 # AppendRequest's slot descriptors in field order: the compiled decoder fills a new request
 # through them, as AppendRequest.trusted does.
@@ -98,6 +109,7 @@ REQUESTCODEC = Kernel(
     fallback=("due messages are decoded record by record by the delay plugin's Python decoder; sends are "
               "encoded by the Python twin"),
     cost="decoding a due message takes about 4x the CPU, encoding a sent one about 3x",
+    functions=("encode", "fill", "put_one"),
 )
 _native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 if _native is not None:
@@ -227,3 +239,79 @@ def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
     """The store requests of a checked batch and its bodies' length: compiled where it can be."""
     encoded = encode_messages_native(messages, queue_id, born_ms, extras, max_size)
     return encoded if encoded is not None else encode_messages_py(messages, queue_id, born_ms, extras, max_size)
+
+
+# ------------------------------------------------------------------------------ the plain single put
+#: What :func:`put_one` needs of a topic, built once per topic (plugmq.broker.sending keeps it until
+#: the topic changes): the encoder's context, the size limit, the born host, the store's append,
+#: the topic's queues, AppendResult's status / msg_id / queue_offset slots, SendResult and its
+#: slots, PUT_OK, SEND_OK, FLUSH_DISK_TIMEOUT, the traffic counters (plugmq.broker.traffic's
+#: SharedSends) and the arrivals' wake-up.
+PutPlan = tuple[Any, ...]
+_RESULT_GETTERS = tuple(AppendResult.__dict__[name] for name in ("status", "msg_id", "queue_offset"))
+_SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
+
+
+def put_plan(max_size: int, born_host: str, append: Callable[[AppendRequest], AppendResult],
+             queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None]) -> PutPlan:
+    """The plan :func:`put_one` stores a topic's plain messages with."""
+    return (_ENCODE_CONTEXT, max_size, born_host, append, tuple(queues), _RESULT_GETTERS, SendResult,
+            _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake)
+
+
+def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds: float) -> None:
+    entry, latency, edges = counters[1 if fifo else 0], counters[2], counters[3]
+    entry[0] += 1
+    entry[1] += body_bytes
+    low, high = 0, len(edges)  # bisect_left, as the compiled twin searches
+    while low < high:
+        middle = (low + high) // 2
+        if edges[middle] < seconds:
+            low = middle + 1
+        else:
+            high = middle
+    latency[low] += 1
+    latency[-1] += seconds
+
+
+def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapping[str, str] | None,
+               uniq_prefix: str, uniq_next: Callable[[], int], plan: PutPlan) -> SendResult | None:
+    """Store one plain message as ``plan`` says (the twin of the compiled ``put_one``): its request,
+    the store's append, the SendResult, the traffic counted and the arrivals woken. None, nothing
+    done, when it is not a plain message of a valid queue (the caller's general path decides).
+    ``born_ms`` None: now, on the wall clock."""
+    (_context, max_size, born_host, append, queues, _getters, _cls, _slots, put_ok, send_ok, flush_timeout,
+     counters, wake) = plan
+    if type(message) is not Message or type(queue_id) is not int or not 0 <= queue_id < len(queues):
+        return None
+    if (type(message.topic) is not str or type(message.body) is not bytes or message.is_delayed
+            or message.priority is not None or len(message.body) > max_size):
+        return None
+    if extra is not None and type(extra) is not dict:
+        return None
+
+    def unique_id() -> str:
+        return f"{uniq_prefix}{uniq_next() & _ID_MASK:016X}"
+
+    code = tags_code(message.tags)
+    properties = request_properties(message, extra, unique_id)
+    request = AppendRequest.trusted(message.topic, queue_id, message.body, properties, tags_code=code,
+                                    born_timestamp_ms=time.time_ns() // 1_000_000 if born_ms is None else born_ms,
+                                    born_host=born_host)
+    started = time.perf_counter()
+    stored = append(request)
+    _count_sent(counters, Prop.SHARDING_KEY in properties, len(message.body), time.perf_counter() - started)
+    status = send_ok if stored.status is put_ok else flush_timeout
+    sent = SendResult.trusted(status, stored.msg_id, properties[Prop.UNIQ_KEY], queues[queue_id], stored.queue_offset)
+    wake()
+    return sent
+
+
+def put_one(message: Message, queue_id: int, born_ms: int | None, extra: Mapping[str, str] | None,
+            plan: PutPlan) -> SendResult | None:
+    """:func:`put_one_py`'s answer, from the compiled kernel where it is built."""
+    prefix, counter = unique_id_state()
+    if _native is None or _native_disabled:
+        return put_one_py(message, queue_id, born_ms, extra, prefix, counter, plan)
+    sent: SendResult | None = _native.put_one(message, queue_id, born_ms, extra, prefix, counter, plan)
+    return sent

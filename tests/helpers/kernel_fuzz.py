@@ -29,7 +29,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.core import AppendRequest, ManualClock, Message, Prop
-from plugmq.core.message import SendResult, StoredMessage, fill_slots_py
+from plugmq.core.errors import StoreFullError
+from plugmq.core.message import (
+    AppendResult,
+    AppendStatus,
+    MessageQueue,
+    SendResult,
+    StoredMessage,
+    fill_slots_py,
+)
 from plugmq.kit import requestcodec
 from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
 from plugmq.plugins.delay_wheel import codec as wheel
@@ -383,6 +391,62 @@ def fuzz_encode(examples: int) -> int:
     return count[0]
 
 
+class _Appends:
+    """A store's append for put_one: records each request and answers as a store would (or refuses)."""
+
+    def __init__(self, status: AppendStatus, refuse: bool) -> None:
+        self.requests: list[AppendRequest] = []
+        self._status, self._refuse = status, refuse
+
+    def __call__(self, request: AppendRequest) -> AppendResult:
+        if self._refuse:
+            raise StoreFullError("disk full (fuzz)")
+        self.requests.append(request)
+        n = len(self.requests)
+        return AppendResult.trusted(self._status, f"{n:032X}", n + 6, n * 100, 90, 5)
+
+
+def fuzz_put_one(examples: int) -> int:
+    """kit ``_requestcodec.put_one`` vs its twin ``put_one_py``: odd messages, queue ids, extras,
+    limits; a store that answers PUT_OK or FLUSH_DISK_TIMEOUT, or refuses (nothing counted)."""
+    native = requestcodec._native
+    count = [0]
+    extra = st.one_of(st.none(), st.dictionaries(st.sampled_from([Prop.UNIQ_KEY, Prop.TAGS, Prop.SHARDING_KEY, "x"]),
+                                                 st.text(max_size=3), max_size=2),
+                      st.sampled_from([None] * 8 + [3, "ab", [("k", "v")], ()]))
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        return {"message": draw(_fuzz_message()), "extra": draw(extra),
+                "queue_id": draw(st.sampled_from([0, 0, 0, 1, 2, "odd"]).flatmap(
+                    lambda q: st.one_of(_ODD_INT, st.sampled_from([True, 1.0, None])) if q == "odd" else st.just(q))),
+                "born": draw(st.one_of(st.none(), _ODD_INT)), "limit": draw(st.sampled_from([2**40] * 4 + [0, 20])),
+                "queues": draw(st.sampled_from([3, 3, 3, 1, 0])), "start": draw(st.integers(0, 2**65)),
+                "status": draw(st.sampled_from(list(AppendStatus))), "refuse": draw(st.sampled_from([False] * 5 + [True]))}
+
+    def outcome(put: Callable[..., Any], args: dict[str, Any]) -> tuple[Any, ...]:
+        appends = _Appends(args["status"], args["refuse"])
+        counters = ([0, 0], [0, 0], [0] * 4 + [0.0], (1e-9, 1.0, 100.0))
+        woken = []
+        queues = [MessageQueue("T", "b", i) for i in range(args["queues"])]
+        plan = requestcodec.put_plan(args["limit"], "127.0.0.1:0", appends, queues, counters, lambda: woken.append(1))
+        sent = _outcome(lambda: put(args["message"], args["queue_id"], args["born"], args["extra"], "PFX",
+                                    iter(range(args["start"], 2**66)).__next__, plan))
+        born_now = args["born"] is None  # the wall clock: equal within the run, not to the ms
+        requests = [(attrs.evolve(r, born_timestamp_ms=0) if born_now else r, list(r.properties.items()))
+                    for r in appends.requests]
+        return sent, requests, counters[:2], sum(counters[2][:-1]), len(woken)
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**{k: repr(v) for k, v in args.items()})
+        _agree(outcome(native.put_one, args), outcome(requestcodec.put_one_py, args), "put_one")
+
+    _settings(examples)(run)()
+    return count[0]
+
+
 def fuzz_fill(examples: int) -> int:
     """kit ``_requestcodec.fill`` vs its twin ``fill_slots_py``: slots of the value types (or not
     slots at all), instances of them (or not), values too few or too many."""
@@ -502,6 +566,7 @@ TARGETS: dict[str, Callable[[int], int]] = {
     "kit._requestcodec.decode": fuzz_requestcodec,
     "kit._requestcodec.encode": fuzz_encode,
     "kit._requestcodec.fill": fuzz_fill,
+    "kit._requestcodec.put_one": fuzz_put_one,
 }
 
 
