@@ -204,15 +204,17 @@ def _ins(broker: Broker) -> dict[Any, int]:
 def test_put_stores_the_same_on_its_fast_path(broker: Broker, message: Message, extra: Any) -> None:
     """put's compiled plain path, its Python twin and the general path (the compiled encoder
     off) store the same message, answer the same SendResult and count the same traffic."""
-    sender = broker._parts.sender
+    sender, compiled = broker._parts.sender, requestcodec.put_one
     sent, counted = [], []
-    for put, disabled in ((broker.put, False), (broker.put, True), (sender.put_general, True)):
-        requestcodec._native_disabled = disabled
+    for put, plain in ((broker.put, compiled), (broker.put, requestcodec.put_one_py), (sender.put_general, None)):
+        requestcodec._native_disabled = plain is None  # the general path without the batch encoder either
+        requestcodec.put_one = plain or compiled
         before = _ins(broker)
         try:
             sent.append(put(message, 1, extra_properties=extra))
         finally:
             requestcodec._native_disabled = False
+            requestcodec.put_one = compiled
         after = _ins(broker)
         counted.append({k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)})
     assert all(type(r) is SendResult and r.status is SendStatus.SEND_OK for r in sent)

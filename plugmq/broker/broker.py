@@ -251,9 +251,8 @@ class Broker:
         caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
         ``account``: who sends, for its rate limit (plugmq serve's ACL account).
         """
-        return self._parts.sender.put(message, queue_id, allow_system_topic=allow_system_topic,
-                                      reconsume_times=reconsume_times, extra_properties=extra_properties,
-                                      await_slave=await_slave, account=account)
+        return self._parts.sender.put(message, queue_id, allow_system_topic, reconsume_times, extra_properties,
+                                      await_slave, account)  # by position: cheaper on the hot path
 
     def put_batch(self, messages: Sequence[Message], queue_id: int, *,
                   extra_properties: Sequence[Mapping[str, str] | None] | None = None,

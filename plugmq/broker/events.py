@@ -99,6 +99,11 @@ class Events:
         """Whether a plugin observes stored messages (callers skip building their events if not)."""
         return bool(self._hooks.observers.message_stored)
 
+    def on_plugins_changed(self, listener: Callable[[], None]) -> bool:
+        """Call ``listener()`` when observers may have come or gone; False when that is not told
+        (then read :attr:`observing_stored` on every send)."""
+        return self._hooks.on_plugins_changed(listener)
+
     def stored(self, result: AppendResult, request: AppendRequest) -> None:
         """``request`` was stored as ``result``: the message_stored event."""
         if self._hooks.observers.message_stored:

@@ -38,14 +38,8 @@ from plugmq.core.message import (
     check_body_size,
 )
 from plugmq.core.names import Prop, is_system_topic
-from plugmq.kit.requestcodec import (
-    PutPlan,
-    encode_messages,
-    encode_messages_native,
-    put_one,
-    put_plan,
-    request_properties,
-)
+from plugmq.kit import requestcodec
+from plugmq.kit.requestcodec import PutPlan, encode_messages, encode_messages_native, put_plan, request_properties
 
 __all__ = ["Sender"]
 
@@ -87,25 +81,31 @@ class Sender:
     _plans: dict[str, PutPlan] = attrs.field(init=False, factory=dict)
     _born_ms: Callable[[], int | None] = attrs.field(init=False)
 
+    _plans_allowed: bool = attrs.field(init=False, default=False)
+
     def __attrs_post_init__(self) -> None:
-        self._topics.table.subscribe(self._topics_changed)
+        self._topics.table.subscribe(lambda _topic, _count: self._replan())
+        # Without word of observers coming and going, every send takes the general path.
+        object.__setattr__(self, "_plans_allowed", self._events.on_plugins_changed(self._replan))
         # born_ms None: put_one reads the wall clock itself (what SystemClock.now_ms answers)
         clock = self._clock
         object.__setattr__(self, "_born_ms", (lambda: None) if type(clock) is SystemClock else clock.now_ms)
 
-    def _topics_changed(self, _topic: str, _queue_count: int) -> None:
+    def _replan(self) -> None:
+        """A topic was created, grown or deleted, or a plugin came or went: plans are made again."""
         object.__setattr__(self, "_plans", {})  # frozen: the one field a change replaces
 
     def _plan(self, topic: str) -> PutPlan:
         """``topic``'s plan for put_one, built once and kept until a topic changes; empty when its
-        sends take the general path: a system topic, a priority or dedup topic, one not created yet.
-        What may change for every topic at any time (rate limits, observers, replies awaited,
-        replication) is checked per send instead."""
+        sends take the general path: a system topic, a priority or dedup topic, one not created yet,
+        or while a plugin observes stored messages. What else may change at any time (rate limits,
+        replies awaited, replication) is checked per send."""
         plans = self._plans  # taken first: a change after this replaces the dict, not this entry
         count = self._topics.table.get(topic)
         settings = self._topic_settings.settings(topic)
         plan: PutPlan = ()
-        if count and not is_system_topic(topic) and not settings.priority and not settings.dedup:
+        if (count and self._plans_allowed and not self._events.observing_stored and not is_system_topic(topic)
+                and not settings.priority and not settings.dedup):
             plan = put_plan(self._max_message_size, "127.0.0.1:0", self._store.append, self._topics.queues(topic),
                             self._traffic.shared_sends(topic), self._arrivals.wake)
         plans[topic] = plan
@@ -130,7 +130,7 @@ class Sender:
     def _replica(self, await_slave: bool, end_offset: int | None = None) -> SendStatus:
         return self._roles.await_replication(end_offset) if await_slave else SendStatus.SEND_OK
 
-    def put(self, message: Message, queue_id: int, *, allow_system_topic: bool = False,
+    def put(self, message: Message, queue_id: int, allow_system_topic: bool = False,
             reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
             await_slave: bool = True, account: str | None = None) -> SendResult:
         """Store one message on ``queue_id`` of its topic (delayed ones go to the delay plugin).
@@ -139,7 +139,8 @@ class Sender:
         caller waits itself, once for many sends (``await_replication``), as ``plugmq serve`` does.
         On a priority topic the message goes to its priority's queue, whatever ``queue_id`` says; on
         a dedup topic a key already stored within the window is answered with its first copy.
-        ``account``: who sends (plugmq serve's ACL account), for its rate limit.
+        ``account``: who sends (plugmq serve's ACL account), for its rate limit. (Arguments may be
+        given by position: Broker.put passes them so, which costs less than by keyword.)
 
         A producer's plain message on a topic whose plan allows it (see :meth:`_plan`) is stored by
         one compiled call (plugmq.kit.requestcodec.put_one); everything else, and whatever that
@@ -152,9 +153,9 @@ class Sender:
             if plan is None:
                 plan = self._plan(message.topic)
             # Checked per send, one attribute each: what may change at any time for every topic.
-            if (plan and not self._limits.limits_sends and not self._replies.waiting
-                    and not self._events.observing_stored):
-                sent = put_one(message, queue_id, self._born_ms(), extra_properties, plan)
+            # (requestcodec.put_one read at call time: the compiled kernel, or its twin in tests)
+            if plan and not self._limits.limits_sends and not self._replies.waiting:
+                sent = requestcodec.put_one(message, queue_id, self._born_ms(), extra_properties, plan)
                 if sent is not None:
                     return sent
         return self.put_general(message, queue_id, allow_system_topic=allow_system_topic,

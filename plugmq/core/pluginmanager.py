@@ -148,6 +148,14 @@ class Hooks:
         self._keyed = {}
         self._observers = self._read_observers()
 
+    def on_plugins_changed(self, listener: Callable[[], None]) -> bool:
+        """Call ``listener()`` whenever a plugin comes or goes (after :attr:`observers` is re-read);
+        False when this manager does not tell (then read :attr:`observers` every time instead)."""
+        if not isinstance(self._pm, _PluginManager):
+            return False
+        self._pm.on_change(listener)
+        return True
+
     def _read_observers(self) -> EventObservers:
         return EventObservers(**{
             field: bool(getattr(self._hook, hook_name).get_hookimpls()) for field, hook_name in _EVENT_HOOKS.items()

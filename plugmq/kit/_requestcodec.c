@@ -600,7 +600,7 @@ out:
 
 /* ------------------------------------------------------------------ the plain single put
  *
- *   put_one(message, queue_id, born_ms, extra, uniq_prefix, uniq_next, plan) -> SendResult | None
+ *   put_one(message, queue_id, born_ms, extra, plan) -> SendResult | None
  *     Broker.put's common case in one call (born_ms None: now on the wall clock) (plugmq.kit.requestcodec.put_one_py is its twin): the
  *     request of `message` for queue `queue_id` as encode() builds it, stored by plan's `append`
  *     (the store's append), the SendResult built from what the store answered, the traffic
@@ -609,15 +609,16 @@ out:
  *     in range, an extra not a dict - so the caller's general path decides (and raises what is
  *     wrong). An error of the store's append propagates, nothing counted.
  *   plan = (context, max_size, born_host, append, queues, result_getters, send_result_cls,
- *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake)
+ *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids)
  *     context as encode()'s; queues: the topic's MessageQueues; result_getters: AppendResult's
  *     status, msg_id and queue_offset slot descriptors; send_result_slots: SendResult's 6 slot
  *     descriptors in field order; counters = (normal [count, bytes], fifo [count, bytes],
- *     latency [bucket counts..., seconds sum], edges (float seconds, ascending)).
+ *     latency [bucket counts..., seconds sum], edges (float seconds, ascending)); unique_ids() ->
+ *     (prefix, next): plugmq.core.message.unique_id_state, asked per put (a forked child has its own).
  */
 
 enum { PL_CONTEXT, PL_MAX_SIZE, PL_HOST, PL_APPEND, PL_QUEUES, PL_GETTERS, PL_SR_CLS, PL_SR_SLOTS, PL_PUT_OK,
-       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_ITEMS };
+       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_ITEMS };
 #define SEND_RESULT_FIELDS 6
 
 /* list[i] += delta (ints); 0 or -1. Nothing between the read and the write runs Python code, so
@@ -710,13 +711,11 @@ static int plain_message(const Context *c, PyObject **f, PyObject *extra, Py_ssi
 }
 
 static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) != PL_ITEMS ||
-        !PyUnicode_Check(args[4])) {
-        PyErr_Format(PyExc_TypeError, "put_one(message, queue_id, born_ms, extra, uniq_prefix: str, uniq_next, "
-                     "plan: tuple of %d)", PL_ITEMS);
+    if (nargs != 5 || !PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != PL_ITEMS) {
+        PyErr_Format(PyExc_TypeError, "put_one(message, queue_id, born_ms, extra, plan: tuple of %d)", PL_ITEMS);
         return NULL;
     }
-    PyObject *message = args[0], *queue_id = args[1], *born_ms = args[2], *extra = args[3], *plan = args[6];
+    PyObject *message = args[0], *queue_id = args[1], *born_ms = args[2], *extra = args[3], *plan = args[4];
     Context c;
     if (parse_context(PyTuple_GET_ITEM(plan, PL_CONTEXT), &c) < 0) return NULL;
     Py_ssize_t max_size = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, PL_MAX_SIZE));
@@ -735,7 +734,8 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     if (qid < 0 || qid >= PyTuple_GET_SIZE(queues)) Py_RETURN_NONE;
     PyObject *f[MESSAGE_FIELDS] = {0};
-    PyObject *props = NULL, *request = NULL, *code = NULL, *stored = NULL, *result = NULL, *zero = NULL, *born = NULL;
+    PyObject *props = NULL, *request = NULL, *code = NULL, *stored = NULL, *result = NULL, *zero = NULL, *born = NULL,
+             *uniq = NULL;
     for (int k = 0; k < MESSAGE_FIELDS; k++)
         if ((f[k] = field(&c, message, k)) == NULL) goto out;
     int plain = plain_message(&c, f, extra, max_size);
@@ -754,7 +754,13 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
         born = Py_NewRef(born_ms);
     }
     if (born == NULL) goto out;
-    props = message_properties(&c, f, extra, args[4], args[5]);
+    uniq = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_UNIQ));
+    if (uniq == NULL) goto out;
+    if (!PyTuple_Check(uniq) || PyTuple_GET_SIZE(uniq) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(uniq, 0))) {
+        PyErr_SetString(PyExc_TypeError, "put_one: unique_ids() must return (prefix: str, next)");
+        goto out;
+    }
+    props = message_properties(&c, f, extra, PyTuple_GET_ITEM(uniq, 0), PyTuple_GET_ITEM(uniq, 1));
     if (props == NULL) goto out;
     PyObject *unique = PyDict_GetItemWithError(props, c.names[P_UNIQ]); /* borrowed: props keeps it */
     if (unique == NULL) {
@@ -794,6 +800,7 @@ out:
     Py_XDECREF(stored);
     Py_XDECREF(zero);
     Py_XDECREF(born);
+    Py_XDECREF(uniq);
     return result;
 }
 
@@ -834,7 +841,7 @@ static PyMethodDef methods[] = {
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
     {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
     {"put_one", (PyCFunction)(void (*)(void))py_put_one, METH_FASTCALL,
-     "put_one(message, queue_id, born_ms, extra, uniq_prefix, uniq_next, plan) -> SendResult | None"},
+     "put_one(message, queue_id, born_ms, extra, plan) -> SendResult | None"},
     {"encode", py_encode, METH_VARARGS,
      "encode(messages, queue_id, born_ms, extras, max_size, born_host, reconsume_times, uniq_prefix, uniq_next, "
      "context) -> (requests, total) | None"},

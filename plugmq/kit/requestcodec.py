@@ -246,17 +246,20 @@ def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
 #: the topic changes): the encoder's context, the size limit, the born host, the store's append,
 #: the topic's queues, AppendResult's status / msg_id / queue_offset slots, SendResult and its
 #: slots, PUT_OK, SEND_OK, FLUSH_DISK_TIMEOUT, the traffic counters (plugmq.broker.traffic's
-#: SharedSends) and the arrivals' wake-up.
+#: SharedSends), the arrivals' wake-up and where unique ids come from (``unique_id_state``).
 PutPlan = tuple[Any, ...]
 _RESULT_GETTERS = tuple(AppendResult.__dict__[name] for name in ("status", "msg_id", "queue_offset"))
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
 
 
 def put_plan(max_size: int, born_host: str, append: Callable[[AppendRequest], AppendResult],
-             queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None]) -> PutPlan:
-    """The plan :func:`put_one` stores a topic's plain messages with."""
+             queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None],
+             unique_ids: Callable[[], tuple[str, Callable[[], int]]] = unique_id_state) -> PutPlan:
+    """The plan :func:`put_one` stores a topic's plain messages with (all its messages are of the
+    topic of ``queues``)."""
     return (_ENCODE_CONTEXT, max_size, born_host, append, tuple(queues), _RESULT_GETTERS, SendResult,
-            _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake)
+            _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake,
+            unique_ids)
 
 
 def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds: float) -> None:
@@ -275,13 +278,13 @@ def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds:
 
 
 def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapping[str, str] | None,
-               uniq_prefix: str, uniq_next: Callable[[], int], plan: PutPlan) -> SendResult | None:
+               plan: PutPlan) -> SendResult | None:
     """Store one plain message as ``plan`` says (the twin of the compiled ``put_one``): its request,
     the store's append, the SendResult, the traffic counted and the arrivals woken. None, nothing
     done, when it is not a plain message of a valid queue (the caller's general path decides).
     ``born_ms`` None: now, on the wall clock."""
     (_context, max_size, born_host, append, queues, _getters, _cls, _slots, put_ok, send_ok, flush_timeout,
-     counters, wake) = plan
+     counters, wake, unique_ids) = plan
     if type(message) is not Message or type(queue_id) is not int or not 0 <= queue_id < len(queues):
         return None
     if (type(message.topic) is not str or type(message.body) is not bytes or message.is_delayed
@@ -289,6 +292,8 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
         return None
     if extra is not None and type(extra) is not dict:
         return None
+
+    uniq_prefix, uniq_next = unique_ids()
 
     def unique_id() -> str:
         return f"{uniq_prefix}{uniq_next() & _ID_MASK:016X}"
@@ -307,11 +312,6 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
     return sent
 
 
-def put_one(message: Message, queue_id: int, born_ms: int | None, extra: Mapping[str, str] | None,
-            plan: PutPlan) -> SendResult | None:
-    """:func:`put_one_py`'s answer, from the compiled kernel where it is built."""
-    prefix, counter = unique_id_state()
-    if _native is None or _native_disabled:
-        return put_one_py(message, queue_id, born_ms, extra, prefix, counter, plan)
-    sent: SendResult | None = _native.put_one(message, queue_id, born_ms, extra, prefix, counter, plan)
-    return sent
+#: put_one_py's answer in one compiled call where the kernel is built (tests may swap in the twin).
+put_one: Callable[[Message, int, int | None, Mapping[str, str] | None, PutPlan], SendResult | None] = (
+    put_one_py if _native is None else _native.put_one)

@@ -429,9 +429,10 @@ def fuzz_put_one(examples: int) -> int:
         counters = ([0, 0], [0, 0], [0] * 4 + [0.0], (1e-9, 1.0, 100.0))
         woken = []
         queues = [MessageQueue("T", "b", i) for i in range(args["queues"])]
-        plan = requestcodec.put_plan(args["limit"], "127.0.0.1:0", appends, queues, counters, lambda: woken.append(1))
-        sent = _outcome(lambda: put(args["message"], args["queue_id"], args["born"], args["extra"], "PFX",
-                                    iter(range(args["start"], 2**66)).__next__, plan))
+        ids = ("PFX", iter(range(args["start"], 2**66)).__next__)
+        plan = requestcodec.put_plan(args["limit"], "127.0.0.1:0", appends, queues, counters, lambda: woken.append(1),
+                                     lambda: ids)
+        sent = _outcome(lambda: put(args["message"], args["queue_id"], args["born"], args["extra"], plan))
         born_now = args["born"] is None  # the wall clock: equal within the run, not to the ms
         requests = [(attrs.evolve(r, born_timestamp_ms=0) if born_now else r, list(r.properties.items()))
                     for r in appends.requests]
