@@ -79,7 +79,6 @@ class Sender:
     # topic -> its plan for put_one (empty: its sends take the general path); replaced by an empty
     # dict whenever a topic is created, grown or deleted (see _plan)
     _plans: dict[str, PutPlan] = attrs.field(init=False, factory=dict)
-    _born_ms: Callable[[], int | None] = attrs.field(init=False)
 
     _plans_allowed: bool = attrs.field(init=False, default=False)
 
@@ -87,9 +86,6 @@ class Sender:
         self._topics.table.subscribe(lambda _topic, _count: self._replan())
         # Without word of observers coming and going, every send takes the general path.
         object.__setattr__(self, "_plans_allowed", self._events.on_plugins_changed(self._replan))
-        # born_ms None: put_one reads the wall clock itself (what SystemClock.now_ms answers)
-        clock = self._clock
-        object.__setattr__(self, "_born_ms", (lambda: None) if type(clock) is SystemClock else clock.now_ms)
 
     def _replan(self) -> None:
         """A topic was created, grown or deleted, or a plugin came or went: plans are made again."""
@@ -106,8 +102,10 @@ class Sender:
         plan: PutPlan = ()
         if (count and self._plans_allowed and not self._events.observing_stored and not is_system_topic(topic)
                 and not settings.priority and not settings.dedup):
+            clock = self._clock  # the wall clock SystemClock reads: put_one reads it itself
             plan = put_plan(self._max_message_size, "127.0.0.1:0", self._store.append, self._topics.queues(topic),
-                            self._traffic.shared_sends(topic), self._arrivals.wake)
+                            self._traffic.shared_sends(topic), self._arrivals.wake,
+                            now_ms=None if type(clock) is SystemClock else clock.now_ms)
         plans[topic] = plan
         return plan
 
@@ -147,15 +145,16 @@ class Sender:
         call does not take, goes through :meth:`put_general`, which stores the same bytes.
         """
         self._check_open()
-        self._roles.check_writable("store messages")
-        if not allow_system_topic and not reconsume_times and self._roles.replication is None:
+        roles = self._roles
+        # a slave (refused by the general path) or a broker with replication: the general path
+        if not allow_system_topic and not reconsume_times and roles.replication is None and roles.writable():
             plan = self._plans.get(message.topic)
             if plan is None:
                 plan = self._plan(message.topic)
             # Checked per send, one attribute each: what may change at any time for every topic.
             # (requestcodec.put_one read at call time: the compiled kernel, or its twin in tests)
             if plan and not self._limits.limits_sends and not self._replies.waiting:
-                sent = requestcodec.put_one(message, queue_id, self._born_ms(), extra_properties, plan)
+                sent = requestcodec.put_one(message, queue_id, None, extra_properties, plan)
                 if sent is not None:
                     return sent
         return self.put_general(message, queue_id, allow_system_topic=allow_system_topic,

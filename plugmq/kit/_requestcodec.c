@@ -601,7 +601,7 @@ out:
 /* ------------------------------------------------------------------ the plain single put
  *
  *   put_one(message, queue_id, born_ms, extra, plan) -> SendResult | None
- *     Broker.put's common case in one call (born_ms None: now on the wall clock) (plugmq.kit.requestcodec.put_one_py is its twin): the
+ *     Broker.put's common case in one call (born_ms None: plan's now_ms(), or with none the wall clock) (plugmq.kit.requestcodec.put_one_py is its twin): the
  *     request of `message` for queue `queue_id` as encode() builds it, stored by plan's `append`
  *     (the store's append), the SendResult built from what the store answered, the traffic
  *     counters updated and the arrivals woken. None, with nothing done, when it is not that case
@@ -609,16 +609,17 @@ out:
  *     in range, an extra not a dict - so the caller's general path decides (and raises what is
  *     wrong). An error of the store's append propagates, nothing counted.
  *   plan = (context, max_size, born_host, append, queues, result_getters, send_result_cls,
- *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids)
+ *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids, now_ms)
  *     context as encode()'s; queues: the topic's MessageQueues; result_getters: AppendResult's
  *     status, msg_id and queue_offset slot descriptors; send_result_slots: SendResult's 6 slot
  *     descriptors in field order; counters = (normal [count, bytes], fifo [count, bytes],
  *     latency [bucket counts..., seconds sum], edges (float seconds, ascending)); unique_ids() ->
- *     (prefix, next): plugmq.core.message.unique_id_state, asked per put (a forked child has its own).
+ *     (prefix, next): plugmq.core.message.unique_id_state, asked per put (a forked child has its own);
+ *     now_ms: the broker clock's now_ms, or None for the wall clock (SystemClock's, read here).
  */
 
 enum { PL_CONTEXT, PL_MAX_SIZE, PL_HOST, PL_APPEND, PL_QUEUES, PL_GETTERS, PL_SR_CLS, PL_SR_SLOTS, PL_PUT_OK,
-       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_ITEMS };
+       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_NOW, PL_ITEMS };
 #define SEND_RESULT_FIELDS 6
 
 /* list[i] += delta (ints); 0 or -1. Nothing between the read and the write runs Python code, so
@@ -746,7 +747,9 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
     zero = PyLong_FromLong(0);
     code = f[M_TAGS] == Py_None ? Py_NewRef(zero) : PyObject_CallOneArg(c.tags_code, f[M_TAGS]);
     if (zero == NULL || code == NULL) goto out;
-    if (born_ms == Py_None) { /* now on the wall clock, as time.time_ns() // 1_000_000 */
+    if (born_ms == Py_None && PyTuple_GET_ITEM(plan, PL_NOW) != Py_None) {
+        born = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_NOW));
+    } else if (born_ms == Py_None) { /* now on the wall clock, as time.time_ns() // 1_000_000 */
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         born = PyLong_FromLongLong((long long)t.tv_sec * 1000 + t.tv_nsec / 1000000);

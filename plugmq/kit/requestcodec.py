@@ -246,7 +246,8 @@ def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
 #: the topic changes): the encoder's context, the size limit, the born host, the store's append,
 #: the topic's queues, AppendResult's status / msg_id / queue_offset slots, SendResult and its
 #: slots, PUT_OK, SEND_OK, FLUSH_DISK_TIMEOUT, the traffic counters (plugmq.broker.traffic's
-#: SharedSends), the arrivals' wake-up and where unique ids come from (``unique_id_state``).
+#: SharedSends), the arrivals' wake-up, where unique ids come from (``unique_id_state``) and the
+#: clock's ``now_ms`` (None: the wall clock, which the kernel reads itself).
 PutPlan = tuple[Any, ...]
 _RESULT_GETTERS = tuple(AppendResult.__dict__[name] for name in ("status", "msg_id", "queue_offset"))
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
@@ -254,12 +255,13 @@ _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(Sen
 
 def put_plan(max_size: int, born_host: str, append: Callable[[AppendRequest], AppendResult],
              queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None],
-             unique_ids: Callable[[], tuple[str, Callable[[], int]]] = unique_id_state) -> PutPlan:
+             unique_ids: Callable[[], tuple[str, Callable[[], int]]] = unique_id_state,
+             now_ms: Callable[[], int] | None = None) -> PutPlan:
     """The plan :func:`put_one` stores a topic's plain messages with (all its messages are of the
     topic of ``queues``)."""
     return (_ENCODE_CONTEXT, max_size, born_host, append, tuple(queues), _RESULT_GETTERS, SendResult,
             _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake,
-            unique_ids)
+            unique_ids, now_ms)
 
 
 def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds: float) -> None:
@@ -277,14 +279,20 @@ def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds:
     latency[-1] += seconds
 
 
+def _born(born_ms: int | None, now_ms: Callable[[], int] | None) -> int:
+    if born_ms is not None:
+        return born_ms
+    return time.time_ns() // 1_000_000 if now_ms is None else now_ms()
+
+
 def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapping[str, str] | None,
                plan: PutPlan) -> SendResult | None:
     """Store one plain message as ``plan`` says (the twin of the compiled ``put_one``): its request,
     the store's append, the SendResult, the traffic counted and the arrivals woken. None, nothing
     done, when it is not a plain message of a valid queue (the caller's general path decides).
-    ``born_ms`` None: now, on the wall clock."""
+    ``born_ms`` None: now, by the plan's clock."""
     (_context, max_size, born_host, append, queues, _getters, _cls, _slots, put_ok, send_ok, flush_timeout,
-     counters, wake, unique_ids) = plan
+     counters, wake, unique_ids, now_ms) = plan
     if type(message) is not Message or type(queue_id) is not int or not 0 <= queue_id < len(queues):
         return None
     if (type(message.topic) is not str or type(message.body) is not bytes or message.is_delayed
@@ -301,7 +309,7 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
     code = tags_code(message.tags)
     properties = request_properties(message, extra, unique_id)
     request = AppendRequest.trusted(message.topic, queue_id, message.body, properties, tags_code=code,
-                                    born_timestamp_ms=time.time_ns() // 1_000_000 if born_ms is None else born_ms,
+                                    born_timestamp_ms=_born(born_ms, now_ms),
                                     born_host=born_host)
     started = time.perf_counter()
     stored = append(request)
