@@ -253,13 +253,17 @@ def test_put_checks_what_may_change_for_every_topic(tmp_path: Path) -> None:
     decides the next put (the general path takes over while it applies)."""
     from plugmq.config.limits import RateLimit
     from plugmq.core import ManualClock
-    from plugmq.core.errors import ClientError, RateLimitedError
+    from plugmq.core.errors import ClientError, RateLimitedError, TopicError
     from tests.test_event_hooks import OnStored
 
-    with Broker.open(tmp_path / "b", plugins=["store_mmap"], clock=ManualClock(1_000.0)) as broker:
+    with Broker.open(tmp_path / "b", plugins=["store_mmap"], clock=ManualClock(1_000.0),
+                     auto_create_topic=False) as broker:
         broker.create_topic("T", 1)
         broker.put(Message("T", b"a"), 0)
         assert _took_plan(broker, "T")
+        with pytest.raises(TopicError, match="topic 'Nope' does not exist"):
+            broker.put(Message("Nope", b"a"), 0)
+        assert "Nope" not in broker._parts.sender._plans  # names never created are not kept
         broker.rate_limits.set("topics", "T", RateLimit(messages_per_s=1, burst_s=1))
         broker.put(Message("T", b"b"), 0)
         with pytest.raises(RateLimitedError):

@@ -106,7 +106,8 @@ class Sender:
             plan = put_plan(self._max_message_size, "127.0.0.1:0", self._store.append, self._topics.queues(topic),
                             self._traffic.shared_sends(topic), self._arrivals.wake,
                             now_ms=None if type(clock) is SystemClock else clock.now_ms)
-        plans[topic] = plan
+        if count:  # a topic not created is not kept: sends to any names must not grow the table
+            plans[topic] = plan
         return plan
 
     def build_request(self, message: Message, queue_id: int, *, reconsume_times: int = 0,
