@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or refresh .venv with plugmq, its extras and the example plugin; check the system programs
 # the tests start for real: Java 17 (Spark, ZooKeeper), Apache ZooKeeper (clusters), redis-server
-# (the benchmarks' peer), Chromium and chromedriver (the console's browser tests). As root they are installed
+# (the benchmarks' peer), Chromium and chromedriver (the console's browser tests), and ISA-L's
+# library (store_mmap's hardware CRC-32). As root they are installed
 # with apt; otherwise a clear warning names them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,8 @@ command -v java >/dev/null 2>&1 || missing+=("openjdk-17-jre-headless:Java 17 (S
 command -v redis-server >/dev/null 2>&1 || missing+=("redis-server:Redis (benchmark baseline)")
 command -v chromium >/dev/null 2>&1 || missing+=("chromium:headless Chromium (the console's browser tests)")
 command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver:chromedriver (selenium drives Chromium in the console's browser tests)")
+# ISA-L: the store's read kernel computes CRC-32 with it (PCLMUL), ~5x cheaper than zlib's; loaded at run time
+/sbin/ldconfig -p 2>/dev/null | grep -q 'libisal\.so\.2 ' || missing+=("libisal2:ISA-L (hardware CRC-32 for store_mmap's read checks; zlib's is used without it)")
 if [ ${#missing[@]} -gt 0 ]; then
     packages=("${missing[@]%%:*}")
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

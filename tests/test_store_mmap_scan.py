@@ -7,13 +7,17 @@ Python one is the reference. A store recovered with either leaves byte-identical
 
 from __future__ import annotations
 
+import ctypes
 import random
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plugmq.core import AppendRequest, AppendResult, ConfigError, ManualClock, Prop, StoreError
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
@@ -55,6 +59,30 @@ def test_compiled_scan_is_built() -> None:
         "plugmq.plugins.store_mmap._scan was not built: reinstall with a C compiler and the Python headers "
         "(bash scripts/setup.sh or pip install -e .)"
     )
+
+
+def _isal_installed() -> bool:
+    try:
+        ctypes.CDLL("libisal.so.2")
+    except OSError:
+        return False
+    return True
+
+
+def test_the_crc_is_isal_where_it_is_installed() -> None:
+    """The kernel computes CRC-32 with ISA-L when its library loads (no silent zlib fallback)."""
+    expected = "isa-l" if _isal_installed() else "zlib"
+    implementation = compiled_scan_kernel().CRC32
+    assert implementation == expected, "libisal2 (Debian) gives the scan kernel a hardware CRC-32"
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=3000), value=st.integers(0, 0xFFFFFFFF), skip=st.integers(0, 15))
+def test_the_kernels_crc_is_zlibs(data: bytes, value: int, skip: int) -> None:
+    """Any bytes, any starting CRC, any alignment: the CRC the record checks use is zlib.crc32's."""
+    view = memoryview(data)[min(skip, len(data)):]
+    assert compiled_scan_kernel().crc32(view, value) == zlib.crc32(view, value)
+    assert compiled_scan_kernel().crc32(data) == zlib.crc32(data)
 
 
 def scan_both(store: MmapMessageStore, begin: int, **kw: object) -> dict[str, scan_module.LogScan]:
