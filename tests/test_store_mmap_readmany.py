@@ -188,6 +188,35 @@ def test_born_host_in_properties(segment: tuple[bytes, list[int], int]) -> None:
     assert all(isinstance(m, StoredMessage) for m in found["c"])
 
 
+class _Delegate:
+    """A data descriptor that is no slot: the compiled kernel must call it, not write at an offset."""
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+        self.calls = 0
+
+    def __set__(self, obj: object, value: object) -> None:
+        self.calls += 1
+        self.slot.__set__(obj, value)
+
+
+def test_slots_are_set_through_setters_that_are_not_the_types_slots(segment: tuple[bytes, list[int], int]) -> None:
+    """The kernel writes a slot straight at its offset only when every setter is a writable
+    object slot of the type it builds; otherwise it calls the setters (and their errors count)."""
+    raw, offsets, limit = segment
+    spans = [(0, len(raw), limit, raw)]
+    kernel = compiled_scan_kernel()
+    direct = kernel.read_records(offsets, spans, STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY)
+    delegates = tuple(_Delegate(slot) for slot in STORED_SETTERS)
+    assert kernel.read_records(offsets, spans, STORED_TYPE, delegates, BORN_HOST_PROPERTY) == direct
+    assert all(d.calls == len(offsets) for d in delegates)
+    foreign = (*STORED_SETTERS[:4], ConsumeQueueEntry.queue_offset, *STORED_SETTERS[5:])  # not StoredMessage's
+    with pytest.raises(TypeError):
+        kernel.read_records(offsets, spans, STORED_TYPE, foreign, BORN_HOST_PROPERTY)
+    with pytest.raises(ValueError, match="16 slot descriptors"):
+        kernel.read_records(offsets, spans, STORED_TYPE, STORED_SETTERS[:15], BORN_HOST_PROPERTY)
+
+
 @settings(max_examples=60, deadline=None)
 @given(raw=st.binary(max_size=20 * 9 + 7), first=st.integers(0, 1 << 40))
 def test_kernels_build_queue_entries_alike(raw: bytes, first: int) -> None:

@@ -42,6 +42,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h>
 #include <string.h>
 
 #include "../../kit/_hwcrc32.h" /* zlib's CRC-32, by ISA-L where it is installed */
@@ -477,6 +478,32 @@ static PyObject *host_text(const unsigned char *raw) {
     return PyUnicode_FromFormat("%u.%u.%u.%u:%d", raw[0], raw[1], raw[2], raw[3], (int)(int32_t)be32(raw + 4));
 }
 
+/* Property names met lately, their strings reused (hash computed once): records repeat a few
+ * names. Module-wide, under the GIL; nothing in here runs Python code between a lookup and its use. */
+#define NAME_CACHE 8
+#define NAME_CACHE_BYTES 64
+static struct {
+    unsigned char raw[NAME_CACHE_BYTES];
+    Py_ssize_t len;
+    PyObject *text;
+} name_cache[NAME_CACHE];
+static unsigned name_cache_next;
+
+/* The str of the property name at p (len bytes, UTF-8 "surrogatepass"), a new reference. */
+static PyObject *property_name(const unsigned char *p, Py_ssize_t len) {
+    if (len > NAME_CACHE_BYTES) return PyUnicode_DecodeUTF8((const char *)p, len, "surrogatepass");
+    for (unsigned i = 0; i < NAME_CACHE; i++)
+        if (name_cache[i].text != NULL && name_cache[i].len == len && memcmp(name_cache[i].raw, p, (size_t)len) == 0)
+            return Py_NewRef(name_cache[i].text);
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p, len, "surrogatepass");
+    if (text == NULL) return NULL;
+    unsigned slot = name_cache_next++ % NAME_CACHE;
+    memcpy(name_cache[slot].raw, p, (size_t)len);
+    name_cache[slot].len = len;
+    Py_XSETREF(name_cache[slot].text, Py_NewRef(text));
+    return text;
+}
+
 /* record.parse_properties: items "key\x01value\x02", the last of a name wins. The separators are
  * ASCII, so splitting the bytes before decoding each part equals decoding first, errors included. */
 static PyObject *parse_properties(const unsigned char *p, int64_t len) {
@@ -485,7 +512,7 @@ static PyObject *parse_properties(const unsigned char *p, int64_t len) {
     const unsigned char *end = p + len;
     PropItem item;
     while (next_property(&p, end, &item)) {
-        PyObject *k = PyUnicode_DecodeUTF8((const char *)item.name, item.name_end - item.name, "surrogatepass");
+        PyObject *k = property_name(item.name, item.name_end - item.name);
         PyObject *v = k ? PyUnicode_DecodeUTF8((const char *)item.value, item.value_end - item.value, "surrogatepass")
                         : NULL;
         int failed = v == NULL || PyDict_SetItem(props, k, v) < 0;
@@ -499,12 +526,14 @@ static PyObject *parse_properties(const unsigned char *p, int64_t len) {
     return props;
 }
 
-/* Strings met in the previous record, reused while records keep to them. */
+/* Strings met in the previous record, reused while records keep to them (from call to call:
+ * module-wide, under the GIL). */
 typedef struct {
     unsigned char topic[MAX_TOPIC_BYTES], born[8], store[8];
     unsigned topic_len;
     PyObject *topic_s, *born_s, *store_s;
 } Recent;
+static Recent recent_strings;
 
 static PyObject *recent_str(PyObject **slot, unsigned char *key, unsigned *key_len, const unsigned char *raw,
                             unsigned len, int is_host) {
@@ -518,36 +547,79 @@ static PyObject *recent_str(PyObject **slot, unsigned char *key, unsigned *key_l
     return Py_NewRef(*slot);
 }
 
-/* The slot descriptors of `setters_arg` (a tuple of n data descriptors), or NULL with an error set. */
-static PyObject *const *slot_setters(PyObject *setters_arg, Py_ssize_t n) {
-    if (PyTuple_GET_SIZE(setters_arg) != n) {
-        PyErr_Format(PyExc_ValueError, "setters must hold %zd slot descriptors", n);
-        return NULL;
+#define MAX_SLOTS 16
+
+/* How to set the slots of a type's fresh instances: through the descriptors handed in, or, when
+ * each is a writable object slot (T_OBJECT_EX member) of that type, straight at its offset: what
+ * the descriptor's setter does on a fresh instance, without a call per slot. */
+typedef struct {
+    PyTypeObject *type;
+    PyObject *const *setters;
+    Py_ssize_t offsets[MAX_SLOTS];
+    int n, direct;
+} SlotPlan;
+
+/* The plan for `type` with the slot descriptors of `setters_arg` (a tuple of n data
+ * descriptors); 0, or -1 with an error set. */
+static int slot_plan(SlotPlan *plan, PyTypeObject *type, PyObject *setters_arg, int n) {
+    if (PyTuple_GET_SIZE(setters_arg) != n || n > MAX_SLOTS) {
+        PyErr_Format(PyExc_ValueError, "setters must hold %d slot descriptors", n);
+        return -1;
     }
-    PyObject *const *setters = &PyTuple_GET_ITEM(setters_arg, 0);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (Py_TYPE(setters[i])->tp_descr_set == NULL) {
+    plan->type = type;
+    plan->setters = &PyTuple_GET_ITEM(setters_arg, 0);
+    plan->n = n;
+    plan->direct = 1;
+    for (int i = 0; i < n; i++) {
+        PyObject *setter = plan->setters[i];
+        if (Py_TYPE(setter)->tp_descr_set == NULL) {
             PyErr_SetString(PyExc_TypeError, "setters must be data descriptors (the type's slots)");
-            return NULL;
+            return -1;
         }
+        if (Py_IS_TYPE(setter, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)setter)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
+                PyType_IsSubtype(type, PyDescr_TYPE(setter))) {
+                plan->offsets[i] = member->offset;
+                continue;
+            }
+        }
+        plan->direct = 0;
     }
-    return setters;
+    return 0;
 }
 
-/* A `type` instance with its n slots set to `values` (as the trusted constructors do: no
- * validators), or NULL with an error set; NULL values (failed conversions) fail it. */
-static PyObject *slotted(PyTypeObject *type, PyObject *const *setters, PyObject *const *values, int n) {
-    for (int i = 0; i < n; i++)
-        if (values[i] == NULL) return NULL;
-    PyObject *object = type->tp_alloc(type, 0);
-    for (int i = 0; object != NULL && i < n; i++)
-        if (Py_TYPE(setters[i])->tp_descr_set(setters[i], object, values[i]) < 0) Py_CLEAR(object);
+/* A fresh instance of the plan's type with its slots set to `values` (new references, all
+ * consumed: as the trusted constructors do, no validators), or NULL with an error set; a NULL
+ * value (a failed conversion) fails it. */
+static PyObject *slotted(const SlotPlan *plan, PyObject **values) {
+    PyObject *object = NULL;
+    int n = plan->n, i;
+    for (i = 0; i < n; i++)
+        if (values[i] == NULL) goto done;
+    object = plan->type->tp_alloc(plan->type, 0);
+    if (object == NULL) goto done;
+    if (plan->direct) {
+        for (i = 0; i < n; i++) {
+            PyObject **slot = (PyObject **)((char *)object + plan->offsets[i]);
+            Py_XSETREF(*slot, values[i]);
+            values[i] = NULL;
+        }
+        return object;
+    }
+    for (i = 0; i < n; i++)
+        if (Py_TYPE(plan->setters[i])->tp_descr_set(plan->setters[i], object, values[i]) < 0) {
+            Py_CLEAR(object);
+            break;
+        }
+done:
+    for (i = 0; i < n; i++) Py_CLEAR(values[i]);
     return object;
 }
 
 /* The StoredMessage of the sound record at p (whose total size is `total`), or NULL with an error set. */
-static PyObject *stored_message(const unsigned char *p, int64_t total, int64_t phys, PyTypeObject *type,
-                                PyObject *const *setters, PyObject *born_name, Recent *recent) {
+static PyObject *stored_message(const unsigned char *p, int64_t total, int64_t phys, const SlotPlan *plan,
+                                PyObject *born_name, Recent *recent) {
     int64_t body_len = (int32_t)be32(p + OFF_BODY_LEN);
     const unsigned char *tail = p + HEADER_SIZE + body_len;
     unsigned topic_len = tail[0];
@@ -586,7 +658,7 @@ static PyObject *stored_message(const unsigned char *p, int64_t total, int64_t p
     values[13] = PyLong_FromLong((int32_t)be32(p + OFF_SYS_FLAG));
     values[14] = PyLong_FromLongLong((int64_t)be64(p + OFF_PREPARED));
     values[15] = PyLong_FromUnsignedLong(be32(p + OFF_BODY_CRC));
-    message = slotted(type, setters, values, STORED_FIELDS);
+    message = slotted(plan, values);
 done:
     for (int i = 0; i < STORED_FIELDS; i++) Py_XDECREF(values[i]);
     Py_XDECREF(born);
@@ -600,8 +672,8 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOO!O!U", &offsets_arg, &segments_arg, &PyType_Type, &type, &PyTuple_Type,
                           &setters_arg, &born_name))
         return NULL;
-    PyObject *const *setters = slot_setters(setters_arg, STORED_FIELDS);
-    if (setters == NULL) return NULL;
+    SlotPlan plan;
+    if (slot_plan(&plan, type, setters_arg, STORED_FIELDS) < 0) return NULL;
     PyObject *offsets = PySequence_Fast(offsets_arg, "offsets must be a sequence of int");
     if (offsets == NULL) return NULL;
     PyObject *seq = PySequence_Fast(segments_arg, "segments must be a sequence of (start, end, limit, buffer)");
@@ -611,7 +683,6 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
     }
     Py_ssize_t nseg = PySequence_Fast_GET_SIZE(seq), got = 0;
     Segment *segs = take_segments(seq, 1, &got);
-    Recent recent = {0};
     PyObject *result = NULL;
     if (segs == NULL || PyErr_Occurred()) goto done;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
@@ -633,7 +704,7 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
                 const unsigned char *p = (const unsigned char *)s->view.buf + pos;
                 int64_t total = sound_record(p, s->limit - pos, phys);
                 if (total > 0) {
-                    message = stored_message(p, total, phys, type, setters, born_name, &recent);
+                    message = stored_message(p, total, phys, &plan, born_name, &recent_strings);
                     if (message == NULL) goto done;
                 }
             }
@@ -642,9 +713,6 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
     }
 done:
     release_segments(segs, got);
-    Py_XDECREF(recent.topic_s);
-    Py_XDECREF(recent.born_s);
-    Py_XDECREF(recent.store_s);
     Py_DECREF(seq);
     Py_DECREF(offsets);
     if (PyErr_Occurred()) Py_CLEAR(result);
@@ -661,8 +729,8 @@ static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*LO!O!", &entries, &first_qoff, &PyType_Type, &type, &PyTuple_Type, &setters_arg))
         return NULL;
     PyObject *result = NULL;
-    PyObject *const *setters = slot_setters(setters_arg, ENTRY_FIELDS);
-    if (setters == NULL) goto done;
+    SlotPlan plan;
+    if (slot_plan(&plan, type, setters_arg, ENTRY_FIELDS) < 0) goto done;
     Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
     result = PyList_New(count);
     if (result == NULL) goto done;
@@ -671,8 +739,7 @@ static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
         PyObject *values[ENTRY_FIELDS] = {
             PyLong_FromLongLong(first_qoff + i), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_PHYS)),
             PyLong_FromLong((int32_t)be32(e + CQ_OFF_SIZE)), PyLong_FromLongLong((int64_t)be64(e + CQ_OFF_TAGS))};
-        PyObject *entry = slotted(type, setters, values, ENTRY_FIELDS);
-        for (int f = 0; f < ENTRY_FIELDS; f++) Py_XDECREF(values[f]);
+        PyObject *entry = slotted(&plan, values);
         if (entry == NULL) {
             Py_CLEAR(result);
             goto done;
