@@ -1,7 +1,8 @@
 """Pulls through a store's bulk read answer as pulls reading one record at a time.
 
-The broker's pull reads the entries the subscription's pre-check passes in runs (``read_entries``);
-a store without BulkReading is read entry by entry. Both must hand out the same messages, stop at
+The broker's pull reads the entries the subscription's pre-check passes in runs (``read_entries``),
+a plain pull (no filter, no commit horizon) entries and records at once (QueueRunReading); a
+store without either is read entry by entry. Both must hand out the same messages, stop at
 the same offset (filters, the scan budget, the commit horizon) and report the same status.
 """
 
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from plugmq.broker.broker import Broker
 from plugmq.broker.reads import Reads
 from plugmq.core import ConsumeQueueEntry, ManualClock, Message, MessageQueue, StoredMessage
-from plugmq.core.contracts import BulkReading, Filter, MessageStore
+from plugmq.core.contracts import BulkReading, Filter, MessageStore, QueueRunReading
 
 TOPIC = "BulkPull"
 
@@ -89,7 +90,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 def test_bulk_pull_equals_one_by_one(broker: Broker, offset: int, max_nums: int, expression: str | None,
                                      horizon: int | None) -> None:
     reads: Reads = broker._parts.reads
-    assert isinstance(broker.store, BulkReading)
+    assert isinstance(broker.store, BulkReading) and isinstance(broker.store, QueueRunReading)
     visible = None
     if horizon is not None:  # consumers see the first ``horizon`` messages only
         entries = broker.store.read_queue(TOPIC, 0, 0, 300)

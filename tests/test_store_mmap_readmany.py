@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from plugmq.core import AppendRequest, ConsumeQueueEntry, ManualClock, Prop, StoredMessage
 from plugmq.core.contracts import BulkReading, read_entries
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
-from plugmq.plugins.store_mmap.record import BORN_HOST_PROPERTY, HEADER_SIZE
+from plugmq.plugins.store_mmap.layout import CQ_ENTRY
+from plugmq.plugins.store_mmap.record import BORN_HOST_PROPERTY, HEADER_SIZE, decode
 from plugmq.plugins.store_mmap.scan import (
     STORED_FIELDS,
     STORED_SETTERS,
@@ -186,6 +187,75 @@ def test_born_host_in_properties(segment: tuple[bytes, list[int], int]) -> None:
     assert found["c"] == found["python"]
     assert found["c"][-1].born_host == "[::1]:9" and BORN_HOST_PROPERTY not in found["c"][-1].properties
     assert all(isinstance(m, StoredMessage) for m in found["c"])
+
+
+def queue_runs(raw: bytes, offsets: list[int], limit: int) -> list[tuple[bytes, int, int, bytes]]:
+    """Per queue of the segment's records: (its 20-byte consume-queue entries, first queue offset,
+    queue id, topic), as the store's consume queue holds them."""
+    queues: dict[tuple[str, int], list[Any]] = {}
+    for offset in offsets:
+        rec = decode(raw, offset, limit - offset, offset)
+        assert rec is not None
+        queues.setdefault((rec.topic, rec.queue_id), []).append(rec)
+    runs = []
+    for (topic, queue_id), recs in sorted(queues.items()):
+        assert [r.queue_offset for r in recs] == list(range(recs[0].queue_offset, recs[0].queue_offset + len(recs)))
+        runs.append((b"".join(CQ_ENTRY.pack(r.phys, r.total, r.tags_code) for r in recs), recs[0].queue_offset,
+                     queue_id, topic.encode()))
+    return runs
+
+
+def runs_both(buf: bytes | bytearray, limit: int, entries: bytes, first: int, queue_id: int,
+              topic: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    spans = [(0, len(buf), limit, buf)]
+    for name, kernel in (("c", compiled_scan_kernel()), ("python", PyScanKernel())):
+        try:
+            out[name] = kernel.read_run(entries, first, queue_id, topic, spans, STORED_TYPE, STORED_SETTERS,
+                                        BORN_HOST_PROPERTY)
+        except (UnicodeDecodeError, ValueError) as exc:
+            out[name] = type(exc)
+    return out
+
+
+def test_read_run_reads_a_queues_run_as_read_records(segment: tuple[bytes, list[int], int]) -> None:
+    """Sound entries: the run is read_records of their offsets, from either kernel; a partial
+    trailing entry is ignored and no entries read nothing."""
+    raw, offsets, limit = segment
+    runs = queue_runs(raw, offsets, limit)
+    assert len(runs) >= 6
+    for entries, first, queue_id, topic in runs:
+        phys = [CQ_ENTRY.unpack_from(entries, i)[0] for i in range(0, len(entries), CQ_ENTRY.size)]
+        expected = PyScanKernel().read_records(phys, [(0, len(raw), limit, raw)], STORED_TYPE, STORED_SETTERS,
+                                               BORN_HOST_PROPERTY)
+        assert runs_both(raw, limit, entries, first, queue_id, topic) == {"c": expected, "python": expected}
+        assert runs_both(raw, limit, entries + b"\0" * 7, first, queue_id, topic)["c"] == expected
+        assert runs_both(raw, limit, b"", first, queue_id, topic) == {"c": [], "python": []}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_kernels_read_runs_alike(segment: tuple[bytes, list[int], int], data: st.DataObject) -> None:
+    """Damaged records (resealed or not), damaged entries, a run handed another queue offset,
+    queue id or topic: both kernels answer alike (a run that is not exact is None)."""
+    raw, offsets, limit = segment
+    entries, first, queue_id, topic = data.draw(st.sampled_from(queue_runs(raw, offsets, limit)))
+    buf, cut = bytearray(raw), bytearray(entries)
+    for _ in range(data.draw(st.integers(0, 3))):
+        which = data.draw(st.sampled_from(offsets))
+        at = which + data.draw(st.integers(0, 160))
+        if at < len(buf):
+            buf[at] = data.draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xC3, 0xFF, buf[at] ^ 1]))
+            if data.draw(st.booleans()):
+                reseal(buf, which)
+    for _ in range(data.draw(st.integers(0, 2))):
+        at = data.draw(st.integers(0, len(cut) - 1))
+        cut[at] = data.draw(st.sampled_from([0x00, 0xFF, cut[at] ^ 1, cut[at] ^ 0x80]))
+    first += data.draw(st.sampled_from([0, 0, 0, -1, 1]))
+    queue_id += data.draw(st.sampled_from([0, 0, 0, 1]))
+    topic = data.draw(st.sampled_from([topic, topic, topic + b"x", topic[:-1]]))
+    found = runs_both(buf, data.draw(st.sampled_from([limit, limit // 2])), bytes(cut), first, queue_id, topic)
+    assert found["c"] == found["python"]
 
 
 class _Delegate:

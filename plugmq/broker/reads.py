@@ -14,7 +14,15 @@ import attrs
 
 from plugmq.broker.events import Events
 from plugmq.broker.ratelimit import RateLimiter
-from plugmq.core.contracts import Filter, FilterCompiler, MessageStore, QueueRepairing, read_entries
+from plugmq.core.contracts import (
+    Filter,
+    FilterCompiler,
+    MessageStore,
+    QueueRepairing,
+    QueueRunReading,
+    has_capability,
+    read_entries,
+)
 from plugmq.core.errors import FilterSyntaxError, ValidationError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import ConsumeQueueEntry, MessageQueue, PullResult, PullStatus, StoredMessage
@@ -96,11 +104,24 @@ class Reads:
         below the log offset ``visible``) and the offset the next pull starts at.
 
         The entries the pre-check passes are read in runs (``read_entries``: one call to a store
-        that reads in bulk), each run no longer than the messages still wanted."""
+        that reads in bulk), each run no longer than the messages still wanted. A plain pull
+        (no filter, everything visible) from a QueueRunReading store reads entries and records
+        in one call per run; a run the store cannot vouch for goes entry by entry."""
         found: list[StoredMessage] = []
         budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
         next_offset = offset
+        store = self._store
+        runs = (store if subscription is None and visible is None and has_capability(store, QueueRunReading)
+                else None)
         while len(found) < max_nums and budget > 0 and next_offset < high:
+            if runs is not None:
+                run = runs.read_queue_run(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
+                if run:
+                    found += run
+                    budget -= len(run)
+                    next_offset = run[-1].queue_offset + 1
+                    continue
+                runs = None  # none there, or not exact: the entry-by-entry path decides (and repairs)
             entries = self._store.read_queue(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
             if not entries:
                 break

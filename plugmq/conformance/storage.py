@@ -52,7 +52,7 @@ from plugmq.core import (
     MessageStore,
     encode_msg_id,
 )
-from plugmq.core.contracts import BulkReading, ColumnAppending
+from plugmq.core.contracts import BulkReading, ColumnAppending, QueueRunReading
 from plugmq.core.message import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["StoreConformance", "StoreUnderTest", "assert_stored", "flip_newest_body"]
@@ -248,6 +248,26 @@ class StoreConformance(DurabilityClauses, ReplicationClauses):
                results[3].commit_log_offset + 1]
         assert_bulk_reads_as_read(store, [r.commit_log_offset for r in results] + odd)
         assert all(m is None for m in store.read_many([attrs.evolve(entries[0], commit_log_offset=o) for o in odd]))
+
+    def test_queue_run_answers_as_read_queue_and_read(self, opener: Opener) -> None:
+        """A store declaring QueueRunReading reads a run of a sound queue as ``read_queue`` then
+        ``read`` would: from any offset (below the start: from the start), any length, across
+        queues and topics, [] past the end and for queues it does not hold."""
+        store = opener()
+        if not isinstance(store, QueueRunReading):
+            pytest.skip(f"{opener.sut.plugin} does not implement QueueRunReading (pulls read entries, then records)")
+        for i in range(30):
+            store.append(request(TOPIC if i % 4 else "OtherTopic", i % 2, body=f"run{i}".encode() * i, keys=f"r{i}"))
+        store.append_batch([request(queue_id=1, body=b"batched") for _ in range(6)])
+        for topic, queue_id in ((TOPIC, 0), (TOPIC, 1), ("OtherTopic", 0), ("OtherTopic", 1)):
+            end = store.max_offset(topic, queue_id)
+            for offset, wanted in ((0, 100), (0, 1), (2, 3), (end - 1, 5), (-3, 2)):
+                expected = [store.read(e.commit_log_offset, e.size) for e in store.read_queue(topic, queue_id, offset, wanted)]
+                run = store.read_queue_run(topic, queue_id, offset, wanted)
+                assert run == expected, f"{topic}/{queue_id} from {offset}, {wanted} wanted"
+                assert all(m.queue_offset == e for m, e in zip(run or [], range(max(offset, 0), end)))
+            assert store.read_queue_run(topic, queue_id, end, 10) == []
+        assert store.read_queue_run(TOPIC, 7, 0, 10) == [] and store.read_queue_run("Nothing", 0, 0, 10) == []
 
     # -- queries ------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ Optional features are small Protocols the broker checks with ``isinstance``:
 :class:`LogPositioned` (a byte-offset commit log), :class:`ReplicableStore` (ships its log to
 slaves; the ``replication`` capability), :class:`QueuePreparing` (makes a queue's files ahead of
 its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log),
-:class:`BulkReading` (reads a run of records in one call), :class:`ColumnAppending` (answers a
+:class:`BulkReading` (reads a run of records in one call), :class:`QueueRunReading` (reads a
+run of a queue's messages, entries and records, in one call), :class:`ColumnAppending` (answers a
 batch append with its results as columns) and :class:`RecoveryReporting` (says what opening it
 found). :func:`read_entries` reads consume-queue entries through whichever a store has;
 :func:`has_capability` is ``isinstance`` answered once per class, for per-message paths.
@@ -38,6 +39,7 @@ __all__ = [
     "MessageStore",
     "QueuePreparing",
     "QueueRepairing",
+    "QueueRunReading",
     "RecoveryFigures",
     "RecoveryReporting",
     "ReplicableStore",
@@ -314,6 +316,27 @@ class BulkReading(Protocol):
 
     def read_many(self, entries: Sequence[ConsumeQueueEntry]) -> list[StoredMessage | None]:
         """The message of each entry, in order; None where ``read`` would answer None."""
+        ...
+
+
+@runtime_checkable
+class QueueRunReading(Protocol):
+    """A store that reads a run of a queue's messages in one call, entries and records together
+    (store_mmap).
+
+    A plain pull (no filter, every message visible) wants the messages of a queue's next entries,
+    not the entries: a store that reads both at once builds no ConsumeQueueEntry and makes one
+    call per run. The answer is the fast path only: where it is not None it must equal
+    ``[read(e.commit_log_offset, e.size) for e in read_queue(topic, queue_id, offset, max_messages)]``
+    with each message exactly what its entry says (size, tags code, queue, queue offset, topic);
+    a store answers None when one is not, and the caller reads that stretch with ``read_queue``
+    and ``read`` (whose checks and repairs decide). The storage conformance suite checks it.
+    """
+
+    def read_queue_run(self, topic: str, queue_id: int, offset: int, max_messages: int) -> list[StoredMessage] | None:
+        """Up to ``max_messages`` messages of ``topic``/``queue_id`` from ``offset`` (from the first
+        kept entry when ``offset`` is below it; fewer than asked is no end of the queue), in queue
+        order; [] when there is none to read there; None when an entry's record is not exact."""
         ...
 
 

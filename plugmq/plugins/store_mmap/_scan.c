@@ -35,6 +35,14 @@
  *     slots set through `setters` (the 16 slot descriptors in STORED_FIELDS order of scan.py),
  *     the properties parsed into a dict wrapped read-only; a born host that is not IPv4 is
  *     popped from the property `born_host_name`.
+ *   read_run(entries, first_qoff, queue_id, topic, segments, stored_type, setters, born_host_name)
+ *       -> list | None
+ *     The messages of a run of one queue's 20-byte consume-queue entries `entries` (queue offsets
+ *     from `first_qoff`), built as read_records builds them, when each entry's record is sound and
+ *     exactly what the entry says: the entry's size and tags code, queue `queue_id` at the
+ *     entry's queue offset, topic `topic` (bytes). None as soon as one is not: the caller reads
+ *     that stretch entry by entry (and repairs). A plain pull reads its run in this one call, no
+ *     ConsumeQueueEntry built.
  *   queue_entries(entries, first_qoff, entry_type, setters) -> list
  *     A ConsumeQueueEntry per 20-byte consume-queue entry of `entries` (queue offsets from
  *     `first_qoff`), built through `setters` (the 4 slot descriptors in field order).
@@ -719,6 +727,75 @@ done:
     return result;
 }
 
+/* read_run: the messages of a run of one queue's consume-queue entries, or None at the first
+ * entry whose record is not exactly what the entry says (see the module docstring). */
+static PyObject *py_read_run(PyObject *module, PyObject *args) {
+    Py_buffer entries;
+    long long first_qoff;
+    int queue_id;
+    const char *topic;
+    Py_ssize_t topic_len;
+    PyObject *segments_arg, *setters_arg, *born_name;
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "y*Liy#OO!O!U", &entries, &first_qoff, &queue_id, &topic, &topic_len, &segments_arg,
+                          &PyType_Type, &type, &PyTuple_Type, &setters_arg, &born_name))
+        return NULL;
+    SlotPlan plan;
+    PyObject *seq = NULL, *result = NULL;
+    Segment *segs = NULL;
+    Py_ssize_t nseg = 0, got = 0;
+    if (slot_plan(&plan, type, setters_arg, STORED_FIELDS) < 0) goto done;
+    seq = PySequence_Fast(segments_arg, "segments must be a sequence of (start, end, limit, buffer)");
+    if (seq == NULL) goto done;
+    nseg = PySequence_Fast_GET_SIZE(seq);
+    segs = take_segments(seq, 1, &got);
+    if (segs == NULL || PyErr_Occurred()) goto done;
+    Py_ssize_t count = entries.len / CQ_ENTRY_SIZE;
+    result = PyList_New(count);
+    if (result == NULL) goto done;
+    const unsigned char *e = entries.buf;
+    Py_ssize_t last = 0;
+    for (Py_ssize_t i = 0; i < count; i++, e += CQ_ENTRY_SIZE) {
+        int64_t phys = (int64_t)be64(e + CQ_OFF_PHYS), size = (int32_t)be32(e + CQ_OFF_SIZE);
+        int64_t total = 0;
+        const unsigned char *p = NULL;
+        if (nseg > 0 && phys >= 0) {
+            if (!(segs[last].start <= phys && phys < segs[last].end)) {
+                Py_ssize_t at = segment_at(segs, nseg, phys);
+                last = at > 0 ? at : 0;
+            }
+            const Segment *s = &segs[last];
+            int64_t pos = phys - s->start;
+            if (pos >= 0 && phys < s->end && pos < s->limit) {
+                p = (const unsigned char *)s->view.buf + pos;
+                total = sound_record(p, s->limit - pos, phys);
+            }
+        }
+        /* the entry's record: sound, its size, this queue at this queue offset, the entry's tags
+         * code and the queue's topic; anything else is for the caller's entry-by-entry path */
+        int exact = total > 0 && total == size && (int32_t)be32(p + OFF_QUEUE_ID) == queue_id &&
+                    (int64_t)be64(p + OFF_QUEUE_OFFSET) == first_qoff + i &&
+                    (int64_t)be64(p + OFF_TAGS_CODE) == (int64_t)be64(e + CQ_OFF_TAGS);
+        if (exact) {
+            const unsigned char *tail = p + HEADER_SIZE + (int32_t)be32(p + OFF_BODY_LEN);
+            exact = tail[0] == topic_len && memcmp(tail + TOPIC_LEN_SIZE, topic, (size_t)topic_len) == 0;
+        }
+        if (!exact) {
+            Py_SETREF(result, Py_NewRef(Py_None));
+            goto done;
+        }
+        PyObject *message = stored_message(p, total, phys, &plan, born_name, &recent_strings);
+        if (message == NULL) goto done;
+        PyList_SET_ITEM(result, i, message);
+    }
+done:
+    release_segments(segs, got);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&entries);
+    if (PyErr_Occurred()) Py_CLEAR(result);
+    return result;
+}
+
 #define ENTRY_FIELDS 4
 
 static PyObject *py_queue_entries(PyObject *module, PyObject *args) {
@@ -772,6 +849,9 @@ static PyMethodDef module_methods[] = {
      "read_records(offsets, segments, stored_type, setters, born_host_name) -> list[StoredMessage | None]"},
     {"queue_entries", py_queue_entries, METH_VARARGS,
      "queue_entries(entries, first_qoff, entry_type, setters) -> list[ConsumeQueueEntry]"},
+    {"read_run", py_read_run, METH_VARARGS,
+     "read_run(entries, first_qoff, queue_id, topic, segments, stored_type, setters, born_host_name) -> "
+     "list[StoredMessage] | None"},
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0) -> int: zlib.crc32's answer (CRC32 names who computes it)"},
     {NULL}};
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from plugmq.core import StoredMessage, StoreError
 from plugmq.core.errors import StoreFullError
 from plugmq.core.logs import get_logger
+from plugmq.plugins.store_mmap.layout import CQ_ENTRY
 from plugmq.plugins.store_mmap.mapped_file import MappedFile, fsync_dir, offset_name
 from plugmq.plugins.store_mmap.record import (
     BLANK,
@@ -358,20 +359,43 @@ class CommitLog:
         kernel's ``read_records`` in one call over the segments the run spans."""
         if not offsets:
             return []
-        starts = self._starts
-        last = max(offsets)
-        first = max(bisect.bisect_right(starts, min(offsets)) - 1, 0)
-        held = [seg for seg in self._segments[first:bisect.bisect_right(starts, last)] if seg.acquire()]
+        held, spans = self._hold(min(offsets), max(offsets))
         try:
-            wrote = self.wrote
-            if held:
-                self._ask_ahead(held[-1], last - held[-1].start, wrote - held[-1].start)
-            spans = [(seg.start, seg.end, min(seg.size - END_FILE_MIN_BLANK, wrote - seg.start), seg.mm)
-                     for seg in held]
             return kernel.read_records(offsets, spans, STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY)
         finally:
             for seg in held:
                 seg.release()
+
+    def read_run(self, entries: bytes, first_qoff: int, queue_id: int, topic: bytes,
+                 kernel: ScanKernel) -> list[StoredMessage] | None:
+        """The messages of a run of one queue's 20-byte consume-queue entries (queue offsets from
+        ``first_qoff``) in one kernel call (``read_run``), or None where a record is not exactly
+        what its entry says. The run's records lie between its first and last entry's offsets
+        (a queue's records follow each other in the log); entries that do not are not exact."""
+        whole = len(entries) - len(entries) % CQ_ENTRY.size
+        if not whole:
+            return []
+        first = CQ_ENTRY.unpack_from(entries, 0)[0]
+        last = CQ_ENTRY.unpack_from(entries, whole - CQ_ENTRY.size)[0]
+        held, spans = self._hold(first, last)
+        try:
+            return kernel.read_run(entries, first_qoff, queue_id, topic, spans, STORED_TYPE, STORED_SETTERS,
+                                   BORN_HOST_PROPERTY)
+        finally:
+            for seg in held:
+                seg.release()
+
+    def _hold(self, low: int, high: int) -> tuple[list[MappedFile], list[tuple[int, int, int, mmap.mmap]]]:
+        """The segments holding log offsets ``low`` to ``high``, each acquired (the caller releases
+        them), and their ``(start, end, readable limit, mapping)`` for a kernel; reading ahead asked."""
+        starts = self._starts
+        first = max(bisect.bisect_right(starts, low) - 1, 0)
+        held = [seg for seg in self._segments[first:bisect.bisect_right(starts, high)] if seg.acquire()]
+        wrote = self.wrote
+        if held:
+            self._ask_ahead(held[-1], high - held[-1].start, wrote - held[-1].start)
+        return held, [(seg.start, seg.end, min(seg.size - END_FILE_MIN_BLANK, wrote - seg.start), seg.mm)
+                      for seg in held]
 
     def _ask_ahead(self, seg: MappedFile, rel: int, written: int) -> None:
         """Ask the kernel to read the next stretch after a run (``MADV_WILLNEED``, asynchronous)

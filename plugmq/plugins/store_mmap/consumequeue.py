@@ -207,22 +207,33 @@ class ConsumeQueue:
         hi = min(self.max_offset, lo + max(0, max_entries))
         out: list[ConsumeQueueEntry] = []
         while lo < hi:
-            f = self._file_for(lo)
-            if f is None or not f.acquire():
+            chunk = self._chunk(lo, hi)
+            if not chunk:
                 break
-            try:
-                rel = lo - self._base(f)
-                count = min(hi - lo, self.per_file - rel)
-                chunk = f.mm[rel * ENTRY_SIZE : (rel + count) * ENTRY_SIZE]
-            finally:
-                f.release()
             if entries_of is not None:
                 out += entries_of(chunk, lo)
             else:
                 out += [ConsumeQueueEntry(i, phys, size, tags) for i, (phys, size, tags) in
                         enumerate(ENTRY.iter_unpack(chunk), lo)]
-            lo += count
+            lo += len(chunk) // ENTRY_SIZE
         return out
+
+    def run(self, offset: int, max_entries: int) -> tuple[int, bytes]:
+        """The raw 20-byte entries from ``offset`` (the first kept one when it is below), at most
+        ``max_entries``, as far as the file holding the first one reaches: (first queue offset, bytes)."""
+        lo = max(offset, self.min_offset)
+        return lo, self._chunk(lo, min(self.max_offset, lo + max(0, max_entries)))
+
+    def _chunk(self, lo: int, hi: int) -> bytes:
+        """The entries ``[lo, hi)`` as far as the file holding ``lo`` reaches (b"" when none)."""
+        f = self._file_for(lo) if lo < hi else None
+        if f is None or not f.acquire():
+            return b""
+        try:
+            rel = lo - self._base(f)
+            return f.mm[rel * ENTRY_SIZE : (rel + min(hi - lo, self.per_file - rel)) * ENTRY_SIZE]
+        finally:
+            f.release()
 
     def entry(self, qoff: int) -> tuple[int, int, int] | None:
         if not self.min_offset <= qoff < self.max_offset:

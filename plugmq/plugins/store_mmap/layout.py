@@ -71,7 +71,7 @@ SCAN_KERNEL = Kernel(
     users=("store_mmap",),
     fallback="opening a store checks records and bulk reads decode them with scan.PyScanKernel (the same result)",
     cost="recovery checks a record with about 13x the CPU",
-    functions=("scan", "check_entries", "read_records", "queue_entries"),
+    functions=("scan", "check_entries", "read_records", "read_run", "queue_entries"),
 )
 
 

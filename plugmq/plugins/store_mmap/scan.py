@@ -25,6 +25,12 @@ topic_ids, topic_names) -> (stop, kind, count, last_ts, rows_bytes | None, keys_
     ``StoredMessage.trusted`` does, through the type and the slot descriptors it is handed
     (:data:`STORED_TYPE`, :data:`STORED_SETTERS`); the Python one decodes and converts each record
     as ``read`` does.
+``read_run(entries, first_qoff, queue_id, topic, segments, stored_type, setters, born_host_name)
+-> list | None``
+    a plain pull's run in one call: the messages of a run of one queue's 20-byte consume-queue
+    entries (no ConsumeQueueEntry built) when each entry's record is sound and exactly what the
+    entry says (size, tags code, queue id, queue offset, topic); None as soon as one is not, and
+    the caller reads that stretch entry by entry (its checks and repairs decide).
 ``queue_entries(entries, first_qoff, entry_type, setters) -> list``
     a ConsumeQueueEntry per 20-byte entry (``read_queue``), built as ``read_records`` builds
     messages (:data:`ENTRY_SETTERS`).
@@ -52,6 +58,7 @@ from plugmq.plugins.store_mmap.record import (
     HEAD,
     HEADER_SIZE,
     MESSAGE_MAGIC,
+    Decoded,
     decode,
 )
 
@@ -112,6 +119,10 @@ class ScanKernel(Protocol):
     def read_records(self, offsets: Sequence[int], segments: Sequence[tuple[int, int, int, Any]],
                      stored_type: type[StoredMessage], setters: tuple[Any, ...],
                      born_host_name: str) -> list[StoredMessage | None]: ...
+
+    def read_run(self, entries: bytes, first_qoff: int, queue_id: int, topic: bytes,
+                 segments: Sequence[tuple[int, int, int, Any]], stored_type: type[StoredMessage],
+                 setters: tuple[Any, ...], born_host_name: str) -> list[StoredMessage] | None: ...
 
     def queue_entries(self, entries: bytes, first_qoff: int, entry_type: type[ConsumeQueueEntry],
                       setters: tuple[Any, ...]) -> list[ConsumeQueueEntry]: ...
@@ -232,20 +243,29 @@ class PyScanKernel:
                      born_host_name: str) -> list[StoredMessage | None]:
         """``CommitLog.read`` and ``to_stored`` per offset (``stored_type``, ``setters`` and
         ``born_host_name`` are what ``to_stored`` uses already: the compiled kernel needs them)."""
-        starts = [s[0] for s in segments]
-        if starts != sorted(starts):
-            raise ValueError("segments must be sorted by start")
+        starts = _sorted_starts(segments)
         out: list[StoredMessage | None] = []
         for phys in offsets:
-            which = _last_at_or_below(starts, phys) if phys >= 0 else -1
-            rec = None
-            if which >= 0:
-                start, end, limit, buffer = segments[which]
-                limit = min(limit, len(buffer))
-                pos = phys - start
-                if phys < end and pos < limit:
-                    rec = decode(buffer, pos, limit - pos, phys)
+            rec = _record_at(segments, starts, phys)
             out.append(None if rec is None else rec.to_stored(rec.total))
+        return out
+
+    @staticmethod
+    def read_run(entries: bytes, first_qoff: int, queue_id: int, topic: bytes,
+                 segments: Sequence[tuple[int, int, int, Any]], stored_type: type[StoredMessage],
+                 setters: tuple[Any, ...], born_host_name: str) -> list[StoredMessage] | None:
+        """``read_records`` of the entries' offsets, None unless each record is exactly its entry's
+        (checked before the record's properties are decoded, as the compiled kernel does)."""
+        starts = _sorted_starts(segments)
+        out: list[StoredMessage] = []
+        whole = len(entries) - len(entries) % _ENTRY.size
+        for qoff, (phys, size, tags) in enumerate(_ENTRY.iter_unpack(entries[:whole]), first_qoff):
+            rec = _record_at(segments, starts, phys)
+            if rec is None or (rec.total, rec.tags_code, rec.queue_id, rec.queue_offset) != (size, tags, queue_id, qoff):
+                return None
+            if rec.topic.encode("ascii") != topic:
+                return None
+            out.append(rec.to_stored(rec.total))
         return out
 
     @staticmethod
@@ -253,6 +273,24 @@ class PyScanKernel:
                       setters: tuple[Any, ...]) -> list[ConsumeQueueEntry]:
         return [entry_type(i, phys, size, tags) for i, (phys, size, tags) in
                 enumerate(_ENTRY.iter_unpack(entries[: len(entries) - len(entries) % _ENTRY.size]), first_qoff)]
+
+
+def _sorted_starts(segments: Sequence[tuple[int, ...]]) -> list[int]:
+    starts = [s[0] for s in segments]
+    if starts != sorted(starts):
+        raise ValueError("segments must be sorted by start")
+    return starts
+
+
+def _record_at(segments: Sequence[tuple[int, int, int, Any]], starts: list[int], phys: int) -> Decoded | None:
+    """The sound record at commit-log offset ``phys`` of ``(start, end, limit, buffer)`` segments."""
+    which = _last_at_or_below(starts, phys) if phys >= 0 else -1
+    if which < 0:
+        return None
+    start, end, limit, buffer = segments[which]
+    limit = min(limit, len(buffer))
+    pos = phys - start
+    return decode(buffer, pos, limit - pos, phys) if phys < end and pos < limit else None
 
 
 def _last_at_or_below(starts: list[int], value: int) -> int:

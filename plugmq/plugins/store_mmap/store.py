@@ -400,6 +400,15 @@ class MmapMessageStore(ReplicaLog):
             return [None] * len(entries)
         return self._cl.read_many([entry.commit_log_offset for entry in entries], self._scan_kernel)
 
+    def read_queue_run(self, topic: str, queue_id: int, offset: int, max_messages: int) -> list[StoredMessage] | None:
+        """QueueRunReading: the entries (raw) and their records decoded in one kernel call, no
+        ConsumeQueueEntry built; None when an entry's record is not exactly what it says."""
+        cq = self._cqs.queues.get((topic, queue_id))
+        if cq is None or self._closed:
+            return []
+        first, entries = cq.run(offset, max_messages)
+        return self._cl.read_run(entries, first, queue_id, topic.encode("ascii"), self._scan_kernel)
+
     def read_queue(self, topic: str, queue_id: int, offset: int, max_entries: int) -> list[ConsumeQueueEntry]:
         cq = self._cqs.queues.get((topic, queue_id))
         if cq is None or self._closed:
