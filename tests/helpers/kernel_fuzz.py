@@ -42,7 +42,15 @@ from plugmq.kit import requestcodec
 from plugmq.plugins.delay_schedule import dispatch_log, records, schedule_log
 from plugmq.plugins.delay_wheel import codec as wheel
 from plugmq.plugins.store_mmap import MmapMessageStore, MmapStoreOptions
-from plugmq.plugins.store_mmap.scan import KEYS_NAME, UNIQ_NAME, PyScanKernel, compiled_scan_kernel
+from plugmq.plugins.store_mmap.record import BORN_HOST_PROPERTY
+from plugmq.plugins.store_mmap.scan import (
+    KEYS_NAME,
+    STORED_SETTERS,
+    STORED_TYPE,
+    UNIQ_NAME,
+    PyScanKernel,
+    compiled_scan_kernel,
+)
 from tests.helpers.mmap_workload import files
 
 SMALL = {"commit_log_segment_size": 8192, "consume_queue_entries_per_file": 16, "index_slot_count": 64,
@@ -129,6 +137,8 @@ class _StoreData:
         store.close()
         self.segments = [(int(p.name), p.read_bytes()) for p in sorted((root / "commitlog").iterdir())]
         self.queues = [(int(p.parent.name), p.read_bytes()) for p in sorted((root / "consumequeue").glob("*/*/0*"))]
+        self.runs = [(p.parent.parent.name.encode(), int(p.parent.name), p.read_bytes())
+                     for p in sorted((root / "consumequeue").glob("*/*/0*"))]
         self.log_end = sum(len(data) for _, data in self.segments)
 
 
@@ -206,6 +216,45 @@ def fuzz_check_entries(examples: int) -> int:
                 args["entries"], args["first_qoff"], args["queue_id"], args["log_end"], args["segments"]))
                 for kernel in (c_kernel, py_kernel))
             _agree(c, py, "check_entries")
+
+        _settings(examples)(run)()
+    return count[0]
+
+
+def fuzz_read_run(examples: int) -> int:
+    """store_mmap ``_scan.read_run`` and ``read_records`` vs ``PyScanKernel``'s (the reads of pulls)."""
+    c_kernel, py_kernel = compiled_scan_kernel(), PyScanKernel()
+    count = [0]
+    with _store_data() as data:
+        @st.composite
+        def case(draw: st.DrawFn) -> dict[str, Any]:
+            topic, queue_id, entries = draw(st.sampled_from(data.runs))
+            if draw(st.integers(0, 4)) == 0:
+                entries = draw(st.binary(max_size=200))
+            segments = [(start, start + len(raw), _near(draw, len(raw) - 8, 64),
+                         _mutated(draw, raw) if draw(st.integers(0, 3)) == 0 else raw)
+                        for start, raw in data.segments if draw(st.integers(0, 6))]
+            if draw(st.integers(0, 6)) == 0:
+                segments.reverse()
+            return {"entries": _mutated(draw, entries), "first_qoff": _near(draw, 0, 4),
+                    "queue_id": _near(draw, queue_id, 2) % (2**31),
+                    "topic": draw(st.sampled_from([topic, topic, b"TopicA", b"", topic + b"\xff"])),
+                    "segments": segments}
+
+        @given(case())
+        def run(args: dict[str, Any]) -> None:
+            count[0] += 1
+            _note(**args)
+            c, py = (_outcome(lambda k=kernel: k.read_run(  # type: ignore[misc]
+                args["entries"], args["first_qoff"], args["queue_id"], args["topic"], args["segments"],
+                STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY)) for kernel in (c_kernel, py_kernel))
+            _agree(c, py, "read_run")
+            whole = len(args["entries"]) // 20 * 20
+            offsets = [int.from_bytes(args["entries"][i:i + 8], "big", signed=True) for i in range(0, whole, 20)]
+            c, py = (_outcome(lambda k=kernel: k.read_records(  # type: ignore[misc]
+                offsets, args["segments"], STORED_TYPE, STORED_SETTERS, BORN_HOST_PROPERTY))
+                for kernel in (c_kernel, py_kernel))
+            _agree(c, py, "read_records")
 
         _settings(examples)(run)()
     return count[0]
@@ -563,6 +612,7 @@ def fuzz_appender(examples: int) -> int:
 TARGETS: dict[str, Callable[[int], int]] = {
     "store_mmap._scan.scan": fuzz_scan,
     "store_mmap._scan.check_entries": fuzz_check_entries,
+    "store_mmap._scan.read_run": fuzz_read_run,
     "store_mmap._appender.Appender": fuzz_appender,
     "delay_schedule._segscan.scan": fuzz_segscan,
     "delay_schedule._segscan.encode_dispatch": fuzz_encode_dispatch,
