@@ -674,6 +674,25 @@ done:
     return message;
 }
 
+/* The sound record at log offset `phys` of the n segments (as CommitLog.read finds it) and its
+ * total size in *total, or NULL. *last is the segment tried first (runs of records mostly sit in
+ * one segment), updated. */
+static const unsigned char *record_at(const Segment *segs, Py_ssize_t n, Py_ssize_t *last, int64_t phys,
+                                      int64_t *total) {
+    *total = 0;
+    if (n == 0 || phys < 0) return NULL;
+    if (!(segs[*last].start <= phys && phys < segs[*last].end)) {
+        Py_ssize_t at = segment_at(segs, n, phys);
+        *last = at > 0 ? at : 0;
+    }
+    const Segment *s = &segs[*last];
+    int64_t pos = phys - s->start;
+    if (pos < 0 || phys >= s->end || pos >= s->limit) return NULL;
+    const unsigned char *p = (const unsigned char *)s->view.buf + pos;
+    *total = sound_record(p, s->limit - pos, phys);
+    return *total > 0 ? p : NULL;
+}
+
 static PyObject *py_read_records(PyObject *module, PyObject *args) {
     PyObject *offsets_arg, *segments_arg, *setters_arg, *born_name;
     PyTypeObject *type;
@@ -696,28 +715,15 @@ static PyObject *py_read_records(PyObject *module, PyObject *args) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(offsets);
     result = PyList_New(count);
     if (result == NULL) goto done;
-    Py_ssize_t last = 0; /* runs of records mostly sit in one segment: try the last one first */
+    Py_ssize_t last = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         long long phys = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(offsets, i));
         if (phys == -1 && PyErr_Occurred()) goto done;
-        PyObject *message = NULL;
-        if (nseg > 0 && phys >= 0) {
-            if (!(segs[last].start <= phys && phys < segs[last].end)) {
-                Py_ssize_t at = segment_at(segs, nseg, phys);
-                last = at > 0 ? at : 0;
-            }
-            const Segment *s = &segs[last];
-            int64_t pos = phys - s->start;
-            if (pos >= 0 && phys < s->end && pos < s->limit) {
-                const unsigned char *p = (const unsigned char *)s->view.buf + pos;
-                int64_t total = sound_record(p, s->limit - pos, phys);
-                if (total > 0) {
-                    message = stored_message(p, total, phys, &plan, born_name, &recent_strings);
-                    if (message == NULL) goto done;
-                }
-            }
-        }
-        PyList_SET_ITEM(result, i, message ? message : Py_NewRef(Py_None));
+        int64_t total;
+        const unsigned char *p = record_at(segs, nseg, &last, phys, &total);
+        PyObject *message = p ? stored_message(p, total, phys, &plan, born_name, &recent_strings) : Py_NewRef(Py_None);
+        if (message == NULL) goto done;
+        PyList_SET_ITEM(result, i, message);
     }
 done:
     release_segments(segs, got);
@@ -756,24 +762,11 @@ static PyObject *py_read_run(PyObject *module, PyObject *args) {
     const unsigned char *e = entries.buf;
     Py_ssize_t last = 0;
     for (Py_ssize_t i = 0; i < count; i++, e += CQ_ENTRY_SIZE) {
-        int64_t phys = (int64_t)be64(e + CQ_OFF_PHYS), size = (int32_t)be32(e + CQ_OFF_SIZE);
-        int64_t total = 0;
-        const unsigned char *p = NULL;
-        if (nseg > 0 && phys >= 0) {
-            if (!(segs[last].start <= phys && phys < segs[last].end)) {
-                Py_ssize_t at = segment_at(segs, nseg, phys);
-                last = at > 0 ? at : 0;
-            }
-            const Segment *s = &segs[last];
-            int64_t pos = phys - s->start;
-            if (pos >= 0 && phys < s->end && pos < s->limit) {
-                p = (const unsigned char *)s->view.buf + pos;
-                total = sound_record(p, s->limit - pos, phys);
-            }
-        }
+        int64_t phys = (int64_t)be64(e + CQ_OFF_PHYS), size = (int32_t)be32(e + CQ_OFF_SIZE), total;
+        const unsigned char *p = record_at(segs, nseg, &last, phys, &total);
         /* the entry's record: sound, its size, this queue at this queue offset, the entry's tags
          * code and the queue's topic; anything else is for the caller's entry-by-entry path */
-        int exact = total > 0 && total == size && (int32_t)be32(p + OFF_QUEUE_ID) == queue_id &&
+        int exact = p != NULL && total == size && (int32_t)be32(p + OFF_QUEUE_ID) == queue_id &&
                     (int64_t)be64(p + OFF_QUEUE_OFFSET) == first_qoff + i &&
                     (int64_t)be64(p + OFF_TAGS_CODE) == (int64_t)be64(e + CQ_OFF_TAGS);
         if (exact) {
