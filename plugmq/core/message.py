@@ -325,6 +325,10 @@ class _TagsAndKeys:
         return tuple(self.properties.get(Prop.KEYS, "").split())
 
 
+#: One request's fields for :meth:`AppendRequest.trusted_many`, in field order.
+TrustedRequestRow = tuple[str, int, bytes, dict[str, str], int, int, str, int, int, int]
+
+
 @attrs.frozen
 class AppendRequest(_TagsAndKeys):
     """What the broker hands the store: a message placed on one queue, with all its properties.
@@ -372,6 +376,22 @@ class AppendRequest(_TagsAndKeys):
         set_flag(request, sys_flag)
         set_prepared(request, prepared_transaction_offset)
         return request
+
+    @classmethod
+    def trusted_many(cls, rows: Iterable[TrustedRequestRow]) -> list[AppendRequest]:
+        """:meth:`trusted` of each row (the ten fields in field order, ``properties`` a dict nobody
+        else holds), in one call: a bulk rewrite - a delay burst writing back hundreds of thousands
+        of messages - pays no keyword call per message."""
+        fill = _fill if _fill is not None else fill_slots_py
+        new, proxy, slots = _new_object, MappingProxyType, _REQUEST_SLOTS
+        out: list[AppendRequest] = []
+        append = out.append
+        for topic, queue_id, body, properties, code, born_ts, born_host, reconsume, flag, prepared in rows:
+            request = new(cls)
+            fill(slots, request, topic, queue_id, body, proxy(properties), code, born_ts, born_host, reconsume, flag,
+                 prepared)
+            append(request)
+        return out
 
 
 _new_object = object.__new__

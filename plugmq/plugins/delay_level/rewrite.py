@@ -10,8 +10,10 @@ message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from plugmq.core import AppendRequest, Prop, StoredMessage, tags_code, validate_topic
+from plugmq.core.message import TrustedRequestRow
 from plugmq.core.names import SCHEDULE_TOPIC
 
 __all__ = ["DELAY_PROPERTIES", "dead_letter_copy", "restore", "restore_all", "to_schedule"]
@@ -38,25 +40,45 @@ def to_schedule(request: AppendRequest, level: int, deliver_at_ms: int) -> Appen
 
 
 def restore(message: StoredMessage) -> AppendRequest | None:
-    """The normal message a scheduled one becomes when due; None if it lacks its real topic."""
-    return restore_all([message])[0]
+    """The normal message a scheduled one becomes when due; None if it lacks its real topic.
+
+    One message at a time, plainly: the reference :func:`restore_all` is tested against."""
+    props = dict(message.properties)
+    real_topic = props.pop(Prop.REAL_TOPIC, None)
+    real_queue = props.pop(Prop.REAL_QUEUE_ID, "")
+    if not real_topic or not real_queue.isdecimal():
+        return None
+    for name in DELAY_PROPERTIES:
+        props.pop(name, None)
+    validate_topic(real_topic)
+    return AppendRequest(
+        topic=real_topic, queue_id=int(real_queue), body=message.body, properties=props,
+        tags_code=tags_code(props.get(Prop.TAGS)), born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host, reconsume_times=message.reconsume_times, sys_flag=message.sys_flag,
+        prepared_transaction_offset=message.prepared_transaction_offset,
+    )
 
 
 def restore_all(messages: Sequence[StoredMessage | None]) -> list[AppendRequest | None]:
-    """:func:`restore` of each message of a due batch (None stays None): one loop with the
-    lookups hoisted, as a burst restores hundreds of thousands."""
-    out: list[AppendRequest | None] = []
-    append = out.append
-    trusted = AppendRequest.trusted
+    """:func:`restore` of each message of a due batch (None stays None), in one pass: the
+    properties copied at C speed (``mappingproxy.copy``), each tag code computed once per batch
+    and the requests built by :meth:`AppendRequest.trusted_many` (a burst restores hundreds of
+    thousands; this costs ~1 us a message where one ``trusted`` call per message cost ~3.4)."""
+    rows: list[TrustedRequestRow] = []
+    keep = rows.append
+    placed: list[bool] = []  # per message: whether it has a row (else it restores to None)
+    mark = placed.append
+    codes: dict[str | None, int] = {}  # TAGS text -> tag code, for this batch
     for message in messages:
         if message is None:
-            append(None)
+            mark(False)
             continue
-        props = dict(message.properties)
+        view = message.properties  # a read-only view of a dict, as every StoredMessage keeps them
+        props = view.copy() if type(view) is MappingProxyType else dict(view)
         real_topic = props.pop(_REAL_TOPIC, None)
         real_queue = props.pop(_REAL_QUEUE_ID, "")
-        if not real_topic or not real_queue.isdigit():
-            append(None)
+        if not real_topic or not real_queue.isdecimal():
+            mark(False)
             continue
         props.pop(_DELAY_LEVEL, None)
         props.pop(_DELIVER_AT_MS, None)
@@ -64,14 +86,16 @@ def restore_all(messages: Sequence[StoredMessage | None]) -> list[AppendRequest 
             validate_topic(real_topic)
             if len(_valid_topics) < 10_000:
                 _valid_topics.add(real_topic)
+        tags = props.get(_TAGS)
+        code = codes.get(tags)
+        if code is None:
+            code = codes[tags] = tags_code(tags)
         # the stored message was validated when it was sent; only the real topic (a property) is checked here
-        append(trusted(
-            real_topic, int(real_queue), message.body, props, tags_code=tags_code(props.get(_TAGS)),
-            born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
-            reconsume_times=message.reconsume_times, sys_flag=message.sys_flag,
-            prepared_transaction_offset=message.prepared_transaction_offset,
-        ))
-    return out
+        keep((real_topic, int(real_queue), message.body, props, code, message.born_timestamp_ms, message.born_host,
+              message.reconsume_times, message.sys_flag, message.prepared_transaction_offset))
+        mark(True)
+    built = iter(AppendRequest.trusted_many(rows))
+    return [next(built) if has_row else None for has_row in placed]
 
 
 def dead_letter_copy(request: AppendRequest, topic: str) -> AppendRequest:
