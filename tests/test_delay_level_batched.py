@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from plugmq.broker.components import open_delay_scheduler, open_store
 from plugmq.core import AppendRequest, AppendResult, DelayScheduler, ManualClock, MessageStore, Prop
+from plugmq.core.names import SCHEDULE_TOPIC
 
 T0 = 1_700_000_000_000
 TOPIC = "Orders"
@@ -36,6 +37,7 @@ class Run:
         self.batched = batched
         self.delivered: list[str] = []
         self.crash_after_batches: int | None = None
+        self.store_only: int | None = None  # the next batch stores this many, then fails
         self.scheduler = self.open()
 
     def open(self) -> DelayScheduler:
@@ -53,6 +55,11 @@ class Run:
         return result
 
     def deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        if self.store_only is not None:
+            part, self.store_only = requests[:self.store_only], None
+            self.store.append_batch(part)
+            self.delivered.extend(r.properties[Prop.UNIQ_KEY] for r in part)
+            raise OSError("disk went away mid-batch")
         results = self.store.append_batch(requests)
         self.delivered.extend(r.properties[Prop.UNIQ_KEY] for r in requests)
         if self.crash_after_batches is not None:
@@ -132,5 +139,33 @@ def test_a_crash_mid_burst_loses_and_repeats_nothing(tmp_path: Path, store: str)
         assert run.delivered == [f"m{i}" for i in range(200)]
         assert sorted(run.topic()) == sorted(f"m{i}" for i in range(200))
         assert run.scheduler.pending() == 0
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("store", ["store_mmap", "store_lmdb"])
+def test_a_batch_stored_in_part_past_an_unreadable_entry_resumes_after_what_was_stored(tmp_path: Path,
+                                                                                      store: str) -> None:
+    """One batch: m0 m1, a scheduled record without its real topic, m2 m3 m4. The write-back
+    stores three of the five requests, then fails: the level moves past m2 (the record without
+    a topic counted missing once, not again on the retry), and the retry sends m3 m4 once."""
+    run = Run(tmp_path, store, batched=True)
+    try:
+        for i in range(5):
+            if i == 2:
+                run.store.append(AppendRequest(SCHEDULE_TOPIC, 0, b"lost", {Prop.DELAY_LEVEL: "1"},
+                                               tags_code=run.clock.now_ms()))  # due with the others
+            run.send(i, 1)
+        run.store_only = 3
+        run.clock.set((T0 + 1) / 1000)  # all due (the retry comes retry_after_error_ms later)
+        assert run.delivered == ["m0", "m1", "m2"]
+        metrics = run.scheduler.metrics()
+        assert (metrics["deliver_errors"], metrics["missing"], metrics["delivered"]) == (1, 1, 3)
+        assert run.scheduler.pending() == 2
+        run.clock.set((T0 + 5000) / 1000)  # past retry_after_error_ms
+        assert run.delivered == [f"m{i}" for i in range(5)]
+        assert sorted(run.topic()) == [f"m{i}" for i in range(5)]
+        metrics = run.scheduler.metrics()
+        assert (metrics["missing"], metrics["delivered"], run.scheduler.pending()) == (1, 5, 0)
     finally:
         run.close()

@@ -22,9 +22,12 @@ Producers never wait for a delivery: ``schedule`` takes only ``_append``.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from plugmq.core import (
     AppendRequest,
@@ -68,6 +71,18 @@ def _deadline(ms: int) -> float:
     while int(when * 1000) < ms:
         when = math.nextafter(when, math.inf)
     return when
+
+
+def _stored_prefix(restored: list[AppendRequest | None], stored: list[bool]) -> int:
+    """How many entries of a batch are done when the write-back stored only ``stored`` (one per
+    request, the entries restored to None sent nothing): those before the first not stored."""
+    index = 0
+    for done, request in enumerate(restored):
+        if request is not None:
+            if not stored[index]:
+                return done  # this and what follows wait for the retry (a level's offset is a prefix)
+            index += 1
+    return len(restored)
 
 
 def _describe(levels: tuple[int, ...]) -> str:
@@ -239,49 +254,60 @@ class LevelDelayScheduler:
         level's offset past what reached the store; returns how many of them are done (a prefix,
         all of them unless the write-back failed). At start-up, entries overdue by more than
         ``dead_letter_older_than_ms`` go to the dead-letter topic."""
-        limit = self._options.dead_letter_older_than_ms
-        requests: list[AppendRequest] = []
-        plan: list[tuple[int, ConsumeQueueEntry, int, bool]] = []  # level queue, entry, request index, dead
         restored = restore_all(read_entries(self._store, [entry for _, entry in entries]))  # one read for the run
-        for (qid, entry), request in zip(entries, restored, strict=True):
-            if request is None:
-                self._counts["missing"] += 1
-                log.error("scheduled message unreadable or without its real topic; skipped",
-                          commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
-                plan.append((qid, entry, -1, False))  # unreadable: nothing to send
-                continue
-            dead = at_start and bool(limit) and self._start_ms - entry.tags_code > limit
-            plan.append((qid, entry, len(requests), dead))
-            requests.append(dead_letter_copy(request, self._options.dead_letter_topic) if dead else request)
+        if None in restored:
+            self._skip_missing(entries, restored)
+        dead = self._dead_letters(entries, restored) if at_start else None
+        sent: list[AppendRequest | None] = restored
+        if dead is not None:
+            topic = self._options.dead_letter_topic
+            sent = [dead_letter_copy(r, topic) if r is not None and d else r for r, d in zip(restored, dead, strict=True)]
+        requests = [r for r in sent if r is not None] if None in sent else cast(list[AppendRequest], sent)
         stored = self._write_back(requests) if requests else None
         now = self._clock.now_ms()  # lateness counts from when the batch is visible
-        done = 0
-        next_offsets: dict[int, int] = {}  # a level's offset moves once per batch, past its last done entry
-        dead_lettered = 0
-        late: list[int] = []  # of the delivered ones, recorded at once
-        for qid, entry, index, dead in plan:
-            if index >= 0 and stored is not None and not stored[index]:
-                break  # this and what follows wait for the retry (a level's offset is a prefix)
-            done += 1
-            next_offsets[qid] = entry.queue_offset + 1
-            if index < 0:
-                continue
-            if dead:
-                dead_lettered += 1
-            else:
-                late.append(now - entry.tags_code)
-            if at_start and entry.tags_code <= self._start_ms:
-                self._counts["overdue_at_start"] += 1
-                self._late_at_start_max = max(self._late_at_start_max, now - entry.tags_code)
-        self._lateness.record_many(late)
-        for qid, offset in next_offsets.items():
+        done = len(entries) if stored is None else _stored_prefix(restored, stored)
+        settled = entries[:done]
+        dead_flags = dead if dead is not None else itertools.repeat(False)
+        delivered = [entry for (_, entry), r, d in zip(settled, restored, dead_flags, strict=False)
+                     if r is not None and not d]
+        record = self._lateness.record
+        for late, count in Counter([now - entry.tags_code for entry in delivered]).items():  # few distinct values
+            record(late, count)
+        for qid, offset in {qid: entry.queue_offset + 1 for qid, entry in settled}.items():  # past its last done one
             self._offsets.set(qid, offset)
-        self._counts["delivered"] += len(late)
-        self._counts["dead_lettered"] += dead_lettered
+        if at_start:
+            self._note_overdue([entry for (_, entry), r in zip(settled, restored, strict=False) if r is not None], now)
+        self._counts["delivered"] += len(delivered)
+        if dead is not None:
+            self._counts["dead_lettered"] += sum(dead[:done])  # True only where a request was restored
         self._counts["batches"] += 1
         if done:
             self._persist()
         return done
+
+    def _skip_missing(self, entries: list[tuple[int, ConsumeQueueEntry]], restored: list[AppendRequest | None]) -> None:
+        for (_, entry), request in zip(entries, restored, strict=True):
+            if request is None:  # unreadable: nothing to send, the offset moves past it
+                self._counts["missing"] += 1
+                log.error("scheduled message unreadable or without its real topic; skipped",
+                          commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
+
+    def _dead_letters(self, entries: list[tuple[int, ConsumeQueueEntry]],
+                      restored: list[AppendRequest | None]) -> list[bool] | None:
+        """Per entry, whether it goes to the dead-letter topic (None: none does)."""
+        limit = self._options.dead_letter_older_than_ms
+        if not limit:
+            return None
+        oldest = self._start_ms - limit
+        return [request is not None and entry.tags_code < oldest
+                for (_, entry), request in zip(entries, restored, strict=True)]
+
+    def _note_overdue(self, delivered: list[ConsumeQueueEntry], now: int) -> None:
+        """At start-up: count what came due while the broker was down, and how late it went out."""
+        for entry in delivered:
+            if entry.tags_code <= self._start_ms:
+                self._counts["overdue_at_start"] += 1
+                self._late_at_start_max = max(self._late_at_start_max, now - entry.tags_code)
 
     def _write_back(self, requests: list[AppendRequest]) -> list[bool] | None:
         """Deliver in order; None when all were stored, else which ones reached the store."""
