@@ -27,7 +27,6 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import cast
 
 from plugmq.core import (
     AppendRequest,
@@ -255,14 +254,14 @@ class LevelDelayScheduler:
         all of them unless the write-back failed). At start-up, entries overdue by more than
         ``dead_letter_older_than_ms`` go to the dead-letter topic."""
         restored = restore_all(read_entries(self._store, [entry for _, entry in entries]))  # one read for the run
-        if None in restored:
+        requests = [r for r in restored if r is not None]  # (`None in restored` would call each request's __eq__)
+        if len(requests) < len(restored):
             self._skip_missing(entries, restored)
         dead = self._dead_letters(entries, restored) if at_start else None
-        sent: list[AppendRequest | None] = restored
         if dead is not None:
             topic = self._options.dead_letter_topic
-            sent = [dead_letter_copy(r, topic) if r is not None and d else r for r, d in zip(restored, dead, strict=True)]
-        requests = [r for r in sent if r is not None] if None in sent else cast(list[AppendRequest], sent)
+            requests = [dead_letter_copy(r, topic) if d else r
+                        for r, d in zip(restored, dead, strict=True) if r is not None]
         stored = self._write_back(requests) if requests else None
         now = self._clock.now_ms()  # lateness counts from when the batch is visible
         done = len(entries) if stored is None else _stored_prefix(restored, stored)
