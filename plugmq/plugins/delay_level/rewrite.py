@@ -9,7 +9,7 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import MappingProxyType
 
 from plugmq.core import AppendRequest, Prop, StoredMessage, tags_code, validate_topic
@@ -63,16 +63,10 @@ def restore_all(messages: Sequence[StoredMessage | None]) -> list[AppendRequest 
     """:func:`restore` of each message of a due batch (None stays None), in one pass: the
     properties copied at C speed (``mappingproxy.copy``), each tag code computed once per batch
     and the requests built by :meth:`AppendRequest.trusted_many` (a burst restores hundreds of
-    thousands; this costs ~1 us a message where one ``trusted`` call per message cost ~3.4)."""
+    thousands; this costs ~1.1 us a message where one ``trusted`` call per message cost ~3.4)."""
+    rows: list[TrustedRequestRow] = []
+    keep = rows.append
     placed: list[bool] = []  # per message: whether it has a row (else it restores to None)
-    built = iter(AppendRequest.trusted_many(_restored_rows(messages, placed)))
-    return [next(built) if has_row else None for has_row in placed]
-
-
-def _restored_rows(messages: Sequence[StoredMessage | None], placed: list[bool]) -> Iterator[TrustedRequestRow]:
-    """The request fields of each message that restores (``placed`` notes which do), made as
-    they are used: a burst's batch then keeps no row per message alive (each live container
-    object makes the garbage collector's young generations fill sooner)."""
     mark = placed.append
     codes: dict[str | None, int] = {}  # TAGS text -> tag code, for this batch
     for message in messages:
@@ -96,10 +90,12 @@ def _restored_rows(messages: Sequence[StoredMessage | None], placed: list[bool])
         code = codes.get(tags)
         if code is None:
             code = codes[tags] = tags_code(tags)
-        mark(True)
         # the stored message was validated when it was sent; only the real topic (a property) is checked here
-        yield (real_topic, int(real_queue), message.body, props, code, message.born_timestamp_ms, message.born_host,
-               message.reconsume_times, message.sys_flag, message.prepared_transaction_offset)
+        keep((real_topic, int(real_queue), message.body, props, code, message.born_timestamp_ms, message.born_host,
+              message.reconsume_times, message.sys_flag, message.prepared_transaction_offset))
+        mark(True)
+    built = iter(AppendRequest.trusted_many(rows))
+    return [next(built) if has_row else None for has_row in placed]
 
 
 def dead_letter_copy(request: AppendRequest, topic: str) -> AppendRequest:
