@@ -3,6 +3,7 @@ digest every client verifies, and SendMessage calls stored as store batches."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import hashlib
 import subprocess
@@ -11,16 +12,21 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
 import grpc
 
 from plugmq.broker.broker import Broker
+from plugmq.core.appendcolumns import AppendColumns
+from plugmq.core.message import AppendRequest, AppendResult, AppendStatus, MessageQueue, SendResults, SendStatus
 from plugmq.core.names import Prop
 from plugmq.server import ServerOptions, ServerThread
-from plugmq.server.acl import AclOptions
+from plugmq.server.acl import Account, AclOptions
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import body_digest, to_proto
 from plugmq.server.protocol import Code, DigestType, MessageType, MessagingServiceStub, definition_pb2, service_pb2
@@ -191,3 +197,58 @@ def test_delivered_messages_carry_the_md5_digest(served: tuple[Broker, Any]) -> 
     (stored,) = broker.pull(queue, 0, 1).messages
     digest = to_proto(stored).system_properties.body_digest
     assert digest.type == DigestType.MD5 and digest.checksum == hashlib.md5(b"\x00\x01payload").hexdigest().upper()
+
+
+_TOPICS = st.sampled_from(["Batched", "Other", "Forbidden", "%DLQ%grp", "SCHEDULE_TOPIC_XXXX", "bad topic!"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(topics=st.lists(_TOPICS, min_size=1, max_size=10), bodies=st.lists(st.sampled_from([b"x", b"", b"y" * 5000]),
+                                                                       min_size=10, max_size=10))
+def test_a_calls_topic_checks_once_per_topic_answer_as_each_messages_own(topics: list[str],
+                                                                         bodies: list[bytes]) -> None:
+    """check_messages checks the right to publish and the system topics once per topic of a call:
+    every message gets what check_message, run on it alone, answers."""
+    from plugmq.server.send import check_message, check_messages
+    from plugmq.server.status import status_of
+
+    account = attrs.evolve(Account(secret="s3cret", publish=frozenset({"Batched", "Other", "%DLQ%grp"})),
+                           access_key="producer-1")
+    auth = Authenticator(AclOptions(enabled=True, accounts={"producer-1": account}))
+    protos = [_message(f"m{i}", bodies[i], topic=topic) for i, topic in enumerate(topics)]
+    checked = check_messages(protos, account, auth, 4096)
+    for proto, item in zip(protos, checked.items, strict=True):
+        try:
+            alone: Any = check_message(proto, account, auth, 4096)
+        except Exception as exc:  # noqa: BLE001 - compared as the entry it answers
+            assert isinstance(item, service_pb2.SendResultEntry)
+            assert item.message_id == proto.system_properties.message_id
+            assert item.status == status_of(exc, action=f"send to topic {proto.topic.name!r}")
+        else:
+            assert item == alone
+
+
+_APPEND_STATUSES = st.sampled_from(list(AppendStatus))
+
+
+@settings(max_examples=80, deadline=None)
+@given(offsets=st.lists(st.integers(0, 2**40), max_size=12), statuses=st.data(), columns=st.booleans(),
+       replica=st.sampled_from(list(SendStatus)))
+def test_send_results_columns_answer_as_the_results_they_build(offsets: list[int], statuses: st.DataObject,
+                                                               columns: bool, replica: SendStatus) -> None:
+    """SendResults.queue_offsets and shared_status (what the server answers from, no SendResult
+    built) say what reading each result says, from a store's columns or a list of results."""
+    queue = MessageQueue("T", "b", 0)
+    requests = [AppendRequest("T", 0, b"x", {Prop.UNIQ_KEY: f"u{i}"}) for i in range(len(offsets))]
+    if columns:
+        status = statuses.draw(_APPEND_STATUSES)
+        rows = [value for i, offset in enumerate(offsets) for value in (offset, 1000 * i, 100)]
+        stored: Any = AppendColumns(memoryview(array.array("q", rows)).cast("B").cast("q"), "P" * 16, 5, status)
+    else:
+        stored = [AppendResult(statuses.draw(_APPEND_STATUSES), f"id{i}", offset, 1000 * i, 100, 5)
+                  for i, offset in enumerate(offsets)]
+    results = SendResults(stored, requests, queue, replica)
+    built = list(results)
+    assert results.queue_offsets() == [result.queue_offset for result in built] == offsets
+    shared = {result.status for result in built}
+    assert results.shared_status() == (shared.pop() if len(shared) == 1 else None)

@@ -41,6 +41,16 @@ class AppendColumns(BuiltWhenRead[AppendResult]):
                             ("_status", status)):
             object.__setattr__(self, name, value)
 
+    @property
+    def status(self) -> AppendStatus:
+        """The status every record of the batch shares."""
+        return self._status
+
+    def queue_offsets(self) -> list[int]:
+        """Each record's queue offset, in order: one column read, no AppendResult built."""
+        column = self._rows[0::_ROW]
+        return column.tolist() if isinstance(column, memoryview) else list(column)
+
     def with_status(self, status: AppendStatus) -> AppendColumns:
         """The same records with another status (a sync flush that timed out: FLUSH_DISK_TIMEOUT)."""
         return AppendColumns(self._rows, self._prefix, self._ts, status)

@@ -632,6 +632,30 @@ class SendResults(BuiltWhenRead[SendResult]):
     def __len__(self) -> int:
         return len(self._results)
 
+    def queue_offsets(self) -> list[int]:
+        """Each result's queue offset, in order, no SendResult built (what a server answers with)."""
+        from plugmq.core.appendcolumns import AppendColumns  # it imports this module
+
+        results = self._results
+        if type(results) is AppendColumns:
+            return results.queue_offsets()
+        return [result.queue_offset for result in results]
+
+    def shared_status(self) -> SendStatus | None:
+        """The status every result has when they all share one (always so for a store's columns),
+        else None (also for no result): then read each result's own."""
+        from plugmq.core.appendcolumns import AppendColumns  # it imports this module
+
+        results = self._results
+        if not len(results):
+            return None
+        if self._replica is not SendStatus.SEND_OK:
+            return self._replica
+        stored = {results.status} if type(results) is AppendColumns else {result.status for result in results}
+        if len(stored) != 1:
+            return None
+        return SendStatus.SEND_OK if stored.pop() is AppendStatus.PUT_OK else SendStatus.FLUSH_DISK_TIMEOUT
+
     def _result(self, index: int) -> SendResult:
         stored = self._results[index]
         status = self._replica

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from plugmq.core.clock import Clock
-from plugmq.core.message import MessageQueue, SendResult, SendStatus, StoredMessage
+from plugmq.core.message import StoredMessage
 
 __all__ = ["RecentSends"]
 
@@ -33,35 +33,30 @@ LOOKBACK_MS = 60_000
 
 
 class RecentSends:
-    """The message ids this broker stored lately, and a store lookup after a promotion. Thread-safe."""
+    """The message ids this broker stored lately, and a store lookup after a promotion. Thread-safe.
 
-    def __init__(self, broker_name: str, clock: Clock, promoted_at: Callable[[], float | None],
+    What a retry is answered with is its first try's queue offset (the entry's status is the
+    round's): one integer remembered per send, no result object kept alive."""
+
+    def __init__(self, clock: Clock, promoted_at: Callable[[], float | None],
                  lookup: Callable[[str, str, int], StoredMessage | None], remembered: int = REMEMBERED) -> None:
-        self._broker_name = broker_name
         self._clock = clock
         self._promoted_at = promoted_at
         self._lookup = lookup
         self._remembered = remembered
         self._lock = threading.Lock()
-        self._sent: collections.OrderedDict[str, SendResult] = collections.OrderedDict()
+        self._sent: collections.OrderedDict[str, int] = collections.OrderedDict()
 
-    def stored(self, message_id: str, result: SendResult) -> None:
-        """A send was stored (whatever its replication status said)."""
-        with self._lock:
-            self._sent[message_id] = result
-            if len(self._sent) > self._remembered:
-                self._sent.popitem(last=False)
-
-    def stored_many(self, sends: Iterable[tuple[str, SendResult]]) -> None:
-        """:meth:`stored` for the sends of a store batch (one lock round)."""
+    def stored_many(self, message_ids: Iterable[str], queue_offsets: Iterable[int]) -> None:
+        """Sends were stored (whatever their replication status said), at these queue offsets."""
         with self._lock:
             sent = self._sent
-            sent.update(sends)
+            sent.update(zip(message_ids, queue_offsets))
             while len(sent) > self._remembered:
                 sent.popitem(last=False)
 
-    def find(self, message_id: str, topic: str) -> SendResult | None:
-        """The stored send this one retries; None when it is new."""
+    def find(self, message_id: str, topic: str) -> int | None:
+        """The queue offset of the stored send this one retries; None when it is new."""
         with self._lock:
             known = self._sent.get(message_id)
         if known is not None:
@@ -71,7 +66,4 @@ class RecentSends:
             return None
         since_ms = self._clock.now_ms() - LOOKBACK_MS
         stored = self._lookup(topic, message_id, since_ms)
-        if stored is None:
-            return None
-        queue = MessageQueue(stored.topic, self._broker_name, stored.queue_id)
-        return SendResult(SendStatus.SEND_OK, stored.msg_id, message_id, queue, stored.queue_offset)
+        return None if stored is None else stored.queue_offset

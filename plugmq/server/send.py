@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from plugmq.broker.ports import Serving
-from plugmq.core.message import AppendStatus, SendResult, SendStatus, StoredMessage, message_group_queue
+from plugmq.core.message import AppendStatus, SendResult, SendResults, SendStatus, StoredMessage, message_group_queue
 from plugmq.core.names import is_system_topic
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing, outgoing
@@ -97,10 +97,7 @@ def check_message(proto: definition_pb2.Message, account: Account | None, auth: 
     """One sent message checked (protocol codes as RpcFailure): fields, the account's right to
     publish to its topic, and that the topic is not one of the broker's own."""
     out = outgoing(proto, max_body)
-    topic = out.message.topic
-    auth.require(account, "publish", topic)
-    if is_system_topic(topic):
-        raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic; producers may not send to it")
+    _check_topic(out.message.topic, account, auth)
     return out
 
 
@@ -111,20 +108,47 @@ def check_send(request: SendRequest, auth: Authenticator, max_body: int) -> Chec
 
 def check_messages(messages: Iterable[definition_pb2.Message], account: Account | None, auth: Authenticator,
                    max_body: int, client_id: str = "") -> CheckedSend:
-    """:func:`check_send` of a call's messages (``client_id`` matters to transactional ones only)."""
+    """:func:`check_send` of a call's messages (``client_id`` matters to transactional ones only).
+
+    What depends on the topic alone (the account's right to publish, not a system topic) is
+    checked once per topic of the call, each message's own fields one by one."""
     items: list[Outgoing | service_pb2.SendResultEntry] = []
     on_loop, transactional = True, False
+    topics: dict[str, RpcFailure | None] = {}  # per topic of the call: why it is refused, None: it is not
     for proto in messages:
         try:
-            out = check_message(proto, account, auth, max_body)
+            out = outgoing(proto, max_body)
         except Exception as exc:  # noqa: BLE001 - answered as this entry's status
             items.append(_failed(proto.topic.name, proto.system_properties.message_id, exc))
+            continue
+        topic = out.message.topic
+        if topic in topics:
+            refused = topics[topic]
+        else:
+            refused = topics[topic] = _topic_refused(topic, account, auth)
+        if refused is not None:
+            items.append(_failed(topic, out.message_id, refused))
             continue
         items.append(out)
         if out.kind not in _ON_LOOP_KINDS:
             on_loop = False
             transactional = transactional or out.kind == MessageType.TRANSACTION
     return CheckedSend(items, client_id, account.access_key if account is not None else None, on_loop, transactional)
+
+
+def _topic_refused(topic: str, account: Account | None, auth: Authenticator) -> RpcFailure | None:
+    """Why no message of the call may go to ``topic`` (None: they may)."""
+    try:
+        _check_topic(topic, account, auth)
+    except RpcFailure as exc:
+        return exc
+    return None
+
+
+def _check_topic(topic: str, account: Account | None, auth: Authenticator) -> None:
+    auth.require(account, "publish", topic)
+    if is_system_topic(topic):
+        raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic; producers may not send to it")
 
 
 @attrs.define
@@ -146,7 +170,7 @@ class Sender:
         self._sessions = sessions
         self._auth = auth
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._recent = RecentSends(broker.name, broker.clock, lambda: broker.promoted_at, self._stored_copy)
+        self._recent = RecentSends(broker.clock, lambda: broker.promoted_at, self._stored_copy)
 
     def _stored_copy(self, topic: str, message_id: str, since_ms: int) -> StoredMessage | None:
         found = self._broker.query_by_key(topic, message_id, max_results=1, begin_ms=since_ms)
@@ -182,6 +206,7 @@ class Sender:
         stored (no entry built apart and copied in)."""
         responses: list[service_pb2.SendMessageResponse] = []
         batches: dict[tuple[str, int, str | None], list[_Batch]] = {}  # an account's rate limit: its own batches
+        round_ = _Round()
         for request in requests:
             response = service_pb2.SendMessageResponse()
             responses.append(response)
@@ -191,27 +216,31 @@ class Sender:
                 entry = add()
                 if type(out) is not Outgoing:
                     entry.CopyFrom(out)
+                    round_.mixed = True
                     continue
                 try:
-                    self._place(out, entry, request, picked, batches)
+                    self._place(out, entry, request, picked, batches, round_)
                 except Exception as exc:  # noqa: BLE001 - answered as this entry's status
                     entry.CopyFrom(_failed_out(out, exc))
+                    round_.mixed = True
         for (_topic, queue_id, account), queue_batches in batches.items():
             for batch in queue_batches:
-                self._store(batch, queue_id, account)
-        self._await_slave(responses)
+                self._store(batch, queue_id, account, round_)
+        self._await_slave(responses, None if round_.mixed else round_.stored)
         return responses
 
     def _place(self, out: Outgoing, entry: service_pb2.SendResultEntry, request: CheckedSend, picked: dict[str, int],
-               batches: dict[tuple[str, int, str | None], list[_Batch]]) -> None:
+               batches: dict[tuple[str, int, str | None], list[_Batch]], round_: _Round) -> None:
         """Store a transactional or delayed message now; add any other to its queue's batch."""
         topic = out.message.topic
         queue_id = self._queue_for(topic, out.message_group, picked)
         if out.kind == MessageType.TRANSACTION:
+            round_.mixed = True  # its entry's status is the transaction service's
             self._prepare(out, entry, queue_id, request.client_id)
             return
         deliver_at = out.message.deliver_at_ms
         if deliver_at is not None and deliver_at > self._broker.clock.now_ms():
+            round_.mixed = True  # its entry's status is the delay service's
             self._delay(out, entry, queue_id, request.account)
             return
         if deliver_at is not None:  # already due: a normal message
@@ -219,7 +248,8 @@ class Sender:
         retried = self._recent.find(out.message_id, topic)
         if retried is not None:  # stored by an earlier try: answered with it, not stored again
             self._broker.count_duplicate(topic)
-            _fill(entry, out.message_id, attrs.evolve(retried, status=SendStatus.SEND_OK))
+            _fill_ok(entry, out.message_id, retried)
+            round_.stored.append(entry)
             return
         queue_batches = batches.setdefault((topic, queue_id, request.account), [])
         body = len(out.message.body)
@@ -230,17 +260,18 @@ class Sender:
         batch.items.append(out)
         batch.size += body
 
-    def _await_slave(self, responses: Sequence[service_pb2.SendMessageResponse]) -> None:
+    def _await_slave(self, responses: Sequence[service_pb2.SendMessageResponse],
+                     stored: list[service_pb2.SendResultEntry] | None) -> None:
         """One wait for a slave covering every message this round stored (SEND_OK elsewhere than on
         a sync_master); what it could not confirm answers FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE. Then each response's overall status."""
-        stored: list[service_pb2.SendResultEntry] = []
-        all_ok: list[bool] = []  # per response: every entry is OK
-        for response in responses:
-            entries = response.entries
-            before = len(stored)
-            stored.extend(entry for entry in entries if entry.status.code == Code.OK)
-            all_ok.append(len(stored) - before == len(entries))
+        SLAVE_NOT_AVAILABLE. Then each response's overall status.
+
+        ``stored``: every entry of the round, all stored OK (then no entry's status is read
+        back); None: the statuses are read from the entries."""
+        if stored is None:
+            stored, all_ok = _stored_entries(responses)
+        else:
+            all_ok = [True] * len(responses)
         replica = self._broker.await_replication() if stored else SendStatus.SEND_OK
         if replica is not SendStatus.SEND_OK:
             for entry in stored:
@@ -254,25 +285,33 @@ class Sender:
             else:
                 response.status.CopyFrom(overall([entry.status for entry in response.entries]))
 
-    def _store(self, batch: _Batch, queue_id: int, account: str | None) -> None:
+    def _store(self, batch: _Batch, queue_id: int, account: str | None, round_: _Round) -> None:
+        items = batch.items
         try:
-            if len(batch.items) == 1:
-                out = batch.items[0]
+            if len(items) == 1:
+                out = items[0]
                 results: Sequence[SendResult] = [self._broker.put(out.message, queue_id, extra_properties=out.extra,
                                                                   await_slave=False, account=account)]
             else:
-                results = self._broker.put_batch([out.message for out in batch.items], queue_id,
-                                                 extra_properties=[out.extra for out in batch.items], await_slave=False,
+                results = self._broker.put_batch([out.message for out in items], queue_id,
+                                                 extra_properties=[out.extra for out in items], await_slave=False,
                                                  account=account)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
-            for entry, out in zip(batch.entries, batch.items, strict=True):
+            for entry, out in zip(batch.entries, items, strict=True):
                 entry.CopyFrom(_failed_out(out, exc))
+            round_.mixed = True
             return
-        stored = []
-        for entry, out, result in zip(batch.entries, batch.items, results, strict=True):
-            _fill(entry, out.message_id, result)
-            stored.append((out.message_id, result))
-        self._recent.stored_many(stored)
+        offsets, status = _columns(results)
+        message_ids = [out.message_id for out in items]
+        if status is SendStatus.SEND_OK:
+            for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):
+                _fill_ok(entry, message_id, offset)
+            round_.stored.extend(batch.entries)
+        else:  # a flush that timed out (all of the batch, or some of a batch stored one by one)
+            for entry, message_id, result in zip(batch.entries, message_ids, results, strict=True):
+                _fill(entry, message_id, result)
+            round_.mixed = True
+        self._recent.stored_many(message_ids, offsets)
 
     def _delay(self, out: Outgoing, entry: service_pb2.SendResultEntry, queue_id: int, account: str | None) -> None:
         result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
@@ -297,6 +336,45 @@ class Sender:
 
 
 _OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared
+
+
+@attrs.define
+class _Round:
+    """What one store round knows of its entries as it fills them."""
+
+    #: Entries stored and answered OK so far (those a slave must confirm on a sync_master).
+    stored: list[service_pb2.SendResultEntry] = attrs.field(factory=list)
+    #: Whether some entry may be anything but stored OK (a failure, a flush timeout, a delayed or
+    #: transactional message): then the statuses are read back from the entries.
+    mixed: bool = False
+
+
+def _columns(results: Sequence[SendResult]) -> tuple[list[int], SendStatus | None]:
+    """Each result's queue offset and the status they all share (None: they differ), read from
+    the store's columns where it wrote them (no SendResult built per message)."""
+    if type(results) is SendResults:
+        return results.queue_offsets(), results.shared_status()
+    statuses = {result.status for result in results}
+    return [result.queue_offset for result in results], statuses.pop() if len(statuses) == 1 else None
+
+
+def _stored_entries(responses: Sequence[service_pb2.SendMessageResponse]
+                    ) -> tuple[list[service_pb2.SendResultEntry], list[bool]]:
+    """The entries answered OK, and per response whether all of its entries are."""
+    stored: list[service_pb2.SendResultEntry] = []
+    all_ok: list[bool] = []
+    for response in responses:
+        entries = response.entries
+        before = len(stored)
+        stored.extend(entry for entry in entries if entry.status.code == Code.OK)
+        all_ok.append(len(stored) - before == len(entries))
+    return stored, all_ok
+
+
+def _fill_ok(entry: service_pb2.SendResultEntry, message_id: str, queue_offset: int) -> None:
+    entry.message_id = message_id
+    entry.offset = queue_offset
+    entry.status.CopyFrom(_OK)
 
 
 def _fill(entry: service_pb2.SendResultEntry, message_id: str, result: SendResult) -> None:
