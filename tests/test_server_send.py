@@ -252,3 +252,51 @@ def test_send_results_columns_answer_as_the_results_they_build(offsets: list[int
     assert results.queue_offsets() == [result.queue_offset for result in built] == offsets
     shared = {result.status for result in built}
     assert results.shared_status() == (shared.pop() if len(shared) == 1 else None)
+
+
+_FIELDS = st.fixed_dictionaries({}, optional={
+    "tag": st.sampled_from(["TagA", "", " ", "a\nb", "t" * 1100]), "keys": st.lists(st.sampled_from(["k1", "", "a b"]),
+                                                                                      max_size=2),
+    "props": st.dictionaries(st.sampled_from(["a", "UNIQ_KEY", "b"]), st.sampled_from(["1", "x y"]), max_size=2),
+    "type": st.sampled_from([MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.PRIORITY, 99]),
+    "group": st.sampled_from(["g-1", "", "g\n"]), "at": st.sampled_from([4_000_000_000_000, 10**15]),
+    "priority": st.integers(-1, 3), "trace": st.sampled_from(["00-ab-cd-01", ""]),
+    "body": st.sampled_from([b"", b"x", b"y" * 5000]), "id": st.sampled_from(["", " ", "m\x01", "i" * 130]),
+    "topic": st.sampled_from(["Other", "bad topic!", ""]), "gzip": st.booleans()})
+
+
+@settings(max_examples=120, deadline=None)
+@given(fields=_FIELDS)
+def test_outgoing_is_the_same_with_or_without_the_compiled_slot_filler(fields: dict[str, Any]) -> None:
+    """outgoing() fills an Outgoing's slots in one compiled call: the same value, or the same
+    refusal, as attrs' own init gives."""
+    import gzip
+
+    from plugmq.core import message as core_message
+    from plugmq.server.convert import outgoing
+    from plugmq.server.protocol import Encoding
+    from plugmq.server.status import status_of
+
+    proto = _message(fields.get("id", "m-1"), fields.get("body", b"body"), topic=fields.get("topic", "Batched"))
+    props = proto.system_properties
+    props.message_type = fields.get("type", MessageType.NORMAL)
+    for name in ("tag", "group", "priority", "trace"):
+        if name in fields:
+            setattr(props, {"group": "message_group", "trace": "trace_context"}.get(name, name), fields[name])
+    props.keys.extend(fields.get("keys", ()))
+    if "at" in fields:
+        props.delivery_timestamp.seconds = fields["at"] // 1000  # 10**12 s: milliseconds in the seconds field
+    if fields.get("gzip"):
+        proto.body, props.body_encoding = gzip.compress(proto.body), Encoding.GZIP
+    proto.user_properties.update(fields.get("props", {}))
+    answers = []
+    compiled = core_message.slot_filler()
+    for fill in (compiled, None):
+        core_message.install_slot_filler(fill)
+        try:
+            answers.append(outgoing(proto, 4096))
+        except Exception as exc:  # noqa: BLE001 - compared as the status it answers
+            answers.append(status_of(exc, action="send"))
+        finally:
+            core_message.install_slot_filler(compiled)
+    assert answers[0] == answers[1]

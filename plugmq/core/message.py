@@ -46,6 +46,7 @@ __all__ = [
     "install_slot_filler",
     "message_group_queue",
     "new_unique_id",
+    "slot_filler",
     "unique_id_state",
 ]
 
@@ -278,6 +279,12 @@ def install_slot_filler(fill: Callable[..., None] | None) -> None:
     """Fill Message's (and the trusted constructors') slots with ``fill`` (None: one by one)."""
     global _fill
     _fill = fill
+
+
+def slot_filler() -> Callable[..., None] | None:
+    """The compiled slot filler installed (``fill(slots, obj, *values)``), None without one: for
+    other frozen classes' trusted constructors."""
+    return _fill
 
 
 def message_group_queue(message_group: str, queue_count: int) -> int:

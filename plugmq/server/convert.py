@@ -10,7 +10,7 @@ import attrs
 from google.protobuf import timestamp_pb2
 
 from plugmq.core.errors import InvalidNameError, ValidationError
-from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, Message, StoredMessage, SysFlag
+from plugmq.core.message import DEFAULT_MAX_BODY_SIZE, Message, StoredMessage, SysFlag, slot_filler
 from plugmq.core.names import SYSTEM_PROPERTY_KEYS, Prop, validate_topic
 from plugmq.server.protocol import (
     Code,
@@ -130,22 +130,29 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     message_id = props.message_id
     if not message_id:
         raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, "message_id is empty; the client must give each message an id")
-    _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)
+    if message_id.isspace() or not _BAD_TEXT.isdisjoint(message_id):
+        _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)
     tag = _tag_of(props)
     keys = _keys_of(props)
-    user = dict(proto.user_properties) if proto.user_properties else None
-    _check_sizes(message_id, tag, keys, user)
-    if user:
-        _check_reserved(user)
+    user_properties = proto.user_properties
+    user = dict(user_properties) if user_properties else None
+    if user or keys or len(message_id) > MAX_MESSAGE_ID_CHARS or (tag is not None and len(tag) > MAX_TAG_CHARS):
+        _check_sizes(message_id, tag, keys, user)
+        if user:
+            _check_reserved(user)
     group = _group_of(props)
     deliver_at = _delivery_ms(props.delivery_timestamp) if props.HasField("delivery_timestamp") else None
     kind = props.message_type or MessageType.NORMAL
     priority = props.priority if props.HasField("priority") else None
     if kind != MessageType.NORMAL or group is not None or deliver_at is not None or priority is not None:
         _check_kind(kind, group, deliver_at, priority)
+    body = proto.body
+    encoding = props.body_encoding
+    if encoding or not body:
+        body = _body(body, encoding, max_body)
     try:
-        message = Message(proto.topic.name, _body(proto.body, props.body_encoding, max_body), tag, keys, user,
-                          None, deliver_at if kind == MessageType.DELAY else None, group,
+        message = Message(proto.topic.name, body, tag, keys, user, None,
+                          deliver_at if kind == MessageType.DELAY else None, group,
                           priority if kind == MessageType.PRIORITY else None)
     except InvalidNameError as exc:
         raise RpcFailure(Code.ILLEGAL_TOPIC, str(exc)) from exc
@@ -153,11 +160,30 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
         raise RpcFailure(Code.BAD_REQUEST, str(exc)) from exc
     if tag is not None and len(_KNOWN_TAGS) < _KNOWN_TAGS_LIMIT:
         _KNOWN_TAGS.add(tag)
-    extra = {Prop.UNIQ_KEY: message_id}
     trace_context = props.trace_context
-    if trace_context:
-        extra[Prop.TRACE_CONTEXT] = trace_context  # kept with the message, handed to its consumers
+    extra = {Prop.UNIQ_KEY: message_id, Prop.TRACE_CONTEXT: trace_context} if trace_context else \
+        {Prop.UNIQ_KEY: message_id}  # the trace context is kept with the message, handed to its consumers
+    return _new_outgoing(message, extra, kind, group, message_id)
+
+
+def _outgoing_py(message: Message, extra: Mapping[str, str], kind: int, group: str | None,
+                 message_id: str) -> Outgoing:
     return Outgoing(message, extra, kind, group, message_id)
+
+
+_OUTGOING_SLOTS = tuple(Outgoing.__dict__[a.name] for a in attrs.fields(Outgoing))
+
+
+def _new_outgoing(message: Message, extra: Mapping[str, str], kind: int, group: str | None,
+                  message_id: str) -> Outgoing:
+    """An Outgoing of values outgoing() checked: its slots filled in one call where the compiled
+    slot filler is there (attrs' frozen init sets them one by one)."""
+    fill = slot_filler()
+    if fill is None:
+        return _outgoing_py(message, extra, kind, group, message_id)
+    out: Outgoing = object.__new__(Outgoing)
+    fill(_OUTGOING_SLOTS, out, message, extra, kind, group, message_id)
+    return out
 
 
 def _tag_of(props: definition_pb2.SystemProperties) -> str | None:
