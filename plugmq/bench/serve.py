@@ -7,7 +7,8 @@ with ``--baseline-python``, a ``plugmq serve`` of another checkout (one process,
 The same load generator (8 threads in this process, one channel each, generated stubs, 1 and 8
 messages per request) drives each server in turn; rounds rotate the order. Per server and request
 size it keeps the best rate and the lowest CPU per request of the server (its process and its
-children: the front-ends), and prints both as ratios to the no-op server's; with front-ends also
+children: the front-ends), and prints both as ratios to the no-op server's (``--workers`` picks the
+worker counts, ``--baseline-python`` may be given for several checkouts); with front-ends also
 the CPU of the process that owns the store alone (one writer: what bounds the served rate however
 many front-ends a machine can run).
 """
@@ -93,7 +94,7 @@ class _Noop:
         self.process.wait(timeout=30)
 
 
-def _servers(root: Path, baseline: str | None, worker_counts: tuple[int, ...]) -> dict[str, Any]:
+def _servers(root: Path, baselines: tuple[str, ...], worker_counts: tuple[int, ...]) -> dict[str, Any]:
     servers: dict[str, Any] = {_NOOP_NAME: _Noop()}
     try:
         for workers in worker_counts:
@@ -101,11 +102,11 @@ def _servers(root: Path, baseline: str | None, worker_counts: tuple[int, ...]) -
             config = _config(root / f"w{workers}", "store_mmap", "async")
             config.write_text(config.read_text(encoding="utf-8") + f"workers = {workers}\n", encoding="utf-8")
             servers[f"plugmq serve, workers = {workers}"] = ServeChild(config, config.with_name("serve.log"))
-        if baseline is not None:
-            (root / "baseline").mkdir()
-            config = _config(root / "baseline", "store_mmap", "async")
-            servers["plugmq serve (baseline interpreter)"] = ServeChild(config, config.with_name("serve.log"),
-                                                                        python=baseline)
+        for index, python in enumerate(baselines):
+            (root / f"baseline{index}").mkdir()
+            config = _config(root / f"baseline{index}", "store_mmap", "async")
+            servers[f"plugmq serve (baseline: {python})"] = ServeChild(config, config.with_name("serve.log"),
+                                                                       python=python)
     except BaseException:
         for server in servers.values():
             server.stop()
@@ -113,13 +114,13 @@ def _servers(root: Path, baseline: str | None, worker_counts: tuple[int, ...]) -
     return servers
 
 
-def measure(messages: int, body_size: int, rounds: int, baseline: str | None,
+def measure(messages: int, body_size: int, rounds: int, baselines: tuple[str, ...] = (),
             worker_counts: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
     body = os.urandom(body_size)
     load = LoadWindow()
     best: dict[str, dict[int, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-serve-") as tmp:
-        servers = _servers(Path(tmp), baseline, worker_counts)
+        servers = _servers(Path(tmp), baselines, worker_counts)
         try:
             names = list(servers)
             for name in names:
@@ -144,7 +145,7 @@ def measure(messages: int, body_size: int, rounds: int, baseline: str | None,
                 server.stop()
     windows = load.finish().as_dict()
     return {"settings": {"messages": messages, "body_size": body_size, "rounds": rounds, "threads": _THREADS,
-                         "store": "store_mmap, flush async (page cache, no fsync)", "baseline_python": baseline,
+                         "store": "store_mmap, flush async (page cache, no fsync)", "baseline_python": list(baselines),
                          "load_before": windows["before"], "load_after": windows["after"], "cpus": os.cpu_count()},
             "servers": best}
 
@@ -179,12 +180,15 @@ def _print(report: dict[str, Any], console: Console) -> None:
               help="Messages per server, request size and round.")
 @click.option("--body-size", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1))
-@click.option("--baseline-python", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Also serve with this interpreter (another checkout's plugmq serve, one process).")
+@click.option("--baseline-python", "baselines", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Also serve with this interpreter (another checkout's plugmq serve, one process); repeatable.")
+@click.option("--workers", "worker_counts", multiple=True, type=click.IntRange(min=1), default=(1, 2),
+              show_default=True, help="[server] workers of this checkout's servers; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def command(messages: int, body_size: int, rounds: int, baseline_python: str | None, as_json: bool) -> None:
+def command(messages: int, body_size: int, rounds: int, baselines: tuple[str, ...], worker_counts: tuple[int, ...],
+            as_json: bool) -> None:
     """Server CPU per SendMessage and send rates of plugmq serve (workers 1 and 2), as ratios to a no-op gRPC server."""
-    report = measure(messages, body_size, rounds, baseline_python)
+    report = measure(messages, body_size, rounds, baselines, worker_counts)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

@@ -303,9 +303,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response
 
     # ------------------------------------------------------------------------------ send
-    @_forwarding(service_pb2.SendMessageResponse)
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: grpc.aio.ServicerContext) -> service_pb2.SendMessageResponse:
+        # A failover slave passes the call on to its master (as _forwarding does, without its
+        # wrapping coroutine on every send).
+        if self.forward is not None and (master := self.forward.target(context)) is not None:
+            return await self.forward.unary(master, "SendMessage", request, context,
+                                            lambda status: service_pb2.SendMessageResponse(status=status))
         try:
             account = self._account(context) if self.auth.enabled else None
             messages = request.messages
