@@ -300,3 +300,64 @@ def test_outgoing_is_the_same_with_or_without_the_compiled_slot_filler(fields: d
         finally:
             core_message.install_slot_filler(compiled)
     assert answers[0] == answers[1]
+
+
+_PLACED = st.tuples(st.sampled_from(["Batched", "Other"]), st.integers(1, 40),
+                    st.sampled_from(["plain", "plain", "plain", "fifo", "due", "empty"]), st.integers(0, 12))
+
+
+_ROUNDS = st.lists(st.lists(st.lists(_PLACED, min_size=1, max_size=6), min_size=1, max_size=3), min_size=1, max_size=4)
+
+
+def test_plain_calls_placed_in_one_step_answer_and_store_as_message_by_message(tmp_path: Any) -> None:
+    """Sender places a call of plain messages for one topic in one step: the same answers, the
+    same records on the same queues as placing it message by message (retries, batches split at
+    the batch size, FIFO, due delayed and refused messages mixed in)."""
+    import itertools
+
+    from plugmq.server.send import Sender, check_messages
+    from plugmq.server.telemetry import Sessions
+
+    class MessageByMessage(Sender):
+        def _place_plain(self, *args: Any) -> bool:
+            return False
+
+    auth = Authenticator(AclOptions())
+    brokers = [Broker.open(tmp_path / name, max_message_size=4096) for name in ("one-step", "by-message")]
+    examples = itertools.count()
+
+    @settings(max_examples=15, deadline=None)
+    @given(rounds=_ROUNDS)
+    def check(rounds: list[list[list[tuple[str, int, str, int]]]]) -> None:
+        topics = {name: f"{name}{next(examples)}" for name in ("Batched", "Other")}  # each example its own
+        seen = []
+        for kind, broker in zip((Sender, MessageByMessage), brokers, strict=True):
+            for topic in topics.values():
+                broker.create_topic(topic, 2)
+            sender = kind(broker, Sessions(broker, ServerOptions()), auth, 64)
+            answers: list[bytes] = []
+            for calls in rounds:
+                checked = [check_messages([_placed(topics[t], size, how, n) for t, size, how, n in call], None, auth, 4096)
+                           for call in calls]
+                answers.extend(response.SerializeToString() for response in sender.store(checked))
+            stored = [[(str(m.unique_id), m.body) for m in broker.pull(queue, 0, 1000).messages]
+                      for topic in topics.values() for queue in broker.topic_queues(topic)]
+            seen.append((answers, stored))
+        assert seen[0] == seen[1]
+
+    try:
+        check()
+    finally:
+        for broker in brokers:
+            broker.close()
+
+
+def _placed(topic: str, size: int, kind: str, number: int) -> definition_pb2.Message:
+    """A message of the one-step placing test: ``kind`` plain, fifo, due (delayed, already due) or
+    empty (refused)."""
+    message = _message(f"id-{number}", b"" if kind == "empty" else bytes([number]) * size,
+                       group="g-1" if kind == "fifo" else None, topic=topic)
+    if kind == "due":  # a delayed message already due: stored as a normal one
+        message.system_properties.message_type = MessageType.DELAY
+        message.system_properties.delivery_timestamp.FromMilliseconds(1_000_000)
+    return message

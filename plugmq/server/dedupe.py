@@ -55,14 +55,25 @@ class RecentSends:
             while len(sent) > self._remembered:
                 sent.popitem(last=False)
 
+    def may_know(self, message_ids: Iterable[str]) -> bool:
+        """Whether :meth:`find` may answer one of ``message_ids`` with an offset (one is remembered,
+        or the store is looked up after a promotion); False: it answers None for each of them."""
+        if self._promotion_window_open():
+            return True
+        with self._lock:
+            return not self._sent.keys().isdisjoint(message_ids)
+
+    def _promotion_window_open(self) -> bool:
+        promoted = self._promoted_at()
+        return promoted is not None and self._clock.monotonic() - promoted <= AFTER_PROMOTION_S
+
     def find(self, message_id: str, topic: str) -> int | None:
         """The queue offset of the stored send this one retries; None when it is new."""
         with self._lock:
             known = self._sent.get(message_id)
         if known is not None:
             return known
-        promoted = self._promoted_at()
-        if promoted is None or self._clock.monotonic() - promoted > AFTER_PROMOTION_S:
+        if not self._promotion_window_open():
             return None
         since_ms = self._clock.now_ms() - LOOKBACK_MS
         stored = self._lookup(topic, message_id, since_ms)

@@ -210,8 +210,10 @@ class Sender:
         for request in requests:
             response = service_pb2.SendMessageResponse()
             responses.append(response)
-            add = response.entries.add
             picked: dict[str, int] = {}
+            if self._place_plain(request, response, picked, batches):
+                continue
+            add = response.entries.add
             for out in request.items:
                 entry = add()
                 if type(out) is not Outgoing:
@@ -228,6 +230,34 @@ class Sender:
                 self._store(batch, queue_id, account, round_)
         self._await_slave(responses, None if round_.mixed else round_.stored)
         return responses
+
+    def _place_plain(self, request: CheckedSend, response: service_pb2.SendMessageResponse, picked: dict[str, int],
+                     batches: dict[tuple[str, int, str | None], list[_Batch]]) -> bool:
+        """The common call placed in one step, as :meth:`_place` would place it message by message:
+        every message a plain one (normal: neither delayed nor in a message group) for one topic,
+        none of them a retry, all of them fitting one store batch. False when it is not that call:
+        then nothing was placed (a queue picked is in ``picked``, for :meth:`_place`)."""
+        items = request.items
+        topic = _plain_topic(items)
+        if topic is None or self._recent.may_know(out.message_id for out in items):
+            return False
+        limit = self._max_batch_bytes
+        size = sum(len(out.message.body) for out in items)
+        if size > limit:
+            return False
+        queue_id = self._queue_for(topic, None, picked)
+        queue_batches = batches.setdefault((topic, queue_id, request.account), [])
+        batch = queue_batches[-1] if queue_batches else None
+        if batch is None or batch.size + size > limit:
+            if batch is not None and batch.size + len(items[0].message.body) <= limit:
+                return False  # message by message, the call would be split across two batches
+            batch = _Batch()
+            queue_batches.append(batch)
+        add = response.entries.add
+        batch.entries.extend([add() for _ in items])
+        batch.items.extend(items)  # _plain_topic: every item is an Outgoing
+        batch.size += size
+        return True
 
     def _place(self, out: Outgoing, entry: service_pb2.SendResultEntry, request: CheckedSend, picked: dict[str, int],
                batches: dict[tuple[str, int, str | None], list[_Batch]], round_: _Round) -> None:
@@ -347,6 +377,23 @@ class _Round:
     #: Whether some entry may be anything but stored OK (a failure, a flush timeout, a delayed or
     #: transactional message): then the statuses are read back from the entries.
     mixed: bool = False
+
+
+def _plain_topic(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> str | None:
+    """The one topic of a call whose messages are all checked plain ones (normal: neither delayed
+    nor in a message group) to that topic; None for any other call."""
+    topic = None
+    for out in items:
+        if type(out) is not Outgoing or out.kind != MessageType.NORMAL or out.message_group is not None:
+            return None
+        message = out.message
+        if message.deliver_at_ms is not None:
+            return None
+        if topic is None:
+            topic = message.topic
+        elif message.topic != topic:
+            return None
+    return topic
 
 
 def _columns(results: Sequence[SendResult]) -> tuple[list[int], SendStatus | None]:
