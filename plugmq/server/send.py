@@ -317,21 +317,24 @@ class Sender:
 
     def _store(self, batch: _Batch, queue_id: int, account: str | None, round_: _Round) -> None:
         items = batch.items
+        status: SendStatus | None
         try:
             if len(items) == 1:
                 out = items[0]
-                results: Sequence[SendResult] = [self._broker.put(out.message, queue_id, extra_properties=out.extra,
-                                                                  await_slave=False, account=account)]
+                result = self._broker.put(out.message, queue_id, extra_properties=out.extra, await_slave=False,
+                                          account=account)
+                results: Sequence[SendResult] = (result,)
+                offsets, status = [result.queue_offset], result.status
             else:
                 results = self._broker.put_batch([out.message for out in items], queue_id,
                                                  extra_properties=[out.extra for out in items], await_slave=False,
                                                  account=account)
+                offsets, status = _columns(results)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
             for entry, out in zip(batch.entries, items, strict=True):
                 entry.CopyFrom(_failed_out(out, exc))
             round_.mixed = True
             return
-        offsets, status = _columns(results)
         message_ids = [out.message_id for out in items]
         if status is SendStatus.SEND_OK:
             for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):
