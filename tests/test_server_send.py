@@ -361,3 +361,56 @@ def _placed(topic: str, size: int, kind: str, number: int) -> definition_pb2.Mes
         message.system_properties.message_type = MessageType.DELAY
         message.system_properties.delivery_timestamp.FromMilliseconds(1_000_000)
     return message
+
+
+_PROPERTIES = st.dictionaries(
+    st.sampled_from([Prop.TAGS, Prop.KEYS, Prop.UNIQ_KEY, Prop.SHARDING_KEY, Prop.PRIORITY, Prop.TRACE_CONTEXT,
+                     "user-a", "user-b"]),
+    st.sampled_from(["", "v", "k1 k2", "7", "00-ab-cd-01"]), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(properties=_PROPERTIES, sys_flag=st.sampled_from([0, 0x4, 0x8, 0xC]),
+       born=st.integers(0, 253_402_300_799_999), stored_at=st.sampled_from([0, 1, 1_700_000_000_123]),
+       handle=st.sampled_from([None, "h~mac"]), attempt=st.sampled_from([None, 1, 3]),
+       invisible=st.sampled_from([None, 0, 30_000]), namespace=st.sampled_from(["", "ns"]))
+def test_a_stored_message_is_delivered_with_every_field_it_holds(
+        properties: dict[str, str], sys_flag: int, born: int, stored_at: int, handle: str | None,
+        attempt: int | None, invisible: int | None, namespace: str) -> None:
+    """to_proto reads each property once: what it delivers is what the stored message says."""
+    from plugmq.core.message import StoredMessage, encode_msg_id
+    from plugmq.core.names import SYSTEM_PROPERTY_KEYS
+
+    stored = StoredMessage("T", 2, b"payload", properties, 9, 4096, 120, 0, born, stored_at, "10.0.0.1:9",
+                           "10.0.0.2:10911", sys_flag=sys_flag)
+    proto = service_pb2.ReceiveMessageResponse().message
+    to_proto(stored, namespace=namespace, receipt_handle=handle, attempt=attempt, invisible_ms=invisible, into=proto)
+    props = proto.system_properties
+    assert (proto.topic.name, proto.topic.resource_namespace, proto.body) == ("T", namespace, b"payload")
+    assert dict(proto.user_properties) == {k: v for k, v in properties.items() if k not in SYSTEM_PROPERTY_KEYS}
+    assert (props.tag if props.HasField("tag") else None) == properties.get(Prop.TAGS)
+    assert list(props.keys) == properties.get(Prop.KEYS, "").split()
+    assert props.message_id == (properties.get(Prop.UNIQ_KEY) or encode_msg_id("10.0.0.2:10911", 4096))
+    assert props.body_digest.checksum == body_digest(b"payload") and props.body_digest.type == DigestType.MD5
+    kind = (MessageType.FIFO if properties.get(Prop.SHARDING_KEY) else MessageType.PRIORITY
+            if Prop.PRIORITY in properties else MessageType.TRANSACTION if sys_flag & 0x8 else MessageType.NORMAL)
+    assert props.message_type == kind
+    assert (props.born_timestamp.ToMilliseconds(), props.store_timestamp.ToMilliseconds()) == (born, stored_at)
+    assert (props.born_host, props.store_host, props.queue_id, props.queue_offset) == ("10.0.0.1:9", "10.0.0.2:10911",
+                                                                                       2, 9)
+    assert props.message_group == (properties.get(Prop.SHARDING_KEY) or "")
+    priority = properties.get(Prop.PRIORITY)
+    assert (props.priority if props.HasField("priority") else None) == (
+        int(priority) if priority is not None and priority.isdigit() else None)
+    assert props.trace_context == (properties.get(Prop.TRACE_CONTEXT) or "")
+    assert (props.receipt_handle if props.HasField("receipt_handle") else None) == handle
+    assert (props.delivery_attempt if props.HasField("delivery_attempt") else None) == attempt
+    assert (props.invisible_duration.ToMilliseconds() if props.HasField("invisible_duration") else None) == invisible
+
+
+def test_a_time_outside_a_timestamps_range_is_refused_as_before() -> None:
+    from plugmq.core.message import StoredMessage
+
+    stored = StoredMessage("T", 0, b"x", {}, 0, 0, 1, 0, 253_402_300_800_000, 0, "10.0.0.1:9", "10.0.0.2:1")
+    with pytest.raises(ValueError, match="Timestamp is not valid"):
+        to_proto(stored)

@@ -287,48 +287,80 @@ def body_digest(body: bytes) -> str:
     return hashlib.md5(body).hexdigest().upper()
 
 
+_TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)  # a plain int: IntFlag's own & runs in Python
+
+
 def message_type_of(stored: StoredMessage) -> int:
-    if stored.properties.get(Prop.SHARDING_KEY):
+    return _message_type(stored.properties, stored.sys_flag)
+
+
+def _message_type(properties: Mapping[str, str], sys_flag: int) -> int:
+    if properties.get(Prop.SHARDING_KEY):
         return MessageType.FIFO
-    if Prop.PRIORITY in stored.properties:
+    if Prop.PRIORITY in properties:
         return MessageType.PRIORITY
-    if stored.sys_flag & SysFlag.TRANSACTION_COMMIT:
+    if int(sys_flag) & _TRANSACTION_COMMIT:
         return MessageType.TRANSACTION
     return MessageType.NORMAL
+
+
+# A timestamp protobuf holds years 1..9999; stored times within it are set as two integers
+# (Timestamp.FromMilliseconds checks the range in Python on every call, and raises outside it).
+_MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
+def _set_timestamp(stamp: timestamp_pb2.Timestamp, millis: int) -> None:
+    if 0 <= millis <= _MAX_TIMESTAMP_MS:
+        stamp.seconds = millis // 1000
+        stamp.nanos = millis % 1000 * 1_000_000
+    else:
+        stamp.FromMilliseconds(millis)
 
 
 def to_proto(stored: StoredMessage, *, namespace: str = "", receipt_handle: str | None = None,
              attempt: int | None = None, invisible_ms: int | None = None,
              into: definition_pb2.Message | None = None) -> definition_pb2.Message:
     """A stored message as the protocol delivers it (message id = the client's id); ``into``: an
-    empty message to fill in place (a response's own field: no copy into the response)."""
+    empty message to fill in place (a response's own field: no copy into the response).
+
+    Each property is read from the stored message once (``tags``, ``keys`` and the user
+    properties are derived from its properties on every read)."""
     proto = definition_pb2.Message() if into is None else into
-    proto.topic.name = stored.topic
-    proto.topic.resource_namespace = namespace
-    proto.body = stored.body
-    proto.user_properties.update(stored.user_properties)
+    properties = stored.properties
+    topic = proto.topic
+    topic.name = stored.topic
+    if namespace:
+        topic.resource_namespace = namespace
+    body = stored.body
+    proto.body = body
+    if not SYSTEM_PROPERTY_KEYS.issuperset(properties):
+        proto.user_properties.update(stored.user_properties)
     props = proto.system_properties
-    if stored.tags is not None:
-        props.tag = stored.tags
-    props.keys.extend(stored.keys)
-    props.message_id = stored.unique_id or stored.msg_id
-    props.body_digest.type = DigestType.MD5
-    props.body_digest.checksum = body_digest(stored.body)
+    tag = properties.get(Prop.TAGS)
+    if tag is not None:
+        props.tag = tag
+    keys = properties.get(Prop.KEYS)
+    if keys:
+        props.keys.extend(keys.split())
+    props.message_id = properties.get(Prop.UNIQ_KEY) or stored.msg_id
+    digest = props.body_digest
+    digest.type = DigestType.MD5
+    digest.checksum = body_digest(body)
     props.body_encoding = Encoding.IDENTITY
-    props.message_type = message_type_of(stored)
-    props.born_timestamp.FromMilliseconds(stored.born_timestamp_ms)
+    props.message_type = _message_type(properties, stored.sys_flag)
+    _set_timestamp(props.born_timestamp, stored.born_timestamp_ms)
     props.born_host = stored.born_host
-    props.store_timestamp.FromMilliseconds(stored.store_timestamp_ms)
+    _set_timestamp(props.store_timestamp, stored.store_timestamp_ms)
     props.store_host = stored.store_host
     props.queue_id = stored.queue_id
     props.queue_offset = stored.queue_offset
-    group = stored.properties.get(Prop.SHARDING_KEY)
+    group = properties.get(Prop.SHARDING_KEY)
     if group:
         props.message_group = group
-    priority = stored.properties.get(Prop.PRIORITY)
+    priority = properties.get(Prop.PRIORITY)
     if priority is not None and priority.isdigit():
         props.priority = int(priority)
-    trace_context = stored.properties.get(Prop.TRACE_CONTEXT)
+    trace_context = properties.get(Prop.TRACE_CONTEXT)
     if trace_context:
         props.trace_context = trace_context
     if receipt_handle is not None:
