@@ -155,7 +155,8 @@ def test_sends_are_stored_on_the_loop_only_while_the_send_thread_has_no_call(tmp
     """A page-cache append costs less on the event loop than the hop to the send thread, but only
     where nothing can wait (no sync flush, no replication, no delay or transaction plugin) and never
     past a call the thread still holds: a client's retry must find its first try in RecentSends."""
-    from plugmq.server.send import Sender, SendRequest, SendWorker, check_send
+    from plugmq.server.send import Sender, SendRequest, check_send
+    from plugmq.server.sendworker import SendWorker
     from plugmq.server.telemetry import Sessions
 
     broker = Broker.open(tmp_path / "data", max_message_size=4096)

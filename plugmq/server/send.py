@@ -1,7 +1,8 @@
 """SendMessage's work: messages checked and stored with as few store calls as possible.
 
-A SendWorker thread takes the calls (one hop off the event loop per call); a Sender stores the
-messages of all calls waiting at that moment. Normal messages that go to one queue are stored
+A SendWorker thread (plugmq.server.sendworker) takes the calls (one hop off the event loop per
+call); a Sender stores the messages of all calls waiting at that moment, checked first
+(plugmq.server.sendcheck). Normal messages that go to one queue are stored
 as one store batch (``Broker.put_batch``), up to the broker's size limit per batch; delayed and
 transactional messages go one by one to their services. Each message's failure is its own entry
 status; the others are stored regardless. On a ``sync_master`` the worker stores everything of the
@@ -9,7 +10,7 @@ round first and then waits once for a slave to confirm it all (RocketMQ's GroupT
 one replication round trip answers every call of the round.
 
 Where nothing can wait (no sync flush, no replication, only normal and FIFO messages) and the
-thread holds no call, a call is stored on the event loop instead (:meth:`SendWorker.stores_on_loop`);
+thread holds no call, a call is stored on the event loop instead (``SendWorker.stores_on_loop``);
 both ways go through the same Sender: the account's rate limit, dedup windows, RecentSends and
 the broker's own checks (a slave's refusal, fencing) apply alike, also to calls that front-end
 worker processes check and hand over (plugmq.server.handoff).
@@ -17,26 +18,31 @@ worker processes check and hand over (plugmq.server.handoff).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import queue
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
 from plugmq.broker.ports import Serving
 from plugmq.core.message import AppendStatus, SendResult, SendResults, SendStatus, StoredMessage, message_group_queue
-from plugmq.core.names import is_system_topic
 from plugmq.server.auth import Authenticator
-from plugmq.server.convert import Outgoing, outgoing
+from plugmq.server.convert import Outgoing
 from plugmq.server.dedupe import RecentSends
-from plugmq.server.options import Account
-from plugmq.server.protocol import Code, MessageType, definition_pb2, service_pb2
-from plugmq.server.status import RpcFailure, ok, overall, status_of
+from plugmq.server.protocol import Code, MessageType, service_pb2
+from plugmq.server.sendcheck import (
+    CheckedSend,
+    SendRequest,
+    check_message,
+    check_messages,
+    check_send,
+    failed_entry,
+)
+from plugmq.server.status import RpcFailure, ok, overall
 from plugmq.server.telemetry import Sessions, txn_group
 
-__all__ = ["CheckedSend", "SendRequest", "SendWorker", "Sender", "check_message", "check_messages", "check_send"]
+# The checks live in plugmq.server.sendcheck (a front-end process checks without a broker); they
+# are named here too, where the servicer and the hand-off have always imported them from.
+__all__ = ["CheckedSend", "SendRequest", "Sender", "check_message", "check_messages", "check_send"]
 
 # A send that is stored but not as durable as asked, as RocketMQ 5's proxy answers it
 # (SendMessageActivity): the message is on the master; a retry by the client may store it twice.
@@ -53,102 +59,6 @@ _NOT_PERSISTED = {
         "the message is stored on the master but its in-sync set fell below min_in_sync_replicas before a slave "
         "confirmed it (sync_master); start or reconnect a slave; a retry by the client may store it twice"),
 }
-
-
-@attrs.frozen
-class SendRequest:
-    """One SendMessage call's messages and who sent them."""
-
-    messages: Sequence[definition_pb2.Message]
-    account: Account | None
-    client_id: str
-
-
-@attrs.frozen
-class CheckedSend:
-    """A SendMessage call's messages once checked: each one ready for the broker, or its failed entry.
-
-    Checking needs no broker (a front-end worker process checks, the store's process stores)."""
-
-    items: Sequence[Outgoing | service_pb2.SendResultEntry]
-    client_id: str
-    account: str | None  # the sender's access key (its rate limit), None without access control
-    #: Whether every message is a normal or FIFO one (stored on the event loop when the store allows).
-    on_loop: bool = attrs.field(
-        default=attrs.Factory(lambda self: _on_loop(self.items), takes_self=True))
-    #: Whether a message is transactional (only those need the client's id: its session).
-    transactional: bool = attrs.field(
-        default=attrs.Factory(lambda self: _transactional(self.items), takes_self=True))
-
-
-_ON_LOOP_KINDS = frozenset((MessageType.NORMAL, MessageType.FIFO))
-
-
-def _on_loop(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> bool:
-    return all(type(item) is not Outgoing or item.kind in _ON_LOOP_KINDS for item in items)
-
-
-def _transactional(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> bool:
-    return any(type(item) is Outgoing and item.kind == MessageType.TRANSACTION for item in items)
-
-
-def check_message(proto: definition_pb2.Message, account: Account | None, auth: Authenticator,
-                  max_body: int) -> Outgoing:
-    """One sent message checked (protocol codes as RpcFailure): fields, the account's right to
-    publish to its topic, and that the topic is not one of the broker's own."""
-    out = outgoing(proto, max_body)
-    _check_topic(out.message.topic, account, auth)
-    return out
-
-
-def check_send(request: SendRequest, auth: Authenticator, max_body: int) -> CheckedSend:
-    """Every message of a call checked: its Outgoing, or the entry that answers its failure."""
-    return check_messages(request.messages, request.account, auth, max_body, request.client_id)
-
-
-def check_messages(messages: Iterable[definition_pb2.Message], account: Account | None, auth: Authenticator,
-                   max_body: int, client_id: str = "") -> CheckedSend:
-    """:func:`check_send` of a call's messages (``client_id`` matters to transactional ones only).
-
-    What depends on the topic alone (the account's right to publish, not a system topic) is
-    checked once per topic of the call, each message's own fields one by one."""
-    items: list[Outgoing | service_pb2.SendResultEntry] = []
-    on_loop, transactional = True, False
-    topics: dict[str, RpcFailure | None] = {}  # per topic of the call: why it is refused, None: it is not
-    for proto in messages:
-        try:
-            out = outgoing(proto, max_body)
-        except Exception as exc:  # noqa: BLE001 - answered as this entry's status
-            items.append(_failed(proto.topic.name, proto.system_properties.message_id, exc))
-            continue
-        topic = out.message.topic
-        if topic in topics:
-            refused = topics[topic]
-        else:
-            refused = topics[topic] = _topic_refused(topic, account, auth)
-        if refused is not None:
-            items.append(_failed(topic, out.message_id, refused))
-            continue
-        items.append(out)
-        if out.kind not in _ON_LOOP_KINDS:
-            on_loop = False
-            transactional = transactional or out.kind == MessageType.TRANSACTION
-    return CheckedSend(items, client_id, account.access_key if account is not None else None, on_loop, transactional)
-
-
-def _topic_refused(topic: str, account: Account | None, auth: Authenticator) -> RpcFailure | None:
-    """Why no message of the call may go to ``topic`` (None: they may)."""
-    try:
-        _check_topic(topic, account, auth)
-    except RpcFailure as exc:
-        return exc
-    return None
-
-
-def _check_topic(topic: str, account: Account | None, auth: Authenticator) -> None:
-    auth.require(account, "publish", topic)
-    if is_system_topic(topic):
-        raise RpcFailure(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic; producers may not send to it")
 
 
 @attrs.define
@@ -441,101 +351,5 @@ def _set_status(entry: service_pb2.SendResultEntry, status: SendStatus) -> None:
         entry.status.code, entry.status.message = _NOT_PERSISTED[status]
 
 
-def _failed(topic: str, message_id: str, exc: BaseException) -> service_pb2.SendResultEntry:
-    return service_pb2.SendResultEntry(status=status_of(exc, action=f"send to topic {topic!r}"), message_id=message_id)
-
-
 def _failed_out(out: Outgoing, exc: BaseException) -> service_pb2.SendResultEntry:
-    return _failed(out.message.topic, out.message_id, exc)
-
-
-class SendWorker:
-    """One thread that stores what SendMessage calls hand it: one hop off the event loop per call.
-
-    Calls that arrive while the thread is storing wait together and are stored together (group
-    commit): their messages for one queue become one store batch, and all their answers go back
-    to the event loop in one callback.
-    """
-
-    def __init__(self, sender: Sender, loop: asyncio.AbstractEventLoop) -> None:
-        self._sender = sender
-        self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[asyncio.Future[service_pb2.SendMessageResponse], SendRequest | CheckedSend] | None] \
-            = queue.SimpleQueue()
-        self._closed = False
-        self._unanswered = 0  # calls submitted and not answered yet (event-loop thread only)
-        self._thread = threading.Thread(target=self._run, name="plugmq-serve-send", daemon=True)
-        self._thread.start()
-
-    @property
-    def sender(self) -> Sender:
-        return self._sender
-
-    def stores_on_loop(self, calls: Sequence[CheckedSend], sends_wait: bool) -> bool:
-        """Whether ``calls`` may be stored on the event loop now (event-loop thread), which costs
-        less than the hop to the thread and back. Only when nothing can block the loop and every
-        rule holds as on the thread: the broker's sends do not wait (``sends_wait``: no sync flush,
-        no replication, so no wait for a slave and no fencing), every message is a normal or FIFO
-        one (delayed and transactional ones go to plugins that may wait), and the thread has no
-        call unanswered: calls are stored in the order they came, and a client's retry is looked
-        up in RecentSends only after its first try was stored."""
-        return not sends_wait and self._unanswered == 0 and all(call.on_loop for call in calls)
-
-    def submit(self, request: SendRequest | CheckedSend) -> asyncio.Future[service_pb2.SendMessageResponse]:
-        """Queue a call's messages (event-loop thread); the future holds its response."""
-        if self._closed:
-            raise RpcFailure(Code.INTERNAL_SERVER_ERROR, "the server is shutting down; send to it again once it "
-                                                         "is back")
-        future: asyncio.Future[service_pb2.SendMessageResponse] = self._loop.create_future()
-        self._unanswered += 1
-        self._queue.put((future, request))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            work = []
-            while item is not None:
-                work.append(item)
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if work:
-                self._store(work)
-            if item is None:
-                return
-
-    def _store(self, work: list[tuple[asyncio.Future[service_pb2.SendMessageResponse], SendRequest | CheckedSend]]) -> None:
-        try:
-            answers: list[service_pb2.SendMessageResponse] | BaseException = self._sender.send(
-                [request for _future, request in work])
-        except Exception as exc:  # noqa: BLE001 - every waiting call is answered with it
-            answers = exc
-        try:
-            self._loop.call_soon_threadsafe(self._answered, [future for future, _request in work], answers)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits for these answers any more
-
-    def _answered(self, futures: list[asyncio.Future[service_pb2.SendMessageResponse]],
-                  answers: list[service_pb2.SendMessageResponse] | BaseException) -> None:
-        self._unanswered -= len(futures)
-        _answer(futures, answers)
-
-    def close(self) -> None:
-        """Store what is queued, then stop the thread (event-loop thread)."""
-        if not self._closed:
-            self._closed = True
-            self._queue.put(None)
-        self._thread.join()
-
-
-def _answer(futures: list[asyncio.Future[service_pb2.SendMessageResponse]],
-            answers: list[service_pb2.SendMessageResponse] | BaseException) -> None:
-    for i, future in enumerate(futures):
-        if future.done():
-            continue  # the call was cancelled (client gone)
-        if isinstance(answers, BaseException):
-            future.set_exception(answers)
-        else:
-            future.set_result(answers[i])
+    return failed_entry(out.message.topic, out.message_id, exc)

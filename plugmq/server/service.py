@@ -43,7 +43,8 @@ from plugmq.server.protocol import (
     service_pb2_grpc,
 )
 from plugmq.server.receipts import ReceiptSealer
-from plugmq.server.send import Sender, SendWorker, check_messages
+from plugmq.server.send import Sender, check_messages
+from plugmq.server.sendworker import SendWorker
 from plugmq.server.status import RpcFailure, failure_of, ok, overall, status_of
 from plugmq.server.subscriptions import Subscriptions
 from plugmq.server.telemetry import Session, Sessions
