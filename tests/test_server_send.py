@@ -303,7 +303,7 @@ def test_outgoing_is_the_same_with_or_without_the_compiled_slot_filler(fields: d
     assert answers[0] == answers[1]
 
 
-_PLACED = st.tuples(st.sampled_from(["Batched", "Other"]), st.integers(1, 40),
+_PLACED = st.tuples(st.sampled_from(["Batched", "Other", "Unknown"]), st.integers(1, 40),
                     st.sampled_from(["plain", "plain", "plain", "fifo", "due", "empty"]), st.integers(0, 12))
 
 
@@ -313,7 +313,7 @@ _ROUNDS = st.lists(st.lists(st.lists(_PLACED, min_size=1, max_size=6), min_size=
 def test_plain_calls_placed_in_one_step_answer_and_store_as_message_by_message(tmp_path: Any) -> None:
     """Sender places a call of plain messages for one topic in one step: the same answers, the
     same records on the same queues as placing it message by message (retries, batches split at
-    the batch size, FIFO, due delayed and refused messages mixed in)."""
+    the batch size, FIFO, due delayed and refused messages, a topic that does not exist)."""
     import itertools
 
     from plugmq.server.send import Sender, check_messages
@@ -324,17 +324,18 @@ def test_plain_calls_placed_in_one_step_answer_and_store_as_message_by_message(t
             return False
 
     auth = Authenticator(AclOptions())
-    brokers = [Broker.open(tmp_path / name, max_message_size=4096) for name in ("one-step", "by-message")]
+    brokers = [Broker.open(tmp_path / name, max_message_size=4096, auto_create_topic=False)
+               for name in ("one-step", "by-message")]
     examples = itertools.count()
 
     @settings(max_examples=15, deadline=None)
     @given(rounds=_ROUNDS)
     def check(rounds: list[list[list[tuple[str, int, str, int]]]]) -> None:
-        topics = {name: f"{name}{next(examples)}" for name in ("Batched", "Other")}  # each example its own
+        topics = {name: f"{name}{next(examples)}" for name in ("Batched", "Other", "Unknown")}  # each its own
         seen = []
         for kind, broker in zip((Sender, MessageByMessage), brokers, strict=True):
-            for topic in topics.values():
-                broker.create_topic(topic, 2)
+            for name in ("Batched", "Other"):  # no Unknown: its sends are refused (TOPIC_NOT_FOUND)
+                broker.create_topic(topics[name], 2)
             sender = kind(broker, Sessions(broker, ServerOptions()), auth, 64)
             answers: list[bytes] = []
             for calls in rounds:
@@ -342,7 +343,7 @@ def test_plain_calls_placed_in_one_step_answer_and_store_as_message_by_message(t
                            for call in calls]
                 answers.extend(response.SerializeToString() for response in sender.store(checked))
             stored = [[(str(m.unique_id), m.body) for m in broker.pull(queue, 0, 1000).messages]
-                      for topic in topics.values() for queue in broker.topic_queues(topic)]
+                      for name in ("Batched", "Other") for queue in broker.topic_queues(topics[name])]
             seen.append((answers, stored))
         assert seen[0] == seen[1]
 
@@ -415,3 +416,20 @@ def test_a_time_outside_a_timestamps_range_is_refused_as_before() -> None:
     stored = StoredMessage("T", 0, b"x", {}, 0, 0, 1, 0, 253_402_300_800_000, 0, "10.0.0.1:9", "10.0.0.2:1")
     with pytest.raises(ValueError, match="Timestamp is not valid"):
         to_proto(stored)
+
+
+def test_a_plain_call_to_a_topic_that_does_not_exist_is_refused_entry_by_entry(tmp_path: Any) -> None:
+    from plugmq.server.send import Sender, check_messages
+    from plugmq.server.telemetry import Sessions
+
+    broker = Broker.open(tmp_path / "data", auto_create_topic=False)
+    try:
+        auth = Authenticator(AclOptions())
+        sender = Sender(broker, Sessions(broker, ServerOptions()), auth, 4096)
+        call = check_messages([_message("a", topic="Nowhere"), _message("b", topic="Nowhere")], None, auth, 4096)
+        (response,) = sender.store([call])
+        assert [e.message_id for e in response.entries] == ["a", "b"]
+        assert {e.status.code for e in response.entries} == {Code.TOPIC_NOT_FOUND}
+        assert response.status.code != Code.OK
+    finally:
+        broker.close()

@@ -155,7 +155,10 @@ class Sender:
         size = sum(len(out.message.body) for out in items)
         if size > limit:
             return False
-        queue_id = self._queue_for(topic, None, picked)
+        try:
+            queue_id = self._queue_for(topic, None, picked)
+        except Exception:  # noqa: BLE001 - no such topic...: each message answers it, as _place does
+            return False
         queue_batches = batches.setdefault((topic, queue_id, request.account), [])
         batch = queue_batches[-1] if queue_batches else None
         if batch is None or batch.size + size > limit:
