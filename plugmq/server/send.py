@@ -148,6 +148,8 @@ class Sender:
         none of them a retry, all of them fitting one store batch. False when it is not that call:
         then nothing was placed (a queue picked is in ``picked``, for :meth:`_place`)."""
         items = request.items
+        if len(items) < 2:  # one message: _place is as short
+            return False
         topic = _plain_topic(items)
         if topic is None or self._recent.may_know(out.message_id for out in items):
             return False
