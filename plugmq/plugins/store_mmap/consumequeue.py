@@ -200,9 +200,9 @@ class ConsumeQueue:
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, offset: int, max_entries: int,
-             entries_of: Callable[[bytes, int], list[ConsumeQueueEntry]] | None = None) -> list[ConsumeQueueEntry]:
+             entries_of: Callable[[bytes, int], list[ConsumeQueueEntry]]) -> list[ConsumeQueueEntry]:
         """Up to ``max_entries`` entries from ``offset``; ``entries_of(chunk, first queue offset)``
-        builds them (the store's scan kernel), else they are unpacked here."""
+        builds them (the store's scan kernel: compiled, or its Python twin)."""
         lo = max(offset, self.min_offset)
         hi = min(self.max_offset, lo + max(0, max_entries))
         out: list[ConsumeQueueEntry] = []
@@ -210,11 +210,7 @@ class ConsumeQueue:
             chunk = self._chunk(lo, hi)
             if not chunk:
                 break
-            if entries_of is not None:
-                out += entries_of(chunk, lo)
-            else:
-                out += [ConsumeQueueEntry(i, phys, size, tags) for i, (phys, size, tags) in
-                        enumerate(ENTRY.iter_unpack(chunk), lo)]
+            out += entries_of(chunk, lo)
             lo += len(chunk) // ENTRY_SIZE
         return out
 

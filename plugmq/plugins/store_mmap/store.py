@@ -320,12 +320,17 @@ class MmapMessageStore(ReplicaLog):
 
     def append(self, request: AppendRequest) -> AppendResult:
         result = self._appender.append(request)
-        if self._log_listener is not None:  # before the flush wait: shipping overlaps it
-            self._log_listener(result.commit_log_offset + result.size)
-        group = self._group
-        if group is not None and not group.wait(result.commit_log_offset + result.size):
+        if not self._published(result.commit_log_offset + result.size):
             result = attrs.evolve(result, status=FLUSH_DISK_TIMEOUT)
         return result
+
+    def _published(self, end: int) -> bool:
+        """Records up to log offset ``end`` were appended: the log listener hears of them before
+        the flush wait (shipping overlaps it); False when a sync flush did not reach them in time."""
+        if self._log_listener is not None:
+            self._log_listener(end)
+        group = self._group
+        return group is None or group.wait(end)
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """The whole batch is encoded in one pass (every request is checked before any is
@@ -334,13 +339,8 @@ class MmapMessageStore(ReplicaLog):
         buffer. Requests may name any topics and queues; queue offsets are consecutive per
         queue, in request order."""
         results = self._appender.append_batch(requests)
-        if self._log_listener is not None and results:  # before the flush wait: shipping overlaps it
-            self._log_listener(results[-1].commit_log_offset + results[-1].size)
-        group = self._group
-        if group is not None and results:
-            last = results[-1]
-            if not group.wait(last.commit_log_offset + last.size):
-                results = [attrs.evolve(r, status=FLUSH_DISK_TIMEOUT) for r in results]
+        if results and not self._published(results[-1].commit_log_offset + results[-1].size):
+            results = [attrs.evolve(r, status=FLUSH_DISK_TIMEOUT) for r in results]
         return results
 
     def append_columns(self, requests: Sequence[AppendRequest]) -> AppendColumns:
@@ -348,11 +348,7 @@ class MmapMessageStore(ReplicaLog):
         until one is read."""
         raw, ts = self._appender.append_columns(requests)
         results = AppendColumns(memoryview(raw).cast("q"), self._id_prefix, ts)
-        end = results.end_offset
-        if self._log_listener is not None and results:  # before the flush wait: shipping overlaps it
-            self._log_listener(end)
-        group = self._group
-        if group is not None and results and not group.wait(end):
+        if results and not self._published(results.end_offset):
             results = results.with_status(FLUSH_DISK_TIMEOUT)
         return results
 
