@@ -65,8 +65,6 @@ class Roles:
         self.promoted_at: float | None = None  # monotonic time of the last promotion (failover)
         self._acked: collections.Counter[int] = collections.Counter()  # sends answered OK, by epoch
         self._acked_lock = threading.Lock()
-        # The replication service ``epoch`` last looked at, and it again if it switches roles.
-        self._epoch_source: tuple[ReplicationService | None, FailoverReplication | None] = (None, None)
 
     def attach(self, replication: ReplicationService | None) -> None:
         """The broker's replication service (None: it has none)."""
@@ -126,14 +124,8 @@ class Roles:
     @property
     def epoch(self) -> int:
         """The newest master epoch this broker's log knows (0 without failover)."""
-        replication = self.replication
-        if replication is None:  # every answered send asks: isinstance on a Protocol costs ~60 us
-            return 0
-        source, failover = self._epoch_source
-        if source is not replication:  # one tuple: threads never see a half-updated pair
-            failover = replication if isinstance(replication, FailoverReplication) else None
-            self._epoch_source = (replication, failover)
-        return failover.epoch if failover is not None else 0
+        replication = self.replication  # every answered send asks: has_capability answers per class
+        return replication.epoch if has_capability(replication, FailoverReplication) else 0
 
     def failover_replication(self, action: str) -> FailoverReplication:
         """The replication service, when it switches roles; ReplicationError naming ``action`` if not."""

@@ -17,6 +17,7 @@ and is left to the plugin's Python decoder too, which decides.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -268,14 +269,7 @@ def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds:
     entry, latency, edges = counters[1 if fifo else 0], counters[2], counters[3]
     entry[0] += 1
     entry[1] += body_bytes
-    low, high = 0, len(edges)  # bisect_left, as the compiled twin searches
-    while low < high:
-        middle = (low + high) // 2
-        if edges[middle] < seconds:
-            low = middle + 1
-        else:
-            high = middle
-    latency[low] += 1
+    latency[bisect.bisect_left(edges, seconds)] += 1
     latency[-1] += seconds
 
 

@@ -166,11 +166,6 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     return _new_outgoing(message, extra, kind, group, message_id)
 
 
-def _outgoing_py(message: Message, extra: Mapping[str, str], kind: int, group: str | None,
-                 message_id: str) -> Outgoing:
-    return Outgoing(message, extra, kind, group, message_id)
-
-
 _OUTGOING_SLOTS = tuple(Outgoing.__dict__[a.name] for a in attrs.fields(Outgoing))
 
 
@@ -180,7 +175,7 @@ def _new_outgoing(message: Message, extra: Mapping[str, str], kind: int, group: 
     slot filler is there (attrs' frozen init sets them one by one)."""
     fill = slot_filler()
     if fill is None:
-        return _outgoing_py(message, extra, kind, group, message_id)
+        return Outgoing(message, extra, kind, group, message_id)
     out: Outgoing = object.__new__(Outgoing)
     fill(_OUTGOING_SLOTS, out, message, extra, kind, group, message_id)
     return out

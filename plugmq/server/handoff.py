@@ -178,9 +178,6 @@ class _OwnerEnd(_Frames):
         """Each frame's answers (``shape``: its id and how many calls it held), in one write."""
         if self.transport is None or self.transport.is_closing():
             return
-        if len(shape) == 1:
-            self.transport.write(_frame((shape[0][0], responses)))
-            return
         parts, start = [], 0
         for frame_id, count in shape:
             parts.append(_frame((frame_id, responses[start:start + count])))
