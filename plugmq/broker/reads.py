@@ -17,6 +17,7 @@ from plugmq.broker.ratelimit import RateLimiter
 from plugmq.core.contracts import (
     Filter,
     FilterCompiler,
+    MatchAll,
     MessageStore,
     QueueRepairing,
     QueueRunReading,
@@ -104,22 +105,27 @@ class Reads:
         below the log offset ``visible``) and the offset the next pull starts at.
 
         The entries the pre-check passes are read in runs (``read_entries``: one call to a store
-        that reads in bulk), each run no longer than the messages still wanted. A plain pull
-        (no filter, everything visible) from a QueueRunReading store reads entries and records
-        in one call per run; a run the store cannot vouch for goes entry by entry."""
+        that reads in bulk), each run no longer than the messages still wanted. A pull that takes
+        every message (no subscription, or one that matches everything: MatchAll) from a
+        QueueRunReading store reads entries and records in one call per run, cut at ``visible``;
+        a run the store cannot vouch for goes entry by entry."""
         found: list[StoredMessage] = []
-        budget = max_nums * (_PULL_SCAN_FACTOR if subscription is not None else 1)
+        everything = subscription is None or (isinstance(subscription, MatchAll) and subscription.matches_everything)
+        budget = max_nums * (1 if everything else _PULL_SCAN_FACTOR)
         next_offset = offset
         store = self._store
-        runs = (store if subscription is None and visible is None and has_capability(store, QueueRunReading)
-                else None)
+        runs = store if everything and has_capability(store, QueueRunReading) else None
         while len(found) < max_nums and budget > 0 and next_offset < high:
             if runs is not None:
                 run = runs.read_queue_run(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
                 if run:
-                    found += run
-                    budget -= len(run)
-                    next_offset = run[-1].queue_offset + 1
+                    taken = run if visible is None else _committed(run, visible)
+                    found += taken
+                    budget -= len(taken)
+                    if taken:
+                        next_offset = taken[-1].queue_offset + 1
+                    if len(taken) < len(run):
+                        return found, next_offset  # not committed yet: the rest of the queue waits too
                     continue
                 runs = None  # none there, or not exact: the entry-by-entry path decides (and repairs)
             entries = self._store.read_queue(queue.topic, queue.queue_id, next_offset, min(budget, _READ_AHEAD))
@@ -209,6 +215,16 @@ class Reads:
 
     def max_offset(self, queue: MessageQueue) -> int:
         return self._store.max_offset(queue.topic, queue.queue_id)
+
+
+def _committed(run: list[StoredMessage], visible: int) -> list[StoredMessage]:
+    """The messages of ``run`` (in log order) that end at or below the log offset ``visible``."""
+    if run[-1].commit_log_offset + run[-1].size <= visible:
+        return run
+    end = 0
+    while end < len(run) and run[end].commit_log_offset + run[end].size <= visible:
+        end += 1
+    return run[:end]
 
 
 def _pick(entries: list[ConsumeQueueEntry], start: int, want: int, subscription: Filter | None,

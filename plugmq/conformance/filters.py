@@ -49,7 +49,7 @@ from plugmq.core import (
     Prop,
     tags_code,
 )
-from plugmq.core.contracts import BatchPrecheck, BloomPrecheck
+from plugmq.core.contracts import BatchPrecheck, BloomPrecheck, MatchAll
 
 __all__ = [
     "FilterConformance",
@@ -347,7 +347,7 @@ class FilterConformance:
         data: st.DataObject,
     ) -> None:
         """No pre-check (precheck, precheck_many, precheck_bloom) rejects a message the exact check
-        accepts; precheck_many agrees with precheck."""
+        accepts; precheck_many agrees with precheck; a filter that says it matches everything does."""
         flt = filter_compiler.compile(data.draw(expression_strategy, label="expression"))
         messages = data.draw(st.lists(message_strategy, min_size=1, max_size=8), label="messages")
         entries = [_entry(properties, tags) for properties, tags in messages]
@@ -355,6 +355,9 @@ class FilterConformance:
         if isinstance(flt, BatchPrecheck):
             mask = flt.precheck_many(np.array([e.tags_code for e in entries], dtype=np.int64))
             assert [bool(m) for m in mask] == scalar, "precheck_many must agree with precheck entry by entry"
+        if isinstance(flt, MatchAll) and flt.matches_everything:
+            assert all(scalar) and all(flt.matches(properties, tags) for properties, tags in messages), (
+                "a filter that says it matches everything (MatchAll) must pass every message")
         for (properties, tags), passed in zip(messages, scalar):
             if not flt.matches(properties, tags):
                 continue

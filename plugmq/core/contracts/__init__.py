@@ -66,6 +66,7 @@ from plugmq.core.contracts.filter import (
     FilterCompiler,
     FilterExample,
     FilterSample,
+    MatchAll,
     PropertyRequirements,
 )
 from plugmq.core.contracts.journal import (
@@ -164,6 +165,7 @@ __all__ = [
     "LogPositioned",
     "Mastership",
     "MastershipListener",
+    "MatchAll",
     "MessageStore",
     "PluginContext",
     "PluginDeclaration",

@@ -5,7 +5,7 @@ cheap broker-side pre-check and an exact check. :class:`FilterCapabilities` says
 offer and carries :class:`FilterExample` s: expressions with messages they must match and must not
 match, from which the conformance suite builds the valid input of its semantic clauses. Optional
 features of a filter are small Protocols checked with ``isinstance``: :class:`BatchPrecheck`,
-:class:`BloomPrecheck`, :class:`DescribedFilter`, :class:`PropertyRequirements`.
+:class:`BloomPrecheck`, :class:`DescribedFilter`, :class:`PropertyRequirements`, :class:`MatchAll`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "FilterCompiler",
     "FilterExample",
     "FilterSample",
+    "MatchAll",
     "PropertyRequirements",
 ]
 
@@ -182,6 +183,17 @@ class DescribedFilter(Protocol):
 
     def describe(self) -> str:
         """The parsed form, e.g. fully parenthesised."""
+
+
+@runtime_checkable
+class MatchAll(Protocol):
+    """A filter that can say it lets every message through (a tag subscription of ``*``).
+
+    The broker then reads a queue's records in runs, as for a pull with no subscription."""
+
+    @property
+    def matches_everything(self) -> bool:
+        """True only when ``matches`` (and so ``precheck``) is True for every message."""
 
 
 @runtime_checkable

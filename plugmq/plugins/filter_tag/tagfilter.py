@@ -35,6 +35,11 @@ class TagFilter:
         self.codes = tuple(sorted({java_string_hash(t) for t in tags}))
         self.subscribes_all = not tags
 
+    @property
+    def matches_everything(self) -> bool:
+        """MatchAll: ``*`` lets every message through (the broker reads records in runs)."""
+        return self.subscribes_all
+
     def describe(self) -> str:
         if self.subscribes_all:
             return "* (every message)"
