@@ -194,7 +194,6 @@ class PopService:
             now = self._clock.now_ms()
             for queue in order:
                 lane = self.state.lane(group, topic, queue.queue_id, functools.partial(start, queue))
-                self._expire(lane, now, policy)
                 out.extend(self._take(lane, queue, subscription, max_messages - len(out), invisible_ms, now, policy,
                                       client_id))
                 if len(out) >= max_messages:
@@ -220,7 +219,7 @@ class PopService:
                                           delivery_attempt=attempt, invisible_duration_ms=invisible_ms,
                                           consumer_group=lane.group))
 
-        expired = sorted((e for e in lane.inflight.values() if e.until_ms <= now), key=lambda e: e.offset)[:want]
+        expired = self._timed_out(lane, now, want, policy)
         again = self.backend.read_messages([ConsumeQueueEntry(e.offset, e.commit_log_offset, e.size, 0)
                                             for e in expired])
         for entry, stored in zip(expired, again):
@@ -269,15 +268,27 @@ class PopService:
         return next_offset
 
     # ------------------------------------------------------------------------------ expiry
+    def _timed_out(self, lane: Lane, now: int, want: int, policy: GroupPolicy) -> list[Inflight]:
+        """The first ``want`` timed-out messages of the lane to deliver again (in queue order);
+        those met on the way that used their last attempt are dead-lettered instead (a slave,
+        which cannot write dead letters, delivers them again, as it always has)."""
+        exhausted = policy.redelivery.exhausted if self.state.writable else _never
+        again, spent = lane.first_timed_out(now, want, lambda entry: exhausted(entry.attempt))
+        if spent:
+            self._dead_letter_spent(lane, spent, policy)
+        return again
+
     def _expire(self, lane: Lane, now: int, policy: GroupPolicy) -> None:
         """Dead-letter this lane's timed-out messages that used their last attempt."""
+        exhausted = policy.redelivery.exhausted
+        spent = [entry for entry in lane.timed_out(now) if exhausted(entry.attempt)]
+        if spent:
+            self._dead_letter_spent(lane, spent, policy)
+
+    def _dead_letter_spent(self, lane: Lane, spent: list[Inflight], policy: GroupPolicy) -> None:
         if not self.state.writable:
             return  # a slave cannot write dead letters: its master (or its promotion) will
-        spent = [e for e in lane.inflight.values()
-                 if e.until_ms <= now and policy.redelivery.exhausted(e.attempt)]
-        if not spent:
-            return
-        for entry in sorted(spent, key=lambda e: e.offset):
+        for entry in spent:
             self._dead_letter(lane, entry, policy, reason="max delivery attempts reached")
             self.state.commit([["A", lane.id, [entry.offset]]])  # one by one: a failure repeats none
 
@@ -308,8 +319,8 @@ class PopService:
             return self._deadline_after(self._clock.now_ms())
 
     def _deadline_after(self, now: int) -> int | None:
-        return min((e.until_ms for lane in self.state.by_id.values() for e in lane.inflight.values()
-                    if e.until_ms > now), default=None)
+        return min((until for lane in self.state.by_id.values() if (until := lane.next_deadline(now)) is not None),
+                   default=None)
 
     def _arm(self, deadline_ms: int | None) -> None:
         """Keep one clock timer at the earliest deadline; later ones are found when it fires."""
@@ -559,3 +570,7 @@ class PopService:
                 self._timer.cancel()
             self._timer = None
         self.state.close()
+
+
+def _never(_attempt: int) -> bool:
+    return False
