@@ -62,7 +62,7 @@ class ReceiptHandle:
     @classmethod
     def parse(cls, text: str) -> ReceiptHandle:
         try:
-            queue_id, offset, seq = (int(part) for part in text.split(":"))
+            queue_id, offset, seq = map(int, text.split(":"))
         except (ValueError, AttributeError):
             raise ReceiptHandleError(f"receipt handle {text!r} was not issued by this broker; pass the "
                                      "receipt_handle of a received message") from None
