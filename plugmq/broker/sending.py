@@ -23,7 +23,7 @@ from plugmq.broker.topics import TopicQueues
 from plugmq.broker.traffic import Traffic
 from plugmq.config.topics import TopicSettingsTable
 from plugmq.core.clock import Clock, SystemClock
-from plugmq.core.contracts import ColumnAppending, MessageStore, has_capability
+from plugmq.core.contracts import ColumnAppending, DirectAppending, MessageStore, has_capability
 from plugmq.core.errors import TopicError, ValidationError
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
@@ -103,9 +103,13 @@ class Sender:
         if (count and self._plans_allowed and not self._events.observing_stored and not is_system_topic(topic)
                 and not settings.priority and not settings.dedup):
             clock = self._clock  # the wall clock SystemClock reads: put_one reads it itself
-            plan = put_plan(self._max_message_size, "127.0.0.1:0", self._store.append, self._topics.queues(topic),
+            store = self._store
+            # the store's direct append declines, per call, whenever its append would do more than
+            # store (a log listener set later, a flush wait): then put_one calls store.append
+            direct = store.direct_append() if has_capability(store, DirectAppending) else None
+            plan = put_plan(self._max_message_size, "127.0.0.1:0", store.append, self._topics.queues(topic),
                             self._traffic.shared_sends(topic), self._arrivals.wake,
-                            now_ms=None if type(clock) is SystemClock else clock.now_ms)
+                            now_ms=None if type(clock) is SystemClock else clock.now_ms, direct=direct)
         if count:  # a topic not created is not kept: sends to any names must not grow the table
             plans[topic] = plan
         return plan

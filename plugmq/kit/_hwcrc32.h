@@ -30,7 +30,7 @@ static hwcrc32_fn hwcrc32_impl = hwcrc32_zlib;
 
 static inline uint32_t hwcrc32(uint32_t crc, const unsigned char *p, size_t n) { return hwcrc32_impl(crc, p, n); }
 
-static const char *hwcrc32_name(void) { return hwcrc32_impl == hwcrc32_zlib ? "zlib" : "isa-l"; }
+static inline const char *hwcrc32_name(void) { return hwcrc32_impl == hwcrc32_zlib ? "zlib" : "isa-l"; }
 
 /* Whether `fn` computes zlib's CRC-32 on a few lengths, from 0 and continuing a CRC. */
 static int hwcrc32_agrees(hwcrc32_fn fn) {

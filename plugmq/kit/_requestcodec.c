@@ -35,6 +35,7 @@
 #include <time.h>
 #include <zlib.h>
 
+#include "_directappend.h"        /* a store's direct append (DirectAppending) */
 #include "_requestcodec_layout.h" /* the shapes it is built for: generated from requestcodec.py */
 
 #define FIELDS REQUEST_FIELDS /* AppendRequest's fields */
@@ -609,17 +610,20 @@ out:
  *     in range, an extra not a dict - so the caller's general path decides (and raises what is
  *     wrong). An error of the store's append propagates, nothing counted.
  *   plan = (context, max_size, born_host, append, queues, result_getters, send_result_cls,
- *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids, now_ms)
+ *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids, now_ms,
+ *           direct)
  *     context as encode()'s; queues: the topic's MessageQueues; result_getters: AppendResult's
  *     status, msg_id and queue_offset slot descriptors; send_result_slots: SendResult's 6 slot
  *     descriptors in field order; counters = (normal [count, bytes], fifo [count, bytes],
  *     latency [bucket counts..., seconds sum], edges (float seconds, ascending)); unique_ids() ->
  *     (prefix, next): plugmq.core.message.unique_id_state, asked per put (a forked child has its own);
- *     now_ms: the broker clock's now_ms, or None for the wall clock (SystemClock's, read here).
+ *     now_ms: the broker clock's now_ms, or None for the wall clock (SystemClock's, read here);
+ *     direct: the store's direct append (a PyCapsule, see _directappend.h) or None: when it takes
+ *     the call no AppendRequest or AppendResult is built; when it declines, `append` stores.
  */
 
 enum { PL_CONTEXT, PL_MAX_SIZE, PL_HOST, PL_APPEND, PL_QUEUES, PL_GETTERS, PL_SR_CLS, PL_SR_SLOTS, PL_PUT_OK,
-       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_NOW, PL_ITEMS };
+       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_NOW, PL_DIRECT, PL_ITEMS };
 #define SEND_RESULT_FIELDS 6
 
 /* list[i] += delta (ints); 0 or -1. Nothing between the read and the write runs Python code, so
@@ -667,12 +671,30 @@ static double monotonic_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* A SendResult of the given fields (its region None), filled through the plan's slots. */
+static PyObject *new_send_result(PyObject *plan, PyObject *status, PyObject *msg_id, PyObject *unique,
+                                 PyObject *queue, PyObject *queue_offset) {
+    PyObject *slots = PyTuple_GET_ITEM(plan, PL_SR_SLOTS), *cls = PyTuple_GET_ITEM(plan, PL_SR_CLS);
+    if (!PyTuple_Check(slots) || PyTuple_GET_SIZE(slots) != SEND_RESULT_FIELDS || !PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "put_one: plan's SendResult descriptors are not as expected");
+        return NULL;
+    }
+    PyObject *values[SEND_RESULT_FIELDS] = {status, msg_id, unique, queue, queue_offset, Py_None};
+    PyObject *result = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
+    for (int i = 0; result != NULL && i < SEND_RESULT_FIELDS; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        if (Py_TYPE(slot)->tp_descr_set == NULL || Py_TYPE(slot)->tp_descr_set(slot, result, values[i]) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "put_one: SendResult's slots must be data descriptors");
+            Py_CLEAR(result);
+        }
+    }
+    return result;
+}
+
 /* The SendResult of a stored request: its unique id, the store's msg id and queue offset. */
 static PyObject *send_result(PyObject *plan, PyObject *stored, PyObject *unique, PyObject *queue) {
-    PyObject *getters = PyTuple_GET_ITEM(plan, PL_GETTERS), *slots = PyTuple_GET_ITEM(plan, PL_SR_SLOTS);
-    PyObject *cls = PyTuple_GET_ITEM(plan, PL_SR_CLS);
-    if (!PyTuple_Check(getters) || PyTuple_GET_SIZE(getters) != 3 || !PyTuple_Check(slots) ||
-        PyTuple_GET_SIZE(slots) != SEND_RESULT_FIELDS || !PyType_Check(cls)) {
+    PyObject *getters = PyTuple_GET_ITEM(plan, PL_GETTERS);
+    if (!PyTuple_Check(getters) || PyTuple_GET_SIZE(getters) != 3) {
         PyErr_SetString(PyExc_TypeError, "put_one: plan's result descriptors are not as expected");
         return NULL;
     }
@@ -688,18 +710,48 @@ static PyObject *send_result(PyObject *plan, PyObject *stored, PyObject *unique,
     }
     PyObject *status = got[0] == PyTuple_GET_ITEM(plan, PL_PUT_OK) ? PyTuple_GET_ITEM(plan, PL_SEND_OK)
                                                                   : PyTuple_GET_ITEM(plan, PL_FLUSH_TIMEOUT);
-    PyObject *values[SEND_RESULT_FIELDS] = {status, got[1], unique, queue, got[2], Py_None};
-    result = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
-    for (int i = 0; result != NULL && i < SEND_RESULT_FIELDS; i++) {
-        PyObject *slot = PyTuple_GET_ITEM(slots, i);
-        if (Py_TYPE(slot)->tp_descr_set == NULL || Py_TYPE(slot)->tp_descr_set(slot, result, values[i]) < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "put_one: SendResult's slots must be data descriptors");
-            Py_CLEAR(result);
-        }
-    }
+    result = new_send_result(plan, status, got[1], unique, queue, got[2]);
 out:
     for (int i = 0; i < 3; i++) Py_XDECREF(got[i]);
     return result;
+}
+
+/* The direct append of a capsule (see _directappend.h); NULL with an error when it is not one. */
+static DirectAppend *direct_of(PyObject *capsule) {
+    DirectAppend *api = PyCapsule_GetPointer(capsule, PLUGMQ_DIRECT_APPEND);
+    if (api != NULL && api->version != PLUGMQ_DIRECT_APPEND_VERSION) {
+        PyErr_Format(PyExc_TypeError, "direct append version %d, expected %d (rebuild the kernels)", api->version,
+                     PLUGMQ_DIRECT_APPEND_VERSION);
+        return NULL;
+    }
+    return api;
+}
+
+/* Store `fields` by the plan's direct append and answer the SendResult: a new reference, Py_None
+ * (new) when the store declined (nothing done), NULL on error. Counts and wakes as put_one. */
+static PyObject *put_direct(PyObject *plan, PyObject *const *fields, PyObject *unique, PyObject *queue, int fifo) {
+    DirectAppend *api = direct_of(PyTuple_GET_ITEM(plan, PL_DIRECT));
+    if (api == NULL) return NULL;
+    int64_t at[4];
+    PyObject *msg_id = NULL;
+    double started = monotonic_s();
+    int taken = api->append(api->context, fields, at, &msg_id);
+    if (taken <= 0) return taken < 0 ? NULL : Py_NewRef(Py_None);
+    double seconds = monotonic_s() - started;
+    PyObject *sent = NULL, *qoff = PyLong_FromLongLong(at[0]);
+    if (qoff != NULL && count_sent(PyTuple_GET_ITEM(plan, PL_COUNTERS), fifo, PyBytes_GET_SIZE(fields[DA_BODY]),
+                                   seconds) == 0)
+        sent = new_send_result(plan, PyTuple_GET_ITEM(plan, PL_SEND_OK), msg_id, unique, queue, qoff);
+    Py_XDECREF(qoff);
+    Py_DECREF(msg_id);
+    if (sent == NULL) return NULL;
+    PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
+    if (woken == NULL) {
+        Py_DECREF(sent);
+        return NULL;
+    }
+    Py_DECREF(woken);
+    return sent;
 }
 
 /* The checks that send a message to the general path: 1 plain, 0 not, -1 error. */
@@ -772,6 +824,17 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     int fifo = PyDict_Contains(props, c.names[P_SHARDING]);
     if (fifo < 0) goto out;
+    if (PyTuple_GET_ITEM(plan, PL_DIRECT) != Py_None) { /* the store's direct append, when it takes it */
+        PyObject *fields[DA_FIELDS] = {f[M_TOPIC], queue_id, f[M_BODY], props, code, born,
+                                       PyTuple_GET_ITEM(plan, PL_HOST), zero, zero, zero};
+        PyObject *sent = put_direct(plan, fields, unique, PyTuple_GET_ITEM(queues, qid), fifo);
+        if (sent == NULL) goto out;
+        if (sent != Py_None) {
+            result = sent;
+            goto out;
+        }
+        Py_DECREF(sent); /* declined: the store's append, which publishes */
+    }
     PyObject *proxy = PyDictProxy_New(props);
     if (proxy == NULL) goto out;
     PyObject *values[FIELDS] = {f[M_TOPIC], queue_id, f[M_BODY], proxy, code, born,
@@ -805,6 +868,27 @@ out:
     Py_XDECREF(born);
     Py_XDECREF(uniq);
     return result;
+}
+
+/* ------------------------------------------------------------------ a direct append, called from Python
+ *
+ *   append_direct(capsule, fields) -> (queue_offset, commit_log_offset, size, store_ts, msg_id) | None
+ *     Call a store's direct append (see _directappend.h) with an AppendRequest's 10 fields in
+ *     field order (properties a dict): what put_one does, for tests and the storage conformance
+ *     suite. None: the store declined (nothing done).
+ */
+static PyObject *py_append_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != DA_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "append_direct(capsule, fields: tuple of %d)", DA_FIELDS);
+        return NULL;
+    }
+    DirectAppend *api = direct_of(args[0]);
+    if (api == NULL) return NULL;
+    int64_t at[4];
+    PyObject *msg_id = NULL;
+    int taken = api->append(api->context, &PyTuple_GET_ITEM(args[1], 0), at, &msg_id);
+    if (taken <= 0) return taken < 0 ? NULL : Py_NewRef(Py_None);
+    return Py_BuildValue("(LLLLN)", (long long)at[0], (long long)at[1], (long long)at[2], (long long)at[3], msg_id);
 }
 
 /* ------------------------------------------------------------------ slot filling
@@ -843,6 +927,8 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
     {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
+    {"append_direct", (PyCFunction)(void (*)(void))py_append_direct, METH_FASTCALL,
+     "append_direct(capsule, fields) -> (queue_offset, commit_log_offset, size, store_ts, msg_id) | None"},
     {"put_one", (PyCFunction)(void (*)(void))py_put_one, METH_FASTCALL,
      "put_one(message, queue_id, born_ms, extra, plan) -> SendResult | None"},
     {"encode", py_encode, METH_VARARGS,

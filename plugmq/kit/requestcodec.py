@@ -41,7 +41,7 @@ from plugmq.core.message import (
 from plugmq.core.names import Prop
 from plugmq.kit.native import Kernel, c_header, layout_version, load_kernel
 
-__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "PutPlan", "RequestLayout", "batch_bytes",
+__all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "PutPlan", "RequestLayout", "append_direct", "batch_bytes",
            "decode_requests", "encode_messages", "encode_messages_native", "encode_messages_py", "header_text",
            "native_available", "put_one", "put_one_py", "put_plan", "request_properties"]
 
@@ -110,7 +110,7 @@ REQUESTCODEC = Kernel(
     fallback=("due messages are decoded record by record by the delay plugin's Python decoder; sends are "
               "encoded by the Python twin"),
     cost="decoding a due message takes about 4x the CPU, encoding a sent one about 3x",
-    functions=("encode", "fill", "put_one"),
+    functions=("encode", "fill", "put_one", "append_direct"),
 )
 _native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 if _native is not None:
@@ -247,8 +247,9 @@ def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
 #: the topic changes): the encoder's context, the size limit, the born host, the store's append,
 #: the topic's queues, AppendResult's status / msg_id / queue_offset slots, SendResult and its
 #: slots, PUT_OK, SEND_OK, FLUSH_DISK_TIMEOUT, the traffic counters (plugmq.broker.traffic's
-#: SharedSends), the arrivals' wake-up, where unique ids come from (``unique_id_state``) and the
-#: clock's ``now_ms`` (None: the wall clock, which the kernel reads itself).
+#: SharedSends), the arrivals' wake-up, where unique ids come from (``unique_id_state``), the
+#: clock's ``now_ms`` (None: the wall clock, which the kernel reads itself) and the store's direct
+#: append (a capsule of plugmq.core.contracts.DirectAppending, or None).
 PutPlan = tuple[Any, ...]
 _RESULT_GETTERS = tuple(AppendResult.__dict__[name] for name in ("status", "msg_id", "queue_offset"))
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
@@ -257,12 +258,28 @@ _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(Sen
 def put_plan(max_size: int, born_host: str, append: Callable[[AppendRequest], AppendResult],
              queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None],
              unique_ids: Callable[[], tuple[str, Callable[[], int]]] = unique_id_state,
-             now_ms: Callable[[], int] | None = None) -> PutPlan:
+             now_ms: Callable[[], int] | None = None, direct: object | None = None) -> PutPlan:
     """The plan :func:`put_one` stores a topic's plain messages with (all its messages are of the
-    topic of ``queues``)."""
+    topic of ``queues``). ``direct``: the store's direct append, which the compiled put_one calls
+    instead of ``append`` where it takes the call (the twin always calls ``append``)."""
     return (_ENCODE_CONTEXT, max_size, born_host, append, tuple(queues), _RESULT_GETTERS, SendResult,
             _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake,
-            unique_ids, now_ms)
+            unique_ids, now_ms, direct)
+
+
+def append_direct(capsule: object, request: AppendRequest) -> AppendResult | None:
+    """``request`` stored by a store's direct append (DirectAppending), as the compiled put_one
+    calls it, answered as the store's ``append`` answers; None when the store declined (nothing
+    done) or the compiled codec is not built. For tests and the storage conformance suite."""
+    if _native is None:
+        return None
+    fields = tuple(getattr(request, a.name) for a in attrs.fields(AppendRequest))
+    fields = (*fields[:3], dict(request.properties), *fields[4:])
+    stored = _native.append_direct(capsule, fields)
+    if stored is None:
+        return None
+    queue_offset, commit_log_offset, size, store_ts, msg_id = stored
+    return AppendResult(AppendStatus.PUT_OK, msg_id, queue_offset, commit_log_offset, size, store_ts)
 
 
 def _count_sent(counters: tuple[Any, ...], fifo: bool, body_bytes: int, seconds: float) -> None:
@@ -286,7 +303,7 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
     done, when it is not a plain message of a valid queue (the caller's general path decides).
     ``born_ms`` None: now, by the plan's clock."""
     (_context, max_size, born_host, append, queues, _getters, _cls, _slots, put_ok, send_ok, flush_timeout,
-     counters, wake, unique_ids, now_ms) = plan
+     counters, wake, unique_ids, now_ms, _direct) = plan
     if type(message) is not Message or type(queue_id) is not int or not 0 <= queue_id < len(queues):
         return None
     if (type(message.topic) is not str or type(message.body) is not bytes or message.is_delayed

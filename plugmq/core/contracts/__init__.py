@@ -96,6 +96,7 @@ from plugmq.core.contracts.replication import (
 from plugmq.core.contracts.storage import (
     BulkReading,
     ColumnAppending,
+    DirectAppending,
     FlushMode,
     LogChunk,
     LogListener,
@@ -137,6 +138,7 @@ __all__ = [
     "ClusterTopic",
     "ClusterView",
     "ColumnAppending",
+    "DirectAppending",
     "CommitPointReplication",
     "ConsumerHandover",
     "DelayCapabilities",

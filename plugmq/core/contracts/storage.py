@@ -7,7 +7,8 @@ slaves; the ``replication`` capability), :class:`QueuePreparing` (makes a queue'
 its writes), :class:`QueueRepairing` (rebuilds damaged consume-queue entries from its log),
 :class:`BulkReading` (reads a run of records in one call), :class:`QueueRunReading` (reads a
 run of a queue's messages, entries and records, in one call), :class:`ColumnAppending` (answers a
-batch append with its results as columns) and :class:`RecoveryReporting` (says what opening it
+batch append with its results as columns), :class:`DirectAppending` (hands a compiled caller its
+plain single append) and :class:`RecoveryReporting` (says what opening it
 found). :func:`read_entries` reads consume-queue entries through whichever a store has;
 :func:`has_capability` is ``isinstance`` answered once per class, for per-message paths.
 """
@@ -32,6 +33,7 @@ from plugmq.core.message import (
 __all__ = [
     "BulkReading",
     "ColumnAppending",
+    "DirectAppending",
     "FlushMode",
     "LogChunk",
     "LogListener",
@@ -253,6 +255,26 @@ class ColumnAppending(Protocol):
         ``list(result)`` equals what ``append_batch`` returns for the same requests; an empty
         batch returns an empty AppendColumns.
         """
+        ...
+
+
+@runtime_checkable
+class DirectAppending(Protocol):
+    """A store whose plain single append a compiled caller may call without Python objects in
+    between (store_mmap): no AppendRequest built, no AppendResult answered, no Python frame.
+
+    The broker's compiled single put (plugmq.kit.requestcodec.put_one) calls it with a message's
+    fields; see ``plugmq/kit/_directappend.h`` for the C interface. It must leave the store exactly
+    as ``append`` of the same request would, with the same checks and errors, and may decline a
+    call (the caller then calls ``append``) - it must whenever ``append`` would do more than
+    store: tell a log listener, wait for a sync flush. Clause
+    [direct_append_stores_what_append_stores]: records stored either way read back the same, with
+    the same results, index entries and errors.
+    """
+
+    def direct_append(self) -> object | None:
+        """A PyCapsule named ``plugmq.direct_append`` of the store's direct append, or None when
+        this store cannot offer one now (its appends wait for the disk, or no compiled kernel)."""
         ...
 
 

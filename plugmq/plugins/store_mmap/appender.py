@@ -140,6 +140,7 @@ class Appender(Protocol):
     def need_topic(self) -> str | None: ...
 
     closed: bool
+    direct: bool  # the compiled kernel's direct append is taken (set by the store under its put lock)
 
     def bind(self, *, lock: Any, retention: Any, check_writable: Callable[[], None],
              provide: Callable[[Any], None], make_room: Callable[[dict[tuple[str, int], int], list[int]], None],
@@ -169,6 +170,7 @@ class PyAppender:
     need_size = need_qoff = need_qid = 0
     need_cq: Any = None
     need_topic: str | None = None
+    direct = False  # no direct append in Python: the store never offers one for this kernel
 
     def __init__(
         self,
@@ -362,6 +364,9 @@ class PyAppender:
 
     def release(self) -> None:
         """Nothing to let go of: this kernel keeps no buffers between calls."""
+
+    def direct_capsule(self) -> object:
+        raise StoreError("store_mmap's Python append kernel has no direct append (only the compiled one)")
 
     def take_pending(self) -> list[tuple[str, str | None, str | None, int, int]]:
         batch, self._pending = self._pending, []

@@ -63,7 +63,7 @@ APPEND_KERNEL = Kernel(
     users=("store_mmap",),
     fallback="appends run through appender.PyAppender (the same bytes)",
     cost="an append takes about 4x the CPU (128 B, single appends)",
-    functions=("Appender.append_columns",),
+    functions=("Appender.append_columns", "Appender.direct_capsule"),
 )
 SCAN_KERNEL = Kernel(
     module="plugmq.plugins.store_mmap._scan",

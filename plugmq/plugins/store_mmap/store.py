@@ -58,6 +58,7 @@ from plugmq.plugins.store_mmap.appender import (
     NEED_ROLL,
     Appender,
     IndexEntries,
+    PyAppender,
     make_appender,
 )
 from plugmq.plugins.store_mmap.checkpoint import Checkpoint, CheckpointData
@@ -254,6 +255,7 @@ class MmapMessageStore(ReplicaLog):
                                self._appender.last_ts)
 
         self._group = GroupCommit(self._cl, opts.sync_flush_timeout_ms) if self._sync else None
+        self._allow_direct()
         self._flusher = FlushService(
             self._cl,
             flush_commit_log=not self._sync,
@@ -331,6 +333,28 @@ class MmapMessageStore(ReplicaLog):
             self._log_listener(end)
         group = self._group
         return group is None or group.wait(end)
+
+    def _allow_direct(self) -> None:
+        """Under the put lock (or while opening): the direct append is taken only while
+        ``_published`` does nothing - no log listener, no sync-flush group - so log shipping
+        and flush waits are never skipped."""
+        self._appender.direct = self._log_listener is None and self._group is None
+
+    def set_log_listener(self, listener: Callable[[int], None] | None) -> None:
+        # under the put lock: a direct append that waited for it sees the listener and declines
+        with self._put_lock:
+            self._log_listener = listener
+            self._allow_direct()
+
+    def direct_append(self) -> object | None:
+        """The DirectAppending capability: the compiled kernel's direct append (a PyCapsule; it
+        declines, per call, while a log listener is set), or None for a sync flush or the
+        Python kernel."""
+        appender = self._appender
+        if self._group is not None or isinstance(appender, PyAppender):
+            return None
+        capsule: object = appender.direct_capsule()
+        return capsule
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """The whole batch is encoded in one pass (every request is checked before any is
