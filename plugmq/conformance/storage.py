@@ -41,6 +41,7 @@ from plugmq.conformance._store_support import (
     require,
     write_concurrently,
 )
+from plugmq.conformance.storage_direct import DirectAppendClauses
 from plugmq.conformance.storage_durability import DurabilityClauses
 from plugmq.conformance.storage_replication import ReplicationClauses
 from plugmq.core import (
@@ -71,13 +72,14 @@ def _outcome(call: Callable[[], object]) -> tuple[str, object]:
         return "raised", type(exc).__name__
 
 
-class StoreConformance(DurabilityClauses, ReplicationClauses):
+class StoreConformance(DurabilityClauses, ReplicationClauses, DirectAppendClauses):
     """The storage contract. Needs the fixture ``store_plugin`` -> :class:`StoreUnderTest`.
 
     The durability, refusal and retention clauses come from
     :class:`plugmq.conformance.storage_durability.DurabilityClauses`, the log-shipping clauses
     (stores with the ``replication`` capability) from
-    :class:`plugmq.conformance.storage_replication.ReplicationClauses`.
+    :class:`plugmq.conformance.storage_replication.ReplicationClauses`, the direct append's from
+    :class:`plugmq.conformance.storage_direct.DirectAppendClauses`.
     """
 
     @pytest.fixture

@@ -609,6 +609,59 @@ def fuzz_appender(examples: int) -> int:
     return count[0]
 
 
+def _put_all(path: Path, direct: bool, args: dict[str, Any]) -> tuple[Any, ...]:
+    """put_one's outcomes on a real store: the compiled put_one through the store's direct append,
+    or the twin through its ``append``; then the counters, wake-ups, key and id queries, files."""
+    store = _open_store(path, "c")
+    counters = ([0, 0], [0, 0], [0] * 4 + [0.0], (1e-9, 1.0, 100.0))
+    woken: list[int] = []
+    ids = ("PFX", iter(range(args["start"], 2**66)).__next__)
+    queues = [MessageQueue("T", "b", i) for i in range(3)]
+    capsule = store.direct_append() if direct else None
+    assert capsule is not None or not direct, "store_mmap offers no direct append"
+    plan = requestcodec.put_plan(args["limit"], args["host"], store.append, queues, counters, lambda: woken.append(1),
+                                 lambda: ids, lambda: 12345, direct=capsule)
+    put = requestcodec._native.put_one if direct else requestcodec.put_one_py
+    try:
+        sent = [_outcome(functools.partial(put, message, queue_id, born, extra, plan))
+                for message, queue_id, born, extra in args["calls"]]
+        keys = _outcome(lambda: [m.commit_log_offset for m in store.query_by_key("T", "k1")])
+        by_id = [_outcome(functools.partial(store.query_by_id, s[1].msg_id)) for s in sent if s[0] == "ok" and s[1]]
+        return sent, counters[:2], sum(counters[2][:-1]), len(woken), keys, by_id
+    finally:
+        store.close()
+
+
+def fuzz_put_direct(examples: int) -> int:
+    """kit ``_requestcodec.put_one`` through store_mmap's direct append (DirectAppending) vs its
+    twin through the store's ``append``: the same answers, errors, counters, wake-ups, queries and
+    files, for odd messages, extras, queue ids, born hosts and size limits."""
+    count = [0]
+    extra = st.one_of(st.none(), st.dictionaries(st.sampled_from([Prop.UNIQ_KEY, Prop.KEYS, "x", "a\x01b"]),
+                                                 st.sampled_from(["", "k1", "k1 k2", "v\x02", "\udc80"]), max_size=2))
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        calls = draw(st.lists(st.tuples(_fuzz_message(), st.sampled_from([0, 0, 1, 2, -1, 2**40]),
+                                        st.sampled_from([None, None, 7, -(2**63), 2**64]), extra), min_size=1, max_size=4))
+        return {"calls": calls, "start": draw(st.integers(0, 2**65)),
+                "limit": draw(st.sampled_from([2**20] * 4 + [0, 10])),
+                "host": draw(st.sampled_from(["127.0.0.1:0"] * 3 + ["[::1]:9", "bad"]))}
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**{k: repr(v) for k, v in args.items()})
+        with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
+            fused = _put_all(Path(tmp) / "direct", True, args)
+            general = _put_all(Path(tmp) / "general", False, args)
+            _agree(fused, general, "put_one direct")
+            assert files(Path(tmp) / "direct") == files(Path(tmp) / "general"), "the two paths wrote different files"
+
+    _settings(examples)(run)()
+    return count[0]
+
+
 TARGETS: dict[str, Callable[[int], int]] = {
     "store_mmap._scan.scan": fuzz_scan,
     "store_mmap._scan.check_entries": fuzz_check_entries,
@@ -620,6 +673,7 @@ TARGETS: dict[str, Callable[[int], int]] = {
     "kit._requestcodec.encode": fuzz_encode,
     "kit._requestcodec.fill": fuzz_fill,
     "kit._requestcodec.put_one": fuzz_put_one,
+    "kit._requestcodec.put_one+store_mmap direct append": fuzz_put_direct,
 }
 
 
