@@ -81,6 +81,8 @@ class Sender:
     _plans: dict[str, PutPlan] = attrs.field(init=False, factory=dict)
 
     _plans_allowed: bool = attrs.field(init=False, default=False)
+    # the store's direct append (DirectAppending) for put_batch, asked for once
+    _direct: object | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._topics.table.subscribe(lambda _topic, _count: self._replan())
@@ -276,6 +278,9 @@ class Sender:
         self._check_open()
         self._roles.check_writable("store messages")
         self._roles.commit.admit_send()
+        fused = self._put_batch_fused(messages, queue_id, extra_properties, await_slave, account)
+        if fused is not None:
+            return fused
         requests, total = encode_messages(messages, queue_id, self._clock.now_ms(), extra_properties,
                                           self._max_message_size)
         topic = messages[0].topic
@@ -299,6 +304,47 @@ class Sender:
         self._events.stored_all(results, requests)
         self._arrivals.wake()
         return SendResults(results, requests, queue, replica)
+
+    def _put_batch_fused(self, messages: Sequence[Message], queue_id: int,
+                         extras: Sequence[Mapping[str, str] | None] | None, await_slave: bool,
+                         account: str | None) -> SendResults | None:
+        """put_batch's common case in one compiled call (plugmq.kit.requestcodec.put_batch): a
+        plain batch of a topic that neither deduplicates nor orders by priority, nobody observing
+        stored messages, encoded and stored with no AppendRequest where the store has a direct
+        append (DirectAppending; it declines while its append would also publish, and then its
+        append_columns stores). The queue and the rate limit are checked between encoding and
+        storing. None when it is not that case: nothing done, the general path decides."""
+        store = self._store
+        if not messages or not self._plans_allowed or self._events.observing_stored:
+            return None
+        if not has_capability(store, ColumnAppending):
+            return None
+        append_columns = store.append_columns
+        topic = messages[0].topic
+        settings = self._topic_settings.settings(topic) if isinstance(topic, str) else None
+        if settings is None or settings.priority or settings.dedup or is_system_topic(topic):
+            return None
+        direct = self._direct
+        if direct is None and has_capability(store, DirectAppending):
+            direct = store.direct_append()
+            object.__setattr__(self, "_direct", direct)  # frozen: asked once (it declines per call)
+        checked: list[tuple[MessageQueue, float]] = []
+
+        def admit(count: int, total: int) -> None:
+            queue = self._topics.queue(topic, queue_id)
+            self._limits.send(topic, account, count, total)
+            checked.append((queue, time.perf_counter()))
+
+        stored = requestcodec.put_batch(messages, queue_id, self._clock.now_ms(), extras, self._max_message_size,
+                                        direct, append_columns, admit)
+        if stored is None:
+            return None
+        results, unique_ids, total = stored
+        queue, started = checked[0]
+        self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
+        replica = self._replica(await_slave, results[-1].commit_log_offset + results[-1].size)
+        self._arrivals.wake()
+        return SendResults.of_unique_ids(results, unique_ids, queue, replica)
 
     def _schedule(self, message: Message, request: AppendRequest) -> AppendResult:
         """Hand a delayed message to the delay plugin (through the ledger, with replication)."""

@@ -623,18 +623,33 @@ class SendResults(BuiltWhenRead[SendResult]):
     results; pickles as a list. Read-only.
     """
 
-    __slots__ = ("_queue", "_replica", "_requests", "_results")
+    __slots__ = ("_queue", "_replica", "_requests", "_results", "_unique_ids")
     _queue: MessageQueue
     _replica: SendStatus
     _requests: Sequence[AppendRequest]
     _results: Sequence[AppendResult]
+    _unique_ids: Sequence[str] | None
 
     def __init__(self, results: Sequence[AppendResult], requests: Sequence[AppendRequest], queue: MessageQueue,
                  replica: SendStatus = SendStatus.SEND_OK) -> None:
         if len(results) != len(requests):
             raise ValidationError(f"{len(results)} results for {len(requests)} requests")
-        for name, value in (("_results", results), ("_requests", requests), ("_queue", queue), ("_replica", replica)):
+        for name, value in (("_results", results), ("_requests", requests), ("_queue", queue), ("_replica", replica),
+                            ("_unique_ids", None)):
             object.__setattr__(self, name, value)
+
+    @classmethod
+    def of_unique_ids(cls, results: Sequence[AppendResult], unique_ids: Sequence[str], queue: MessageQueue,
+                      replica: SendStatus = SendStatus.SEND_OK) -> SendResults:
+        """The results of a batch stored without AppendRequests (the broker's compiled batch put):
+        each message's unique id given instead of its request."""
+        if len(results) != len(unique_ids):
+            raise ValidationError(f"{len(results)} results for {len(unique_ids)} unique ids")
+        made = cls.__new__(cls)
+        for name, value in (("_results", results), ("_requests", ()), ("_queue", queue), ("_replica", replica),
+                            ("_unique_ids", unique_ids)):
+            object.__setattr__(made, name, value)
+        return made
 
     def __len__(self) -> int:
         return len(self._results)
@@ -668,8 +683,9 @@ class SendResults(BuiltWhenRead[SendResult]):
         status = self._replica
         if status is SendStatus.SEND_OK and stored.status is not AppendStatus.PUT_OK:
             status = SendStatus.FLUSH_DISK_TIMEOUT
-        return SendResult.trusted(status, stored.msg_id, self._requests[index].properties[Prop.UNIQ_KEY], self._queue,
-                                  stored.queue_offset)
+        ids = self._unique_ids
+        unique = ids[index] if ids is not None else self._requests[index].properties[Prop.UNIQ_KEY]
+        return SendResult.trusted(status, stored.msg_id, unique, self._queue, stored.queue_offset)
 
 
 class PullStatus(enum.Enum):

@@ -754,6 +754,21 @@ static PyObject *put_direct(PyObject *plan, PyObject *const *fields, PyObject *u
     return sent;
 }
 
+/* parse_context of the context every plan shares (one per process), parsed once: the cache keeps
+ * a reference to the tuple, so the borrowed descriptors it points at stay alive. */
+static int cached_context(PyObject *context, Context *c) {
+    static PyObject *parsed_from = NULL;
+    static Context parsed;
+    if (context == parsed_from) {
+        *c = parsed;
+        return 0;
+    }
+    if (parse_context(context, c) < 0) return -1; /* a bad context leaves the cache as it was */
+    parsed = *c;
+    Py_XSETREF(parsed_from, Py_NewRef(context));
+    return 0;
+}
+
 /* The checks that send a message to the general path: 1 plain, 0 not, -1 error. */
 static int plain_message(const Context *c, PyObject **f, PyObject *extra, Py_ssize_t max_size) {
     if (!PyUnicode_CheckExact(f[M_TOPIC]) || !PyBytes_CheckExact(f[M_BODY])) return 0;
@@ -770,7 +785,7 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     PyObject *message = args[0], *queue_id = args[1], *born_ms = args[2], *extra = args[3], *plan = args[4];
     Context c;
-    if (parse_context(PyTuple_GET_ITEM(plan, PL_CONTEXT), &c) < 0) return NULL;
+    if (cached_context(PyTuple_GET_ITEM(plan, PL_CONTEXT), &c) < 0) return NULL;
     Py_ssize_t max_size = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, PL_MAX_SIZE));
     if (max_size == -1 && PyErr_Occurred()) return NULL;
     PyObject *queues = PyTuple_GET_ITEM(plan, PL_QUEUES), *counters = PyTuple_GET_ITEM(plan, PL_COUNTERS);
@@ -870,6 +885,163 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ the plain batch put
+ *
+ *   put_batch(messages, queue_id, born_ms, extras, max_size, born_host, uniq_prefix, uniq_next, context,
+ *             direct, append_columns, admit, columns) -> (results, unique_ids, total) | None
+ *     Broker.put_batch's common case in one call (plugmq.kit.requestcodec.put_batch_py is its
+ *     twin): the batch checked and encoded as encode() does it (None, nothing done, where encode()
+ *     answers None or a message has a priority), then admit(count, total) (the caller's checks:
+ *     raising stops it before anything is stored), then stored by `direct`'s append_many (the
+ *     store's direct append, see _directappend.h) with no AppendRequest built - results =
+ *     columns(rows, id_prefix, store_ts) - or, when `direct` is None or declines, by
+ *     append_columns(requests) (the store's, which publishes). unique_ids: each message's.
+ */
+_Static_assert(DA_FIELDS == FIELDS, "a direct append's fields are AppendRequest's, in its order");
+
+static int batch_has_priority(const Context *c, PyObject *batch) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(batch); i++) {
+        PyObject *priority = field(c, PyTuple_GET_ITEM(batch, i), M_PRIORITY);
+        if (priority == NULL) return -1;
+        int has = priority != Py_None;
+        Py_DECREF(priority);
+        if (has) return 1;
+    }
+    return 0;
+}
+
+/* The AppendRequests of n field rows (properties as read-only views): the store's fallback. */
+static PyObject *requests_of(const Context *c, PyObject *const *fields, Py_ssize_t n) {
+    PyObject *requests = PyList_New(n);
+    for (Py_ssize_t i = 0; requests != NULL && i < n; i++) {
+        PyObject *values[FIELDS];
+        memcpy(values, fields + i * DA_FIELDS, sizeof values);
+        PyObject *proxy = PyDictProxy_New(values[DA_PROPERTIES]);
+        PyObject *request = proxy == NULL ? NULL : c->request_cls->tp_alloc(c->request_cls, 0);
+        values[DA_PROPERTIES] = proxy;
+        for (int k = 0; request != NULL && k < FIELDS; k++)
+            if (Py_TYPE(c->setters[k])->tp_descr_set(c->setters[k], request, values[k]) < 0) Py_CLEAR(request);
+        Py_XDECREF(proxy);
+        if (request == NULL) Py_CLEAR(requests);
+        else PyList_SET_ITEM(requests, i, request);
+    }
+    return requests;
+}
+
+/* Fill n rows of fields (new references) and the unique ids of the batch; 0 or -1. */
+static int batch_fields(const Context *c, PyObject *batch, PyObject *extra_of, PyObject *const *shared,
+                        PyObject *uniq_prefix, PyObject *uniq_next, PyObject **fields, PyObject *ids) {
+    PyObject *last_tags = NULL, *last_code = NULL;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(batch); i++) {
+        PyObject *f[MESSAGE_FIELDS] = {0};
+        PyObject **row = fields + i * DA_FIELDS;
+        for (int k = 0; k < MESSAGE_FIELDS && rc == 0; k++)
+            if ((f[k] = field(c, PyTuple_GET_ITEM(batch, i), k)) == NULL) rc = -1;
+        if (rc == 0 && f[M_TAGS] != last_tags) { /* one tag code per run of the same tags */
+            PyObject *code = f[M_TAGS] == Py_None ? Py_NewRef(shared[DA_RECONSUME]) : PyObject_CallOneArg(c->tags_code, f[M_TAGS]);
+            if (code == NULL) rc = -1;
+            else {
+                Py_XSETREF(last_code, code);
+                Py_XSETREF(last_tags, Py_NewRef(f[M_TAGS]));
+            }
+        }
+        PyObject *extra = extra_of == Py_None ? Py_None : PyTuple_GET_ITEM(extra_of, i);
+        PyObject *props = rc < 0 ? NULL : message_properties(c, f, extra, uniq_prefix, uniq_next);
+        PyObject *unique = props == NULL ? NULL : PyDict_GetItemWithError(props, c->names[P_UNIQ]);
+        if (unique == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "put_batch: no unique id");
+            Py_XDECREF(props);
+            rc = -1;
+        } else {
+            PyList_SET_ITEM(ids, i, Py_NewRef(unique));
+            for (int k = 0; k < DA_FIELDS; k++) row[k] = Py_NewRef(shared[k]); /* queue, born, host, zeros */
+            Py_SETREF(row[DA_TOPIC], Py_NewRef(f[M_TOPIC]));
+            Py_SETREF(row[DA_BODY], Py_NewRef(f[M_BODY]));
+            Py_SETREF(row[DA_PROPERTIES], props);
+            Py_SETREF(row[DA_TAGS_CODE], Py_NewRef(last_code));
+        }
+        for (int k = 0; k < MESSAGE_FIELDS; k++) Py_XDECREF(f[k]);
+    }
+    Py_XDECREF(last_tags);
+    Py_XDECREF(last_code);
+    return rc;
+}
+
+/* Store the rows: the direct append where it takes them, else the store's append_columns. */
+static PyObject *store_rows(const Context *c, PyObject *direct, PyObject *append_columns, PyObject *columns,
+                            PyObject **fields, Py_ssize_t n) {
+    if (direct != Py_None) {
+        DirectAppend *api = direct_of(direct);
+        if (api == NULL) return NULL;
+        PyObject *rows = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t));
+        if (rows == NULL) return NULL;
+        int64_t ts = 0;
+        int taken = api->append_many(api->context, n, fields, (int64_t *)PyBytes_AS_STRING(rows), &ts);
+        PyObject *results = NULL;
+        if (taken > 0) {
+            PyObject *prefix = PyUnicode_DecodeASCII(api->id_prefix, sizeof api->id_prefix, NULL);
+            if (prefix != NULL) results = PyObject_CallFunction(columns, "OOL", rows, prefix, (long long)ts);
+            Py_XDECREF(prefix);
+        }
+        Py_DECREF(rows);
+        if (taken != 0) return results; /* stored, or an error */
+    }
+    PyObject *requests = requests_of(c, fields, n);
+    if (requests == NULL) return NULL;
+    PyObject *results = PyObject_CallOneArg(append_columns, requests);
+    Py_DECREF(requests);
+    return results;
+}
+
+static PyObject *py_put_batch(PyObject *self, PyObject *args) {
+    PyObject *messages, *queue_id, *born_ms, *extras, *born_host, *uniq_prefix, *uniq_next, *context, *direct,
+        *append_columns, *admit, *columns;
+    Py_ssize_t max_size;
+    if (!PyArg_ParseTuple(args, "OOOOnOUOOOOOO", &messages, &queue_id, &born_ms, &extras, &max_size, &born_host,
+                          &uniq_prefix, &uniq_next, &context, &direct, &append_columns, &admit, &columns))
+        return NULL;
+    Context c;
+    if (cached_context(context, &c) < 0) return NULL;
+    if (!PyList_Check(messages) || (extras != Py_None && !PyList_Check(extras))) Py_RETURN_NONE;
+    PyObject *result = NULL, *ids = NULL, *zero = NULL, *results = NULL, **fields = NULL;
+    Py_ssize_t n = 0, total = 0;
+    PyObject *batch = PyList_AsTuple(messages);
+    PyObject *extra_of = extras == Py_None ? Py_NewRef(Py_None) : PyList_AsTuple(extras);
+    if (batch == NULL || extra_of == NULL) goto out;
+    int fits = batch_fits(&c, batch, extra_of, max_size, &total);
+    if (fits == 1) fits = batch_has_priority(&c, batch) == 0 ? 1 : (PyErr_Occurred() ? -1 : 0);
+    if (fits <= 0) {
+        if (fits == 0) result = Py_NewRef(Py_None);
+        goto out;
+    }
+    n = PyTuple_GET_SIZE(batch);
+    zero = PyLong_FromLong(0);
+    ids = PyList_New(n);
+    fields = PyMem_Calloc((size_t)(n * DA_FIELDS), sizeof(PyObject *));
+    if (zero == NULL || ids == NULL || fields == NULL) {
+        if (fields == NULL) PyErr_NoMemory();
+        goto out;
+    }
+    PyObject *shared[DA_FIELDS] = {Py_None, queue_id, Py_None, Py_None, Py_None, born_ms, born_host, zero, zero, zero};
+    if (batch_fields(&c, batch, extra_of, shared, uniq_prefix, uniq_next, fields, ids) < 0) goto out;
+    PyObject *admitted = PyObject_CallFunction(admit, "nn", n, total);
+    if (admitted == NULL) goto out;
+    Py_DECREF(admitted);
+    results = store_rows(&c, direct, append_columns, columns, fields, n);
+    if (results != NULL) result = Py_BuildValue("(OOn)", results, ids, total);
+out:
+    if (fields != NULL)
+        for (Py_ssize_t i = 0; i < n * DA_FIELDS; i++) Py_XDECREF(fields[i]);
+    PyMem_Free(fields);
+    Py_XDECREF(batch);
+    Py_XDECREF(extra_of);
+    Py_XDECREF(ids);
+    Py_XDECREF(zero);
+    Py_XDECREF(results);
+    return result;
+}
+
 /* ------------------------------------------------------------------ a direct append, called from Python
  *
  *   append_direct(capsule, fields) -> (queue_offset, commit_log_offset, size, store_ts, msg_id) | None
@@ -927,6 +1099,9 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
     {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
+    {"put_batch", py_put_batch, METH_VARARGS,
+     "put_batch(messages, queue_id, born_ms, extras, max_size, born_host, uniq_prefix, uniq_next, context, direct, "
+     "append_columns, admit, columns) -> (results, unique_ids, total) | None"},
     {"append_direct", (PyCFunction)(void (*)(void))py_append_direct, METH_FASTCALL,
      "append_direct(capsule, fields) -> (queue_offset, commit_log_offset, size, store_ts, msg_id) | None"},
     {"put_one", (PyCFunction)(void (*)(void))py_put_one, METH_FASTCALL,

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from plugmq.core.appendcolumns import AppendColumns
 from plugmq.core.errors import MessageTooLargeError, ValidationError
 from plugmq.core.hashing import tags_code
 from plugmq.core.message import (
@@ -43,7 +44,7 @@ from plugmq.kit.native import Kernel, c_header, layout_version, load_kernel
 
 __all__ = ["HEADER_PATH", "LAYOUT_VERSION", "REQUESTCODEC", "PutPlan", "RequestLayout", "append_direct", "batch_bytes",
            "decode_requests", "encode_messages", "encode_messages_native", "encode_messages_py", "header_text",
-           "native_available", "put_one", "put_one_py", "put_plan", "request_properties"]
+           "native_available", "put_batch", "put_batch_py", "put_one", "put_one_py", "put_plan", "request_properties"]
 
 # AppendRequest's slot descriptors in field order: the compiled decoder fills a new request
 # through them, as AppendRequest.trusted does.
@@ -110,7 +111,7 @@ REQUESTCODEC = Kernel(
     fallback=("due messages are decoded record by record by the delay plugin's Python decoder; sends are "
               "encoded by the Python twin"),
     cost="decoding a due message takes about 4x the CPU, encoding a sent one about 3x",
-    functions=("encode", "fill", "put_one", "append_direct"),
+    functions=("encode", "fill", "put_one", "append_direct", "put_batch"),
 )
 _native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 if _native is not None:
@@ -334,3 +335,53 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
 #: put_one_py's answer in one compiled call where the kernel is built (tests may swap in the twin).
 put_one: Callable[[Message, int, int | None, Mapping[str, str] | None, PutPlan], SendResult | None] = (
     put_one_py if _native is None else _native.put_one)
+
+
+# ------------------------------------------------------------------------------ the plain batch put
+#: ``admit(count, total_body_bytes)``: the caller's checks between encoding and storing (raising stops it).
+Admit = Callable[[int, int], None]
+BatchAppend = Callable[[Sequence[AppendRequest]], Sequence[AppendResult]]
+BatchPut = tuple[Sequence[AppendResult], list[str], int]
+
+
+def _columns(rows: bytes, id_prefix: str, store_ts: int) -> AppendColumns:
+    return AppendColumns(memoryview(rows).cast("q"), id_prefix, store_ts)
+
+
+def put_batch_py(messages: Sequence[Message], queue_id: int, born_ms: int,
+                 extras: Sequence[Mapping[str, str] | None] | None, max_size: int, direct: object | None,
+                 append_columns: BatchAppend, admit: Admit, *,
+                 unique_ids: tuple[str, Callable[[], int]] | None = None) -> BatchPut | None:
+    """Store a plain batch of one topic (the twin of the compiled ``put_batch``): its requests as
+    :func:`encode_messages_py` builds them, ``admit(count, total)``, then ``append_columns``; the
+    results, each message's unique id and the bodies' length. None, nothing done, when a message
+    has a priority or the compiled encoder would not take the batch (the caller's general path
+    decides and raises); the twin never calls ``direct``."""
+    if (not isinstance(messages, list) or not messages or (extras is not None and not isinstance(extras, list))
+            or any(type(m) is not Message or m.priority is not None for m in messages)):
+        return None
+    if extras is not None and any(x is not None and not isinstance(x, dict) for x in extras):
+        return None
+    if any(type(m.topic) is not str or type(m.body) is not bytes for m in messages):
+        return None
+    try:
+        requests, total = encode_messages_py(messages, queue_id, born_ms, extras, max_size, unique_ids=unique_ids)
+    except ValidationError:  # MessageTooLargeError too: the general path raises it again
+        return None
+    admit(len(requests), total)
+    return append_columns(requests), [r.properties[Prop.UNIQ_KEY] for r in requests], total
+
+
+def put_batch(messages: Sequence[Message], queue_id: int, born_ms: int,
+              extras: Sequence[Mapping[str, str] | None] | None, max_size: int, direct: object | None,
+              append_columns: BatchAppend, admit: Admit, *,
+              unique_ids: tuple[str, Callable[[], int]] | None = None) -> BatchPut | None:
+    """:func:`put_batch_py`'s answer from the compiled kernel, which stores through ``direct``
+    (a store's DirectAppending capsule) where it takes the batch; None when the kernel is not
+    built (the caller's general path stores)."""
+    if _native is None or _native_disabled:
+        return None
+    prefix, counter = unique_ids or unique_id_state()
+    stored: BatchPut | None = _native.put_batch(messages, queue_id, born_ms, extras, max_size, "127.0.0.1:0", prefix,
+                                                counter, _ENCODE_CONTEXT, direct, append_columns, admit, _columns)
+    return stored

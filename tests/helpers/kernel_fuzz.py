@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugmq.core import AppendRequest, ManualClock, Message, Prop
-from plugmq.core.errors import StoreFullError
+from plugmq.core.errors import StoreFullError, ValidationError
 from plugmq.core.message import (
     AppendResult,
     AppendStatus,
@@ -609,6 +609,11 @@ def fuzz_appender(examples: int) -> int:
     return count[0]
 
 
+def _plain_message() -> Any:
+    """A Message put_one and put_batch take (not delayed, no priority), mostly to topic T."""
+    return _fuzz_message().filter(lambda m: type(m) is Message and not m.is_delayed and m.priority is None)
+
+
 def _put_all(path: Path, direct: bool, args: dict[str, Any]) -> tuple[Any, ...]:
     """put_one's outcomes on a real store: the compiled put_one through the store's direct append,
     or the twin through its ``append``; then the counters, wake-ups, key and id queries, files."""
@@ -642,7 +647,7 @@ def fuzz_put_direct(examples: int) -> int:
 
     @st.composite
     def case(draw: st.DrawFn) -> dict[str, Any]:
-        calls = draw(st.lists(st.tuples(_fuzz_message(), st.sampled_from([0, 0, 1, 2, -1, 2**40]),
+        calls = draw(st.lists(st.tuples(st.one_of(_plain_message(), _fuzz_message()), st.sampled_from([0, 0, 1, 2, -1, 2**40]),
                                         st.sampled_from([None, None, 7, -(2**63), 2**64]), extra), min_size=1, max_size=4))
         return {"calls": calls, "start": draw(st.integers(0, 2**65)),
                 "limit": draw(st.sampled_from([2**20] * 4 + [0, 10])),
@@ -662,6 +667,71 @@ def fuzz_put_direct(examples: int) -> int:
     return count[0]
 
 
+def _put_batches(path: Path, direct: bool, args: dict[str, Any]) -> tuple[Any, ...]:
+    """put_batch's outcomes on a real store: the compiled put_batch through the store's direct
+    append (or, declining, its append_columns), or the twin through append_columns."""
+    store = _open_store(path, "c")
+    admitted: list[tuple[int, int]] = []
+    ids = ("PFX", iter(range(args["start"], 2**66)).__next__)
+    capsule = store.direct_append() if direct else None
+    put = requestcodec.put_batch if direct else requestcodec.put_batch_py
+
+    def admit(count: int, total: int) -> None:
+        admitted.append((count, total))
+        if total == args["refuse_total"]:
+            raise ValidationError("refused by admit (fuzz)")
+
+    try:
+        answers = []
+        for batch, queue_id, extras in args["calls"]:
+            got = _outcome(functools.partial(put, batch, queue_id, 77, extras, args["limit"], capsule,
+                                             store.append_columns, admit, unique_ids=ids))
+            if got[0] == "ok" and got[1] is not None:
+                got = ("ok", (list(got[1][0]), got[1][1], got[1][2]))
+            answers.append(got)
+        keys = _outcome(lambda: [m.commit_log_offset for m in store.query_by_key("T", "k1")])
+        return answers, admitted, keys
+    finally:
+        store.close()
+
+
+def fuzz_put_batch_direct(examples: int) -> int:
+    """kit ``_requestcodec.put_batch`` through store_mmap's direct append vs its twin
+    ``put_batch_py`` through the store's ``append_columns``: the same answers, refusals, admitted
+    counts, queries and files, for odd batches, extras, queue ids and size limits."""
+    count = [0]
+    extra = st.one_of(st.none(), st.dictionaries(st.sampled_from([Prop.UNIQ_KEY, Prop.KEYS, "x", "a\x01b"]),
+                                                 st.sampled_from(["", "k1", "k1 k2", "v\x02"]), max_size=2))
+
+    @st.composite
+    def case(draw: st.DrawFn) -> dict[str, Any]:
+        calls = []
+        for _ in range(draw(st.integers(1, 3))):
+            batch = draw(st.lists(_plain_message() if draw(st.sampled_from([True] * 3 + [False])) else _fuzz_message(),
+                                  min_size=draw(st.sampled_from([1] * 9 + [0])), max_size=4))
+            shape = draw(st.sampled_from(["none", "none", "each", "each", "each", "any"]))
+            extras = None if shape == "none" else draw(st.lists(extra, min_size=len(batch), max_size=len(batch))
+                                                       if shape == "each" else st.lists(extra, max_size=5))
+            calls.append((tuple(batch) if draw(st.sampled_from([False] * 9 + [True])) else batch,
+                          draw(st.sampled_from([0, 0, 0, 1, -1, 2**40])), extras))
+        return {"calls": calls, "start": draw(st.integers(0, 2**65)),
+                "limit": draw(st.sampled_from([2**20] * 8 + [0, 30])),
+                "refuse_total": draw(st.sampled_from([-1, -1, -1, 0, 5]))}
+
+    @given(case())
+    def run(args: dict[str, Any]) -> None:
+        count[0] += 1
+        _note(**{k: repr(v) for k, v in args.items()})
+        with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
+            fused = _put_batches(Path(tmp) / "direct", True, args)
+            general = _put_batches(Path(tmp) / "general", False, args)
+            _agree(fused, general, "put_batch direct")
+            assert files(Path(tmp) / "direct") == files(Path(tmp) / "general"), "the two paths wrote different files"
+
+    _settings(examples)(run)()
+    return count[0]
+
+
 TARGETS: dict[str, Callable[[int], int]] = {
     "store_mmap._scan.scan": fuzz_scan,
     "store_mmap._scan.check_entries": fuzz_check_entries,
@@ -674,6 +744,7 @@ TARGETS: dict[str, Callable[[int], int]] = {
     "kit._requestcodec.fill": fuzz_fill,
     "kit._requestcodec.put_one": fuzz_put_one,
     "kit._requestcodec.put_one+store_mmap direct append": fuzz_put_direct,
+    "kit._requestcodec.put_batch+store_mmap direct append": fuzz_put_batch_direct,
 }
 
 

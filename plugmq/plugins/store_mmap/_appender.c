@@ -208,7 +208,7 @@ typedef struct {
     /* the direct append (direct_capsule): allowed while the store's publish step is empty; the
      * request's fields of the call under way (read instead of a request object's) */
     int direct;
-    PyObject *const *direct_fields;
+    PyObject *const *direct_fields, *const *direct_at; /* direct_at: the fields of the request being encoded */
 } Appender;
 
 static PyObject *S_allocated, *S_room, *S_full, *S_next_check, *S_cur, *S_wrote, *S_start, *S_size, *S_mm, *S_max_offset, *S_cq_cur, *S_cq_base, *S_per_file,
@@ -242,7 +242,7 @@ static int hash_put(Appender *self, int64_t h) {
 }
 
 static PyObject *get_field(Appender *self, PyObject *req, int field) {
-    if (req == NULL) return Py_NewRef(self->direct_fields[field]); /* a direct append's fields */
+    if (req == NULL) return Py_NewRef(self->direct_at[field]); /* a direct append's fields */
     if (Py_TYPE(req) == (PyTypeObject *)self->request_type) {
         Py_ssize_t off = self->request_off[field];
         if (off >= 0) { /* the slot itself, as member_descriptor.__get__ reads it */
@@ -901,6 +901,7 @@ static int encode_all(Appender *self, PyObject *const *items, Py_ssize_t count, 
     self->scratch_len = 0;
     self->hashes_len = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[start + i] == NULL) self->direct_at = self->direct_fields + (start + i) * RQ_FIELDS;
         if (encode(self, items[start + i], &self->recs[i]) < 0) {
             clear_recs(self, i + 1);
             return -1;
@@ -1326,39 +1327,53 @@ static PyObject *Appender_append_columns(Appender *self, PyObject *requests) {
 
 /* -- the direct append (see _directappend.h) ------------------------------------------------ */
 
-/* Appender.append's work for one request given by its fields, answering numbers instead of an
- * AppendResult; 0 (not taken) while `direct` is off - checked again under the put lock, which
- * the store holds when it turns `direct` off (a log listener set while this call waited). */
-static int direct_append(PyObject *context, PyObject *const *fields, int64_t out[4], PyObject **msg_id) {
+/* Appender.append_columns's work for n >= 1 requests given by their fields (see
+ * _directappend.h); 0 (not taken) while `direct` is off - checked again under the put lock,
+ * which the store holds when it turns `direct` off (a log listener set while this call waited). */
+static int direct_append_many(PyObject *context, Py_ssize_t n, PyObject *const *fields, int64_t *rows, int64_t *ts) {
     Appender *self = (Appender *)context;
     if (!self->direct) return 0;
     if (self->busy && self->busy_thread == PyThread_get_thread_ident()) {
         PyErr_SetString(PyExc_RuntimeError, "Appender's direct append re-entered from a callback");
         return -1;
     }
-    if (gate(self) < 0 || call_noargs(self->lock_acquire) < 0) return -1;
-    if (!self->direct) return unlock(self) < 0 ? -1 : 0;
-    PyObject *none = NULL; /* get_field reads direct_fields for a NULL request */
-    self->direct_fields = fields;
-    self->columnar = 1;
-    self->cols_len = 0;
-    int rc = place_all(self, &none, 1, NULL, NULL);
-    self->columnar = 0;
-    self->direct_fields = NULL;
-    if (rc == 0 && self->cols_len != 3) {
-        PyErr_SetString(self->store_error, "store_mmap direct append placed no record; please report this");
-        rc = -1;
+    PyObject **items = PyMem_Calloc((size_t)(n > 0 ? n : 1), sizeof(PyObject *)); /* NULL: read direct_fields */
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    if (rc == 0) {
-        out[0] = self->cols[0];
-        out[1] = self->cols[1];
-        out[2] = self->cols[2];
-        out[3] = self->last_ts;
+    int rc = gate(self) < 0 || call_noargs(self->lock_acquire) < 0 ? -1 : 1;
+    if (rc == 1 && !self->direct) rc = unlock(self) < 0 ? -1 : 0;
+    if (rc == 1) {
+        self->direct_fields = fields;
+        self->columnar = 1;
+        self->cols_len = 0;
+        rc = place_all(self, items, n, NULL, NULL) < 0 ? -1 : 1;
+        self->columnar = 0;
+        self->direct_fields = self->direct_at = NULL;
+        if (rc == 1 && self->cols_len != 3 * n) {
+            PyErr_SetString(self->store_error, "store_mmap direct append placed fewer records; please report this");
+            rc = -1;
+        }
+        if (rc == 1) {
+            memcpy(rows, self->cols, (size_t)(3 * n) * sizeof(int64_t));
+            *ts = self->last_ts;
+        }
+        self->cols_len = 0;
+        if (unlock(self) < 0) rc = -1;
+        if (rc == 1 && self->pending_count >= self->index_batch && call_noargs(self->drain) < 0) rc = -1;
     }
-    self->cols_len = 0;
-    if (unlock(self) < 0 || rc < 0) return -1;
-    if (self->pending_count >= self->index_batch && call_noargs(self->drain) < 0) return -1;
-    *msg_id = make_msg_id(self, out[1]);
+    PyMem_Free(items);
+    return rc;
+}
+
+/* One request: append_many's work, the numbers as _directappend.h says, and the message id. */
+static int direct_append(PyObject *context, PyObject *const *fields, int64_t out[4], PyObject **msg_id) {
+    int64_t ts;
+    int rc = direct_append_many(context, 1, fields, out, &ts);
+    if (rc <= 0) return rc;
+    out[3] = ts;
+    *msg_id = make_msg_id((Appender *)context, out[1]);
     return *msg_id == NULL ? -1 : 1;
 }
 
@@ -1375,6 +1390,8 @@ static PyObject *Appender_direct_capsule(Appender *self, PyObject *Py_UNUSED(ign
     api->version = PLUGMQ_DIRECT_APPEND_VERSION;
     api->context = Py_NewRef((PyObject *)self);
     api->append = direct_append;
+    api->append_many = direct_append_many;
+    memcpy(api->id_prefix, self->id_prefix, sizeof api->id_prefix);
     PyObject *capsule = PyCapsule_New(api, PLUGMQ_DIRECT_APPEND, direct_capsule_free);
     if (capsule == NULL) {
         Py_DECREF(api->context);
