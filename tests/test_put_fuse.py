@@ -100,3 +100,52 @@ def test_the_direct_append_refuses_as_append_does(tmp_path: Path) -> None:
             call(good)
         closed.append(str(refused.value))
     assert closed[0] == closed[1] and "closed" in closed[0]
+
+
+def test_put_batch_fused_refuses_and_publishes_as_the_general_path(tmp_path: Path) -> None:
+    """The compiled batch put: a bad queue id and a rate limit refuse it with the general path's
+    words and store nothing; a log listener hears the batch (the store's append_columns stores it
+    then); with an observer of stored messages the general path runs (it hands them requests)."""
+    from plugmq.config.limits import RateLimit
+    from plugmq.core import ManualClock
+    from plugmq.core.errors import RateLimitedError
+    from tests.test_event_hooks import OnStored
+
+    batch = [Message("T", b"a", keys=["k1"]), Message("T", b"bb", tags="x")]
+    with Broker.open(tmp_path / "b", plugins=["store_mmap"], clock=ManualClock(1_000.0),
+                     options={"store_mmap": {"flush": "async"}}) as broker:
+        broker.create_topic("T", 2)
+        store = _store(broker)
+        words = []
+        for disabled in (False, True):  # fused, then the general path with the Python encoder
+            requestcodec._native_disabled = disabled
+            try:
+                with pytest.raises(ValidationError) as refused:
+                    broker.put_batch(batch, 5)
+            finally:
+                requestcodec._native_disabled = False
+            words.append(str(refused.value))
+        assert words[0] == words[1] and "out of range" in words[0]
+        assert store.max_offset("T", 0) == store.max_offset("T", 1) == 0
+        broker.rate_limits.set("topics", "T", RateLimit(messages_per_s=1, burst_s=1))
+        broker.put_batch(batch, 0)  # a full bucket lets one send through (into debt)
+        with pytest.raises(RateLimitedError):
+            broker.put_batch(batch, 0)  # the clock stands still: the bucket stays empty
+        assert store.max_offset("T", 0) == 2
+        broker.rate_limits.set("topics", "T", None)
+        heard: list[int] = []
+        store.set_log_listener(heard.append)
+        sent = broker.put_batch(batch, 1)
+        store.set_log_listener(None)
+        last = broker.query_by_id(sent[-1].msg_id)
+        assert last is not None and heard == [last.commit_log_offset + last.size]
+        observer = OnStored("stored-recorder")
+        broker.add_observer(observer, "stored-recorder")
+        observed = broker.put_batch(batch, 0)
+        assert [c["message"].msg_id for c in observer.calls] == [r.msg_id for r in observed]
+        broker.remove_observer("stored-recorder")
+        again = broker.put_batch(batch, 0)
+        assert [r.queue_offset for r in observed] == [2, 3] and [r.queue_offset for r in again] == [4, 5]
+        assert len(observer.calls) == 2
+        assert [m.body for m in broker.query_by_key("T", "k1")] == [b"a"] * 4
+        assert broker.traffic.snapshot().messages_in == {("T", "normal"): 8}
