@@ -80,11 +80,7 @@ def test_the_direct_append_refuses_as_append_does(tmp_path: Path) -> None:
         store = _store(broker)
         capsule = store.direct_append()
         bad = AppendRequest.trusted("T", 0, b"x", {"k": "v\x02"})
-        words = []
-        for call in (store.append, lambda r: requestcodec.append_direct(capsule, r)):
-            with pytest.raises(ValidationError) as raised:
-                call(bad)
-            words.append(str(raised.value))
+        words = _refusals(store, capsule, bad, ValidationError)
         assert words[0] == words[1] and "separators" in words[0]
         assert store.max_offset("T", 0) == 0
         with pytest.raises(ValidationError, match="separators"):
@@ -94,12 +90,18 @@ def test_the_direct_append_refuses_as_append_does(tmp_path: Path) -> None:
         stored = requestcodec.append_direct(capsule, good)
         read = store.read(stored.commit_log_offset) if stored is not None else None
         assert read is not None and read.body == b"ok"
-    closed = []
-    for call in (store.append, lambda r: requestcodec.append_direct(capsule, r)):
-        with pytest.raises(StoreError) as refused:
-            call(good)
-        closed.append(str(refused.value))
+    closed = _refusals(store, capsule, good, StoreError)
     assert closed[0] == closed[1] and "closed" in closed[0]
+
+
+def _refusals(store: MmapMessageStore, capsule: object, request: AppendRequest, error: type[Exception]) -> list[str]:
+    """What ``append`` and the direct append say refusing ``request`` (each must raise ``error``)."""
+    words = []
+    for call in (store.append, lambda r: requestcodec.append_direct(capsule, r)):
+        with pytest.raises(error) as refused:
+            call(request)
+        words.append(str(refused.value))
+    return words
 
 
 def test_put_batch_fused_refuses_and_publishes_as_the_general_path(tmp_path: Path) -> None:

@@ -609,6 +609,15 @@ def fuzz_appender(examples: int) -> int:
     return count[0]
 
 
+def _fused_as_general(put_all: Callable[[Path, bool, dict[str, Any]], tuple[Any, ...]], args: dict[str, Any],
+                      what: str) -> None:
+    """``put_all`` through the direct append and through the general path, on two fresh stores:
+    the same outcomes and the same files."""
+    with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
+        _agree(put_all(Path(tmp) / "direct", True, args), put_all(Path(tmp) / "general", False, args), what)
+        assert files(Path(tmp) / "direct") == files(Path(tmp) / "general"), "the two paths wrote different files"
+
+
 def _plain_message() -> Any:
     """A Message put_one and put_batch take (not delayed, no priority), mostly to topic T."""
     return _fuzz_message().filter(lambda m: type(m) is Message and not m.is_delayed and m.priority is None)
@@ -657,11 +666,7 @@ def fuzz_put_direct(examples: int) -> int:
     def run(args: dict[str, Any]) -> None:
         count[0] += 1
         _note(**{k: repr(v) for k, v in args.items()})
-        with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
-            fused = _put_all(Path(tmp) / "direct", True, args)
-            general = _put_all(Path(tmp) / "general", False, args)
-            _agree(fused, general, "put_one direct")
-            assert files(Path(tmp) / "direct") == files(Path(tmp) / "general"), "the two paths wrote different files"
+        _fused_as_general(_put_all, args, "put_one direct")
 
     _settings(examples)(run)()
     return count[0]
@@ -722,11 +727,7 @@ def fuzz_put_batch_direct(examples: int) -> int:
     def run(args: dict[str, Any]) -> None:
         count[0] += 1
         _note(**{k: repr(v) for k, v in args.items()})
-        with tempfile.TemporaryDirectory(dir=_SCRATCH) as tmp:
-            fused = _put_batches(Path(tmp) / "direct", True, args)
-            general = _put_batches(Path(tmp) / "general", False, args)
-            _agree(fused, general, "put_batch direct")
-            assert files(Path(tmp) / "direct") == files(Path(tmp) / "general"), "the two paths wrote different files"
+        _fused_as_general(_put_batches, args, "put_batch direct")
 
     _settings(examples)(run)()
     return count[0]
