@@ -20,23 +20,25 @@ Sections (every figure from this run; ratios are against the ``heapq`` baseline 
 * **lateness** (real clock): ``--rate`` messages due per second for ``--seconds`` seconds,
   preloaded under a virtual clock, then dispatched on a wall clock shifted so the first is due
   ``--lead-ms`` (2 s) after start; the write-back appends to a store_mmap (flush async) — with
-  ``append_batch`` where the strategy batches — and a message's lateness is (the time its
+  one store batch (``append_columns``) where the strategy batches — and a message's lateness is (the time its
   append returned, i.e. it is visible - its deliver time): p50/p99 (nearest rank on the shared log
   histogram, plugmq.kit.histogram), max and how many came early.
 * **burst** (real clock): ``--burst`` messages all due within the same second, written back the
   same way; the time from that second's start until the last one is visible.
 
 The heapq baseline on the wall clock is one thread sleeping until its head is due, then writing
-everything due (up to 1,000 per ``append_batch``) to its own store_mmap; Redis polls every 1 ms
-and writes what it removed the same way. Durability (``--fsync`` off, the default): everything on
-the page cache (store_mmap flush=async, every delay plugin with ``fsync`` off — their shared
-default): a ``kill -9`` loses nothing, a power cut may. ``--fsync``: store_mmap flush=sync and
-``fsync`` on. Redis runs with persistence off (``--save '' --appendonly no``). Bodies are 128 B.
+everything due (up to 1,000 per store batch) to its own store_mmap; Redis polls every 1 ms
+and writes what it removed the same way. Each wall-clock run freezes the collector once it has
+started and before its load, as ``plugmq serve`` does (:func:`served_gc`). Durability (``--fsync``
+off, the default): everything on the page cache (store_mmap flush=async, every delay plugin with
+``fsync`` off — their shared default): a ``kill -9`` loses nothing, a power cut may. ``--fsync``:
+store_mmap flush=sync and ``fsync`` on. Redis runs with persistence off (``--save '' --appendonly no``). Bodies are 128 B.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import gc
 import heapq
 import inspect
@@ -60,6 +62,7 @@ from plugmq.bench.redis_peer import RedisServer, redis_missing
 from plugmq.broker.components import open_delay_scheduler, open_store
 from plugmq.core import AppendRequest, AppendResult, AppendStatus, DelayScheduler, ManualClock, MessageStore, Prop
 from plugmq.core.clock import SystemClock, Timer
+from plugmq.core.contracts import ColumnAppending, has_capability
 from plugmq.core.delaylevels import DEFAULT_DELAY_LEVELS_MS
 from plugmq.kit import requestcodec
 from plugmq.kit.histogram import Histogram
@@ -110,7 +113,7 @@ class Opened:
 
     def __init__(self, name: str, data_dir: Path, clock: Any, fsync: bool, *,
                  deliver: Callable[[AppendRequest], AppendResult],
-                 deliver_batch: Callable[[Sequence[AppendRequest]], list[AppendResult]] | None = None,
+                 deliver_batch: Callable[[Sequence[AppendRequest]], Sequence[AppendResult]] | None = None,
                  store: MessageStore | None = None, levels: str | None = None) -> None:
         self.own_store = store is None and name == "delay_level"
         self.store = open_bench_store(data_dir, clock, fsync) if self.own_store else store
@@ -342,6 +345,19 @@ def redis_memory(server: RedisServer, n: int) -> dict[str, float | None]:
 # ----------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def served_gc() -> Iterator[None]:
+    """The collector as ``plugmq serve`` leaves it under load: what was made while starting is frozen
+    (``gc.freeze()``, as serve does once it listens: a full collection no longer walks it); unfrozen
+    when the section ends. Every wall-clock run of a section gets it at the same point: its strategy
+    or baseline is set up and started, the load (what comes due) is still ahead."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class ShiftedClock(SystemClock):
     """The wall clock moved by ``offset`` seconds: preloaded deliver times come due soon."""
 
@@ -363,8 +379,9 @@ class ShiftedClock(SystemClock):
 
 
 class StoreSink:
-    """The write-back on the wall clock: appends to a store (one ``append_batch`` per batch) and
-    records each message's lateness when its append returned (it is visible from then on)."""
+    """The write-back on the wall clock: appends to a store (one batch per batch, as the broker's
+    write-back does: ``append_columns`` where the store has it, else ``append_batch``) and records
+    each message's lateness when its append returned (it is visible from then on)."""
 
     def __init__(self, store: MessageStore, clock: Any, n: int) -> None:
         self.store = store
@@ -388,8 +405,9 @@ class StoreSink:
         self.record([int(request.properties["due"])])
         return result
 
-    def deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        results = self.store.append_batch(requests)
+    def deliver_batch(self, requests: Sequence[AppendRequest]) -> Sequence[AppendResult]:
+        store = self.store
+        results = store.append_columns(requests) if has_capability(store, ColumnAppending) else store.append_batch(requests)
         self.record([int(r.properties["due"]) for r in requests])
         return results
 
@@ -437,7 +455,8 @@ def realtime(name: str, dues: list[int], workdir: Path, fsync: bool, timeout_s: 
                     levels=levels)
     try:
         opened.scheduler.start()
-        sink.done.wait(timeout_s + (last - first) / 1000 + lead_ms / 1000)
+        with served_gc():
+            sink.done.wait(timeout_s + (last - first) / 1000 + lead_ms / 1000)
     finally:
         opened.close()
         store.close()
@@ -469,9 +488,10 @@ def heapq_realtime(dues: list[int], workdir: Path, fsync: bool, timeout_s: float
             sink.deliver_batch(batch)
 
     thread = threading.Thread(target=run, daemon=True)
-    thread.start()
     try:
-        sink.done.wait(timeout_s + (dues[-1] - dues[0]) / 1000 + lead_ms / 1000)
+        with served_gc():
+            thread.start()
+            sink.done.wait(timeout_s + (dues[-1] - dues[0]) / 1000 + lead_ms / 1000)
     finally:
         stop.set()
         thread.join()
@@ -496,18 +516,19 @@ def redis_realtime(server: RedisServer, dues: list[int], workdir: Path, fsync: b
     sink = StoreSink(store, wall, len(dues))
     deadline = time.monotonic() + timeout_s + (dues[-1] - dues[0]) / 1000 + lead_ms / 1000
     try:
-        while not sink.done.is_set() and time.monotonic() < deadline:
-            taken = _redis_take(client, wall.now_ms())
-            if not taken:
-                time.sleep(0.001)  # the usual poll interval of a sorted-set delay queue
-                continue
-            for start in range(0, len(taken), BATCH):
-                requests = []
-                for member, score in taken[start:start + BATCH]:
-                    uid, body = member.split(b"|", 1)
-                    requests.append(AppendRequest(TOPIC, 0, body, properties={
-                        Prop.UNIQ_KEY: uid.decode(), "due": str(int(score))}))
-                sink.deliver_batch(requests)
+        with served_gc():
+            while not sink.done.is_set() and time.monotonic() < deadline:
+                taken = _redis_take(client, wall.now_ms())
+                if not taken:
+                    time.sleep(0.001)  # the usual poll interval of a sorted-set delay queue
+                    continue
+                for start in range(0, len(taken), BATCH):
+                    requests = []
+                    for member, score in taken[start:start + BATCH]:
+                        uid, body = member.split(b"|", 1)
+                        requests.append(AppendRequest(TOPIC, 0, body, properties={
+                            Prop.UNIQ_KEY: uid.decode(), "due": str(int(score))}))
+                    sink.deliver_batch(requests)
     finally:
         store.close()
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -676,7 +697,7 @@ def _print(console: Console, results: dict[str, Any], names: list[str]) -> None:
                   else f"page cache ({STORE} flush=async, delay plugins fsync=false: kill -9 safe, not power-cut safe); "
                        "Redis without persistence")
     console.print(f"[bold]plugmq bench delay[/bold] — durability: {durability}; 128 B bodies; write-back batched: "
-                  f"{settings['batched_write_back']} (baselines: {BATCH} per append_batch); compiled decoder of stored "
+                  f"{settings['batched_write_back']} (baselines: {BATCH} per store batch); compiled decoder of stored "
                   f"requests: {settings['compiled_decoder']}; Redis: {settings['redis']}")
     load = results["load"]
     if "throughput" in results:

@@ -21,7 +21,7 @@ from plugmq.broker.roles import Roles
 from plugmq.broker.topics import TopicTable
 from plugmq.broker.traffic import Traffic
 from plugmq.core.clock import Clock
-from plugmq.core.contracts import MessageStore
+from plugmq.core.contracts import ColumnAppending, MessageStore, has_capability
 from plugmq.core.errors import TopicError
 from plugmq.core.logs import get_logger
 from plugmq.core.message import AppendRequest, AppendResult, AppendStatus, StoredMessage, new_unique_id
@@ -85,11 +85,12 @@ class WriteBack:
                 return self._delivered_already(copy)
         return self.deliver(request)
 
-    def deliver_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+    def deliver_batch(self, requests: Sequence[AppendRequest]) -> Sequence[AppendResult]:
         """Batched write-back of the delay service: one store batch (per run), consumers woken
-        once. As in :meth:`deliver_delayed`, a message delivered already - stored before, or
-        earlier in this very batch (a copy the plugin kept beside the one the ledger handed it) -
-        is answered with that copy instead of being written again."""
+        once; the results as the store's columns where it answers so (built only when read). As
+        in :meth:`deliver_delayed`, a message delivered already - stored before, or earlier in
+        this very batch (a copy the plugin kept beside the one the ledger handed it) - is
+        answered with that copy instead of being written again."""
         if not requests:
             return []
         self._roles.check_writable("deliver delayed messages")
@@ -97,7 +98,7 @@ class WriteBack:
             return self._append_all(requests)
         return self._deliver_pending(requests, self._ledger)
 
-    def _deliver_pending(self, requests: Sequence[AppendRequest], ledger: DelayLedger) -> list[AppendResult]:
+    def _deliver_pending(self, requests: Sequence[AppendRequest], ledger: DelayLedger) -> Sequence[AppendResult]:
         results: list[AppendResult | None] = [None] * len(requests)
         run: list[int] = []  # requests to write, in order
         written: dict[tuple[str, int], int] = {}  # (unique id, attempt) -> its request in this batch
@@ -156,8 +157,10 @@ class WriteBack:
         return AppendResult(AppendStatus.PUT_OK, copy.msg_id, copy.queue_offset, copy.commit_log_offset, copy.size,
                             copy.store_timestamp_ms)
 
-    def _append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        """``requests`` appended with one ``append_batch``: topics ensured, stored events, wake-up."""
+    def _append_all(self, requests: Sequence[AppendRequest]) -> Sequence[AppendResult]:
+        """``requests`` appended in one store batch: topics ensured, stored events, wake-up. A
+        ColumnAppending store answers with columns: a delay burst's write-back reads no result,
+        so none is built."""
         if not requests:
             return []
         needed: dict[str, int] = {}
@@ -165,8 +168,10 @@ class WriteBack:
             needed[request.topic] = max(needed.get(request.topic, 0), request.queue_id + 1)
         for topic, count in needed.items():
             self._topics.ensure(topic, count)
+        store = self._store
         started = time.perf_counter()
-        results = self._store.append_batch(requests)
+        results: Sequence[AppendResult] = (store.append_columns(requests) if has_capability(store, ColumnAppending)
+                                           else store.append_batch(requests))
         self._stored(started, results, requests)
         return results
 

@@ -35,10 +35,11 @@ __all__ = [
 Deliver = Callable[[AppendRequest], AppendResult]
 """The broker's write-back: stores a due message as a normal message on its real topic/queue."""
 
-DeliverBatch = Callable[[Sequence[AppendRequest]], list[AppendResult]]
-"""The broker's batched write-back: stores several due messages (any topics and queues) with one
-``store.append_batch``; results in request order. Raises like ``Deliver``; after a crash any prefix
-of the batch may be stored, which ``WasDelivered`` settles message by message."""
+DeliverBatch = Callable[[Sequence[AppendRequest]], Sequence[AppendResult]]
+"""The broker's batched write-back: stores several due messages (any topics and queues) in one
+store batch; results in request order (a store's columns, built when read, where it answers so).
+Raises like ``Deliver``; after a crash any prefix of the batch may be stored, which
+``WasDelivered`` settles message by message."""
 
 
 @attrs.frozen

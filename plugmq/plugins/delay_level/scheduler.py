@@ -26,7 +26,8 @@ import itertools
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from plugmq.core import (
     AppendRequest,
@@ -35,9 +36,10 @@ from plugmq.core import (
     DelayCapabilities,
     DelayContext,
     DelayUnsupportedError,
+    StoredMessage,
 )
 from plugmq.core.clock import Timer
-from plugmq.core.contracts import read_entries
+from plugmq.core.contracts import QueueRunReading, has_capability, read_entries
 from plugmq.core.errors import DelayError
 from plugmq.core.logs import get_logger
 from plugmq.core.names import SCHEDULE_TOPIC
@@ -62,6 +64,19 @@ def capabilities_for(options: DelayLevelOptions) -> DelayCapabilities:
         cancel=False, arbitrary_delay=False, levels_ms=levels, max_delay_ms=max(levels),
         clamps=options.clamp_to_max_delay, resolution_ms=options.tick_ms, no_duplicates_after_restart=True,
     )
+
+
+class _Position(Protocol):
+    """Where a due message sits: a ConsumeQueueEntry, or the StoredMessage a run read (it says the same)."""
+
+    @property
+    def queue_offset(self) -> int: ...
+
+    @property
+    def tags_code(self) -> int: ...  # the deliver time (ms)
+
+    @property
+    def commit_log_offset(self) -> int: ...
 
 
 def _deadline(ms: int) -> float:
@@ -217,17 +232,55 @@ class LevelDelayScheduler:
             while rearm is None:
                 now = self._clock.now_ms()
                 offset = self._skip_removed(qid, self._offsets.get(qid))
-                due, rearm = self._due_entries(qid, offset, now)
-                if not due:
+                positions, messages, rearm = self._due(qid, offset, now)
+                if not positions:
                     break
-                done = self._deliver_entries([(qid, e) for e in due], now, at_start=False)
-                if done < len(due):
+                done = self._deliver_entries([qid] * len(positions), positions, messages, now, at_start=False)
+                if done < len(positions):
                     rearm = now + self._options.retry_after_error_ms
-                budget -= len(due)
+                budget -= len(positions)
                 if rearm is None and budget <= 0:
                     rearm = now  # come back at once, after other due timers had their turn
         if rearm is not None:
             self._arm(qid, rearm)
+
+    def _due(self, qid: int, offset: int, now: int) -> tuple[Sequence[_Position], Sequence[StoredMessage | None],
+                                                           int | None]:
+        """The due messages of a level from ``offset`` (as :meth:`_due_entries` finds them), where
+        each sits, and the deliver time of the first one not yet due. From a QueueRunReading store
+        the messages are read with their entries in one call per chunk (no ConsumeQueueEntry: a
+        message says where it sits); a run the store cannot vouch for goes entry by entry."""
+        if has_capability(self._store, QueueRunReading):
+            messages, rearm = self._due_run(self._store, qid, offset, now)
+            if messages is not None:
+                return messages, messages, rearm
+        entries, rearm = self._due_entries(qid, offset, now)
+        return entries, read_entries(self._store, entries) if entries else [], rearm
+
+    def _due_run(self, store: QueueRunReading, qid: int, offset: int,
+                 now: int) -> tuple[list[StoredMessage] | None, int | None]:
+        """:meth:`_due_entries` through ``read_queue_run``: None when the first chunk is not exact
+        (a later one that is not ends the batch early: the next one starts there and goes entry
+        by entry)."""
+        due: list[StoredMessage] = []
+        want = self._options.dispatch_batch
+        chunk = _READ_CHUNK
+        while len(due) < want:
+            run = store.read_queue_run(SCHEDULE_TOPIC, qid, offset, min(chunk, want - len(due)))
+            if run is None:
+                return (due or None), None
+            if not run:
+                return due, None
+            if run[-1].tags_code <= now:
+                due += run
+            else:
+                for message in run:
+                    if message.tags_code > now:
+                        return due, message.tags_code
+                    due.append(message)
+            offset = run[-1].queue_offset + 1
+            chunk *= 4
+        return due, None
 
     def _due_entries(self, qid: int, offset: int, now: int) -> tuple[list[ConsumeQueueEntry], int | None]:
         """Up to ``dispatch_batch`` entries due by ``now`` from ``offset`` on (the level is in
@@ -248,34 +301,37 @@ class LevelDelayScheduler:
             chunk *= 4
         return due, None
 
-    def _deliver_entries(self, entries: list[tuple[int, ConsumeQueueEntry]], now: int, *, at_start: bool) -> int:
-        """Write ``entries`` (of any levels, in deliver order) back in one batch and move each
-        level's offset past what reached the store; returns how many of them are done (a prefix,
-        all of them unless the write-back failed). At start-up, entries overdue by more than
-        ``dead_letter_older_than_ms`` go to the dead-letter topic."""
-        restored = restore_all(read_entries(self._store, [entry for _, entry in entries]))  # one read for the run
+    def _deliver_entries(self, qids: Sequence[int], positions: Sequence[_Position],
+                         messages: Sequence[StoredMessage | None], now: int, *, at_start: bool) -> int:
+        """Write the due ``messages`` (of levels ``qids``, at ``positions``, in deliver order) back
+        in one batch and move each level's offset past what reached the store; returns how many
+        of them are done (a prefix, all of them unless the write-back failed). At start-up,
+        messages overdue by more than ``dead_letter_older_than_ms`` go to the dead-letter topic."""
+        restored = restore_all(messages)
         requests = [r for r in restored if r is not None]  # (`None in restored` would call each request's __eq__)
-        if len(requests) < len(restored):
-            self._skip_missing(entries, restored)
-        dead = self._dead_letters(entries, restored) if at_start else None
+        whole = len(requests) == len(restored)
+        if not whole:
+            self._skip_missing(positions, restored)
+        dead = self._dead_letters(positions, restored) if at_start else None
         if dead is not None:
             topic = self._options.dead_letter_topic
             requests = [dead_letter_copy(r, topic) if d else r
                         for r, d in zip(restored, dead, strict=True) if r is not None]
         stored = self._write_back(requests) if requests else None
         now = self._clock.now_ms()  # lateness counts from when the batch is visible
-        done = len(entries) if stored is None else _stored_prefix(restored, stored)
-        settled = entries[:done]
-        dead_flags = dead if dead is not None else itertools.repeat(False)
-        delivered = [entry for (_, entry), r, d in zip(settled, restored, dead_flags, strict=False)
-                     if r is not None and not d]
+        done = len(positions) if stored is None else _stored_prefix(restored, stored)
+        settled = positions[:done]
+        if whole and dead is None:
+            delivered: Sequence[_Position] = settled
+        else:
+            dead_flags = dead if dead is not None else itertools.repeat(False)
+            delivered = [p for p, r, d in zip(settled, restored, dead_flags, strict=False) if r is not None and not d]
         record = self._lateness.record
-        for late, count in Counter([now - entry.tags_code for entry in delivered]).items():  # few distinct values
+        for late, count in Counter([now - p.tags_code for p in delivered]).items():  # few distinct values
             record(late, count)
-        for qid, offset in {qid: entry.queue_offset + 1 for qid, entry in settled}.items():  # past its last done one
-            self._offsets.set(qid, offset)
+        self._settle_offsets(qids[:done], settled)
         if at_start:
-            self._note_overdue([entry for (_, entry), r in zip(settled, restored, strict=False) if r is not None], now)
+            self._note_overdue([p for p, r in zip(settled, restored, strict=False) if r is not None], now)
         self._counts["delivered"] += len(delivered)
         if dead is not None:
             self._counts["dead_lettered"] += sum(dead[:done])  # True only where a request was restored
@@ -284,14 +340,24 @@ class LevelDelayScheduler:
             self._persist()
         return done
 
-    def _skip_missing(self, entries: list[tuple[int, ConsumeQueueEntry]], restored: list[AppendRequest | None]) -> None:
-        for (_, entry), request in zip(entries, restored, strict=True):
+    def _settle_offsets(self, qids: Sequence[int], settled: Sequence[_Position]) -> None:
+        """Each level's offset past its last settled message (one level: the batch's last)."""
+        if not settled:
+            return
+        if qids[0] == qids[-1] and qids.count(qids[0]) == len(qids):
+            self._offsets.set(qids[0], settled[-1].queue_offset + 1)
+            return
+        for qid, offset in {qid: p.queue_offset + 1 for qid, p in zip(qids, settled, strict=True)}.items():
+            self._offsets.set(qid, offset)
+
+    def _skip_missing(self, positions: Sequence[_Position], restored: list[AppendRequest | None]) -> None:
+        for entry, request in zip(positions, restored, strict=True):
             if request is None:  # unreadable: nothing to send, the offset moves past it
                 self._counts["missing"] += 1
                 log.error("scheduled message unreadable or without its real topic; skipped",
                           commit_log_offset=entry.commit_log_offset, offset=entry.queue_offset)
 
-    def _dead_letters(self, entries: list[tuple[int, ConsumeQueueEntry]],
+    def _dead_letters(self, positions: Sequence[_Position],
                       restored: list[AppendRequest | None]) -> list[bool] | None:
         """Per entry, whether it goes to the dead-letter topic (None: none does)."""
         limit = self._options.dead_letter_older_than_ms
@@ -299,9 +365,9 @@ class LevelDelayScheduler:
             return None
         oldest = self._start_ms - limit
         return [request is not None and entry.tags_code < oldest
-                for (_, entry), request in zip(entries, restored, strict=True)]
+                for entry, request in zip(positions, restored, strict=True)]
 
-    def _note_overdue(self, delivered: list[ConsumeQueueEntry], now: int) -> None:
+    def _note_overdue(self, delivered: list[_Position], now: int) -> None:
         """At start-up: count what came due while the broker was down, and how late it went out."""
         for entry in delivered:
             if entry.tags_code <= self._start_ms:
@@ -360,7 +426,9 @@ class LevelDelayScheduler:
                 if not batch:
                     finished = True
                     break
-                done = self._deliver_entries(batch, now, at_start=True)
+                qids = [qid for qid, _ in batch]
+                entries = [entry for _, entry in batch]
+                done = self._deliver_entries(qids, entries, read_entries(self._store, entries), now, at_start=True)
                 sent += len(batch)
                 if done < len(batch):  # the store refused: try again later, still in order
                     self._clock.call_at(_deadline(now + self._options.retry_after_error_ms), self._catch_up)
