@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -107,7 +107,7 @@ class Run:
 def test_the_views_declare_what_they_should(tmp_path: Path) -> None:
     raw = open_store("store_mmap", tmp_path, clock=ManualClock(T0 / 1000), options=SMALL)
     try:
-        assert has_capability(raw, QueueRunReading)
+        assert has_capability(cast(object, raw), QueueRunReading)  # (no narrowing of raw)
         assert not isinstance(EntriesOnly(raw), QueueRunReading)
         assert isinstance(Unvouched(raw, set()), QueueRunReading)
     finally:
