@@ -55,6 +55,7 @@ NAME = "delay_level"
 log = get_logger(__name__)
 
 _READ_CHUNK = 64
+_RUN_CHUNK = 16  # a run decodes every record it reads: a timer that finds a few due reads few more
 _YIELD_AFTER = 20_000  # messages per timer callback before other timers get the clock's thread
 
 
@@ -264,7 +265,7 @@ class LevelDelayScheduler:
         by entry)."""
         due: list[StoredMessage] = []
         want = self._options.dispatch_batch
-        chunk = _READ_CHUNK
+        chunk = _RUN_CHUNK
         while len(due) < want:
             run = store.read_queue_run(SCHEDULE_TOPIC, qid, offset, min(chunk, want - len(due)))
             if run is None:
