@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import MappingProxyType
+from typing import cast
 
 from plugmq.core import AppendRequest, Prop, StoredMessage, tags_code, validate_topic
 from plugmq.core.message import TrustedRequestRow
@@ -94,8 +95,11 @@ def restore_all(messages: Sequence[StoredMessage | None]) -> list[AppendRequest 
         keep((real_topic, int(real_queue), message.body, props, code, message.born_timestamp_ms, message.born_host,
               message.reconsume_times, message.sys_flag, message.prepared_transaction_offset))
         mark(True)
-    built = iter(AppendRequest.trusted_many(rows))
-    return [next(built) if has_row else None for has_row in placed]
+    built = AppendRequest.trusted_many(rows)
+    if len(built) == len(placed):  # every message restored (a burst): the list as it is
+        return cast("list[AppendRequest | None]", built)
+    requests = iter(built)
+    return [next(requests) if has_row else None for has_row in placed]
 
 
 def dead_letter_copy(request: AppendRequest, topic: str) -> AppendRequest:
