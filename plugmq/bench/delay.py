@@ -20,9 +20,9 @@ Sections (every figure from this run; ratios are against the ``heapq`` baseline 
 * **lateness** (real clock): ``--rate`` messages due per second for ``--seconds`` seconds,
   preloaded under a virtual clock, then dispatched on a wall clock shifted so the first is due
   ``--lead-ms`` (2 s) after start; the write-back appends to a store_mmap (flush async) — with
-  one store batch (``append_columns``) where the strategy batches — and a message's lateness is (the time its
-  append returned, i.e. it is visible - its deliver time): p50/p99 (nearest rank on the shared log
-  histogram, plugmq.kit.histogram), max and how many came early.
+  one store batch (``append_columns``) where the strategy batches — and a message's lateness is
+  (the time its append returned, i.e. it is visible - its deliver time): p50/p99 (nearest rank on
+  the shared log histogram, plugmq.kit.histogram), max and how many came early.
 * **burst** (real clock): ``--burst`` messages all due within the same second, written back the
   same way; the time from that second's start until the last one is visible.
 

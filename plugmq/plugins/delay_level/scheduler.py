@@ -2,9 +2,10 @@
 
 Within a level every message has the same delay, so queue order is deliver-time order and only
 the head needs checking (seed 003). A level's timer is armed for its head's deliver time (rounded
-up to ``tick_ms``, 1 ms by default: the deliver time itself); when it fires, the due entries of
-that level are written back in store batches of up to ``dispatch_batch`` (one
-``deliver_batch`` each), the level's offset is persisted after each batch, and the timer is
+up to ``tick_ms``, 1 ms by default: the deliver time itself); when it fires, the due messages of
+that level are read (as runs of entries and records in one call from a QueueRunReading store,
+else entries then their records) and written back in store batches of up to ``dispatch_batch``
+(one ``deliver_batch`` each), the level's offset is persisted after each batch, and the timer is
 re-armed for the new head (or for "now" after ``_YIELD_AFTER`` messages, so a burst never holds
 the clock's thread from other timers). An empty level has no timer: ``schedule`` arms one when
 it appends.
