@@ -22,13 +22,14 @@ Producers never wait for a delivery: ``schedule`` takes only ``_append``.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from plugmq.core import (
     AppendRequest,
@@ -79,6 +80,9 @@ class _Position(Protocol):
 
     @property
     def commit_log_offset(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Position)
 
 
 def _deadline(ms: int) -> float:
@@ -248,58 +252,43 @@ class LevelDelayScheduler:
 
     def _due(self, qid: int, offset: int, now: int) -> tuple[Sequence[_Position], Sequence[StoredMessage | None],
                                                            int | None]:
-        """The due messages of a level from ``offset`` (as :meth:`_due_entries` finds them), where
+        """The due messages of a level from ``offset`` (as :meth:`_due_prefix` finds them), where
         each sits, and the deliver time of the first one not yet due. From a QueueRunReading store
         the messages are read with their entries in one call per chunk (no ConsumeQueueEntry: a
         message says where it sits); a run the store cannot vouch for goes entry by entry."""
-        if has_capability(self._store, QueueRunReading):
-            messages, rearm = self._due_run(self._store, qid, offset, now)
+        store = self._store
+        if has_capability(store, QueueRunReading):
+            messages, rearm = self._due_prefix(functools.partial(store.read_queue_run, SCHEDULE_TOPIC, qid), offset,
+                                               _RUN_CHUNK, now)
             if messages is not None:
                 return messages, messages, rearm
-        entries, rearm = self._due_entries(qid, offset, now)
-        return entries, read_entries(self._store, entries) if entries else [], rearm
+        entries, rearm = self._due_prefix(functools.partial(store.read_queue, SCHEDULE_TOPIC, qid), offset,
+                                          _READ_CHUNK, now)
+        return entries or [], read_entries(store, entries) if entries else [], rearm
 
-    def _due_run(self, store: QueueRunReading, qid: int, offset: int,
-                 now: int) -> tuple[list[StoredMessage] | None, int | None]:
-        """:meth:`_due_entries` through ``read_queue_run``: None when the first chunk is not exact
-        (a later one that is not ends the batch early: the next one starts there and goes entry
-        by entry)."""
-        due: list[StoredMessage] = []
+    def _due_prefix(self, read: Callable[[int, int], Sequence[_P] | None], offset: int, chunk: int,
+                    now: int) -> tuple[list[_P] | None, int | None]:
+        """Up to ``dispatch_batch`` entries (or messages) due by ``now`` from ``offset`` on (the level
+        is in deliver-time order, so they are a prefix), read by ``read(offset, count)`` in growing
+        chunks so a timer that finds a few due reads a few; and the deliver time of the first one
+        not yet due. None when ``read`` answers None ("not exact") at once; later, that ends the
+        batch early (the next one starts there)."""
+        due: list[_P] = []
         want = self._options.dispatch_batch
-        chunk = _RUN_CHUNK
         while len(due) < want:
-            run = store.read_queue_run(SCHEDULE_TOPIC, qid, offset, min(chunk, want - len(due)))
-            if run is None:
+            got = read(offset, min(chunk, want - len(due)))
+            if got is None:
                 return (due or None), None
-            if not run:
+            if not got:
                 return due, None
-            if run[-1].tags_code <= now:
-                due += run
+            if got[-1].tags_code <= now:
+                due += got
             else:
-                for message in run:
-                    if message.tags_code > now:
-                        return due, message.tags_code
-                    due.append(message)
-            offset = run[-1].queue_offset + 1
-            chunk *= 4
-        return due, None
-
-    def _due_entries(self, qid: int, offset: int, now: int) -> tuple[list[ConsumeQueueEntry], int | None]:
-        """Up to ``dispatch_batch`` entries due by ``now`` from ``offset`` on (the level is in
-        deliver-time order, so they are a prefix), read in growing chunks so a timer that finds
-        a few due entries reads a few; and the deliver time of the first one not yet due."""
-        due: list[ConsumeQueueEntry] = []
-        want = self._options.dispatch_batch
-        chunk = _READ_CHUNK
-        while len(due) < want:
-            entries = self._store.read_queue(SCHEDULE_TOPIC, qid, offset, min(chunk, want - len(due)))
-            if not entries:
-                return due, None
-            for entry in entries:
-                if entry.tags_code > now:
-                    return due, entry.tags_code
-                due.append(entry)
-            offset = entries[-1].queue_offset + 1
+                for item in got:
+                    if item.tags_code > now:
+                        return due, item.tags_code
+                    due.append(item)
+            offset = got[-1].queue_offset + 1
             chunk *= 4
         return due, None
 
