@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("grpc", reason="needs the serve extra (grpcio)")
 
 from plugmq.broker.broker import Broker
-from plugmq.core import ManualClock
+from plugmq.core import Family, ManualClock, PluginDeclaration, StoredMessage, hookimpl
 from plugmq.core.names import dlq_topic
 from plugmq.server import ServerOptions, ServerThread
 from plugmq.testing import wait_for
@@ -110,6 +110,25 @@ class NodeClient:
             self._log.close()
 
 
+class NackLog:
+    """A plugin object: the back-offs of the nacks (gave-up invisible changes) the broker applied."""
+
+    name = "nack_log"
+
+    def __init__(self) -> None:
+        self.backoffs_ms: list[int] = []
+
+    @hookimpl
+    def plugmq_declare(self) -> PluginDeclaration:
+        return PluginDeclaration(name=self.name, families={Family.EVENTS})
+
+    @hookimpl
+    def plugmq_message_invisible_changed(self, broker_name: str, consumer_group: str, message: StoredMessage,
+                                         client_id: str, invisible_ms: int, gave_up: bool) -> None:
+        if gave_up:
+            self.backoffs_ms.append(invisible_ms)
+
+
 @attrs.define
 class Served:
     broker: Broker
@@ -117,6 +136,7 @@ class Served:
     address: str
     node_modules: Path
     log: Path
+    nacks: NackLog
 
     @contextmanager
     def client(self) -> Iterator[NodeClient]:
@@ -140,12 +160,13 @@ def served(tmp_path: Path, node_modules: Path) -> Iterator[Served]:
     clock = ManualClock(start=time.time())
     groups = {"node-fifo": {"fifo": True},  # the broker's [groups] table
               "node-push": {"max_delivery_attempts": 3, "backoff_s": [5, 20]}}
-    broker = Broker.open(tmp_path / "data", clock=clock, groups=groups,
-                         plugins=["store_mmap", "delay_wheel", "filter_tag", "filter_sql"])
+    nacks = NackLog()
+    broker = Broker.open(tmp_path / "data", clock=clock, groups=groups, plugin_objects={nacks.name: nacks},
+                         plugins=["store_mmap", "delay_wheel", "filter_tag", "filter_sql", nacks.name])
     thread = ServerThread(broker, ServerOptions(long_polling_s=1.0, default_invisible_s=30.0))
     try:
         address = thread.start()
-        yield Served(broker, clock, address, node_modules, tmp_path / "node.log")
+        yield Served(broker, clock, address, node_modules, tmp_path / "node.log", nacks)
     finally:
         thread.stop()
         broker.close()
@@ -224,8 +245,12 @@ def test_push_consumer_failures_retried_on_the_groups_schedule_then_dead_lettere
             except queue.Empty:
                 return None
 
-        def wait_for_attempt(backoff_s: float) -> tuple[dict[str, Any], float]:
-            """Advance the broker clock in steps until the next attempt; it may not come before ``backoff_s``."""
+        def wait_for_attempt(backoff_s: float, failed: int) -> tuple[dict[str, Any], float]:
+            """Once the client's nack of attempt ``failed`` reached the broker (the back-off counts from
+            there), advance the broker clock in steps until the next attempt; it may not come before
+            ``backoff_s``."""
+            wait_for(lambda: len(served.nacks.backoffs_ms) >= failed, WAIT_S, "the client's nack", interval=0.05)
+            assert served.nacks.backoffs_ms[failed - 1] >= backoff_s * 1000, served.nacks.backoffs_ms
             waited = 0.0
             while waited < backoff_s + 120:
                 step = backoff_s - 1 if waited == 0 else 2.0
@@ -240,9 +265,9 @@ def test_push_consumer_failures_retried_on_the_groups_schedule_then_dead_lettere
         first = next_attempt(WAIT_S)
         assert first is not None and first["messageId"] == message_id and first["deliveryAttempt"] == 1
         assert next_attempt(2.0) is None, "redelivered at once; the group's first back-off is 5 s"
-        second, _ = wait_for_attempt(5.0)
+        second, _ = wait_for_attempt(5.0, failed=1)
         assert second["messageId"] == message_id and second["deliveryAttempt"] == 2
-        third, _ = wait_for_attempt(20.0)
+        third, _ = wait_for_attempt(20.0, failed=2)
         assert third["messageId"] == message_id and third["deliveryAttempt"] == 3
         dlq = dlq_topic("node-push")
 
