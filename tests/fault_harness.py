@@ -33,7 +33,7 @@ import attrs
 
 from plugmq.chaos.forwarder import Forwarder
 from plugmq.testing import ServeProcess, ZooKeeperServer, wait_for
-from plugmq.testing.cluster import CLUSTER_PLUGINS, status_or_none
+from plugmq.testing.cluster import CLUSTER_PLUGINS, query_route, status_or_none
 from plugmq.testing.failover import read_all
 from plugmq.testing.zookeeper import free_port
 
@@ -320,6 +320,20 @@ def check(traffic: Traffic, held: set[bytes]) -> Verdict:
     return Verdict(len(acked), frozenset(acked - held), redelivered, doubled, len(traffic.deliveries), duplicated)
 
 
+def declare_topic(pair: Pair) -> None:
+    """``TOPIC`` created on the master and routed by both brokers before the clients start: a client
+    that finds no route retries it only ~10 s later, which would be idle time before the first fault."""
+    query_route(pair.addresses[pair.master()], TOPIC)  # the master creates a topic it is asked to route
+
+    def routed_by_both() -> bool:
+        try:
+            return all(query_route(address, TOPIC) for address in pair.addresses)
+        except RuntimeError:  # the slave has not seen the new topic's declaration yet
+            return False
+
+    wait_for(routed_by_both, 30, f"both brokers to route {TOPIC}")
+
+
 def run_faults(pair: Pair, fault: Callable[[Pair, int], float], rounds: int, *, settle_s: float = 1.0
                ) -> tuple[Verdict, list[float], list[float]]:
     verdict, sends_back, receives_back, _, _ = run_faults_traced(pair, [fault] * rounds, settle_s=settle_s)
@@ -349,6 +363,7 @@ def run_faults_traced(pair: Pair, plan: Sequence[Callable[[Pair, int], float]], 
     injects and heals (it returns the moment the master was lost, or the fault began). Then the
     verdict, per fault the seconds until a send and a receive succeeded again, the traffic and the
     fault moments."""
+    declare_topic(pair)
     traffic = Traffic(pair.endpoints()).start()
     sends_back: list[float] = []
     receives_back: list[float] = []
