@@ -342,7 +342,7 @@ class Sender:
         results, unique_ids, total = stored
         queue, started = checked[0]
         self._traffic.sent(topic, "normal", len(messages), total, time.perf_counter() - started)
-        replica = self._replica(await_slave, results[-1].commit_log_offset + results[-1].size)
+        replica = self._replica(await_slave, results.end_offset)  # read from the columns: no result built
         self._arrivals.wake()
         return SendResults.of_unique_ids(results, unique_ids, queue, replica)
 

@@ -631,11 +631,12 @@ class SendResults(BuiltWhenRead[SendResult]):
     _unique_ids: Sequence[str] | None
 
     def __init__(self, results: Sequence[AppendResult], requests: Sequence[AppendRequest], queue: MessageQueue,
-                 replica: SendStatus = SendStatus.SEND_OK) -> None:
-        if len(results) != len(requests):
-            raise ValidationError(f"{len(results)} results for {len(requests)} requests")
+                 replica: SendStatus = SendStatus.SEND_OK, *, unique_ids: Sequence[str] | None = None) -> None:
+        paired, what = (requests, "requests") if unique_ids is None else (unique_ids, "unique ids")
+        if len(results) != len(paired):
+            raise ValidationError(f"{len(results)} results for {len(paired)} {what}")
         for name, value in (("_results", results), ("_requests", requests), ("_queue", queue), ("_replica", replica),
-                            ("_unique_ids", None)):
+                            ("_unique_ids", unique_ids)):
             object.__setattr__(self, name, value)
 
     @classmethod
@@ -643,13 +644,7 @@ class SendResults(BuiltWhenRead[SendResult]):
                       replica: SendStatus = SendStatus.SEND_OK) -> SendResults:
         """The results of a batch stored without AppendRequests (the broker's compiled batch put):
         each message's unique id given instead of its request."""
-        if len(results) != len(unique_ids):
-            raise ValidationError(f"{len(results)} results for {len(unique_ids)} unique ids")
-        made = cls.__new__(cls)
-        for name, value in (("_results", results), ("_requests", ()), ("_queue", queue), ("_replica", replica),
-                            ("_unique_ids", unique_ids)):
-            object.__setattr__(made, name, value)
-        return made
+        return cls(results, (), queue, replica, unique_ids=unique_ids)
 
     def __len__(self) -> int:
         return len(self._results)

@@ -716,6 +716,19 @@ out:
     return result;
 }
 
+/* ``sent`` (a new SendResult, or NULL with an error set) once the plan's wake-up ran: the
+ * consumers waiting for arrivals hear of the stored message; NULL if either failed. */
+static PyObject *woken_with(PyObject *plan, PyObject *sent) {
+    if (sent == NULL) return NULL;
+    PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
+    if (woken == NULL) {
+        Py_DECREF(sent);
+        return NULL;
+    }
+    Py_DECREF(woken);
+    return sent;
+}
+
 /* The direct append of a capsule (see _directappend.h); NULL with an error when it is not one. */
 static DirectAppend *direct_of(PyObject *capsule) {
     DirectAppend *api = PyCapsule_GetPointer(capsule, PLUGMQ_DIRECT_APPEND);
@@ -744,14 +757,7 @@ static PyObject *put_direct(PyObject *plan, PyObject *const *fields, PyObject *u
         sent = new_send_result(plan, PyTuple_GET_ITEM(plan, PL_SEND_OK), msg_id, unique, queue, qoff);
     Py_XDECREF(qoff);
     Py_DECREF(msg_id);
-    if (sent == NULL) return NULL;
-    PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
-    if (woken == NULL) {
-        Py_DECREF(sent);
-        return NULL;
-    }
-    Py_DECREF(woken);
-    return sent;
+    return woken_with(plan, sent);
 }
 
 /* parse_context of the context every plan shares (one per process), parsed once: the cache keeps
@@ -864,15 +870,7 @@ static PyObject *py_put_one(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (stored == NULL) goto out;
     double seconds = monotonic_s() - started;
     if (count_sent(counters, fifo, PyBytes_GET_SIZE(f[M_BODY]), seconds) < 0) goto out;
-    PyObject *sent = send_result(plan, stored, unique, PyTuple_GET_ITEM(queues, qid));
-    if (sent == NULL) goto out;
-    PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
-    if (woken == NULL) {
-        Py_DECREF(sent);
-        goto out;
-    }
-    Py_DECREF(woken);
-    result = sent;
+    result = woken_with(plan, send_result(plan, stored, unique, PyTuple_GET_ITEM(queues, qid)));
 out:
     for (int k = 0; k < MESSAGE_FIELDS; k++) Py_XDECREF(f[k]);
     Py_XDECREF(props);

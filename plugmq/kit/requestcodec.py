@@ -340,8 +340,8 @@ put_one: Callable[[Message, int, int | None, Mapping[str, str] | None, PutPlan],
 # ------------------------------------------------------------------------------ the plain batch put
 #: ``admit(count, total_body_bytes)``: the caller's checks between encoding and storing (raising stops it).
 Admit = Callable[[int, int], None]
-BatchAppend = Callable[[Sequence[AppendRequest]], Sequence[AppendResult]]
-BatchPut = tuple[Sequence[AppendResult], list[str], int]
+BatchAppend = Callable[[Sequence[AppendRequest]], AppendColumns]  # a ColumnAppending store's append_columns
+BatchPut = tuple[AppendColumns, list[str], int]
 
 
 def _columns(rows: bytes, id_prefix: str, store_ts: int) -> AppendColumns:

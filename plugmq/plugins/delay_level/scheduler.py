@@ -332,12 +332,7 @@ class LevelDelayScheduler:
         return done
 
     def _settle_offsets(self, qids: Sequence[int], settled: Sequence[_Position]) -> None:
-        """Each level's offset past its last settled message (one level: the batch's last)."""
-        if not settled:
-            return
-        if qids[0] == qids[-1] and qids.count(qids[0]) == len(qids):
-            self._offsets.set(qids[0], settled[-1].queue_offset + 1)
-            return
+        """Each level's offset past its last settled message."""
         for qid, offset in {qid: p.queue_offset + 1 for qid, p in zip(qids, settled, strict=True)}.items():
             self._offsets.set(qid, offset)
 
