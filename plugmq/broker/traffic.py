@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -153,9 +153,19 @@ class Traffic:
         tables.latency[bisect.bisect_left(self._edges, seconds)] += 1
         tables.latency_sum += seconds
 
-    def delivered(self, group: str, messages: Iterable[StoredMessage]) -> None:
+    def delivered(self, group: str, messages: Sequence[StoredMessage]) -> None:
         """``messages`` were handed to consumers of ``group``."""
         outs = self._mine().outs
+        if not messages:
+            return
+        topic = messages[0].topic
+        if all(message.topic == topic for message in messages):  # one queue's pull: counted at once
+            entry = outs.get((topic, group))
+            if entry is None:
+                entry = outs[(topic, group)] = [0, 0]
+            entry[0] += len(messages)
+            entry[1] += sum(len(message.body) for message in messages)
+            return
         for message in messages:
             entry = outs.get((message.topic, group))
             if entry is None:

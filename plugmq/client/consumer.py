@@ -13,7 +13,7 @@ import itertools
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +40,9 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+#: Pulls one consume task makes of its queue while they come back full (see PushConsumer._consume_queue).
+PULLS_PER_TASK = 4
 _client_counter = itertools.count(1)
 
 
@@ -292,36 +295,50 @@ class PushConsumer:
         return until is not None and self.broker.clock.now() < until
 
     def _consume_queue(self, queue: MessageQueue) -> int:
-        """Consume one pulled batch of ``queue`` under its lock (one thread per queue at a time)."""
+        """Consume pulled batches of ``queue`` under its lock (one thread per queue at a time): up
+        to PULLS_PER_TASK while each pull comes back full. A queue with a backlog is drained a few
+        batches per hand-off to a consume thread, so the round's thread switches serve more messages."""
+        total = 0
         with self._queue_lock(queue):
-            with self._lock:
-                offset = self._owned.get(queue)
-            if offset is None or self._stopped.is_set():
-                return 0
-            subscription = self._subscriptions[queue.topic]
-            try:
-                result = self.broker.pull(queue, offset, self.pull_batch_size, subscription.filter,
-                                          consumer_group=self.group, client_id=self.client_id)
-            except RateLimitedError as exc:
-                self._limited_for_s = exc.retry_after_ms / 1000
-                return 0  # the group's rate limit: nothing more this round (the loop waits it out)
-            if result.status is PullStatus.OFFSET_ILLEGAL:
-                log.warning("offset illegal; corrected", group=self.group, queue=str(queue),
-                            offset=offset, corrected=result.next_begin_offset)
+            for _ in range(PULLS_PER_TASK):
+                got = self._consume_pulled(queue)
+                total += got
+                if got < self.pull_batch_size:
+                    break
+        return total
+
+    def _consume_pulled(self, queue: MessageQueue) -> int:
+        """Pull one batch of ``queue`` and consume it (the caller holds the queue's lock)."""
+        with self._lock:
+            offset = self._owned.get(queue)
+        if offset is None or self._stopped.is_set():
+            return 0
+        subscription = self._subscriptions[queue.topic]
+        try:
+            result = self.broker.pull(queue, offset, self.pull_batch_size, subscription.filter,
+                                      consumer_group=self.group, client_id=self.client_id)
+        except RateLimitedError as exc:
+            self._limited_for_s = exc.retry_after_ms / 1000
+            return 0  # the group's rate limit: nothing more this round (the loop waits it out)
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("offset illegal; corrected", group=self.group, queue=str(queue),
+                        offset=offset, corrected=result.next_begin_offset)
+            self._advance(queue, result.next_begin_offset)
+            return 0
+        if result.status is not PullStatus.FOUND:
+            if result.next_begin_offset != offset:
                 self._advance(queue, result.next_begin_offset)
-                return 0
-            if result.status is not PullStatus.FOUND:
-                if result.next_begin_offset != offset:
-                    self._advance(queue, result.next_begin_offset)
-                return 0
-            messages = [self._restore_topic(m) for m in result.messages]
-            if self.orderly:
-                done, next_offset = self._consume_orderly(queue, messages, result.next_begin_offset)
-            else:
-                done, next_offset = self._consume_concurrently(messages, result.next_begin_offset)
-            self._advance(queue, next_offset)
-            self.consumed += done
-            return done
+            return 0
+        messages: list[StoredMessage] | tuple[StoredMessage, ...] = result.messages
+        if queue.topic.startswith(RETRY_PREFIX):  # only a retry queue holds messages of other topics
+            messages = [self._restore_topic(m) for m in messages]
+        if self.orderly:
+            done, next_offset = self._consume_orderly(queue, messages, result.next_begin_offset)
+        else:
+            done, next_offset = self._consume_concurrently(messages, result.next_begin_offset)
+        self._advance(queue, next_offset)
+        self.consumed += done
+        return done
 
     def _advance(self, queue: MessageQueue, offset: int) -> None:
         with self._lock:
@@ -342,12 +359,14 @@ class PushConsumer:
             log.warning("listener raised; treated as a failure", group=self.group, error=repr(exc))
             return None
 
-    def _consume_concurrently(self, messages: list[StoredMessage], next_offset: int) -> tuple[int, int]:
-        for start in range(0, len(messages), self.batch_size):
-            batch = messages[start:start + self.batch_size]
+    def _consume_concurrently(self, messages: Sequence[StoredMessage], next_offset: int) -> tuple[int, int]:
+        size = self.batch_size
+        consumed: list[StoredMessage] = []  # reported in one call: the offset moves past them together
+        for start in range(0, len(messages), size):
+            batch = [messages[start]] if size == 1 else list(messages[start:start + size])
             status = self._call_listener(batch)
             if status is ConsumeStatus.CONSUME_SUCCESS:
-                self.broker.report_acked(self.group, batch, self.client_id)
+                consumed += batch
             else:
                 if status not in (ConsumeStatus.RECONSUME_LATER, None):
                     log.warning("listener returned an unknown status; reconsuming later",
@@ -359,13 +378,15 @@ class PushConsumer:
                                     client=self.client_id, topic=message.topic, msg_id=message.msg_id)
                         continue
                     self.broker.send_back(message, self.group, self.policy)
+        if consumed:
+            self.broker.report_acked(self.group, consumed, self.client_id)
         return len(messages), next_offset
 
-    def _consume_orderly(self, queue: MessageQueue, messages: list[StoredMessage],
+    def _consume_orderly(self, queue: MessageQueue, messages: Sequence[StoredMessage],
                          next_offset: int) -> tuple[int, int]:
         done = 0
         for start in range(0, len(messages), self.batch_size):
-            batch = messages[start:start + self.batch_size]
+            batch = list(messages[start:start + self.batch_size])
             status = self._call_listener(batch)
             if status is OrderlyStatus.SUCCESS:
                 self.broker.report_acked(self.group, batch, self.client_id)
