@@ -32,24 +32,30 @@ class Arrivals:
         # message_stored hook for who only needs to know that (plugmq serve).
         self.listeners: list[Callable[[], None]] = []
         self._arrived = threading.Condition()
-        self._waiting = 0
+        self._waiters: list[None] = []  # one item per consumer in wait()
+
+    @property
+    def watchers(self) -> tuple[list[Callable[[], None]], list[None]]:
+        """The listeners and the waiting consumers' list: while both are empty, :meth:`wake` has
+        nothing to do (a compiled put skips the call then). Both are changed in place only."""
+        return self.listeners, self._waiters
 
     def wake(self) -> None:
         """Tell waiting consumers and every listener that messages arrived or became visible."""
         for listener in self.listeners:
             listener()
-        if self._waiting:  # consumers wait only in wait(), which counts them
+        if self._waiters:  # consumers wait only in wait(), which counts them
             with self._arrived:
                 self._arrived.notify_all()
 
     def wait(self, timeout: float) -> None:
         """Block until messages arrive or ``timeout`` real seconds passed."""
         with self._arrived:
-            self._waiting += 1
+            self._waiters.append(None)
             try:
                 self._arrived.wait(timeout)
             finally:
-                self._waiting -= 1
+                self._waiters.pop()
 
 
 class HandedOut:

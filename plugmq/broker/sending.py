@@ -111,7 +111,8 @@ class Sender:
             direct = store.direct_append() if has_capability(store, DirectAppending) else None
             plan = put_plan(self._max_message_size, "127.0.0.1:0", store.append, self._topics.queues(topic),
                             self._traffic.shared_sends(topic), self._arrivals.wake,
-                            now_ms=None if type(clock) is SystemClock else clock.now_ms, direct=direct)
+                            now_ms=None if type(clock) is SystemClock else clock.now_ms, direct=direct,
+                            watchers=self._arrivals.watchers)
         if count:  # a topic not created is not kept: sends to any names must not grow the table
             plans[topic] = plan
         return plan

@@ -611,7 +611,7 @@ out:
  *     wrong). An error of the store's append propagates, nothing counted.
  *   plan = (context, max_size, born_host, append, queues, result_getters, send_result_cls,
  *           send_result_slots, put_ok, send_ok, flush_timeout, counters, wake, unique_ids, now_ms,
- *           direct)
+ *           direct, watchers)
  *     context as encode()'s; queues: the topic's MessageQueues; result_getters: AppendResult's
  *     status, msg_id and queue_offset slot descriptors; send_result_slots: SendResult's 6 slot
  *     descriptors in field order; counters = (normal [count, bytes], fifo [count, bytes],
@@ -619,11 +619,14 @@ out:
  *     (prefix, next): plugmq.core.message.unique_id_state, asked per put (a forked child has its own);
  *     now_ms: the broker clock's now_ms, or None for the wall clock (SystemClock's, read here);
  *     direct: the store's direct append (a PyCapsule, see _directappend.h) or None: when it takes
- *     the call no AppendRequest or AppendResult is built; when it declines, `append` stores.
+ *     the call no AppendRequest or AppendResult is built; when it declines, `append` stores;
+ *     watchers: a tuple of lists, changed in place only, all empty while wake() has nothing to do
+ *     (then it is not called), or None: wake() is always called.
  */
 
 enum { PL_CONTEXT, PL_MAX_SIZE, PL_HOST, PL_APPEND, PL_QUEUES, PL_GETTERS, PL_SR_CLS, PL_SR_SLOTS, PL_PUT_OK,
-       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_NOW, PL_DIRECT, PL_ITEMS };
+       PL_SEND_OK, PL_FLUSH_TIMEOUT, PL_COUNTERS, PL_WAKE, PL_UNIQ, PL_NOW, PL_DIRECT, PL_WATCHERS, PL_ITEMS };
+_Static_assert(PL_ITEMS == PUT_PLAN_ITEMS, "put_plan's tuple, as requestcodec.CONSTANTS says");
 #define SEND_RESULT_FIELDS 6
 
 /* list[i] += delta (ints); 0 or -1. Nothing between the read and the write runs Python code, so
@@ -720,6 +723,13 @@ out:
  * consumers waiting for arrivals hear of the stored message; NULL if either failed. */
 static PyObject *woken_with(PyObject *plan, PyObject *sent) {
     if (sent == NULL) return NULL;
+    PyObject *watchers = PyTuple_GET_ITEM(plan, PL_WATCHERS);
+    if (PyTuple_Check(watchers)) { /* nobody to wake: no call (a bad item: call, and let wake() decide) */
+        Py_ssize_t n = PyTuple_GET_SIZE(watchers), k = 0;
+        while (k < n && PyList_Check(PyTuple_GET_ITEM(watchers, k)) && PyList_GET_SIZE(PyTuple_GET_ITEM(watchers, k)) == 0)
+            k++;
+        if (k == n) return sent;
+    }
     PyObject *woken = PyObject_CallNoArgs(PyTuple_GET_ITEM(plan, PL_WAKE));
     if (woken == NULL) {
         Py_DECREF(sent);

@@ -8,7 +8,8 @@
 #define REQUEST_FIELDS 10
 #define MAX_EXTRAS 8
 #define MAX_DROP 8
+#define PUT_PLAN_ITEMS 17
 
-#define LAYOUT_VERSION 1337133878
+#define LAYOUT_VERSION 1590028269
 
 #endif

@@ -101,6 +101,7 @@ CONSTANTS: dict[str, int] = {
     "REQUEST_FIELDS": len(_SETTERS),
     "MAX_EXTRAS": 8,
     "MAX_DROP": 8,
+    "PUT_PLAN_ITEMS": 17,  # put_plan's tuple
 }
 LAYOUT_VERSION = layout_version(CONSTANTS)
 HEADER_PATH = Path(__file__).with_name("_requestcodec_layout.h")
@@ -249,8 +250,9 @@ def encode_messages(messages: Sequence[Message], queue_id: int, born_ms: int,
 #: the topic's queues, AppendResult's status / msg_id / queue_offset slots, SendResult and its
 #: slots, PUT_OK, SEND_OK, FLUSH_DISK_TIMEOUT, the traffic counters (plugmq.broker.traffic's
 #: SharedSends), the arrivals' wake-up, where unique ids come from (``unique_id_state``), the
-#: clock's ``now_ms`` (None: the wall clock, which the kernel reads itself) and the store's direct
-#: append (a capsule of plugmq.core.contracts.DirectAppending, or None).
+#: clock's ``now_ms`` (None: the wall clock, which the kernel reads itself), the store's direct
+#: append (a capsule of plugmq.core.contracts.DirectAppending, or None) and who the wake-up wakes
+#: (lists that are all empty while it has nothing to do, or None: always call it).
 PutPlan = tuple[Any, ...]
 _RESULT_GETTERS = tuple(AppendResult.__dict__[name] for name in ("status", "msg_id", "queue_offset"))
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(SendResult))
@@ -259,13 +261,16 @@ _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[a.name] for a in attrs.fields(Sen
 def put_plan(max_size: int, born_host: str, append: Callable[[AppendRequest], AppendResult],
              queues: Sequence[MessageQueue], counters: tuple[Any, ...], wake: Callable[[], None],
              unique_ids: Callable[[], tuple[str, Callable[[], int]]] = unique_id_state,
-             now_ms: Callable[[], int] | None = None, direct: object | None = None) -> PutPlan:
+             now_ms: Callable[[], int] | None = None, direct: object | None = None,
+             watchers: tuple[list[Any], ...] | None = None) -> PutPlan:
     """The plan :func:`put_one` stores a topic's plain messages with (all its messages are of the
     topic of ``queues``). ``direct``: the store's direct append, which the compiled put_one calls
-    instead of ``append`` where it takes the call (the twin always calls ``append``)."""
+    instead of ``append`` where it takes the call (the twin always calls ``append``). ``watchers``:
+    lists (changed in place only) that are all empty while ``wake`` has nothing to do: then a put
+    does not call it (plugmq.broker.events.Arrivals.watchers)."""
     return (_ENCODE_CONTEXT, max_size, born_host, append, tuple(queues), _RESULT_GETTERS, SendResult,
             _SEND_RESULT_SLOTS, AppendStatus.PUT_OK, SendStatus.SEND_OK, SendStatus.FLUSH_DISK_TIMEOUT, counters, wake,
-            unique_ids, now_ms, direct)
+            unique_ids, now_ms, direct, watchers)
 
 
 def append_direct(capsule: object, request: AppendRequest) -> AppendResult | None:
@@ -304,7 +309,7 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
     done, when it is not a plain message of a valid queue (the caller's general path decides).
     ``born_ms`` None: now, by the plan's clock."""
     (_context, max_size, born_host, append, queues, _getters, _cls, _slots, put_ok, send_ok, flush_timeout,
-     counters, wake, unique_ids, now_ms, _direct) = plan
+     counters, wake, unique_ids, now_ms, _direct, watchers) = plan
     if type(message) is not Message or type(queue_id) is not int or not 0 <= queue_id < len(queues):
         return None
     if (type(message.topic) is not str or type(message.body) is not bytes or message.is_delayed
@@ -328,7 +333,8 @@ def put_one_py(message: Message, queue_id: int, born_ms: int | None, extra: Mapp
     _count_sent(counters, Prop.SHARDING_KEY in properties, len(message.body), time.perf_counter() - started)
     status = send_ok if stored.status is put_ok else flush_timeout
     sent = SendResult.trusted(status, stored.msg_id, properties[Prop.UNIQ_KEY], queues[queue_id], stored.queue_offset)
-    wake()
+    if watchers is None or any(watchers):
+        wake()
     return sent
 
 

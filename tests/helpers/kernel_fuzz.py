@@ -472,7 +472,9 @@ def fuzz_put_one(examples: int) -> int:
                 "born": draw(st.one_of(st.none(), _ODD_INT)), "limit": draw(st.sampled_from([2**40] * 4 + [0, 20])),
                 "queues": draw(st.sampled_from([3, 3, 3, 1, 0])), "start": draw(st.integers(0, 2**65)),
                 "status": draw(st.sampled_from(list(AppendStatus))), "refuse": draw(st.sampled_from([False] * 5 + [True])),
-                "now": draw(st.sampled_from([None, 12345, "not an int"]))}
+                "now": draw(st.sampled_from([None, 12345, "not an int"])),
+                # who the wake-up wakes: None (always called), empty lists (not called), someone
+                "watchers": draw(st.sampled_from([None, ([], []), ([], [None]), ([print], []), ([],), ()]))}
 
     def outcome(put: Callable[..., Any], args: dict[str, Any]) -> tuple[Any, ...]:
         appends = _Appends(args["status"], args["refuse"])
@@ -482,7 +484,7 @@ def fuzz_put_one(examples: int) -> int:
         ids = ("PFX", iter(range(args["start"], 2**66)).__next__)
         now = args["now"]
         plan = requestcodec.put_plan(args["limit"], "127.0.0.1:0", appends, queues, counters, lambda: woken.append(1),
-                                     lambda: ids, None if now is None else lambda: now)
+                                     lambda: ids, None if now is None else lambda: now, watchers=args["watchers"])
         sent = _outcome(lambda: put(args["message"], args["queue_id"], args["born"], args["extra"], plan))
         born_now = args["born"] is None and now is None  # the wall clock: equal within the run, not to the ms
         requests = [(attrs.evolve(r, born_timestamp_ms=0) if born_now else r, list(r.properties.items()))
