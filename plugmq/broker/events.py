@@ -32,30 +32,36 @@ class Arrivals:
         # message_stored hook for who only needs to know that (plugmq serve).
         self.listeners: list[Callable[[], None]] = []
         self._arrived = threading.Condition()
-        self._waiters: list[None] = []  # one item per consumer in wait()
+        # One token per consumer in wait() not woken yet: a wake-up clears it, so the puts after it
+        # (until a consumer waits again) find nobody to wake and do no locking.
+        self._sleeping: list[object] = []
 
     @property
-    def watchers(self) -> tuple[list[Callable[[], None]], list[None]]:
-        """The listeners and the waiting consumers' list: while both are empty, :meth:`wake` has
-        nothing to do (a compiled put skips the call then). Both are changed in place only."""
-        return self.listeners, self._waiters
+    def watchers(self) -> tuple[list[Callable[[], None]], list[object]]:
+        """The listeners and the consumers not yet woken: while both lists are empty,
+        :meth:`wake` has nothing to do (a compiled put skips the call then). Both are changed in
+        place only."""
+        return self.listeners, self._sleeping
 
     def wake(self) -> None:
         """Tell waiting consumers and every listener that messages arrived or became visible."""
         for listener in self.listeners:
             listener()
-        if self._waiters:  # consumers wait only in wait(), which counts them
+        if self._sleeping:  # consumers wait only in wait(), which lists them
             with self._arrived:
+                self._sleeping.clear()
                 self._arrived.notify_all()
 
     def wait(self, timeout: float) -> None:
         """Block until messages arrive or ``timeout`` real seconds passed."""
+        token = object()
         with self._arrived:
-            self._waiters.append(None)
+            self._sleeping.append(token)
             try:
                 self._arrived.wait(timeout)
             finally:
-                self._waiters.pop()
+                if token in self._sleeping:  # timed out: no wake-up cleared it
+                    self._sleeping.remove(token)
 
 
 class HandedOut:
