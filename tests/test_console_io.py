@@ -93,7 +93,7 @@ def test_consume_waits_for_a_message_sent_while_it_waits(tmp_path: Path) -> None
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(consume_messages, broker, TOPIC, wait_s=WAIT_S)
             # The arrivals' count of waiters is the one sign that the consume is waiting, not reading.
-            wait_for(lambda: broker._parts.arrivals._waiting > 0, WAIT_S, "the consume to wait")
+            wait_for(lambda: broker._parts.arrivals.sleeping > 0, WAIT_S, "the consume to wait")
             broker.put(Message(TOPIC, b"late"), 0)
             assert [m.body for m in waiting.result(timeout=WAIT_S)] == ["late"]
     config = tmp_path / "broker.toml"

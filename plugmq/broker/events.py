@@ -43,6 +43,11 @@ class Arrivals:
         place only."""
         return self.listeners, self._sleeping
 
+    @property
+    def sleeping(self) -> int:
+        """How many consumers wait in :meth:`wait` and were not woken yet."""
+        return len(self._sleeping)
+
     def wake(self) -> None:
         """Tell waiting consumers and every listener that messages arrived or became visible."""
         for listener in self.listeners:
