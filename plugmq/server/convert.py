@@ -21,7 +21,7 @@ from plugmq.server.protocol import (
 )
 from plugmq.server.status import RpcFailure
 
-__all__ = ["Outgoing", "body_digest", "message_type_of", "outgoing", "to_proto", "topic_name"]
+__all__ = ["Outgoing", "body_digest", "is_plain", "message_type_of", "outgoing", "plain_outgoing", "to_proto", "topic_name"]
 
 _MAX_GROUP_LENGTH = 128
 
@@ -160,10 +160,14 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
         raise RpcFailure(Code.BAD_REQUEST, str(exc)) from exc
     if tag is not None and len(_KNOWN_TAGS) < _KNOWN_TAGS_LIMIT:
         _KNOWN_TAGS.add(tag)
-    trace_context = props.trace_context
-    extra = {Prop.UNIQ_KEY: message_id, Prop.TRACE_CONTEXT: trace_context} if trace_context else \
-        {Prop.UNIQ_KEY: message_id}  # the trace context is kept with the message, handed to its consumers
-    return _new_outgoing(message, extra, kind, group, message_id)
+    return _new_outgoing(message, _extra(message_id, props.trace_context), kind, group, message_id)
+
+
+def _extra(message_id: str, trace_context: str) -> dict[str, str]:
+    """A sent message's system properties: its id, and its trace context, kept with the message
+    and handed to its consumers."""
+    return {Prop.UNIQ_KEY: message_id, Prop.TRACE_CONTEXT: trace_context} if trace_context else \
+        {Prop.UNIQ_KEY: message_id}
 
 
 _OUTGOING_SLOTS = tuple(Outgoing.__dict__[a.name] for a in attrs.fields(Outgoing))
@@ -179,6 +183,54 @@ def _new_outgoing(message: Message, extra: Mapping[str, str], kind: int, group: 
     out: Outgoing = object.__new__(Outgoing)
     fill(_OUTGOING_SLOTS, out, message, extra, kind, group, message_id)
     return out
+
+
+_MESSAGE_SLOTS = tuple(Message.__dict__[a.name] for a in attrs.fields(Message))
+_PLAIN_TYPES = frozenset((MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL))  # unset: NORMAL
+#: A plain message's proven topic and tag (see :func:`plain_outgoing`).
+ProvenKey = tuple[str, str | None]
+
+
+def is_plain(out: Outgoing) -> bool:
+    """Whether ``out`` is a plain message: a normal one with no keys, user properties, message
+    group, delivery time or priority (what :func:`plain_outgoing` converts)."""
+    message = out.message
+    return (out.kind == MessageType.NORMAL and out.message_group is None and not message.keys
+            and not message.properties and message.deliver_at_ms is None and message.priority is None)
+
+
+def plain_outgoing(proto: definition_pb2.Message, proven: Mapping[ProvenKey, Message]) -> Outgoing | None:
+    """:func:`outgoing` of a plain message (:func:`is_plain`, its body not GZIP) whose topic and
+    tag an earlier message of the call proved good: ``proven`` maps (topic, tag) to that
+    message, one :func:`outgoing` built. The Outgoing is the one :func:`outgoing` would build,
+    with the checks that depend on the topic and the tag alone not repeated; the message's own
+    fields (its id, its body, that no other field is set) are checked here. None: not such a
+    message, or not a good one: :func:`outgoing` checks it and says what is wrong."""
+    props = proto.system_properties
+    message_id = props.message_id
+    if (not message_id or len(message_id) > MAX_MESSAGE_ID_CHARS or message_id.isspace()
+            or not _BAD_TEXT.isdisjoint(message_id)):
+        return None
+    if (props.message_type not in _PLAIN_TYPES or props.body_encoding == Encoding.GZIP or props.keys
+            or proto.user_properties or props.HasField("message_group") or props.HasField("delivery_timestamp")
+            or props.HasField("priority")):
+        return None
+    tag: str | None = props.tag
+    if not tag:
+        if props.HasField("tag"):
+            return None  # set but empty: outgoing() refuses it
+        tag = None
+    known = proven.get((proto.topic.name, tag))
+    body = proto.body
+    if known is None or not body:
+        return None
+    fill = slot_filler()
+    if fill is None:
+        message = Message(known.topic, body, tag)
+    else:  # the values Message() checked for ``known``: its slots filled in one call
+        message = object.__new__(Message)
+        fill(_MESSAGE_SLOTS, message, known.topic, body, known.tags, (), known.properties, None, None, None, None)
+    return _new_outgoing(message, _extra(message_id, props.trace_context), MessageType.NORMAL, None, message_id)
 
 
 def _tag_of(props: definition_pb2.SystemProperties) -> str | None:

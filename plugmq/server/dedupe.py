@@ -14,7 +14,6 @@ ids, is stored again (at-least-once sending, as RocketMQ).
 
 from __future__ import annotations
 
-import collections
 import threading
 from collections.abc import Callable, Iterable
 
@@ -36,7 +35,12 @@ class RecentSends:
     """The message ids this broker stored lately, and a store lookup after a promotion. Thread-safe.
 
     What a retry is answered with is its first try's queue offset (the entry's status is the
-    round's): one integer remembered per send, no result object kept alive."""
+    round's): one integer remembered per send, no result object kept alive.
+
+    The ids are kept in two generations of plain dicts: a batch of ids goes into the newer one in
+    one update; when that holds ``remembered`` ids it becomes the older one and the oldest
+    generation is dropped whole. So the last ``remembered`` sends (up to twice that many) are
+    always remembered, with no eviction step per message."""
 
     def __init__(self, clock: Clock, promoted_at: Callable[[], float | None],
                  lookup: Callable[[str, str, int], StoredMessage | None], remembered: int = REMEMBERED) -> None:
@@ -45,23 +49,25 @@ class RecentSends:
         self._lookup = lookup
         self._remembered = remembered
         self._lock = threading.Lock()
-        self._sent: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._sent: dict[str, int] = {}  # the newer generation
+        self._older: dict[str, int] = {}
 
     def stored_many(self, message_ids: Iterable[str], queue_offsets: Iterable[int]) -> None:
         """Sends were stored (whatever their replication status said), at these queue offsets."""
         with self._lock:
             sent = self._sent
             sent.update(zip(message_ids, queue_offsets))
-            while len(sent) > self._remembered:
-                sent.popitem(last=False)
+            if len(sent) >= self._remembered:
+                self._older, self._sent = sent, {}
 
     def may_know(self, message_ids: Iterable[str]) -> bool:
         """Whether :meth:`find` may answer one of ``message_ids`` with an offset (one is remembered,
-        or the store is looked up after a promotion); False: it answers None for each of them."""
+        or the store is looked up after a promotion); False: it answers None for each of them.
+        ``message_ids`` is read twice (a list, not an iterator)."""
         if self._promotion_window_open():
             return True
         with self._lock:
-            return not self._sent.keys().isdisjoint(message_ids)
+            return not (self._sent.keys().isdisjoint(message_ids) and self._older.keys().isdisjoint(message_ids))
 
     def _promotion_window_open(self) -> bool:
         promoted = self._promoted_at()
@@ -71,6 +77,8 @@ class RecentSends:
         """The queue offset of the stored send this one retries; None when it is new."""
         with self._lock:
             known = self._sent.get(message_id)
+            if known is None:
+                known = self._older.get(message_id)
         if known is not None:
             return known
         if not self._promotion_window_open():

@@ -19,12 +19,20 @@ worker processes check and hand over (plugmq.server.handoff).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from plugmq.broker.ports import Serving
-from plugmq.core.message import AppendStatus, SendResult, SendResults, SendStatus, StoredMessage, message_group_queue
+from plugmq.core.message import (
+    AppendStatus,
+    Message,
+    SendResult,
+    SendResults,
+    SendStatus,
+    StoredMessage,
+    message_group_queue,
+)
 from plugmq.server.auth import Authenticator
 from plugmq.server.convert import Outgoing
 from plugmq.server.dedupe import RecentSends
@@ -63,11 +71,23 @@ _NOT_PERSISTED = {
 
 @attrs.define
 class _Batch:
-    """Messages for one queue, in request order (``entries``: their response entries)."""
+    """Messages for one queue, in request order (``entries``: their response entries), with the
+    columns the store takes (``messages``, ``extras``, ``message_ids``: one per item)."""
 
     entries: list[service_pb2.SendResultEntry] = attrs.field(factory=list)
     items: list[Outgoing] = attrs.field(factory=list)
+    messages: list[Message] = attrs.field(factory=list)
+    extras: list[Mapping[str, str]] = attrs.field(factory=list)
+    message_ids: list[str] = attrs.field(factory=list)
     size: int = 0
+
+    def add(self, out: Outgoing, entry: service_pb2.SendResultEntry) -> None:
+        self.entries.append(entry)
+        self.items.append(out)
+        self.messages.append(out.message)
+        self.extras.append(out.extra)
+        self.message_ids.append(out.message_id)
+        self.size += len(out.message.body)
 
 
 class Sender:
@@ -147,14 +167,11 @@ class Sender:
         every message a plain one (normal: neither delayed nor in a message group) for one topic,
         none of them a retry, all of them fitting one store batch. False when it is not that call:
         then nothing was placed (a queue picked is in ``picked``, for :meth:`_place`)."""
+        plain = request.plain  # None for one message too: _place is as short
+        if plain is None or self._recent.may_know(plain.message_ids):
+            return False
         items = request.items
-        if len(items) < 2:  # one message: _place is as short
-            return False
-        topic = _plain_topic(items)
-        if topic is None or self._recent.may_know(out.message_id for out in items):
-            return False
-        limit = self._max_batch_bytes
-        size = sum(len(out.message.body) for out in items)
+        topic, size, limit = plain.topic, plain.size, self._max_batch_bytes
         if size > limit:
             return False
         try:
@@ -170,7 +187,10 @@ class Sender:
             queue_batches.append(batch)
         add = response.entries.add
         batch.entries.extend([add() for _ in items])
-        batch.items.extend(items)  # _plain_topic: every item is an Outgoing
+        batch.items.extend(items)  # a plain call: every item is an Outgoing
+        batch.messages.extend(plain.messages)
+        batch.extras.extend(plain.extras)
+        batch.message_ids.extend(plain.message_ids)
         batch.size += size
         return True
 
@@ -197,13 +217,9 @@ class Sender:
             round_.stored.append(entry)
             return
         queue_batches = batches.setdefault((topic, queue_id, request.account), [])
-        body = len(out.message.body)
-        if not queue_batches or queue_batches[-1].size + body > self._max_batch_bytes:
+        if not queue_batches or queue_batches[-1].size + len(out.message.body) > self._max_batch_bytes:
             queue_batches.append(_Batch())
-        batch = queue_batches[-1]
-        batch.entries.append(entry)
-        batch.items.append(out)
-        batch.size += body
+        queue_batches[-1].add(out, entry)
 
     def _await_slave(self, responses: Sequence[service_pb2.SendMessageResponse],
                      stored: list[service_pb2.SendResultEntry] | None) -> None:
@@ -241,19 +257,20 @@ class Sender:
                 results: Sequence[SendResult] = (result,)
                 offsets, status = [result.queue_offset], result.status
             else:
-                results = self._broker.put_batch([out.message for out in items], queue_id,
-                                                 extra_properties=[out.extra for out in items], await_slave=False,
-                                                 account=account)
+                results = self._broker.put_batch(batch.messages, queue_id, extra_properties=batch.extras,
+                                                 await_slave=False, account=account)
                 offsets, status = _columns(results)
         except Exception as exc:  # noqa: BLE001 - answered as each entry's status
             for entry, out in zip(batch.entries, items, strict=True):
                 entry.CopyFrom(_failed_out(out, exc))
             round_.mixed = True
             return
-        message_ids = [out.message_id for out in items]
+        message_ids = batch.message_ids
         if status is SendStatus.SEND_OK:
-            for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):
-                _fill_ok(entry, message_id, offset)
+            for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):  # _fill_ok's
+                entry.message_id = message_id
+                entry.offset = offset
+                entry.status.CopyFrom(_OK)
             round_.stored.extend(batch.entries)
         else:  # a flush that timed out (all of the batch, or some of a batch stored one by one)
             for entry, message_id, result in zip(batch.entries, message_ids, results, strict=True):
@@ -295,23 +312,6 @@ class _Round:
     #: Whether some entry may be anything but stored OK (a failure, a flush timeout, a delayed or
     #: transactional message): then the statuses are read back from the entries.
     mixed: bool = False
-
-
-def _plain_topic(items: Sequence[Outgoing | service_pb2.SendResultEntry]) -> str | None:
-    """The one topic of a call whose messages are all checked plain ones (normal: neither delayed
-    nor in a message group) to that topic; None for any other call."""
-    topic = None
-    for out in items:
-        if type(out) is not Outgoing or out.kind != MessageType.NORMAL or out.message_group is not None:
-            return None
-        message = out.message
-        if message.deliver_at_ms is not None:
-            return None
-        if topic is None:
-            topic = message.topic
-        elif message.topic != topic:
-            return None
-    return topic
 
 
 def _columns(results: Sequence[SendResult]) -> tuple[list[int], SendStatus | None]:
