@@ -186,6 +186,7 @@ def _new_outgoing(message: Message, extra: Mapping[str, str], kind: int, group: 
 
 
 _MESSAGE_SLOTS = tuple(Message.__dict__[a.name] for a in attrs.fields(Message))
+_HAS_FIELD = definition_pb2.SystemProperties.HasField
 _PLAIN_TYPES = frozenset((MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL))  # unset: NORMAL
 #: A plain message's proven topic and tag (see :func:`plain_outgoing`).
 ProvenKey = tuple[str, str | None]
@@ -208,29 +209,33 @@ def plain_outgoing(proto: definition_pb2.Message, proven: Mapping[ProvenKey, Mes
     message, or not a good one: :func:`outgoing` checks it and says what is wrong."""
     props = proto.system_properties
     message_id = props.message_id
-    if (not message_id or len(message_id) > MAX_MESSAGE_ID_CHARS or message_id.isspace()
-            or not _BAD_TEXT.isdisjoint(message_id)):
+    # A printable id holds none of _BAD_TEXT (no set lookup per character); others: outgoing().
+    if not message_id or len(message_id) > MAX_MESSAGE_ID_CHARS or not message_id.isprintable() or \
+            message_id.isspace():
         return None
+    has = _HAS_FIELD  # the method itself: no attribute lookup on each message
     if (props.message_type not in _PLAIN_TYPES or props.body_encoding == Encoding.GZIP or props.keys
-            or proto.user_properties or props.HasField("message_group") or props.HasField("delivery_timestamp")
-            or props.HasField("priority")):
+            or proto.user_properties or has(props, "message_group") or has(props, "delivery_timestamp")
+            or has(props, "priority")):
         return None
     tag: str | None = props.tag
     if not tag:
-        if props.HasField("tag"):
+        if has(props, "tag"):
             return None  # set but empty: outgoing() refuses it
         tag = None
     known = proven.get((proto.topic.name, tag))
     body = proto.body
     if known is None or not body:
         return None
+    extra = _extra(message_id, props.trace_context)
     fill = slot_filler()
     if fill is None:
-        message = Message(known.topic, body, tag)
-    else:  # the values Message() checked for ``known``: its slots filled in one call
-        message = object.__new__(Message)
-        fill(_MESSAGE_SLOTS, message, known.topic, body, known.tags, (), known.properties, None, None, None, None)
-    return _new_outgoing(message, _extra(message_id, props.trace_context), MessageType.NORMAL, None, message_id)
+        return Outgoing(Message(known.topic, body, tag), extra, MessageType.NORMAL, None, message_id)
+    message = object.__new__(Message)  # the values Message() checked for ``known``: its slots filled in one call
+    fill(_MESSAGE_SLOTS, message, known.topic, body, known.tags, (), known.properties, None, None, None, None)
+    out: Outgoing = object.__new__(Outgoing)
+    fill(_OUTGOING_SLOTS, out, message, extra, MessageType.NORMAL, None, message_id)
+    return out
 
 
 def _tag_of(props: definition_pb2.SystemProperties) -> str | None:

@@ -267,10 +267,11 @@ class Sender:
             return
         message_ids = batch.message_ids
         if status is SendStatus.SEND_OK:
-            for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):  # _fill_ok's
+            merge = _MERGE_ENTRY  # _fill_ok's, the status merged in (no wrapper of each entry's status built)
+            for entry, message_id, offset in zip(batch.entries, message_ids, offsets, strict=True):
+                merge(entry, _OK_ENTRY)
                 entry.message_id = message_id
                 entry.offset = offset
-                entry.status.CopyFrom(_OK)
             round_.stored.extend(batch.entries)
         else:  # a flush that timed out (all of the batch, or some of a batch stored one by one)
             for entry, message_id, result in zip(batch.entries, message_ids, results, strict=True):
@@ -301,6 +302,8 @@ class Sender:
 
 
 _OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared
+_OK_ENTRY = service_pb2.SendResultEntry(status=_OK)  # merged into an empty entry: its status is _OK's
+_MERGE_ENTRY = service_pb2.SendResultEntry.MergeFrom
 
 
 @attrs.define
