@@ -130,8 +130,8 @@ def outgoing(proto: definition_pb2.Message, max_body: int = DEFAULT_MAX_BODY_SIZ
     message_id = props.message_id
     if not message_id:
         raise RpcFailure(Code.ILLEGAL_MESSAGE_ID, "message_id is empty; the client must give each message an id")
-    if message_id.isspace() or not _BAD_TEXT.isdisjoint(message_id):
-        _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)
+    if (not message_id.isprintable() and not _BAD_TEXT.isdisjoint(message_id)) or message_id.isspace():
+        _check_text(Code.ILLEGAL_MESSAGE_ID, "message_id", message_id)  # a printable id holds no _BAD_TEXT
     tag = _tag_of(props)
     keys = _keys_of(props)
     user_properties = proto.user_properties

@@ -6,7 +6,7 @@ hands it to the process that owns the store, which stores it (plugmq.server.send
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -111,7 +111,7 @@ def check_send(request: SendRequest, auth: Authenticator, max_body: int) -> Chec
     return check_messages(request.messages, request.account, auth, max_body, request.client_id)
 
 
-def check_messages(messages: Iterable[definition_pb2.Message], account: Account | None, auth: Authenticator,
+def check_messages(messages: Sequence[definition_pb2.Message], account: Account | None, auth: Authenticator,
                    max_body: int, client_id: str = "") -> CheckedSend:
     """:func:`check_send` of a call's messages (``client_id`` matters to transactional ones only).
 
@@ -125,6 +125,7 @@ def check_messages(messages: Iterable[definition_pb2.Message], account: Account 
     topics: dict[str, RpcFailure | None] = {}  # per topic of the call: why it is refused, None: it is not
     proven: dict[ProvenKey, Message] = {}  # plain messages' (topic, tag) checked good, and allowed
     on_loop, transactional = True, False
+    proving = len(messages) > 1  # a message of its own proves nothing for another
     for proto in messages:
         out = plain_outgoing(proto, proven) if proven else None
         if out is not None:
@@ -144,12 +145,13 @@ def check_messages(messages: Iterable[definition_pb2.Message], account: Account 
             items.append(failed_entry(topic, out.message_id, refused))
             continue
         items.append(out)
-        if is_plain(out):
+        if proving and is_plain(out):
             proven[(topic, out.message.tags)] = out.message
         elif out.kind not in ON_LOOP_KINDS:
             on_loop = False
             transactional = transactional or out.kind == MessageType.TRANSACTION
-    return CheckedSend(items, client_id, account.access_key if account is not None else None, on_loop, transactional)
+    return CheckedSend(items, client_id, account.access_key if account is not None else None, on_loop, transactional,
+                       plain_call(items))
 
 
 def _topic_refused(topic: str, account: Account | None, auth: Authenticator) -> RpcFailure | None:
