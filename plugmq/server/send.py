@@ -302,8 +302,9 @@ class Sender:
 
 
 _OK = ok()  # copied into each entry: protobuf messages are copied when set, never shared
-_OK_ENTRY = service_pb2.SendResultEntry(status=_OK)  # merged into an empty entry: its status is _OK's
-_MERGE_ENTRY = service_pb2.SendResultEntry.MergeFrom
+# Parsed into an empty entry: its status is _OK's (MergeFrom would serialize the template each time).
+_OK_ENTRY = service_pb2.SendResultEntry(status=_OK).SerializeToString()
+_MERGE_ENTRY = service_pb2.SendResultEntry.MergeFromString
 
 
 @attrs.define
