@@ -245,15 +245,45 @@ def test_sweep_in_spark_sql_matches_the_pairs_computed_locally(outcome: CompareO
 
 
 # ------------------------------------------------------------------------------------------ cluster mode
+# The cluster run proves what only a standalone cluster's executors can show, not the whole matrix
+# again (local mode ran it above): the real-clock lane with the served, replicated set (store_mmap,
+# ha, filter_tag, alloc, plugmq serve children forked inside an executor's task) and both delay
+# plugins on one virtual-clock workload, a pair the headline ranks. Their rows must equal the same
+# experiments' local rows. The allocation sweep runs there too, on 3 x 3 pairs (9 x 9 locally).
+CLUSTER_EXPERIMENTS = ("served/served/replicated/r0", "delay/levels/lv/r0", "delay/levels/wh/r0")
+CLUSTER_SPEC_TOML = SPEC_TOML[:SPEC_TOML.index("[[matrix]]")] + """[[matrix]]
+name = "served"
+kind = "served"
+workloads = ["served"]
+plugin_sets = ["replicated"]
+
+[[matrix]]
+name = "delay"
+kind = "delay"
+workloads = ["levels"]
+plugin_sets = ["lv", "wh"]
+"""
+
+
+def test_the_cluster_matrix_is_a_part_of_the_local_one() -> None:
+    cluster = [e.experiment_id for e in expand_matrix(parse_experiments(tomllib.loads(CLUSTER_SPEC_TOML)))]
+    local = {e.experiment_id: e for e in expand_matrix(parse_experiments(SPEC))}
+    assert sorted(cluster) == sorted(CLUSTER_EXPERIMENTS) and set(cluster) <= set(local)
+    for exp in expand_matrix(parse_experiments(tomllib.loads(CLUSTER_SPEC_TOML))):
+        assert exp.seed == local[exp.experiment_id].seed and exp.workload == local[exp.experiment_id].workload
+        assert exp.plugin_set == local[exp.experiment_id].plugin_set
+
+
 def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local_mode(
         outcome: CompareOutcome, standalone_cluster: Any, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC_TOML)
+    spec.write_text(CLUSTER_SPEC_TOML)
     out = tmp_path / "cluster"
+    n = len(CLUSTER_EXPERIMENTS)
     # Standard output is a pipe here, as under CI or nohup: progress must still come line by line.
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "plugmq"), "compare", str(spec), "--out", str(out), "--master",
-         standalone_cluster.master_url, "--sweep-max", "9", "--work-dir", str(tmp_path / "work"),
+         standalone_cluster.master_url, "--sweep-max", "3", "--work-dir", str(tmp_path / "work"),
          "--real-clock-lock", str(tmp_path / "real-clock.lock"),
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
@@ -262,8 +292,8 @@ def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    done = [line for line in lines if re.match(r"\[\s*\d/9\] (ok|failed|unsupported) ", line)]
-    assert len(done) == 9 and all(" · elapsed " in line and " · ETA " in line for line in done), proc.stdout
+    done = [line for line in lines if re.match(rf"\[\s*\d/{n}\] (ok|failed|unsupported) ", line)]
+    assert len(done) == n and all(" · elapsed " in line and " · ETA " in line for line in done), proc.stdout
     assert any("(real-clock lane)" in line for line in done)
     local_dir = outcome.report.parent
     cluster_files = sorted(p.name for p in out.glob("*.parquet"))
@@ -273,12 +303,17 @@ def test_cluster_mode_runs_the_matrix_with_progress_and_the_same_tables_as_local
     # Same experiments, same outcomes, and the deterministic (virtual-clock) figures are equal.
     local_exp = outcome.tables["experiments"].set_index("experiment_id")
     cluster_exp = pd.read_parquet(out / "experiments.parquet").set_index("experiment_id")
-    assert cluster_exp["status"].to_dict() == local_exp["status"].to_dict()
-    assert set(cluster_exp["progress"]) == {"sent"}
+    assert sorted(cluster_exp.index) == sorted(CLUSTER_EXPERIMENTS)
+    assert cluster_exp["status"].to_dict() == local_exp.loc[list(cluster_exp.index), "status"].to_dict()
+    assert set(cluster_exp["status"]) == {"ok"} and set(cluster_exp["progress"]) == {"sent"}
+    assert set(cluster_exp["lane"]) == {"real-clock lane", "parallel"}
 
     def deterministic(metrics: pd.DataFrame) -> dict[tuple[str, str], float]:
-        rows = metrics[metrics["deterministic"].astype(bool)]
+        rows = metrics[metrics["deterministic"].astype(bool) & metrics["experiment_id"].isin(CLUSTER_EXPERIMENTS)]
         return dict(zip(zip(rows["experiment_id"], rows["metric"], strict=True), rows["value"], strict=True))
 
-    assert deterministic(pd.read_parquet(out / "metrics.parquet")) == deterministic(outcome.tables["metrics"])
+    cluster_figures = deterministic(pd.read_parquet(out / "metrics.parquet"))
+    assert {"delay/levels/lv/r0", "delay/levels/wh/r0"} <= {exp for exp, _ in cluster_figures}
+    assert cluster_figures == deterministic(outcome.tables["metrics"])
+    assert (pd.read_parquet(out / "sweep_summary.parquet")["pairs"] == 9).all(), "3 queues x 3 consumers"
     assert standalone_cluster.master_url in (out / "report.html").read_text()
