@@ -30,7 +30,11 @@ def test_bench_grpc_reports_rates_cpu_start_up_and_the_crash_check() -> None:
     assert [s["situation"] for s in report["startups"]] == [
         "first start, empty data dir", "restart after SIGTERM", "restart after kill -9 during sends"]
     assert all(s["serving_s"] > 0 and "broker_open_s" in s["phases"] for s in report["startups"])
-    assert report["steady"]["send_rate"] > 0 and report["steady"]["backlog_samples"]
+    steady = report["steady"]
+    assert steady["send_rate"] > 0 and steady["backlog_samples"]
+    # the clients' own CPU, measured beside the server's (they share the machine's cores)
+    assert steady["producer_cpu_ms_per_send"] > 0 and steady["consumer_cpu_ms_per_ack"] > 0
+    assert set(steady["cpu_s"]) == {"server", "producers", "consumers", "elapsed"}
     assert report["crash"]["acked_lost"] == 0 and report["crash"]["producer_reconnect_s"] >= 0
     assert {g["goal"] for g in report["goals"]} >= {"server CPU per sent message <= 0.25 ms"}
 
@@ -76,3 +80,20 @@ def test_the_baseline_comparison_pairs_served_rows_and_the_steady_run() -> None:
     assert ratios["gRPC send (official client), 8 threads: server CPU ms/msg"] == (0.5, 1.0)
     assert ratios["steady: ack_rate / send_rate"] == (0.95, 0.5)
     assert not any(key.startswith("in-process") for key in ratios)  # nothing served to compare
+
+
+def test_the_printed_steady_run_names_each_process_cpu_and_the_busy_cores() -> None:
+    from rich.console import Console
+
+    from plugmq.bench.grpc import _print_steady
+
+    steady = {"seconds": 10.0, "send_threads": 8, "receive_threads": 4, "send_rate": 500.0, "ack_rate": 250.0,
+              "backlog_samples": [{"t": 5.0, "sent": 2500, "acked": 1250, "backlog": 1250}],
+              "backlog_growth_per_s": 250.0, "server_cpu_ms_per_message": 1.8,
+              "cpu_s": {"server": 6.0, "producers": 5.0, "consumers": 3.0, "elapsed": 10.0},
+              "producer_cpu_ms_per_send": 1.0, "consumer_cpu_ms_per_ack": 1.2}
+    console = Console(width=200, record=True)
+    _print_steady(steady, 2, console)
+    text = console.export_text()
+    assert "producers 1.000 ms per send, consumers 1.200 ms per receive+ack" in text
+    assert "kept 1.40 of 2 cores busy" in text

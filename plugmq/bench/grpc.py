@@ -48,7 +48,7 @@ from plugmq.core import Message as PlugmqMessage
 from plugmq.measure.children import BrokerChild
 from plugmq.measure.clients import client_message, producer, simple_consumers
 from plugmq.measure.consumers import ConsumerProcess
-from plugmq.measure.probes import CpuMeter, LoadWindow
+from plugmq.measure.probes import CpuMeter, LoadWindow, own_cpu_s
 from plugmq.measure.threads import Background, run_threads
 
 __all__ = ["ServeChild", "command", "measure"]
@@ -324,6 +324,7 @@ def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeC
                     sent[index] += 1
 
             cpu_before = child.cpu_s()
+            producer_before, consumer_before = own_cpu_s(), consumers.cpu_s()
             acked_before = consumers.acked
             start = time.perf_counter()
             runner = Background(_SEND_THREADS, send)
@@ -336,6 +337,7 @@ def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeC
             elapsed = time.perf_counter() - start
             acked = consumers.acked - acked_before
             cpu = child.cpu_s() - cpu_before
+            producer_cpu, consumer_cpu = own_cpu_s() - producer_before, consumers.cpu_s() - consumer_before
     finally:
         consumers.stop()
     backlogs = [s - a for _t, s, a in samples]
@@ -347,6 +349,11 @@ def _steady(address: str, seconds: float, body: bytes, batch: int, child: ServeC
         "backlog_growth_per_s": (settled[-1] - settled[0]) / max(samples[-1][0] - samples[len(samples) // 3][0], 1e-9)
         if len(settled) > 1 else 0.0,
         "server_cpu_ms_per_message": cpu * 1000 / max((sum(sent) + acked) / 2, 1),
+        # Where the machine's CPU went: the two client processes run beside the server on the same
+        # cores, so their cost per call bounds the rates as much as the server's does.
+        "cpu_s": {"server": cpu, "producers": producer_cpu, "consumers": consumer_cpu, "elapsed": elapsed},
+        "producer_cpu_ms_per_send": producer_cpu * 1000 / max(sum(sent), 1),
+        "consumer_cpu_ms_per_ack": consumer_cpu * 1000 / max(acked, 1),
     }
 
 
@@ -508,6 +515,20 @@ def _goals(report: Report) -> list[tuple[str, bool | None, str]]:
     return goals
 
 
+def _print_steady(st: dict[str, Any], cpus: int | None, console: Console) -> None:
+    """The steady run's rates, backlog and where the machine's CPU went."""
+    series = ", ".join(f"{p['t']:g}s:{p['backlog']}" for p in st["backlog_samples"])
+    console.print(f"steady run {st['seconds']:g} s ({st['send_threads']} send threads, {st['receive_threads']} "
+                  "receive threads in another process): "
+                  f"send {st['send_rate']:,.0f}/s, receive+ack {st['ack_rate']:,.0f}/s, server CPU "
+                  f"{st['server_cpu_ms_per_message']:.3f} ms per message sent or acked; backlog {series}")
+    cores = st["cpu_s"]
+    busy = (cores["server"] + cores["producers"] + cores["consumers"]) / max(cores["elapsed"], 1e-9)
+    console.print(f"steady run CPU: producers {st['producer_cpu_ms_per_send']:.3f} ms per send, consumers "
+                  f"{st['consumer_cpu_ms_per_ack']:.3f} ms per receive+ack; the three processes kept "
+                  f"{busy:.2f} of {cpus} cores busy")
+
+
 def _print(report: Report, console: Console) -> None:
     s = report.settings
     baseline = report.rows[0].rate
@@ -526,12 +547,7 @@ def _print(report: Report, console: Console) -> None:
     console.print(table)
     console.print(f"Redis: {report.redis}")
     if report.steady:
-        st = report.steady
-        series = ", ".join(f"{p['t']:g}s:{p['backlog']}" for p in st["backlog_samples"])
-        console.print(f"steady run {st['seconds']:g} s ({st['send_threads']} send threads, {st['receive_threads']} "
-                      "receive threads in another process): "
-                      f"send {st['send_rate']:,.0f}/s, receive+ack {st['ack_rate']:,.0f}/s, server CPU "
-                      f"{st['server_cpu_ms_per_message']:.3f} ms per message sent or acked; backlog {series}")
+        _print_steady(report.steady, report.settings.get("cpus"), console)
     starts = Table(title="start-up: spawn -> listening line / first answered request (wall seconds; the server's "
                          "CPU seconds until then)")
     for column in ("situation", "messages stored", "listening s", "serving s", "imports s", "broker open s",

@@ -32,6 +32,7 @@ from typing import Any
 
 from plugmq.kit.histogram import Histogram
 from plugmq.measure import MeasureError
+from plugmq.measure.probes import process_cpu_s
 
 __all__ = ["ConsumerProcess", "consume", "main"]
 
@@ -199,6 +200,10 @@ class ConsumerProcess:
 
     def unique(self, group: str) -> int:
         return int(self.progress.get("unique", {}).get(group, 0))
+
+    def cpu_s(self) -> float:
+        """The consumer process's CPU seconds so far (user + system, all its threads)."""
+        return process_cpu_s(self.process.pid)
 
     def stop(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Close stdin (the consumers stop after their current receive); the final figures."""
