@@ -175,7 +175,7 @@ def run_chaos(config: Path | Mapping[str, Any], *, faults: Sequence[str] = ("kil
         if fault.needs_ha_link and ha_problem is not None:
             raise ConfigError(f"fault {fault.name} cuts the slave -> master link, but {ha_problem}")
     with tempfile.TemporaryDirectory(prefix="plugmq-chaos-") as scratch:
-        where = out or Path(scratch)
+        where = (out or Path(scratch)).resolve()  # children run elsewhere: absolute paths only
         where.mkdir(parents=True, exist_ok=True)
         return _run(user, plan, where, keep=out is not None, rounds=rounds, mode=mode, brokers=brokers,
                     session_timeout_s=session_timeout_s, forward_ha=ha_problem is None,

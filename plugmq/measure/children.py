@@ -133,8 +133,11 @@ class BrokerChild:
     def __init__(self, config: Path, *, log: Path | None = None, listen: str = "127.0.0.1:0",
                  python: str = sys.executable, status_interval_s: float = 3600.0, cli: bool = False,
                  start_timeout_s: float = 120.0) -> None:
+        # The child runs in the config's directory (its relative data_dir is read from there), so
+        # every path it is given must not depend on this process's working directory.
+        config = Path(config).resolve()
         self.config_path = config
-        self.log_path = log or config.with_name("serve.log")
+        self.log_path = (log or config.with_name("serve.log")).resolve()
         self.python = python
         self.samples: list[tuple[float, dict[str, Any]]] = []
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop() / kill()

@@ -44,7 +44,7 @@ class StandaloneCluster:
 
     def __init__(self, work_dir: Path, *, workers: int = 1, cores: int = 1, memory: str = "1g",
                  host: str = "127.0.0.1", python: str = sys.executable, start_timeout_s: float = 120.0) -> None:
-        self.work_dir = Path(work_dir)
+        self.work_dir = Path(work_dir).resolve()  # the daemons run in it: no path relative to ours
         self.workers = workers
         self.cores = cores
         self.memory = memory

@@ -70,6 +70,8 @@ class ServeProcess:
     def __init__(self, config: Path, wait_s: float = 60.0, *, fd_limit: int | tuple[int, int] | None = None,
                  env: dict[str, str] | None = None, log_path: Path | None = None, log_json: bool = False,
                  listen: str = "127.0.0.1:0") -> None:
+        # The child runs in the config's directory: its path must not depend on this process's.
+        config = Path(config).resolve()
         self.config = config
         self.log_path = config.with_suffix(".log") if log_path is None else log_path
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
