@@ -63,7 +63,7 @@ def test_one_kill_round_on_sync_master_keeps_every_acked_message(tmp_path: Path)
 
     if zookeeper_missing():
         pytest.skip(zookeeper_missing() or "")
-    result = run_chaos(EXAMPLE, faults=["kill-master"], rounds=1, mode="sync", out=tmp_path, seed=3, steady_s=2.0,
+    result = run_chaos(EXAMPLE, faults=["kill-master"], rounds=1, mode="sync", out=tmp_path, seed=3, steady_s=1.0,
                        producers=2)
     totals = result.summary["totals"]
     print(json.dumps(result.summary["faults"]), totals)

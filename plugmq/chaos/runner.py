@@ -27,7 +27,7 @@ import attrs
 from plugmq.chaos.checker import CheckResult, FaultOutcome, check
 from plugmq.chaos.cluster import MODES, ChaosCluster, ha_link_supported, load_user_config
 from plugmq.chaos.faults import Fault, fault_named
-from plugmq.chaos.history import Event, FaultWindow, History, RoleSample
+from plugmq.chaos.history import Event, FaultWindow, History, RoleSample, Send
 from plugmq.chaos.workload import Workload, drain
 from plugmq.core.errors import ConfigError, PlugmqError
 from plugmq.core.logs import get_logger
@@ -211,7 +211,7 @@ def _run(user: dict[str, Any], plan: list[Fault], where: Path, *, keep: bool, ro
             wait_for(cluster.settled, recover_s, "the cluster to settle before the read-back")
         except AssertionError:
             notes.append("the cluster had not settled for the read-back; it went through whichever master there was")
-        drain(cluster.endpoints, history)
+        drain(cluster.endpoints, history, wanted={e.body for e in history.events() if isinstance(e, Send) and e.ok})
     finally:
         if load is not None:
             load.stop(drain_s=0)

@@ -5,11 +5,17 @@ Producer threads share one ``Producer`` and send unique bodies (``p<thread>-<seq
 to ``body_bytes`` when asked), one at a time. Each consumer is a ``SimpleConsumer`` of its group that receives, records each delivery
 (its queue and offset come from the receipt handle) and acks it. Every client is given all the
 brokers' forwarders as endpoints, as an application is given its name servers.
+
+No stop waits a fixed time: the consumers end once each finds nothing left after the producers
+stopped, and the read-back once it holds every acknowledged body and its group has nothing left.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from plugmq.broker.pop import ReceiptHandle
@@ -23,6 +29,7 @@ _REQUEST_TIMEOUT_S = 3
 _INVISIBLE_S = 10
 _FAILED_PAUSE_S = 0.05  # after a failed call, so a dead broker is not asked thousands of times a second
 _DRAIN_FAILURES = 50  # failed calls the read-back survives (half a second apart)
+_ACKERS = 8  # the read-back's acks in flight at once (one at a time, they were most of its time)
 
 
 def _error(exc: BaseException) -> str:
@@ -67,7 +74,11 @@ class Workload:
         self._names = names or {}  # endpoint -> the broker's name in the history
         self._body_bytes = body_bytes
         self._stop_sending = threading.Event()
+        self._sent_all = threading.Event()  # every producer has returned from its last send
         self._stop_receiving = threading.Event()
+        self._consumers_busy = groups * consumers  # consumers that have not yet found nothing left
+        self._busy_lock = threading.Lock()
+        self._consumers_idle = threading.Event()
         self._producer_count = producers
         self._group_names = [f"chaos-g{g + 1}" for g in range(groups)]
         self._consumer_count = consumers
@@ -134,6 +145,7 @@ class Workload:
     def _receive_loop(self, consumer: Any, group: str, name: str) -> None:
         while not self._stop_receiving.is_set():
             t0 = self.history.now()
+            after_the_sends = self._sent_all.is_set()
             try:
                 batch = consumer.receive(16, _INVISIBLE_S)
             except Exception as exc:  # noqa: BLE001 - a failed receive is an outcome to record
@@ -143,6 +155,9 @@ class Workload:
             t1 = self.history.now()
             self.last_receive_ok = max(self.last_receive_ok, t0)
             self.history.record(Receive(t0, t1, name, group, True, len(batch)))
+            if not batch and after_the_sends:  # invoked once nothing more was sent: it took what was in flight
+                self._went_idle()
+                return
             for received in batch:
                 body = _name(received)
                 queue, offset = _position(received)
@@ -158,17 +173,26 @@ class Workload:
                     self.history.record(Ack(a0, self.history.now(), name, group, body, received.message_id, queue,
                                             offset, True))
 
+    def _went_idle(self) -> None:
+        with self._busy_lock:
+            self._consumers_busy -= 1
+            if self._consumers_busy <= 0:
+                self._consumers_idle.set()
+
     def served_since(self, t: float) -> bool:
         """A send and a receive invoked at ``t`` or later succeeded (the clients are back)."""
         return self.last_send_ok >= t and self.last_receive_ok >= t
 
     def stop(self, drain_s: float = 3.0) -> None:
-        """Stop sending; let consumers run ``drain_s`` more (they take what is in flight); stop them."""
+        """Stop sending; let consumers run up to ``drain_s`` more (they take what is in flight, each
+        until a receive invoked after the last send came back empty); stop them."""
         self._stop_sending.set()
         for thread in self._threads:
             if thread.name.startswith("chaos-producer"):
                 thread.join()
-        self._stop_receiving.wait(drain_s)
+        self._sent_all.set()
+        if self._consumers_busy > 0:
+            self._consumers_idle.wait(drain_s)
         self._stop_receiving.set()
         for thread in self._threads:
             thread.join()
@@ -180,34 +204,53 @@ class Workload:
                     pass
 
 
-def drain(endpoints: str, history: History, *, group: str = "chaos-readback", empty_polls: int = 3) -> int:
+def _acked(consumer: Any, received: Any) -> bool:
+    """Ack one read-back message; False if the ack failed (it is read back all the same)."""
+    try:
+        consumer.ack(received)
+    except Exception:  # noqa: BLE001 - it is received again after its invisible time, or not
+        return False
+    return True
+
+
+def drain(endpoints: str, history: History, *, group: str = "chaos-readback", empty_polls: int = 3,
+          wanted: AbstractSet[str] | None = None) -> int:
     """Read every message of the topic with a new group (from the start of each queue) and
-    record each as a ``readback`` event; stops after ``empty_polls`` empty receives in a row."""
+    record each as a ``readback`` event.
+
+    Stops after ``empty_polls`` empty receives in a row, or after one once every body of ``wanted``
+    (the acknowledged sends) was read back: an empty receive pops the whole broker, so what else
+    is stored (a failed send stored anyway, a second copy) was read by then too; the further
+    empty polls are there for a body still missing, so that it is not reported lost too early."""
     from rocketmq import FilterExpression, SimpleConsumer
 
     consumer = SimpleConsumer(_configuration(endpoints), group, {TOPIC: FilterExpression()}, await_duration=1)
     consumer.startup()
+    missing = None if wanted is None else set(wanted)  # None: not known, never complete
     count = empty = failed = 0
+    acks: Iterator[bool] = iter(())  # the last batch's, acked while the next one is received
     try:
-        while empty < empty_polls:
-            try:
-                batch = consumer.receive(32, 60)
-            except Exception:  # a broker between two roles: asked again, a bounded number of times
-                failed += 1
-                if failed > _DRAIN_FAILURES:
-                    raise
-                threading.Event().wait(_FAILED_PAUSE_S * 10)
-                continue
-            empty = 0 if batch else empty + 1
-            for received in batch:
-                queue, offset = _position(received)
-                history.record(Readback(history.now(), _name(received),
-                                        received.message_id, queue, offset))
+        with ThreadPoolExecutor(_ACKERS, thread_name_prefix="chaos-readback-ack") as ackers:
+            while empty < (1 if missing is not None and not missing else empty_polls):
                 try:
-                    consumer.ack(received)
-                except Exception:  # noqa: BLE001 - read back all the same; it is received again or not
+                    batch = consumer.receive(32, 60)
+                except Exception:  # a broker between two roles: asked again, a bounded number of times
                     failed += 1
-                count += 1
+                    if failed > _DRAIN_FAILURES:
+                        raise
+                    threading.Event().wait(_FAILED_PAUSE_S * 10)
+                    continue
+                empty = 0 if batch else empty + 1
+                for received in batch:
+                    queue, offset = _position(received)
+                    name = _name(received)
+                    history.record(Readback(history.now(), name, received.message_id, queue, offset))
+                    if missing is not None:
+                        missing.discard(name)
+                failed += sum(not ok for ok in acks)
+                acks = ackers.map(_acked, [consumer] * len(batch), batch)
+                count += len(batch)
+            failed += sum(not ok for ok in acks)
     finally:
         consumer.shutdown()
     return count
