@@ -12,6 +12,7 @@ import gzip
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -20,8 +21,9 @@ pytest.importorskip("rocketmq.grpc_protocol", reason="needs the serve extra (roc
 
 from rocketmq.grpc_protocol import Code, MessageType, MessagingServiceStub, service_pb2
 
+from plugmq.server.admin import AdminClient
 from plugmq.server.subscriptions import MAX_EXPRESSION_CHARS
-from plugmq.testing import ServeProcess
+from plugmq.testing import ServeProcess, wait_for
 from tests.security_helpers import ack, heartbeat, receive, rss_kb, send, write_config
 
 MIB = 1024
@@ -115,14 +117,25 @@ def test_a_flood_of_long_filter_expressions_stays_within_the_cache_budget(target
 
 
 def test_heartbeats_with_new_client_ids_are_forgotten_once_silent(target: Target) -> None:
-    def flood(round_: int) -> None:
-        for i in range(1500):
-            assert heartbeat(target.stub, None, f"hb-g-{i % 50}", f"client-{round_}-{i}")[0] == Code.OK
+    groups = [f"hb-g-{g}" for g in range(50)]
 
-    flood(0)
-    after_first = target.rss_kb
-    threading.Event().wait(2.5)  # past heartbeat_timeout_s (1 s) and a prune (every 0.5 s): real time, a child
-    flood(1)
+    def flood(round_: int) -> None:
+        def beat(i: int) -> int:
+            return heartbeat(target.stub, None, groups[i % 50], f"client-{round_}-{i}")[0]
+
+        with ThreadPoolExecutor(4) as beating:  # the server's threads and this one's work at once
+            assert set(beating.map(beat, range(1500))) == {Code.OK}
+
+    def remembered() -> int:
+        return sum(len(admin.call("group-clients", {"group": g})["clients"]) for g in groups)
+
+    with AdminClient(target.address) as admin:
+        flood(0)
+        assert remembered() > 0  # the last of them heartbeated a moment ago
+        after_first = target.rss_kb
+        # Forgotten past heartbeat_timeout_s (1 s) at a prune (every 0.5 s), on the child's real clock.
+        wait_for(remembered, 20, "the silent clients to be forgotten", until=lambda held: held == 0, interval=0.2)
+        flood(1)
     assert target.rss_kb - after_first < 16 * MIB
     target.still_serves("AfterHeartbeats")
 
