@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # two serve children, a kill and a restart per mo
 @pytest.mark.parametrize("mode", ["sync_master", "async_master"])
 def test_kill_9_of_the_master_elects_the_slave_and_the_old_master_rejoins_as_its_slave(
         mode: str, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
-    run = run_kill(tmp_path, zookeeper, mode=mode, threads=8, steady_s=2.0)
+    run = run_kill(tmp_path, zookeeper, mode=mode, threads=8, steady_s=1.0)
     print(f"{mode}: failover {run.failover_s:.2f} s (routed {run.routed_s:.2f} s), {len(run.acked)} acked, {len(run.lost)} lost, "
           f"last reported lag {run.last_lag_messages} msgs, {run.acked_after_report} acked after it")
     assert run.acked, f"no send succeeded before the kill: {run.errors[:3]}"

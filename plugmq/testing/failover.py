@@ -52,7 +52,7 @@ def write_failover_config(directory: Path, data_dir: str, broker_id: int, *, mod
 @attrs.frozen
 class KillRun:
     """One kill -9 of the master. ``acked``: bodies the producers got SEND_OK for; ``held``: bodies
-    the new master holds; ``last_lag_messages``: the lag the old master last reported (messages)
+    the new master holds (read until it had every acked one, if it does); ``last_lag_messages``: the lag the old master last reported (messages)
     and ``acked_after_report`` the sends acked after that report (both bound an async loss)."""
 
     mode: str
@@ -217,7 +217,9 @@ def run_kill(directory: Path, zookeeper: ZooKeeperServer, *, mode: str, threads:
         errors = tuple(sorted(set(senders.errors)))
         senders = None
         new_epoch = int(broker_status(survivor)["epoch"])
-        held = frozenset(b for b in read_all(survivor, f"check-{uuid.uuid4().hex[:6]}") if not b.startswith(b"probe-"))
+        # Only what was lost from ``acked`` is asked of ``held``: the read ends once it has all of it.
+        held = frozenset(b for b in read_until_held(survivor, f"check-{uuid.uuid4().hex[:6]}", acked)
+                         if not b.startswith(b"probe-"))
 
         processes[master_index] = ServeProcess(configs[master_index])
         returned = processes[master_index].await_address()
