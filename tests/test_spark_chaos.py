@@ -24,7 +24,7 @@ SPEC: dict[str, Any] = tomllib.loads("""
 [workloads.failover]
 producers_per_topic = 2
 message_size = 64
-chaos = { faults = ["kill-master"], rounds = 1, steady_s = 2.0, session_timeout_s = 2.0 }
+chaos = { faults = ["kill-master"], rounds = 1, steady_s = 1.0, session_timeout_s = 2.0 }
 
 [workloads.plain]
 producer_rate = 10
