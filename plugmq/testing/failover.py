@@ -386,8 +386,27 @@ class RestartRun:
     elected_s: float  # restart -> a master with a connected slave
 
 
+def _no_broker_registered(zookeeper: ZooKeeperServer, cluster: str, wait_s: float) -> None:
+    """Wait until ZooKeeper holds no broker registration of ``cluster``: it ended the sessions of
+    its killed brokers (a session's ephemeral nodes go with it at once)."""
+    from kazoo.client import KazooClient
+
+    from plugmq.plugins.cluster_zk.options import ZkOptions
+    from plugmq.plugins.cluster_zk.paths import ZkPaths
+
+    brokers = ZkPaths(ZkOptions(hosts=zookeeper.hosts).chroot, cluster).brokers
+    client = KazooClient(hosts=zookeeper.hosts)
+    client.start(timeout=wait_s)
+    try:
+        wait_for(lambda: not client.get_children(brokers), wait_s, f"ZooKeeper to end the sessions of {cluster}'s "
+                 "killed brokers", interval=0.05)
+    finally:
+        client.stop()
+        client.close()
+
+
 def _kill_slave_then_master(processes: list[ServeProcess], addresses: list[str], m: int, sends: int,
-                            session_timeout_s: float) -> int:
+                            zookeeper: ZooKeeperServer, cluster: str, wait_s: float) -> int:
     """kill -9 of the slave, ``sends`` acked sends it never gets, kill -9 of the master (``m``), and
     the wait until both sessions are gone; returns the master's log end when it was killed."""
     processes[1 - m].stop(signal.SIGKILL)
@@ -395,7 +414,7 @@ def _kill_slave_then_master(processes: list[ServeProcess], addresses: list[str],
         assert _send_direct(addresses[m])  # acked, never replicated
     held_before = int(broker_status(addresses[m])["replication"]["end_offset"])
     processes[m].stop(signal.SIGKILL)
-    time.sleep(session_timeout_s * 1.5)  # nobody of the name is alive
+    _no_broker_registered(zookeeper, cluster, wait_s)  # nobody of the name is alive
     return held_before
 
 
@@ -426,7 +445,7 @@ def run_restart_all(directory: Path, zookeeper: ZooKeeperServer, *, session_time
         old_epoch = int((now[addresses[m]] or {})["epoch"])
         for _ in range(20):
             assert _send_direct(addresses[m])
-        held_before = _kill_slave_then_master(processes, addresses, m, 20, session_timeout_s)
+        held_before = _kill_slave_then_master(processes, addresses, m, 20, zookeeper, cluster, wait_s)
         processes = [ServeProcess(config) for config in configs]
         restarted = time.monotonic()
         addresses = [p.await_address() for p in processes]
@@ -481,7 +500,7 @@ def run_unclean(directory: Path, zookeeper: ZooKeeperServer, *, unclean_after_s:
                  "the slave to catch up",
                  until=lambda end: end == broker_status(addresses[m])["replication"]["end_offset"])
         slave_end = int(broker_status(addresses[1 - m])["replication"]["end_offset"])
-        held_before = _kill_slave_then_master(processes, addresses, m, 10, session_timeout_s)
+        held_before = _kill_slave_then_master(processes, addresses, m, 10, zookeeper, cluster, wait_s)
         processes[1 - m] = ServeProcess(configs[1 - m])
         restarted = time.monotonic()
         addresses[1 - m] = processes[1 - m].await_address()
