@@ -52,8 +52,9 @@ def write_failover_config(directory: Path, data_dir: str, broker_id: int, *, mod
 @attrs.frozen
 class KillRun:
     """One kill -9 of the master. ``acked``: bodies the producers got SEND_OK for; ``held``: bodies
-    the new master holds (read until it had every acked one, if it does); ``last_lag_messages``: the lag the old master last reported (messages)
-    and ``acked_after_report`` the sends acked after that report (both bound an async loss)."""
+    the new master holds (read until it had every acked one, if it does); ``last_lag_messages``:
+    the lag the old master last reported (messages) and ``acked_after_report`` the sends acked
+    after that report (both bound an async loss)."""
 
     mode: str
     failover_s: float  # kill -> a send straight to the other broker succeeds
