@@ -32,6 +32,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from plugmq.measure.children import interpreter_path
 from plugmq.measure.probes import LoadWindow
 
 __all__ = ["command", "measure"]
@@ -134,7 +135,7 @@ print(json.dumps(out))
 def _child(python: str, mode: str, root: Path, topic: str, *args: int) -> dict[str, Any]:
     # From an empty directory: ``python -c`` puts the working directory first on sys.path.
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-backlog-cwd-") as cwd:
-        done = subprocess.run([python, "-c", _CHILD, mode, str(root), topic, *map(str, args)], capture_output=True,
+        done = subprocess.run([interpreter_path(python), "-c", _CHILD, mode, str(root), topic, *map(str, args)], capture_output=True,
                               text=True, timeout=3600, check=False, cwd=cwd)
     if done.returncode != 0:
         raise click.ClickException(f"the {mode} child of {python} failed (exit {done.returncode}):\n"
@@ -150,15 +151,16 @@ def measure(size: int, body_size: int, batch: int, put_messages: int, rounds: in
     pythons = {"this": sys.executable, **({"baseline": baseline} if baseline else {})}
     best: dict[str, dict[str, float]] = {label: {} for label in pythons}
     load = LoadWindow()
-    with tempfile.TemporaryDirectory(prefix="plugmq-bench-backlog-", dir=directory) as tmp:
-        backlog = Path(tmp) / "backlog"
+    with tempfile.TemporaryDirectory(prefix="plugmq-bench-backlog-", dir=directory) as scratch:
+        tmp = Path(scratch).resolve()  # the children run in a directory of their own (see _child)
+        backlog = tmp / "backlog"
         filled = _child(sys.executable, "fill", backlog, TOPIC, size, body_size, 1000)
         for round_index in range(rounds):
             order = list(pythons.items())
             if round_index % 2:
                 order.reverse()  # neither interpreter always runs first
             for label, python in order:
-                empty = Path(tmp) / f"empty-{label}-{round_index}"
+                empty = tmp / f"empty-{label}-{round_index}"
                 figures = {
                     "put_empty": _child(python, "put", empty, "Sends", put_messages, body_size, batch)["rate"],
                     "put_backlog": _child(python, "put", backlog, "Sends", put_messages, body_size, batch)["rate"],

@@ -33,7 +33,7 @@ from typing import IO, Any
 from plugmq.measure import MeasureError
 from plugmq.measure.probes import process_cpu_s, process_rss_mb
 
-__all__ = ["BrokerChild", "ChildError", "broker_toml", "serve_reporting", "write_config"]
+__all__ = ["BrokerChild", "ChildError", "broker_toml", "interpreter_path", "serve_reporting", "write_config"]
 
 _LISTENING = "plugmq serve: listening on "
 # The real ``plugmq`` command group (logging set up as on the command line) with the serve verb.
@@ -121,6 +121,13 @@ def write_config(directory: Path, tables: Mapping[str, Mapping[str, Any]]) -> Pa
 # ------------------------------------------------------------------------------ the child
 
 
+def interpreter_path(python: str) -> str:
+    """``python`` as a child started in another working directory finds it: a path made absolute
+    (not resolved: a venv's python is a symlink that must stay the venv's), a bare name as it is
+    (looked up on PATH)."""
+    return os.path.abspath(python) if os.sep in python else python
+
+
 class BrokerChild:
     """``plugmq serve`` for ``config`` in a child process (see the module docstring).
 
@@ -135,10 +142,10 @@ class BrokerChild:
                  start_timeout_s: float = 120.0) -> None:
         # The child runs in the config's directory (its relative data_dir is read from there), so
         # every path it is given must not depend on this process's working directory.
-        config = Path(config).resolve()
+        config = Path(os.path.abspath(config))
         self.config_path = config
-        self.log_path = (log or config.with_name("serve.log")).resolve()
-        self.python = python
+        self.log_path = Path(os.path.abspath(log or config.with_name("serve.log")))
+        self.python = python = interpreter_path(python)
         self.samples: list[tuple[float, dict[str, Any]]] = []
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop() / kill()
         if cli:

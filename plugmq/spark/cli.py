@@ -82,12 +82,15 @@ def command(experiments_file: Path, out: Path, master: str, seed: int | None, on
         sweep = sweep_spec(spec, sweep_max)
         console.print(f"sweep: {f'{sweep.max_queues} x {sweep.max_consumers}' if sweep else 'off'}")
         return
+    # Executors read these paths in their own working directory (a standalone worker's is not
+    # this one): absolute, or one experiment's lock and data would land somewhere else.
     if work_dir is not None:
+        work_dir = work_dir.resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
     options = ExecOptions(work_dir=str(work_dir) if work_dir else None, window_s=spec.window_s, isolate=isolate,
                           timeout_s=experiment_timeout, perf_isolation=perf_isolation, keep_data=keep_data)
     if real_clock_lock is not None:
-        options = attrs.evolve(options, lock_path=str(real_clock_lock))
+        options = attrs.evolve(options, lock_path=str(real_clock_lock.resolve()))
     from plugmq.spark.job import make_session
     from plugmq.spark.progress import ProgressEvent, ProgressTracker, format_s
 

@@ -71,7 +71,7 @@ class ServeProcess:
                  env: dict[str, str] | None = None, log_path: Path | None = None, log_json: bool = False,
                  listen: str = "127.0.0.1:0") -> None:
         # The child runs in the config's directory: its path must not depend on this process's.
-        config = Path(config).resolve()
+        config = Path(os.path.abspath(config))
         self.config = config
         self.log_path = config.with_suffix(".log") if log_path is None else log_path
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
