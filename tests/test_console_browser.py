@@ -26,6 +26,7 @@ pytest.importorskip("starlette", reason="needs the console extra (starlette, jin
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the test extra)")
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
@@ -221,9 +222,21 @@ def text(browser: Any, css: str) -> str:
 
 
 def submit(browser: Any, button_id: str) -> None:
-    """Click a form's button and wait until the answer replaced the page (a click returns before)."""
+    """Click a form's button and wait until the answer replaced the page (a click returns before).
+
+    chromedriver now and then fails a click with "Node with given id does not belong to the
+    document" (its node ids went stale under it). The button is then found and clicked again,
+    unless the page was replaced already (the click went through)."""
     page = browser.find_element(By.TAG_NAME, "html")
-    browser.find_element(By.ID, button_id).click()
+    for attempt in range(3):
+        try:
+            browser.find_element(By.ID, button_id).click()
+            break
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc) or attempt == 2:
+                raise
+            if staleness_of(page)(browser):
+                break  # the click went through: the answer replaced the page
     WebDriverWait(browser, WAIT_S).until(staleness_of(page))
 
 
