@@ -135,8 +135,8 @@ print(json.dumps(out))
 def _child(python: str, mode: str, root: Path, topic: str, *args: int) -> dict[str, Any]:
     # From an empty directory: ``python -c`` puts the working directory first on sys.path.
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-backlog-cwd-") as cwd:
-        done = subprocess.run([interpreter_path(python), "-c", _CHILD, mode, str(root), topic, *map(str, args)], capture_output=True,
-                              text=True, timeout=3600, check=False, cwd=cwd)
+        done = subprocess.run([interpreter_path(python), "-c", _CHILD, mode, str(root), topic, *map(str, args)],
+                              capture_output=True, text=True, timeout=3600, check=False, cwd=cwd)
     if done.returncode != 0:
         raise click.ClickException(f"the {mode} child of {python} failed (exit {done.returncode}):\n"
                                    f"{done.stderr[-2000:]}")

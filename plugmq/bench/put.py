@@ -79,8 +79,8 @@ def _run_child(python: str, messages: int, size: int, batch: int) -> dict[str, d
     # Run from an empty directory: ``python -c`` puts the working directory first on sys.path, and
     # a checkout there would be imported instead of the one the interpreter is set up for.
     with tempfile.TemporaryDirectory(prefix="plugmq-bench-put-cwd-") as cwd:
-        done = subprocess.run([interpreter_path(python), "-c", _CHILD, str(messages), str(size), str(batch)], capture_output=True,
-                              text=True, timeout=900, check=False, cwd=cwd)
+        done = subprocess.run([interpreter_path(python), "-c", _CHILD, str(messages), str(size), str(batch)],
+                              capture_output=True, text=True, timeout=900, check=False, cwd=cwd)
     if done.returncode != 0:
         raise click.ClickException(f"the put child of {python} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     figures: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
