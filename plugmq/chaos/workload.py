@@ -76,9 +76,6 @@ class Workload:
         self._stop_sending = threading.Event()
         self._sent_all = threading.Event()  # every producer has returned from its last send
         self._stop_receiving = threading.Event()
-        self._consumers_busy = groups * consumers  # consumers that have not yet found nothing left
-        self._busy_lock = threading.Lock()
-        self._consumers_idle = threading.Event()
         self._producer_count = producers
         self._group_names = [f"chaos-g{g + 1}" for g in range(groups)]
         self._consumer_count = consumers
@@ -156,8 +153,7 @@ class Workload:
             self.last_receive_ok = max(self.last_receive_ok, t0)
             self.history.record(Receive(t0, t1, name, group, True, len(batch)))
             if not batch and after_the_sends:  # invoked once nothing more was sent: it took what was in flight
-                self._went_idle()
-                return
+                return  # its thread ends: stop() waits for that
             for received in batch:
                 body = _name(received)
                 queue, offset = _position(received)
@@ -173,12 +169,6 @@ class Workload:
                     self.history.record(Ack(a0, self.history.now(), name, group, body, received.message_id, queue,
                                             offset, True))
 
-    def _went_idle(self) -> None:
-        with self._busy_lock:
-            self._consumers_busy -= 1
-            if self._consumers_busy <= 0:
-                self._consumers_idle.set()
-
     def served_since(self, t: float) -> bool:
         """A send and a receive invoked at ``t`` or later succeeded (the clients are back)."""
         return self.last_send_ok >= t and self.last_receive_ok >= t
@@ -187,12 +177,14 @@ class Workload:
         """Stop sending; let consumers run up to ``drain_s`` more (they take what is in flight, each
         until a receive invoked after the last send came back empty); stop them."""
         self._stop_sending.set()
-        for thread in self._threads:
-            if thread.name.startswith("chaos-producer"):
-                thread.join()
+        producers = [t for t in self._threads if t.name.startswith("chaos-producer")]
+        for thread in producers:
+            thread.join()
         self._sent_all.set()
-        if self._consumers_busy > 0:
-            self._consumers_idle.wait(drain_s)
+        deadline = self.history.now() + drain_s  # a consumer's thread ends once it found nothing left
+        for thread in self._threads:
+            if thread not in producers:
+                thread.join(max(0.0, deadline - self.history.now()))
         self._stop_receiving.set()
         for thread in self._threads:
             thread.join()
