@@ -43,6 +43,7 @@ __all__ = [
     "decode_msg_id",
     "encode_msg_id",
     "fill_slots_py",
+    "install_message_init",
     "install_slot_filler",
     "message_group_queue",
     "new_unique_id",
@@ -279,6 +280,23 @@ def install_slot_filler(fill: Callable[..., None] | None) -> None:
     """Fill Message's (and the trusted constructors') slots with ``fill`` (None: one by one)."""
     global _fill
     _fill = fill
+
+
+# Message's __init__ as written above: the checked one, which every call not taken by a compiled
+# __init__ (install_message_init) still goes to.
+_CHECKED_INIT = Message.__init__
+
+
+def install_message_init(make: Callable[..., Any] | None) -> None:
+    """Build Messages with the compiled ``__init__`` that ``make`` returns (None: the checked one).
+
+    ``make(Message, slots, known_topics, known_tags, empty_props, checked_init)`` returns a method
+    descriptor that fills the slots itself in the common case (a topic and tags already validated,
+    a bytes body, nothing else set) and passes every other call to ``checked_init`` unchanged, so
+    both build the same Message and raise the same errors (plugmq.kit._messageinit.h)."""
+    init = _CHECKED_INIT if make is None else make(Message, _MESSAGE_SLOTS, _KNOWN_TOPICS, _KNOWN_TAGS, _EMPTY_PROPS,
+                                                   _CHECKED_INIT)
+    type.__setattr__(Message, "__init__", init)
 
 
 def slot_filler() -> Callable[..., None] | None:

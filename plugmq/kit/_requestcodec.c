@@ -36,6 +36,7 @@
 #include <zlib.h>
 
 #include "_directappend.h"        /* a store's direct append (DirectAppending) */
+#include "_messageinit.h"         /* Message's compiled __init__ */
 #include "_requestcodec_layout.h" /* the shapes it is built for: generated from requestcodec.py */
 
 #define FIELDS REQUEST_FIELDS /* AppendRequest's fields */
@@ -1107,6 +1108,8 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS,
      "decode(buffer, positions, sizes, layout, drop, cls, setters) -> (requests, extras)"},
     {"fill", (PyCFunction)(void (*)(void))py_fill, METH_FASTCALL, "fill(slots, obj, *values) -> None"},
+    {"message_init", py_message_init, METH_VARARGS,
+     "message_init(cls, slots, known_topics, known_tags, empty_props, checked) -> Message.__init__"},
     {"put_batch", py_put_batch, METH_VARARGS,
      "put_batch(messages, queue_id, born_ms, extras, max_size, born_host, uniq_prefix, uniq_next, context, direct, "
      "append_columns, admit, columns) -> (results, unique_ids, total) | None"},

@@ -36,6 +36,7 @@ from plugmq.core.message import (
     MessageQueue,
     SendResult,
     SendStatus,
+    install_message_init,
     install_slot_filler,
     unique_id_state,
 )
@@ -112,11 +113,12 @@ REQUESTCODEC = Kernel(
     fallback=("due messages are decoded record by record by the delay plugin's Python decoder; sends are "
               "encoded by the Python twin"),
     cost="decoding a due message takes about 4x the CPU, encoding a sent one about 3x",
-    functions=("encode", "fill", "put_one", "append_direct", "put_batch"),
+    functions=("encode", "fill", "put_one", "append_direct", "put_batch", "message_init"),
 )
 _native: Any = load_kernel(REQUESTCODEC)  # the extension module, or None
 if _native is not None:
     install_slot_filler(_native.fill)  # Message's fields in one call, not nine
+    install_message_init(_native.message_init)  # and the common Message built without a Python frame
 
 
 def header_text() -> str:
