@@ -249,7 +249,7 @@ def _assemble(base: _Base) -> Parts:
         dedup.load()
     sender = Sender(max_message_size=config.max_message_size, clock=clock, store=store, topics=topics, roles=roles,
                     services=services, ledger=ledger, events=events, arrivals=arrivals, traffic=traffic,
-                    check_open=lifecycle.check_open, topic_settings=config.topic_settings, dedup=dedup, limits=limits,
+                    lifecycle=lifecycle, topic_settings=config.topic_settings, dedup=dedup, limits=limits,
                     replies=replies)
     reads = Reads(base.name, store, filters, events, lifecycle.check_open, limits, roles.commit.visible_end,
                   deleted.floor)

@@ -56,13 +56,13 @@ class Lifecycle:
         self._name = broker_name
         self._store = store
         self._lock = threading.Lock()
-        self._closed = False
+        self.closed = False  # set once, under the lock; read without it (the send path reads it per send)
         self._consumers: list[Stoppable] = []
         self._steps: dict[str, Action] = {}
 
     def check_open(self) -> None:
         """ClientError once the broker is closed."""
-        if self._closed:
+        if self.closed:
             raise ClientError(f"broker {self._name!r} is closed")
 
     def on_close(self, what: str, action: Action) -> None:
@@ -97,9 +97,9 @@ class Lifecycle:
         """Shut consumers down, persist state, close services and the store. Idempotent; the first
         failure of a step is raised once every step ran."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return
-            self._closed = True
+            self.closed = True
             consumers = list(self._consumers)
         closing = Closing(self._name)
         self._run(STATE_ORDER[:1], closing)

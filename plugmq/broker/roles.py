@@ -43,6 +43,11 @@ __all__ = ["FollowedState", "RoleSwitch", "Roles"]
 
 log = get_logger(__name__)
 
+# Read on every send: on Python 3.11 an Enum member read from its class costs ~100 ns, a module
+# global ~7 ns (Broker.put takes ~2.5 us in all).
+_SLAVE = BrokerRole.SLAVE
+_SEND_OK = SendStatus.SEND_OK
+
 
 class Roles:
     """The role a broker plays now and what it means for writes and acknowledgements.
@@ -72,11 +77,11 @@ class Roles:
 
     def writable(self) -> bool:
         """False on a slave: only its master takes writes."""
-        return self.role is not BrokerRole.SLAVE
+        return self.role is not _SLAVE
 
     def check_writable(self, action: str = "take writes") -> None:
         """ReadOnlyBrokerError on a slave: only its master takes writes."""
-        if self.role is BrokerRole.SLAVE:
+        if self.role is _SLAVE:
             raise read_only_error(self._name, action)
 
     def await_replication(self, end_offset: int | None = None) -> SendStatus:
@@ -84,7 +89,7 @@ class Roles:
         end now) and say how it went (SEND_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE);
         SEND_OK at once on any other broker."""
         if self.replication is None:
-            return SendStatus.SEND_OK
+            return _SEND_OK
         if self.role is BrokerRole.ASYNC_MASTER and self.commit.source() is not None:
             # Acked at once, but only while this master is sure it leads (FencedError otherwise).
             return self.replication.await_replicated(end_offset or 0)

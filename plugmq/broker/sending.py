@@ -8,13 +8,14 @@ One message (:meth:`Sender.put`) or a batch of one topic and queue (:meth:`Sende
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from plugmq.broker.dedup import Copy, DedupWindows, dedup_key
 from plugmq.broker.delayledger import DelayLedger
 from plugmq.broker.events import Arrivals, Events
+from plugmq.broker.lifecycle import Lifecycle
 from plugmq.broker.ratelimit import RateLimiter
 from plugmq.broker.replies import Replies
 from plugmq.broker.roles import Roles
@@ -71,7 +72,7 @@ class Sender:
     _events: Events
     _arrivals: Arrivals
     _traffic: Traffic
-    _check_open: Callable[[], None]
+    _lifecycle: Lifecycle
     _topic_settings: TopicSettingsTable
     _dedup: DedupWindows
     _limits: RateLimiter
@@ -152,7 +153,8 @@ class Sender:
         one compiled call (plugmq.kit.requestcodec.put_one); everything else, and whatever that
         call does not take, goes through :meth:`put_general`, which stores the same bytes.
         """
-        self._check_open()
+        if self._lifecycle.closed:  # an attribute, not check_open()'s call: read on every send
+            self._lifecycle.check_open()
         roles = self._roles
         # a slave (refused by the general path) or a broker with replication: the general path
         if not allow_system_topic and not reconsume_times and roles.replication is None and roles.writable():
@@ -173,7 +175,7 @@ class Sender:
                     reconsume_times: int = 0, extra_properties: Mapping[str, str] | None = None,
                     await_slave: bool = True, account: str | None = None) -> SendResult:
         """:meth:`put` without its compiled plain path: every case, every check, step by step."""
-        self._check_open()
+        self._lifecycle.check_open()
         self._roles.check_writable("store messages")
         self._roles.commit.admit_send()
         if not allow_system_topic and not reconsume_times:
@@ -276,7 +278,7 @@ class Sender:
         The batch is checked and encoded in one pass (plugmq.kit.requestcodec, one born time);
         its results are built when read (SendResults).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         self._roles.check_writable("store messages")
         self._roles.commit.admit_send()
         fused = self._put_batch_fused(messages, queue_id, extra_properties, await_slave, account)
