@@ -154,7 +154,8 @@ class TopicQueues:
     def _lookup(self, topic: str, create: bool | None) -> tuple[MessageQueue, ...]:
         count = self.table.get(topic)
         if count is not None:
-            return self._queues(topic, count)
+            cached = self._cache.get(topic)  # _queues' hit, in line: a producer looks its topic up per send
+            return cached if cached is not None and len(cached) == count else self._queues(topic, count)
         validate_topic(topic)
         if create if create is not None else self._auto_create:
             return self._queues(topic, self.table.ensure(topic, self._default_queue_count))

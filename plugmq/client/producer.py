@@ -61,9 +61,13 @@ class Producer:
     def send(self, message: Message, *, selector: QueueSelector | None = None, arg: Any = None) -> SendResult:
         """Store ``message`` and return where it went. Round robin over the topic's queues unless
         a ``selector`` picks the queue (ordered messages: e.g. ``order_id % len(queues)``)."""
-        self._check_open()
-        queue = self._choose(message, selector, arg)
-        return self.broker.put(message, queue.queue_id)
+        if self._closed:
+            self._check_open()
+        broker = self.broker
+        if selector is None and message.message_group is None:  # select_queue's round robin, in line: per send
+            queues = broker.topic_queues(message.topic)
+            return broker.put(message, queues[next(self._counter) % len(queues)].queue_id)
+        return broker.put(message, self._choose(message, selector, arg).queue_id)
 
     def send_async(self, message: Message, callback: Callable[[SendResult | None, BaseException | None], None]
                    | None = None, *, selector: QueueSelector | None = None, arg: Any = None) -> Future[SendResult]:
